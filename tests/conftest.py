@@ -1,0 +1,32 @@
+import time
+
+import psutil
+import pytest
+
+import commlib as cl
+
+
+def alive(pid: int) -> bool:
+    """True while pid runs (a zombie awaiting its reaper counts as gone)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_gone(pids, within_s: float = 5.0) -> list[int]:
+    """The pids still alive after within_s seconds."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        left = [p for p in pids if alive(p)]
+        if not left:
+            return []
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
+@pytest.fixture(scope="module")
+def cluster4():
+    """One 4-rank cluster shared by a test module (tests that break it rely on its restart)."""
+    with cl.Cluster(world_size=4, timeout=30) as c:
+        yield c
