@@ -3,6 +3,9 @@
     with Cluster(world_size=4) as c:
         c.run(fn, *args, **kwargs)   # fn on every rank, default process group ready; results by rank
 
+What ranks print is shown labelled '[rank r]': grouped in rank order when run() returns
+(output="ordered", reproducible), or as each line arrives (output="live", for long runs).
+
 Ranks start once (a zygote imports torch, then forks them) and stay up between run() calls.
 A rank that raises -> RankError; no answer in `timeout` seconds -> ClusterTimeout; either way the
 ranks are killed and restarted, so the next run() works. Everything listens on 127.0.0.1 only,
@@ -33,6 +36,7 @@ import cloudpickle
 from commlib._worker import command, recv, send
 
 BACKENDS = ("auto", "gloo", "nccl")
+OUTPUT_MODES = ("ordered", "live")
 MAX_WORLD_SIZE = 64
 _ERROR_GRACE_S = 0.25   # after one rank fails, how long to collect the others' errors
 _PG_TIMEOUT_MARGIN_S = 30.0  # torch's own collective timeout stays behind ours: we report first
@@ -103,13 +107,14 @@ class Cluster:
     """N local ranks (torch.distributed over Gloo, or NCCL with one GPU each) kept alive for run()."""
 
     def __init__(self, world_size: int = 4, backend: str = "auto", timeout: float = 60.0,
-                 start_timeout: float = 120.0, host: str = "127.0.0.1"):
+                 start_timeout: float = 120.0, host: str = "127.0.0.1", output: str = "ordered"):
         if isinstance(world_size, bool) or not isinstance(world_size, int):
             raise TypeError(f"world_size must be an int in [1, {MAX_WORLD_SIZE}], got {type(world_size).__name__}")
         if not 1 <= world_size <= MAX_WORLD_SIZE:
             raise ValueError(f"world_size must be an int in [1, {MAX_WORLD_SIZE}], got {world_size}")
-        self.timeout = _check_seconds("timeout", timeout)
+        self.timeout = timeout
         self.start_timeout = _check_seconds("start_timeout", start_timeout)
+        self.output = output
         if not isinstance(host, str) or not host:
             raise TypeError(f"host must be an address string such as '127.0.0.1', got {host!r}")
         self.world_size = world_size
@@ -129,6 +134,26 @@ class Cluster:
             raise
 
     # ----------------------------------------------------------------------------------- public
+    @property
+    def timeout(self) -> float:
+        """Seconds run() waits for every rank before ClusterTimeout (settable between runs)."""
+        return self._timeout
+
+    @timeout.setter
+    def timeout(self, value: float) -> None:
+        self._timeout = _check_seconds("timeout", value)
+
+    @property
+    def output(self) -> str:
+        """'ordered': rank output grouped by rank when run() ends; 'live': each line as it arrives."""
+        return self._output
+
+    @output.setter
+    def output(self, value: str) -> None:
+        if value not in OUTPUT_MODES:
+            raise ValueError(f"output must be one of {OUTPUT_MODES}, got {value!r}")
+        self._output = value
+
     def run(self, fn, *args, **kwargs) -> list:
         """fn(*args, **kwargs) on every rank; the results as a list in rank order."""
         if self._closed:
@@ -223,7 +248,7 @@ class Cluster:
         conns = {conn: rank for rank, (conn, _) in enumerate(self._ranks)}
         results: dict[int, object] = {}
         errors: dict[int, RankError] = {}
-        lines = _RankOutput()
+        lines = _RankOutput(live=self.output == "live")
         deadline = time.monotonic() + self.timeout
         first_error_at = None
         try:
@@ -318,24 +343,34 @@ class Cluster:
 
 
 class _RankOutput:
-    """Print what ranks print, a whole line at a time, labelled '[rank r]'."""
+    """Print what ranks print, whole lines labelled '[rank r]': as they come (live) or by rank at flush."""
 
-    def __init__(self):
+    def __init__(self, live: bool):
+        self.live = live
         self.partial: dict[tuple[int, str], str] = {}
+        self.held: dict[tuple[int, str], list[str]] = {}
 
     def write(self, rank: int, stream: str, text: str) -> None:
-        buf = self.partial.get((rank, stream), "") + text
-        *full, rest = buf.split("\n")
-        out = sys.stdout if stream == "stdout" else sys.stderr
-        for line in full:
-            print(f"[rank {rank}] {line}", file=out)
+        *full, rest = (self.partial.get((rank, stream), "") + text).split("\n")
         self.partial[(rank, stream)] = rest
+        for line in full:
+            self._emit(rank, stream, line)
+
+    def _emit(self, rank: int, stream: str, line: str) -> None:
+        if self.live:
+            print(f"[rank {rank}] {line}", file=sys.stdout if stream == "stdout" else sys.stderr)
+        else:
+            self.held.setdefault((rank, stream), []).append(line)
 
     def flush(self) -> None:
         for (rank, stream), rest in self.partial.items():
             if rest:
-                print(f"[rank {rank}] {rest}", file=sys.stdout if stream == "stdout" else sys.stderr)
+                self._emit(rank, stream, rest)
         self.partial.clear()
+        for rank, stream in sorted(self.held):
+            out = sys.stdout if stream == "stdout" else sys.stderr
+            print("".join(f"[rank {rank}] {line}\n" for line in self.held[rank, stream]), end="", file=out)
+        self.held.clear()
 
 
 class _State:

@@ -61,6 +61,46 @@ def test_print_is_shown_labelled_by_rank(cluster4, capsys):
         assert f"[rank {r}] to stderr\n" in err
 
 
+def test_ordered_output_is_grouped_in_rank_order(cluster4, capsys):
+    def talk():
+        time.sleep(0.05 * (3 - dist.get_rank()))  # rank 3 finishes first
+        print("a", dist.get_rank())
+        print("b", dist.get_rank())
+
+    cluster4.run(talk)
+    assert capsys.readouterr().out == "".join(f"[rank {r}] a {r}\n[rank {r}] b {r}\n" for r in range(4))
+
+
+def test_live_output_arrives_while_the_run_goes_on(cluster4, capsys):
+    def talk_then_wait():
+        print("started", flush=True)
+        time.sleep(0.5)
+        return dist.get_rank()
+
+    cluster4.output = "live"
+    try:
+        seen = []
+        import io
+        real = sys.stdout
+
+        class Spy(io.StringIO):
+            def write(self, s):
+                seen.append((time.monotonic(), s))
+                return real.write(s)
+
+        sys.stdout = Spy()
+        t0 = time.monotonic()
+        cluster4.run(talk_then_wait)
+        t1 = time.monotonic()
+    finally:
+        sys.stdout = real
+        cluster4.output = "ordered"
+    started = [t for t, s in seen if "started" in s]
+    assert len(started) == 4 and max(started) < t1 - 0.2 and min(started) > t0
+    with pytest.raises(ValueError, match="'ordered', 'live'"):
+        cluster4.output = "loud"
+
+
 def test_ranks_persist_between_runs(cluster4):
     pids = cluster4.pids
     cluster4.run(lambda: setattr(sys.modules["commlib"], "_test_mark", dist.get_rank()))
@@ -256,6 +296,7 @@ def test_ranks_started_without_fork(monkeypatch):
     (dict(timeout=float("nan")), ValueError, "timeout"),
     (dict(timeout="5"), TypeError, "timeout"),
     (dict(start_timeout=0), ValueError, "start_timeout"),
+    (dict(output="quiet"), ValueError, "output"),
 ])
 def test_invalid_arguments_are_rejected_before_anything_starts(kwargs, exc, words):
     with pytest.raises(exc, match=None) as info:

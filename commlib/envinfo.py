@@ -1,0 +1,48 @@
+"""What this machine offers the course: versions, cores, memory, backends, GPUs."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+
+
+def _memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def report() -> dict:
+    """A dict of facts about this machine; every value is read here, now."""
+    import numpy
+    import torch
+    import torch.distributed as dist
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    mem = _memory_bytes()
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "cpu cores usable": cores,
+        "memory GiB": round(mem / 2**30, 1) if mem else None,
+        "gloo available": dist.is_gloo_available(),
+        "nccl available": dist.is_nccl_available(),
+        "GPUs": gpus,
+        "GPU names": [torch.cuda.get_device_name(i) for i in range(gpus)],
+    }
+
+
+def check(info: dict | None = None) -> list[str]:
+    """Problems that stop the course from running here (empty list: all good)."""
+    info = info or report()
+    problems = []
+    if tuple(int(x) for x in info["python"].split(".")[:2]) < (3, 10):
+        problems.append(f"Python {info['python']} is too old: the course needs >= 3.10")
+    if not info["gloo available"]:
+        problems.append("this torch build has no Gloo backend: install the pinned torch from requirements.txt")
+    return problems
