@@ -25,5 +25,8 @@ def hello() -> dict:
 if __name__ == "__main__":  # torchrun --nproc-per-node=4 -m commlib.demos
     from commlib.torchrun import init_from_env
 
+    import sys
+
     init_from_env()
-    print(hello(), flush=True)
+    sys.stdout.write(f"{hello()}\n")  # one write: the ranks share the launcher's stdout
+    sys.stdout.flush()

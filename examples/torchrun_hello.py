@@ -5,6 +5,8 @@
              --rdzv-endpoint=HEAD_NODE:29500 examples/torchrun_hello.py
 """
 
+import sys
+
 import torch.distributed as dist
 
 import commlib as cl
@@ -14,7 +16,9 @@ from commlib import demos
 def main() -> None:
     cl.init_from_env()
     report = demos.hello()
-    print(f"[rank {report['rank']}] {report}", flush=True)
+    # One write per line: the ranks share the launcher's stdout, and print() writes the newline separately.
+    sys.stdout.write(f"[rank {report['rank']}] {report}\n")
+    sys.stdout.flush()
     assert report["all_reduce_sum"] == report["expected"], report
     dist.destroy_process_group()
 

@@ -2,6 +2,7 @@
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +24,7 @@ def torchrun(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 def test_example_script_under_torchrun_matches_a_cluster():
     proc = torchrun("--standalone", "--nproc-per-node=3", "examples/torchrun_hello.py")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    reports = [ast.literal_eval(line.split("] ", 1)[1]) for line in proc.stdout.splitlines() if line.startswith("[rank")]
+    reports = [ast.literal_eval(m) for m in re.findall(r"\[rank \d+\] (\{[^}]*\})", proc.stdout)]
     assert sorted(r["rank"] for r in reports) == [0, 1, 2]
     assert {r["all_reduce_sum"] for r in reports} == {6.0}
     with cl.Cluster(world_size=3, timeout=30) as c:
