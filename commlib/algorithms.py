@@ -1,0 +1,431 @@
+"""Collectives written from scratch on torch.distributed point-to-point calls (isend/irecv/send/recv).
+
+Call them inside a rank (the default process group initialised); each returns its result tensor.
+The steps of each algorithm are the structure of its code. Pass trace=Trace() to record every
+message this rank sends (who, to whom, which chunk, how many bytes).
+
+    ring_all_reduce(t)          = ring_reduce_scatter + ring_all_gather, in place, like dist.all_reduce
+    ring_reduce_scatter(t)      -> this rank's shard (sizes: shard_sizes(t.numel(), p))
+    ring_all_gather(shard)      -> all shards concatenated in rank order (uneven shards allowed)
+    naive_all_reduce(t)         reduce to rank 0, then rank 0 sends the result to everyone
+    tree_broadcast / tree_reduce / tree_all_reduce     binomial trees
+    recursive_doubling_all_reduce / rabenseifner_all_reduce   (non-powers of two folded as in MPICH)
+
+Before moving data, every rank checks (one tiny built-in all-gather) that all ranks passed the same
+numel, dtype and op; a mismatch raises the same ValueError on every rank instead of hanging.
+check=False skips it (benchmarks do, to time the algorithm alone).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from commlib.cost import fold_to_power_of_two, halving_ranges, shard_sizes
+
+__all__ = ["Trace", "Event", "shard_sizes", "ring_all_reduce", "ring_reduce_scatter", "ring_all_gather",
+           "naive_all_reduce", "tree_broadcast", "tree_reduce", "tree_all_reduce",
+           "recursive_doubling_all_reduce", "rabenseifner_all_reduce", "OPS", "DTYPES"]
+
+OPS = ("sum", "max", "min", "avg")
+DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.int64)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One message: at `step` of `phase`, rank src sent numel elements (nbytes) starting at `offset`
+    of the flattened tensor to rank dst; `chunk` is the chunk index for chunked algorithms."""
+
+    algorithm: str
+    phase: str
+    step: int
+    src: int
+    dst: int
+    chunk: int | None
+    offset: int
+    numel: int
+    nbytes: int
+
+
+@dataclass
+class Trace:
+    """What this rank sent, message by message. Pass the same Trace to several calls to add them up."""
+
+    events: list[Event] = field(default_factory=list)
+
+    @property
+    def bytes_sent(self) -> int:
+        return sum(e.nbytes for e in self.events)
+
+
+# --------------------------------------------------------------------------------- helpers
+def _flat(t: torch.Tensor, name: str = "t") -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in DTYPES:
+        raise ValueError(f"{name}.dtype must be one of {[str(d) for d in DTYPES]}, got {t.dtype}")
+    return t.view(-1) if t.is_contiguous() else t.contiguous().view(-1)
+
+
+def _write_back(t: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
+    if flat.data_ptr() != t.data_ptr() or not t.is_contiguous():
+        t.copy_(flat.view(t.shape))
+    return t
+
+
+def _check_op(op: str, dtype: torch.dtype) -> None:
+    if op not in OPS:
+        raise ValueError(f"op must be one of {OPS}, got {op!r}")
+    if op == "avg" and not dtype.is_floating_point:
+        raise ValueError(f"op='avg' needs a floating-point tensor, got {dtype}; use op='sum' and divide")
+
+
+def _agree(fn: str, check: bool, device, **fields: int) -> torch.Tensor | None:
+    """All-gather a small header of ints from every rank; raise the same ValueError everywhere if they differ
+    in any field named in `fields` except those starting with '_' (those are gathered, not compared)."""
+    if not check and not any(k.startswith("_") for k in fields):
+        return None
+    p = dist.get_world_size()
+    header = torch.tensor(list(fields.values()), dtype=torch.int64, device=device)
+    table = torch.empty(p * len(fields), dtype=torch.int64, device=device)
+    dist.all_gather_single(table, header)
+    table = table.view(p, len(fields)).cpu()
+    if check:
+        for i, name in enumerate(fields):
+            col = table[:, i].tolist()
+            if not name.startswith("_") and len(set(col)) > 1:
+                raise ValueError(f"{fn}: the ranks passed different {name}: {dict(enumerate(col))} "
+                                 f"(rank: value); every rank must pass the same")
+    return table
+
+
+_DTYPE_CODE = {d: i for i, d in enumerate(DTYPES)}
+_OP_CODE = {o: i for i, o in enumerate(OPS)}
+
+
+def _reduce_into(acc: torch.Tensor, incoming: torch.Tensor, op: str) -> None:
+    if op in ("sum", "avg"):
+        acc.add_(incoming)
+    elif op == "max":
+        torch.maximum(acc, incoming, out=acc)
+    else:
+        torch.minimum(acc, incoming, out=acc)
+
+
+class _Messages:
+    """isend/irecv with the bookkeeping: records sends in the trace, skips empty messages on both sides."""
+
+    def __init__(self, algorithm: str, trace: Trace | None):
+        self.algorithm, self.trace = algorithm, trace
+        self.rank = dist.get_rank()
+
+    def _record(self, phase, step, buf, dst, chunk, offset):
+        if self.trace is not None:
+            self.trace.events.append(Event(self.algorithm, phase, step, self.rank, dst, chunk, offset,
+                                           buf.numel(), buf.numel() * buf.element_size()))
+
+    def exchange(self, phase: str, step: int, send: torch.Tensor | None, dst: int | None,
+                 recv: torch.Tensor | None, src: int | None, chunk: int | None = None, offset: int = 0) -> None:
+        """Send and receive at once (both posted before either waits), then wait for both."""
+        works = []
+        if recv is not None and recv.numel():
+            works.append(dist.irecv(recv, src=src))
+        if send is not None and send.numel():
+            works.append(dist.isend(send, dst=dst))
+            self._record(phase, step, send, dst, chunk, offset)
+        for w in works:
+            w.wait()
+
+    def send(self, phase: str, step: int, buf: torch.Tensor, dst: int, chunk=None, offset: int = 0) -> None:
+        if buf.numel():
+            dist.send(buf, dst=dst)
+            self._record(phase, step, buf, dst, chunk, offset)
+
+    def recv(self, buf: torch.Tensor, src: int) -> None:
+        if buf.numel():
+            dist.recv(buf, src=src)
+
+
+def _offsets(sizes: list[int]) -> list[int]:
+    out, acc = [], 0
+    for s in sizes:
+        out.append(acc)
+        acc += s
+    return out + [acc]
+
+
+# ------------------------------------------------------------------------------------ ring
+def _ring_reduce_scatter_(flat, sizes, op, msgs, step0=0) -> None:
+    """p-1 steps; at step s rank r sends chunk r-s-1 to r+1 and adds chunk r-s-2 from r-1 into its own copy.
+    Afterwards chunk r on rank r holds the reduction over all ranks."""
+    p, r = dist.get_world_size(), dist.get_rank()
+    off = _offsets(sizes)
+    right, left = (r + 1) % p, (r - 1) % p
+    incoming = torch.empty(max(sizes), dtype=flat.dtype, device=flat.device)
+    for s in range(p - 1):
+        send_c, recv_c = (r - s - 1) % p, (r - s - 2) % p
+        buf = incoming[:sizes[recv_c]]
+        msgs.exchange("reduce_scatter", step0 + s, flat[off[send_c]:off[send_c + 1]], right, buf, left,
+                      chunk=send_c, offset=off[send_c])
+        _reduce_into(flat[off[recv_c]:off[recv_c + 1]], buf, op)
+
+
+def _ring_all_gather_(flat, sizes, msgs, step0=0) -> None:
+    """p-1 steps; at step s rank r forwards chunk r-s to r+1 and stores chunk r-s-1 from r-1 in place.
+    Starts with chunk r complete on rank r; ends with every chunk everywhere."""
+    p, r = dist.get_world_size(), dist.get_rank()
+    off = _offsets(sizes)
+    right, left = (r + 1) % p, (r - 1) % p
+    for s in range(p - 1):
+        send_c, recv_c = (r - s) % p, (r - s - 1) % p
+        msgs.exchange("all_gather", step0 + s, flat[off[send_c]:off[send_c + 1]], right,
+                      flat[off[recv_c]:off[recv_c + 1]], left, chunk=send_c, offset=off[send_c])
+
+
+def ring_reduce_scatter(t: torch.Tensor, op: str = "sum", trace: Trace | None = None,
+                        check: bool = True) -> torch.Tensor:
+    """-> this rank's shard of the reduction, 1-D, shard_sizes(t.numel(), p)[rank] elements; t is unchanged.
+    Each rank sends (p-1)/p * n bytes in p-1 steps."""
+    flat = _flat(t)
+    _check_op(op, flat.dtype)
+    _agree("ring_reduce_scatter", check, flat.device, numel=flat.numel(),
+           dtype=_DTYPE_CODE[flat.dtype], op=_OP_CODE[op])
+    p, r = dist.get_world_size(), dist.get_rank()
+    sizes = shard_sizes(flat.numel(), p)
+    work = flat.clone()
+    if p > 1 and flat.numel():
+        _ring_reduce_scatter_(work, sizes, op, _Messages("ring", trace))
+    off = _offsets(sizes)
+    shard = work[off[r]:off[r + 1]].clone()
+    return shard.div_(p) if op == "avg" else shard
+
+
+def ring_all_gather(shard: torch.Tensor, trace: Trace | None = None, check: bool = True) -> torch.Tensor:
+    """-> every rank's shard concatenated in rank order (along dim 0; a 0-d shard counts as one element).
+    Shards may differ in length along dim 0; dtype and the other dims must match. Each rank sends
+    (p-1)/p * n bytes of the gathered n."""
+    flat = _flat(shard, "shard")
+    row = math.prod(shard.shape[1:])  # elements per row along dim 0 (1 for 0-d and 1-d shards)
+    table = _agree("ring_all_gather", check, flat.device, dtype=_DTYPE_CODE[flat.dtype], row=row,
+                   ndim=shard.dim(), _numel=flat.numel())
+    p, r = dist.get_world_size(), dist.get_rank()
+    sizes = table[:, -1].tolist()
+    out = torch.empty(sum(sizes), dtype=flat.dtype, device=flat.device)
+    off = _offsets(sizes)
+    out[off[r]:off[r + 1]] = flat
+    if p > 1:
+        _ring_all_gather_(out, sizes, _Messages("ring", trace))
+    if shard.dim() <= 1:
+        return out
+    return out.view(-1, *shard.shape[1:])
+
+
+def ring_all_reduce(t: torch.Tensor, op: str = "sum", trace: Trace | None = None,
+                    check: bool = True) -> torch.Tensor:
+    """In place, like dist.all_reduce: reduce-scatter then all-gather around the ring.
+    2(p-1) steps; each rank sends 2(p-1)/p * n bytes: 2(p-1) a + 2(p-1)/p n b + (p-1)/p n g."""
+    flat = _flat(t)
+    _check_op(op, flat.dtype)
+    _agree("ring_all_reduce", check, flat.device, numel=flat.numel(), dtype=_DTYPE_CODE[flat.dtype],
+           op=_OP_CODE[op])
+    p = dist.get_world_size()
+    if p > 1 and flat.numel():
+        sizes = shard_sizes(flat.numel(), p)
+        msgs = _Messages("ring", trace)
+        _ring_reduce_scatter_(flat, sizes, op, msgs)
+        _ring_all_gather_(flat, sizes, msgs, step0=p - 1)
+    if op == "avg":
+        flat.div_(p)
+    return _write_back(t, flat)
+
+
+# ----------------------------------------------------------------------- naive (parameter server)
+def naive_all_reduce(t: torch.Tensor, op: str = "sum", trace: Trace | None = None,
+                     check: bool = True) -> torch.Tensor:
+    """In place. Every rank sends its tensor to rank 0, which reduces and sends the result back to each
+    rank in turn: rank 0 sends (p-1) n bytes and is the bottleneck, 2(p-1)(a + n b) + (p-1) n g."""
+    flat = _flat(t)
+    _check_op(op, flat.dtype)
+    _agree("naive_all_reduce", check, flat.device, numel=flat.numel(), dtype=_DTYPE_CODE[flat.dtype],
+           op=_OP_CODE[op])
+    p, r = dist.get_world_size(), dist.get_rank()
+    msgs = _Messages("naive", trace)
+    if r == 0:
+        incoming = torch.empty_like(flat)
+        for src in range(1, p):
+            msgs.recv(incoming, src)
+            _reduce_into(flat, incoming, op)
+        for step, dst in enumerate(range(1, p)):
+            msgs.send("broadcast", p - 1 + step, flat, dst)
+    else:
+        msgs.send("reduce", r - 1, flat, 0)
+        msgs.recv(flat, 0)
+    if op == "avg":
+        flat.div_(p)
+    return _write_back(t, flat)
+
+
+# ------------------------------------------------------------------------------ binomial tree
+def _check_root(name: str, root) -> int:
+    p = dist.get_world_size()
+    if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < p:
+        raise ValueError(f"{name} must be a rank in [0, {p - 1}], got {root!r}")
+    return root
+
+
+def _tree_broadcast_(flat, src, msgs, step0=0) -> None:
+    p, r = dist.get_world_size(), dist.get_rank()
+    vr = (r - src) % p  # rank relative to the root
+    mask, step = 1, step0
+    while mask < p:  # round k: ranks that have the data (vr < 2^k) send it 2^k further
+        if vr < mask and vr + mask < p:
+            msgs.send("broadcast", step, flat, (vr + mask + src) % p)
+        elif mask <= vr < 2 * mask:
+            msgs.recv(flat, (vr - mask + src) % p)
+        mask, step = mask << 1, step + 1
+
+
+def _tree_reduce_(flat, dst, op, msgs) -> int:
+    p, r = dist.get_world_size(), dist.get_rank()
+    vr = (r - dst) % p
+    incoming = torch.empty_like(flat)
+    mask, step = 1, 0
+    while mask < p:  # round k: ranks with bit k set send their partial result 2^k down and stop
+        if vr & mask:
+            msgs.send("reduce", step, flat, (vr - mask + dst) % p)
+            break
+        if vr + mask < p:
+            msgs.recv(incoming, (vr + mask + dst) % p)
+            _reduce_into(flat, incoming, op)
+        mask, step = mask << 1, step + 1
+    return (p - 1).bit_length()  # rounds: ceil(lg p)
+
+
+def tree_broadcast(t: torch.Tensor, src: int = 0, trace: Trace | None = None, check: bool = True) -> torch.Tensor:
+    """In place, like dist.broadcast: binomial tree, ceil(lg p) rounds, ceil(lg p)(a + n b)."""
+    flat = _flat(t)
+    src = _check_root("src", src)
+    _agree("tree_broadcast", check, flat.device, numel=flat.numel(), dtype=_DTYPE_CODE[flat.dtype], src=src)
+    _tree_broadcast_(flat, src, _Messages("tree", trace))
+    return _write_back(t, flat)
+
+
+def tree_reduce(t: torch.Tensor, dst: int = 0, op: str = "sum", trace: Trace | None = None,
+                check: bool = True) -> torch.Tensor:
+    """In place on rank dst, like dist.reduce: binomial tree, ceil(lg p)(a + n b + n g). Other ranks are
+    left holding the partial result they forwarded (what they sent up the tree)."""
+    flat = _flat(t)
+    _check_op(op, flat.dtype)
+    dst = _check_root("dst", dst)
+    _agree("tree_reduce", check, flat.device, numel=flat.numel(), dtype=_DTYPE_CODE[flat.dtype],
+           op=_OP_CODE[op], dst=dst)
+    _tree_reduce_(flat, dst, op, _Messages("tree", trace))
+    if op == "avg" and dist.get_rank() == dst:
+        flat.div_(dist.get_world_size())
+    return _write_back(t, flat)
+
+
+def tree_all_reduce(t: torch.Tensor, op: str = "sum", trace: Trace | None = None,
+                    check: bool = True) -> torch.Tensor:
+    """In place: binomial reduce to rank 0, then binomial broadcast: 2 ceil(lg p)(a + n b) + ceil(lg p) n g."""
+    flat = _flat(t)
+    _check_op(op, flat.dtype)
+    _agree("tree_all_reduce", check, flat.device, numel=flat.numel(), dtype=_DTYPE_CODE[flat.dtype],
+           op=_OP_CODE[op])
+    msgs = _Messages("tree", trace)
+    rounds = _tree_reduce_(flat, 0, op, msgs)
+    _tree_broadcast_(flat, 0, msgs, step0=rounds)
+    if op == "avg":
+        flat.div_(dist.get_world_size())
+    return _write_back(t, flat)
+
+
+# ------------------------------------------------------------- recursive doubling / Rabenseifner
+def _real_rank(new: int, p: int, p2: int) -> int:
+    """Inverse of fold_to_power_of_two: the first rem new ranks are the odd ranks 1, 3, ..."""
+    rem = p - p2
+    return 2 * new + 1 if new < rem else new + rem
+
+
+def _fold(flat, op, msgs, incoming) -> tuple[int | None, int]:
+    """MPICH's pre-step for p not a power of two: even ranks < 2*rem hand their data to rank+1."""
+    p, r = dist.get_world_size(), dist.get_rank()
+    new, p2 = fold_to_power_of_two(r, p)
+    if r < 2 * (p - p2):
+        if r % 2 == 0:
+            msgs.send("fold", 0, flat, r + 1)
+        else:
+            msgs.recv(incoming, r - 1)
+            _reduce_into(flat, incoming, op)
+    return new, p2
+
+
+def _unfold(flat, msgs, step: int) -> None:
+    p, r = dist.get_world_size(), dist.get_rank()
+    _, p2 = fold_to_power_of_two(r, p)
+    if r < 2 * (p - p2):
+        if r % 2 == 1:
+            msgs.send("unfold", step, flat, r - 1)
+        else:
+            msgs.recv(flat, r + 1)
+
+
+def recursive_doubling_all_reduce(t: torch.Tensor, op: str = "sum", trace: Trace | None = None,
+                                  check: bool = True) -> torch.Tensor:
+    """In place. lg p rounds; in round k rank r swaps its whole tensor with rank r XOR 2^k and reduces:
+    lg p (a + n b + n g). Good for small messages (few rounds), poor for large ones (n bytes per round)."""
+    flat = _flat(t)
+    _check_op(op, flat.dtype)
+    _agree("recursive_doubling_all_reduce", check, flat.device, numel=flat.numel(),
+           dtype=_DTYPE_CODE[flat.dtype], op=_OP_CODE[op])
+    p = dist.get_world_size()
+    msgs = _Messages("recursive_doubling", trace)
+    incoming = torch.empty_like(flat)
+    new, p2 = _fold(flat, op, msgs, incoming)
+    step = 1
+    if new is not None:
+        mask = 1
+        while mask < p2:
+            partner = _real_rank(new ^ mask, p, p2)
+            msgs.exchange("exchange", step, flat, partner, incoming, partner)
+            _reduce_into(flat, incoming, op)  # a + b == b + a: both partners end bitwise equal
+            mask, step = mask << 1, step + 1
+    _unfold(flat, msgs, (p2.bit_length() - 1) + 1)
+    if op == "avg":
+        flat.div_(p)
+    return _write_back(t, flat)
+
+
+def rabenseifner_all_reduce(t: torch.Tensor, op: str = "sum", trace: Trace | None = None,
+                            check: bool = True) -> torch.Tensor:
+    """In place. Reduce-scatter by recursive halving, then all-gather by recursive doubling:
+    2 lg p a + 2(p-1)/p n b + (p-1)/p n g: the ring's bandwidth with only 2 lg p latency terms."""
+    flat = _flat(t)
+    _check_op(op, flat.dtype)
+    _agree("rabenseifner_all_reduce", check, flat.device, numel=flat.numel(),
+           dtype=_DTYPE_CODE[flat.dtype], op=_OP_CODE[op])
+    p = dist.get_world_size()
+    msgs = _Messages("rabenseifner", trace)
+    incoming = torch.empty_like(flat)
+    new, p2 = _fold(flat, op, msgs, incoming)
+    lg = p2.bit_length() - 1
+    if new is not None and p2 > 1:
+        off = _offsets(shard_sizes(flat.numel(), p2))
+        rounds = halving_ranges(new, p2)
+        for step, (pn, slo, shi, klo, khi) in enumerate(rounds, start=1):  # halve: keep one half, reduce it
+            partner = _real_rank(pn, p, p2)
+            buf = incoming[:off[khi] - off[klo]]
+            msgs.exchange("reduce_scatter", step, flat[off[slo]:off[shi]], partner, buf, partner,
+                          chunk=slo, offset=off[slo])
+            _reduce_into(flat[off[klo]:off[khi]], buf, op)
+        for step, (pn, slo, shi, klo, khi) in enumerate(reversed(rounds), start=lg + 1):  # double back
+            partner = _real_rank(pn, p, p2)
+            msgs.exchange("all_gather", step, flat[off[klo]:off[khi]], partner, flat[off[slo]:off[shi]], partner,
+                          chunk=klo, offset=off[klo])
+    _unfold(flat, msgs, 2 * lg + 1)
+    if op == "avg":
+        flat.div_(p)
+    return _write_back(t, flat)

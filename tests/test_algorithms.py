@@ -1,0 +1,262 @@
+"""commlib.algorithms against torch.distributed's built-ins, for world sizes 1-5 and 8.
+
+The comparisons run inside the ranks (one run() per world size covers every algorithm, dtype, op
+and size) and come back as a list of mismatches, which must be empty. Integers must match exactly;
+floats must lie within the rounding bound of a p-term sum in their dtype.
+"""
+
+import sys
+
+import cloudpickle
+import pytest
+import torch
+import torch.distributed as dist
+
+import commlib as cl
+from commlib import algorithms as alg
+from commlib import cost
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+WORLD_SIZES = [1, 2, 3, 4, 5, 8]
+ALL_REDUCES = {
+    "ring": alg.ring_all_reduce,
+    "naive": alg.naive_all_reduce,
+    "tree": alg.tree_all_reduce,
+    "recursive_doubling": alg.recursive_doubling_all_reduce,
+    "rabenseifner": alg.rabenseifner_all_reduce,
+}
+BUILTIN_OP = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+
+
+def sizes_for(p):
+    return sorted({0, 1, max(p - 1, 1), p + 1, 1003})
+
+
+def matrix(p):
+    """Every dtype and op up to p = 5; at p = 8 (slow on 2 cores) one float, one low-precision, one int."""
+    dtypes = alg.DTYPES if p <= 5 else (torch.float32, torch.bfloat16, torch.int64)
+    return [(d, op) for d in dtypes for op in alg.OPS if not (op == "avg" and not d.is_floating_point)]
+
+
+def data(rank, numel, dtype, case):
+    g = torch.Generator().manual_seed(7919 * rank + case)
+    if dtype.is_floating_point:
+        return torch.randn(numel, generator=g, dtype=torch.float64).to(dtype)
+    return torch.randint(-1000, 1000, (numel,), generator=g, dtype=torch.int64).to(dtype)
+
+
+def reference(x, op):
+    """The built-in's answer, and the float64 exact answer with a bound on rounding error."""
+    p = dist.get_world_size()
+    builtin = x.clone()
+    dist.all_reduce(builtin, op=BUILTIN_OP["sum" if op == "avg" else op])
+    if op == "avg":
+        builtin = builtin / p
+    exact = x.to(torch.float64, copy=True)  # .double() would alias a float64 x
+    dist.all_reduce(exact, op=BUILTIN_OP["sum" if op == "avg" else op])
+    if op == "avg":
+        exact /= p
+    mag = x.double().abs()
+    dist.all_reduce(mag)
+    eps = torch.finfo(x.dtype).eps if x.dtype.is_floating_point else 0.0
+    bound = (p + 1) * eps * mag + (torch.finfo(x.dtype).tiny if x.dtype.is_floating_point else 0.0)
+    return builtin, exact, bound
+
+
+def compare(name, got, x, op, ref, failures):
+    builtin, exact, bound = ref
+    if got.dtype != x.dtype or got.shape != x.shape:
+        failures.append(f"{name}: dtype/shape {got.dtype}{tuple(got.shape)} != {x.dtype}{tuple(x.shape)}")
+    elif not x.dtype.is_floating_point or op in ("max", "min"):
+        if not torch.equal(got, builtin):
+            failures.append(f"{name}: not exactly equal to the built-in")
+    elif not torch.all((got.double() - exact).abs() <= bound):
+        worst = ((got.double() - exact).abs() - bound).max().item()
+        failures.append(f"{name}: off the exact sum by more than the rounding bound (excess {worst:.3g})")
+
+
+def check_everything():
+    p, r = dist.get_world_size(), dist.get_rank()
+    failures, case = [], 0
+    results = {}  # to check afterwards that all ranks end with bitwise-equal results
+    for dtype, op in matrix(p):
+        for numel in sizes_for(p):
+            case += 1
+            x = data(r, numel, dtype, case)
+            ref = reference(x, op)
+            for name, fn in ALL_REDUCES.items():
+                t = x.clone()
+                out = fn(t, op=op)
+                label = f"{name}_all_reduce {dtype} {op} numel={numel}"
+                if out.data_ptr() != t.data_ptr():
+                    failures.append(f"{label}: not in place")
+                compare(label, t, x, op, ref, failures)
+                results[label] = t
+            # reduce-scatter: this rank's shard of the all-reduce
+            shard = alg.ring_reduce_scatter(x, op=op)
+            full = x.clone()
+            alg.ring_all_reduce(full, op=op)
+            off = sum(alg.shard_sizes(numel, p)[:r])
+            want = full[off:off + alg.shard_sizes(numel, p)[r]]
+            if not torch.equal(shard, want) or not torch.equal(x, data(r, numel, dtype, case)):
+                failures.append(f"ring_reduce_scatter {dtype} {op} numel={numel}: wrong shard or input changed")
+            # tree reduce to every root
+            for dst in range(p):
+                t = x.clone()
+                alg.tree_reduce(t, dst=dst, op=op)
+                if r == dst:
+                    compare(f"tree_reduce dst={dst} {dtype} {op} numel={numel}", t, x, op, ref, failures)
+    for dtype in alg.DTYPES:
+        for numel in sizes_for(p):
+            case += 1
+            x = data(r, numel, dtype, case)
+            for src in range(p):
+                mine, builtin = x.clone(), x.clone()
+                alg.tree_broadcast(mine, src=src)
+                dist.broadcast(builtin, src=src)
+                if not torch.equal(mine, builtin):
+                    failures.append(f"tree_broadcast src={src} {dtype} numel={numel}")
+    # all-gather: even shards vs the built-in, uneven and 2-D shards vs the known concatenation
+    for dtype in alg.DTYPES:
+        case += 1
+        x = data(r, 6, dtype, case)
+        pieces = [torch.empty_like(x) for _ in range(p)]
+        dist.all_gather(pieces, x)
+        if not torch.equal(alg.ring_all_gather(x), torch.cat(pieces)):
+            failures.append(f"ring_all_gather even {dtype}")
+        uneven = [data(q, q % 3 + (q == 1) * 5, dtype, case) for q in range(p)]
+        if not torch.equal(alg.ring_all_gather(uneven[r]), torch.cat(uneven)):
+            failures.append(f"ring_all_gather uneven {dtype}")
+        rows = [data(q, 3 * (q + 1), dtype, case).view(q + 1, 3) for q in range(p)]
+        if not torch.equal(alg.ring_all_gather(rows[r]), torch.cat(rows)):
+            failures.append(f"ring_all_gather 2-D {dtype}")
+    # multi-dimensional and non-contiguous inputs stay in place
+    t = torch.arange(24.0).view(4, 6).t() * (r + 1)
+    alg.ring_all_reduce(t)
+    if not torch.equal(t, torch.arange(24.0).view(4, 6).t() * (p * (p + 1) / 2)):
+        failures.append("ring_all_reduce on a non-contiguous 2-D tensor")
+    return failures, {k: v for k, v in results.items() if "numel=1003" in k}
+
+
+@pytest.fixture(scope="module", params=WORLD_SIZES, ids=lambda p: f"p{p}")
+def cluster(request):
+    with cl.Cluster(world_size=request.param, timeout=240) as c:
+        yield c
+
+
+def test_every_algorithm_matches_the_builtin(cluster):
+    out = cluster.run(check_everything)
+    for rank, (failures, _) in enumerate(out):
+        assert failures == [], f"rank {rank}: {failures[:10]}"
+    results = [res for _, res in out]
+    for label, t in results[0].items():
+        for rank in range(1, cluster.world_size):
+            assert torch.equal(t.view(torch.uint8), results[rank][label].view(torch.uint8)), \
+                f"{label}: rank {rank} differs bitwise from rank 0"
+
+
+def traced_bytes(numel, dtype):
+    p = dist.get_world_size()
+    out = {}
+    for name, fn in ALL_REDUCES.items():
+        tr = alg.Trace()
+        fn(torch.ones(numel, dtype=dtype), trace=tr)
+        out[("all_reduce", name)] = tr.bytes_sent
+    for op, fn in [("reduce_scatter", alg.ring_reduce_scatter)]:
+        tr = alg.Trace()
+        fn(torch.ones(numel, dtype=dtype), trace=tr)
+        out[(op, "ring")] = tr.bytes_sent
+    tr = alg.Trace()
+    sizes = alg.shard_sizes(numel, p)
+    alg.ring_all_gather(torch.ones(sizes[dist.get_rank()], dtype=dtype), trace=tr)
+    out[("all_gather", "ring")] = tr.bytes_sent
+    for op, fn in [("broadcast", alg.tree_broadcast), ("reduce", alg.tree_reduce)]:
+        tr = alg.Trace()
+        fn(torch.ones(numel, dtype=dtype), 0, trace=tr)
+        out[(op, "tree")] = tr.bytes_sent
+    return out
+
+
+@pytest.mark.parametrize("numel, dtype", [(1000, torch.float32), (1003, torch.float16), (3, torch.int64)])
+def test_bytes_sent_equal_the_cost_model(cluster, numel, dtype):
+    p = cluster.world_size
+    itemsize = torch.tensor([], dtype=dtype).element_size()
+    measured = cluster.run(traced_bytes, numel, dtype)
+    for (op, algorithm) in measured[0]:
+        want = cost.bytes_sent_by_rank(op, numel * itemsize, p, algorithm, itemsize=itemsize)
+        got = [m[(op, algorithm)] for m in measured]
+        assert got == want, f"{op}/{algorithm} p={p} numel={numel}: measured {got}, model {want}"
+    if numel % p == 0:  # the closed forms: ring all-reduce 2(p-1)/p n, busiest rank for the others
+        for (op, algorithm) in measured[0]:
+            busiest = max(m[(op, algorithm)] for m in measured)
+            assert busiest == pytest.approx(cost.bytes_sent_per_rank(op, numel * itemsize, p, algorithm))
+
+
+def ring_trace(numel):
+    tr = alg.Trace()
+    alg.ring_all_reduce(torch.ones(numel), trace=tr)
+    return tr.events
+
+
+def test_ring_trace_is_the_textbook_schedule(cluster):
+    p = cluster.world_size
+    events = cluster.run(ring_trace, 10 * p)
+    for r, evs in enumerate(events):
+        assert [e.step for e in evs] == list(range(2 * (p - 1)))
+        assert all(e.src == r and e.dst == (r + 1) % p for e in evs)
+        assert [e.chunk for e in evs] == [(r - s - 1) % p for s in range(p - 1)] + [(r - s) % p for s in range(p - 1)]
+        assert [e.phase for e in evs] == ["reduce_scatter"] * (p - 1) + ["all_gather"] * (p - 1)
+        assert all(e.numel == 10 and e.nbytes == 40 for e in evs)
+
+
+def mismatched_numel():
+    alg.ring_all_reduce(torch.ones(10 + (dist.get_rank() == 1)))
+
+
+def mismatched_dtype():
+    alg.tree_broadcast(torch.ones(4, dtype=torch.float64 if dist.get_rank() == 0 else torch.float32))
+
+
+def mismatched_op():
+    alg.rabenseifner_all_reduce(torch.ones(4), op="max" if dist.get_rank() == 0 else "sum")
+
+
+@pytest.mark.parametrize("fn, words", [(mismatched_numel, "different numel"),
+                                       (mismatched_dtype, "different dtype"),
+                                       (mismatched_op, "different op")])
+def test_mismatched_ranks_raise_a_clear_error_not_a_hang(fn, words):
+    with cl.Cluster(world_size=3, timeout=20) as c:
+        with pytest.raises(cl.RankError) as info:
+            c.run(fn)
+        assert not isinstance(info.value, cl.ClusterTimeout)
+        assert words in str(info.value) and "ValueError" in str(info.value)
+
+
+def bad_inputs():
+    errors = {}
+    cases = {
+        "op": lambda: alg.ring_all_reduce(torch.ones(3), op="prod"),
+        "avg_int": lambda: alg.ring_all_reduce(torch.ones(3, dtype=torch.int32), op="avg"),
+        "dtype": lambda: alg.ring_all_reduce(torch.ones(3, dtype=torch.complex64)),
+        "tensor": lambda: alg.ring_all_reduce([1.0, 2.0]),
+        "src": lambda: alg.tree_broadcast(torch.ones(3), src=5),
+        "dst": lambda: alg.tree_reduce(torch.ones(3), dst=-1),
+    }
+    for name, call in cases.items():
+        try:
+            call()
+            errors[name] = None
+        except (ValueError, TypeError) as e:
+            errors[name] = f"{type(e).__name__}: {e}"
+    return errors
+
+
+def test_bad_inputs_are_named(cluster4):
+    errors = cluster4.run(bad_inputs)[0]
+    assert "ValueError" in errors["op"] and "'sum', 'max', 'min', 'avg'" in errors["op"]
+    assert "ValueError" in errors["avg_int"] and "floating-point" in errors["avg_int"]
+    assert "ValueError" in errors["dtype"] and "complex64" in errors["dtype"]
+    assert "TypeError" in errors["tensor"] and "torch.Tensor" in errors["tensor"]
+    assert "ValueError" in errors["src"] and "[0, 3]" in errors["src"]
+    assert "ValueError" in errors["dst"] and "dst" in errors["dst"]
