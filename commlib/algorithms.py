@@ -122,7 +122,7 @@ class _Messages:
         self.algorithm, self.trace = algorithm, trace
         self.rank = dist.get_rank()
 
-    def _record(self, phase, step, buf, dst, chunk, offset):
+    def record(self, phase, step, buf, dst, chunk, offset):
         if self.trace is not None:
             self.trace.events.append(Event(self.algorithm, phase, step, self.rank, dst, chunk, offset,
                                            buf.numel(), buf.numel() * buf.element_size()))
@@ -135,14 +135,14 @@ class _Messages:
             works.append(dist.irecv(recv, src=src))
         if send is not None and send.numel():
             works.append(dist.isend(send, dst=dst))
-            self._record(phase, step, send, dst, chunk, offset)
+            self.record(phase, step, send, dst, chunk, offset)
         for w in works:
             w.wait()
 
     def send(self, phase: str, step: int, buf: torch.Tensor, dst: int, chunk=None, offset: int = 0) -> None:
         if buf.numel():
             dist.send(buf, dst=dst)
-            self._record(phase, step, buf, dst, chunk, offset)
+            self.record(phase, step, buf, dst, chunk, offset)
 
     def recv(self, buf: torch.Tensor, src: int) -> None:
         if buf.numel():
@@ -158,31 +158,61 @@ def _offsets(sizes: list[int]) -> list[int]:
 
 
 # ------------------------------------------------------------------------------------ ring
-def _ring_reduce_scatter_(flat, sizes, op, msgs, step0=0) -> None:
-    """p-1 steps; at step s rank r sends chunk r-s-1 to r+1 and adds chunk r-s-2 from r-1 into its own copy.
-    Afterwards chunk r on rank r holds the reduction over all ranks."""
+SEGMENT_BYTES = 1 << 21  # ring pipelining: chunks travel in segments of at most this many bytes
+
+
+def _segments(lo: int, hi: int, itemsize: int) -> list[tuple[int, int]]:
+    step = max(1, SEGMENT_BYTES // itemsize)
+    return [(a, min(a + step, hi)) for a in range(lo, hi, step)]
+
+
+def _ring_pass_(flat, sizes, op, msgs, phase, step0, first_send) -> None:
+    """p-1 ring steps. At step s rank r sends chunk first_send - s to r+1 and receives chunk
+    first_send - s - 1 from r-1: reducing it into its own copy (op given: reduce-scatter) or storing
+    it (op None: all-gather). Pipelined: chunks travel in segments, and a segment received at step s
+    is forwarded at step s+1 as soon as it has arrived (and been reduced), while later segments are
+    still on the wire."""
     p, r = dist.get_world_size(), dist.get_rank()
     off = _offsets(sizes)
     right, left = (r + 1) % p, (r - 1) % p
-    incoming = torch.empty(max(sizes), dtype=flat.dtype, device=flat.device)
+    itemsize = flat.element_size()
+    buffers = None if op is None else [torch.empty(max(sizes), dtype=flat.dtype, device=flat.device)
+                                       for _ in range(2)]  # step s receives into buffers[s % 2]
+    pending: list = []  # the previous step's receives: (work, segment lo, hi, buffer view)
+    sends: list = []
     for s in range(p - 1):
-        send_c, recv_c = (r - s - 1) % p, (r - s - 2) % p
-        buf = incoming[:sizes[recv_c]]
-        msgs.exchange("reduce_scatter", step0 + s, flat[off[send_c]:off[send_c + 1]], right, buf, left,
-                      chunk=send_c, offset=off[send_c])
-        _reduce_into(flat[off[recv_c]:off[recv_c + 1]], buf, op)
+        send_c, recv_c = (first_send - s) % p, (first_send - s - 1) % p
+        incoming = []
+        for lo, hi in _segments(off[recv_c], off[recv_c + 1], itemsize):
+            dst = flat[lo:hi] if op is None else buffers[s % 2][lo - off[recv_c]:hi - off[recv_c]]
+            incoming.append((dist.irecv(dst, src=left), lo, hi, dst))
+        for j, (lo, hi) in enumerate(_segments(off[send_c], off[send_c + 1], itemsize)):
+            if pending:  # this segment is what arrived last step: wait for it, reduce it, pass it on
+                work, plo, phi, buf = pending[j]
+                work.wait()
+                if op is not None:
+                    _reduce_into(flat[plo:phi], buf, op)
+            sends.append(dist.isend(flat[lo:hi], dst=right))
+            msgs.record(phase, step0 + s, flat[lo:hi], right, send_c, lo)
+        pending = incoming
+    for work, lo, hi, buf in pending:
+        work.wait()
+        if op is not None:
+            _reduce_into(flat[lo:hi], buf, op)
+    for work in sends:
+        work.wait()
+
+
+def _ring_reduce_scatter_(flat, sizes, op, msgs, step0=0) -> None:
+    """p-1 steps; at step s rank r sends chunk r-s-1 to r+1 and adds chunk r-s-2 from r-1 into its own copy.
+    Afterwards chunk r on rank r holds the reduction over all ranks."""
+    _ring_pass_(flat, sizes, op, msgs, "reduce_scatter", step0, first_send=dist.get_rank() - 1)
 
 
 def _ring_all_gather_(flat, sizes, msgs, step0=0) -> None:
     """p-1 steps; at step s rank r forwards chunk r-s to r+1 and stores chunk r-s-1 from r-1 in place.
     Starts with chunk r complete on rank r; ends with every chunk everywhere."""
-    p, r = dist.get_world_size(), dist.get_rank()
-    off = _offsets(sizes)
-    right, left = (r + 1) % p, (r - 1) % p
-    for s in range(p - 1):
-        send_c, recv_c = (r - s) % p, (r - s - 1) % p
-        msgs.exchange("all_gather", step0 + s, flat[off[send_c]:off[send_c + 1]], right,
-                      flat[off[recv_c]:off[recv_c + 1]], left, chunk=send_c, offset=off[send_c])
+    _ring_pass_(flat, sizes, None, msgs, "all_gather", step0, first_send=dist.get_rank())
 
 
 def ring_reduce_scatter(t: torch.Tensor, op: str = "sum", trace: Trace | None = None,
@@ -429,3 +459,25 @@ def rabenseifner_all_reduce(t: torch.Tensor, op: str = "sum", trace: Trace | Non
     if op == "avg":
         flat.div_(p)
     return _write_back(t, flat)
+
+
+# ------------------------------------------------------------------------------ replaying traces
+def replay(events_by_rank: list[list[Event]], world_size: int) -> list[list[list[frozenset]]]:
+    """What each rank's copy of each chunk contains after every step, rebuilt from the ranks' traces.
+
+    -> states[k][rank][chunk] = the set of ranks whose data is reduced into that copy after k steps
+    (k = 0: each rank holds only its own data). reduce_scatter messages merge sets; all_gather
+    messages overwrite. For the ring algorithms (chunk = index into shard_sizes(numel, p))."""
+    events = sorted((e for evs in events_by_rank for e in evs if e.chunk is not None), key=lambda e: e.step)
+    state = [[frozenset([r]) for _ in range(world_size)] for r in range(world_size)]
+    states = [state]
+    for step in sorted({e.step for e in events}):
+        new = [row[:] for row in state]
+        for e in (e for e in events if e.step == step):
+            if e.phase == "reduce_scatter":
+                new[e.dst][e.chunk] = state[e.dst][e.chunk] | state[e.src][e.chunk]
+            else:
+                new[e.dst][e.chunk] = state[e.src][e.chunk]
+        state = new
+        states.append(state)
+    return states

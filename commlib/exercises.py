@@ -82,3 +82,83 @@ def ch0_rank_max(cluster, fn) -> Verdict:
     if values == [float(sum(own))] * p:
         return Verdict(False, "that is the sum: pass op=dist.ReduceOp.MAX to all_reduce.")
     return Verdict(False, f"expected {expected} on every rank, got {values}.")
+
+
+# ------------------------------------------------------------------------------ chapter 1
+def ch1_ring_bytes(answer, nbytes: float, world_size: int) -> Verdict:
+    """Bytes each rank sends in a ring all-reduce of nbytes on p ranks: 2(p-1)/p * nbytes."""
+    from commlib import cost
+
+    bad = _first_problem(_missing(answer), _number(answer, "the number of bytes"))
+    if bad is not None:
+        return bad
+    n, p = nbytes, world_size
+    want = cost.bytes_sent_per_rank("all_reduce", n, p, "ring")
+    close = lambda x: abs(answer - x) <= 1e-6 * max(abs(x), 1)  # noqa: E731
+    if close(want):
+        return Verdict(True, f"2(p-1)/p * n = 2*{p - 1}/{p} * {n:g} = {want:g} bytes.")
+    if close((p - 1) / p * n):
+        return Verdict(False, "that is one phase. All-reduce = reduce-scatter + all-gather: both send (p-1)/p * n.")
+    if close(2 * n):
+        return Verdict(False, "2n is the limit for many ranks. With p ranks each of the 2(p-1) steps sends n/p bytes.")
+    if close(2 * (p - 1) * n) or close((p - 1) * n):
+        return Verdict(False, "each ring step sends one chunk of n/p bytes, not the whole tensor.")
+    if close(n):
+        return Verdict(False, "count the steps: 2(p-1) of them, each sending n/p bytes.")
+    return Verdict(False, "count the steps (2(p-1)) and the size of one message (n/p).")
+
+
+_COLLECTIVES = ("all_reduce", "all_gather", "all_gather_single", "all_gather_into_tensor", "all_gather_object",
+                "broadcast", "reduce", "reduce_scatter", "reduce_scatter_single", "reduce_scatter_tensor",
+                "all_to_all", "all_to_all_single", "scatter", "gather", "gather_object", "broadcast_object_list")
+
+
+def _run_p2p_only(fn, shard_len_of_rank):
+    """Inside a rank: run fn(shard) with the built-in collectives disabled; -> (result, expected)."""
+    import torch
+    import torch.distributed as dist
+
+    r, p = dist.get_rank(), dist.get_world_size()
+    shards = [torch.arange(shard_len_of_rank(q), dtype=torch.float32) + 100 * q for q in range(p)]
+    saved = {name: getattr(dist, name) for name in _COLLECTIVES if hasattr(dist, name)}
+
+    def forbidden(*_a, **_k):
+        raise RuntimeError("this exercise is about building the collective: use only "
+                           "dist.send/recv/isend/irecv, not the built-in collectives")
+
+    try:
+        for name in saved:
+            setattr(dist, name, forbidden)
+        got = fn(shards[r].clone())
+    finally:
+        for name, f in saved.items():
+            setattr(dist, name, f)
+    return got, torch.cat(shards)
+
+
+def ch1_ring_all_gather(cluster, fn) -> Verdict:
+    """fn(shard) -> every rank's shard concatenated in rank order, built from send/recv only."""
+    bad = _missing(fn)
+    if bad is not None:
+        return bad
+    if not callable(fn):
+        return Verdict(False, f"pass your function itself (no parentheses), got {type(fn).__name__}.")
+    import torch
+
+    from commlib.cluster import ClusterTimeout, RankError
+
+    for label, lengths in (("equal shards", lambda q: 3), ("shards of different lengths", lambda q: q + 1)):
+        try:
+            out = cluster.run(_run_p2p_only, fn, lengths)
+        except RankError as e:
+            return Verdict(False, f"with {label}, rank {e.rank} raised: {e.remote_traceback.strip().splitlines()[-1]}")
+        except ClusterTimeout as e:
+            return Verdict(False, f"with {label}, ranks {e.ranks} never finished: does every send have a matching "
+                                  "recv, posted in an order that cannot deadlock (isend + irecv, then wait)?")
+        for rank, (got, want) in enumerate(out):
+            if not isinstance(got, torch.Tensor):
+                return Verdict(False, f"return the gathered tensor; rank {rank} returned {type(got).__name__}.")
+            if got.shape != want.shape or not torch.equal(got, want):
+                return Verdict(False, f"with {label}, rank {rank} returned {got.tolist()}, expected {want.tolist()}. "
+                                      "Is each received chunk stored at the offset of the rank it came from?")
+    return Verdict(True, "every rank ends with all shards in rank order, for equal and unequal shard lengths.")

@@ -260,3 +260,14 @@ def test_bad_inputs_are_named(cluster4):
     assert "TypeError" in errors["tensor"] and "torch.Tensor" in errors["tensor"]
     assert "ValueError" in errors["src"] and "[0, 3]" in errors["src"]
     assert "ValueError" in errors["dst"] and "dst" in errors["dst"]
+
+
+def test_replay_of_a_real_ring_trace(cluster4):
+    p = cluster4.world_size
+    states = alg.replay(cluster4.run(ring_trace, 3 * p), p)
+    assert len(states) == 2 * (p - 1) + 1
+    assert all(states[0][r][c] == {r} for r in range(p) for c in range(p))
+    full = frozenset(range(p))
+    # after the reduce-scatter, rank r holds the whole sum of chunk r (and only of that chunk)
+    assert all((states[p - 1][r][c] == full) == (c == r) for r in range(p) for c in range(p))
+    assert all(b == full for row in states[-1] for b in row)

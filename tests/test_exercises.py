@@ -77,3 +77,73 @@ def test_ch0_rank_max_that_hangs_is_rejected_not_hung(cluster4):
     finally:
         cluster4.timeout = 30
     assert not v.ok and "same collective" in v.message
+
+
+@pytest.mark.parametrize("answer, ok, hint", [
+    (1.5e6, True, "2(p-1)/p"),
+    (0.75e6, False, "one phase"),
+    (2e6, False, "limit for many ranks"),
+    (6e6, False, "not the whole tensor"),
+    (3e6, False, "not the whole tensor"),
+    (1e6, False, "count the steps"),
+    (None, False, "Replace the None"),
+    (123, False, "count the steps"),
+])
+def test_ch1_ring_bytes(answer, ok, hint):
+    v = ex.ch1_ring_bytes(answer, 1e6, 4)
+    assert v.ok is ok and hint in v.message
+
+
+def right_all_gather(shard):
+    p, r = dist.get_world_size(), dist.get_rank()
+    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(p)]
+    mine = torch.tensor([shard.numel()])
+    # learn the lengths with send/recv (everyone to everyone), then a ring
+    for q in range(p):
+        if q != r:
+            dist.send(mine, dst=q) if r < q else None
+            dist.recv(sizes[q], src=q)
+            dist.send(mine, dst=q) if r > q else None
+    sizes[r] = mine
+    lens = [int(s) for s in sizes]
+    offs = [sum(lens[:q]) for q in range(p + 1)]
+    out = torch.empty(offs[-1])
+    out[offs[r]:offs[r + 1]] = shard
+    for s in range(p - 1):
+        c_send, c_recv = (r - s) % p, (r - s - 1) % p
+        reqs = [dist.isend(out[offs[c_send]:offs[c_send + 1]].clone(), (r + 1) % p),
+                dist.irecv(out[offs[c_recv]:offs[c_recv + 1]], (r - 1) % p)]
+        for q in reqs:
+            q.wait()
+    return out
+
+
+def uses_builtin(shard):
+    out = [torch.zeros_like(shard) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, shard)
+    return torch.cat(out)
+
+
+def wrong_order(shard):
+    return right_all_gather(shard).flip(0)
+
+
+def deadlocks(shard):
+    buf = torch.zeros_like(shard)
+    dist.recv(buf, src=(dist.get_rank() - 1) % dist.get_world_size())
+    return buf
+
+
+def test_ch1_ring_all_gather(cluster4):
+    assert ex.ch1_ring_all_gather(cluster4, right_all_gather).ok
+    v = ex.ch1_ring_all_gather(cluster4, uses_builtin)
+    assert not v.ok and "only dist.send/recv" in v.message
+    v = ex.ch1_ring_all_gather(cluster4, wrong_order)
+    assert not v.ok and "offset" in v.message
+    assert "Replace the None" in ex.ch1_ring_all_gather(cluster4, None).message
+    cluster4.timeout = 2
+    try:
+        v = ex.ch1_ring_all_gather(cluster4, deadlocks)
+    finally:
+        cluster4.timeout = 30
+    assert not v.ok and "never finished" in v.message

@@ -1,0 +1,159 @@
+"""nccl-tests-style sweeps of a collective: sizes on a log scale, warm-up, barrier before each timed
+iteration, median over iterations, slowest rank, results checked (#wrong).
+
+    rows = sweep("all_reduce", "ring", min_bytes=1024, max_bytes=64 << 20)   # inside a rank
+    python -m commlib bench --op all_reduce --algorithm ring --world-size 4 --max-bytes 64M
+
+algbw = size / time (GB = 1e9 B); busbw = algbw * cost.bus_factor(op, p) (nccl-tests PERFORMANCE.md).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from commlib import algorithms as alg
+from commlib import cost
+
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+          "float64": torch.float64, "int32": torch.int32, "int64": torch.int64}
+
+# (op, algorithm) -> fn(tensor_in, world_size) -> result tensor. 'builtin' is torch.distributed's own.
+IMPLEMENTATIONS = {
+    ("all_reduce", "builtin"): lambda t: (dist.all_reduce(t), t)[1],
+    ("all_reduce", "ring"): lambda t: alg.ring_all_reduce(t, check=False),
+    ("all_reduce", "naive"): lambda t: alg.naive_all_reduce(t, check=False),
+    ("all_reduce", "tree"): lambda t: alg.tree_all_reduce(t, check=False),
+    ("all_reduce", "recursive_doubling"): lambda t: alg.recursive_doubling_all_reduce(t, check=False),
+    ("all_reduce", "rabenseifner"): lambda t: alg.rabenseifner_all_reduce(t, check=False),
+    ("reduce_scatter", "builtin"): lambda t: _builtin_reduce_scatter(t),
+    ("reduce_scatter", "ring"): lambda t: alg.ring_reduce_scatter(t, check=False),
+    ("all_gather", "builtin"): lambda t: _builtin_all_gather(t),
+    ("all_gather", "ring"): lambda t: alg.ring_all_gather(t, check=False),
+    ("broadcast", "builtin"): lambda t: (dist.broadcast(t, src=0), t)[1],
+    ("broadcast", "tree"): lambda t: alg.tree_broadcast(t, src=0, check=False),
+    ("reduce", "builtin"): lambda t: (dist.reduce(t, dst=0), t)[1],
+    ("reduce", "tree"): lambda t: alg.tree_reduce(t, dst=0, check=False),
+}
+OPS = tuple(sorted({op for op, _ in IMPLEMENTATIONS}))
+
+
+def algorithms_for(op: str) -> tuple[str, ...]:
+    return tuple(a for o, a in IMPLEMENTATIONS if o == op)
+
+
+def _builtin_reduce_scatter(t):
+    out = torch.empty(t.numel() // dist.get_world_size(), dtype=t.dtype, device=t.device)
+    dist.reduce_scatter_single(out, t)
+    return out
+
+
+def _builtin_all_gather(shard):
+    out = torch.empty(shard.numel() * dist.get_world_size(), dtype=shard.dtype, device=shard.device)
+    dist.all_gather_single(out, shard)
+    return out
+
+
+def parse_size(text: str | int) -> int:
+    """'64M' -> 67108864, '1K' -> 1024, '512' -> 512 (binary multiples, as nccl-tests)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(i?B)?\s*", str(text), re.IGNORECASE)
+    if not m:
+        raise ValueError(f"size must look like 512, 1K, 64M or 1G, got {text!r}")
+    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2).upper()]
+
+
+def sizes(min_bytes: int, max_bytes: int, factor: int = 2) -> list[int]:
+    """min_bytes, min_bytes*factor, ... up to max_bytes (inclusive)."""
+    if min_bytes < 1 or max_bytes < min_bytes or factor < 2:
+        raise ValueError(f"need 1 <= min_bytes <= max_bytes and factor >= 2, got {min_bytes}, {max_bytes}, {factor}")
+    out, n = [], min_bytes
+    while n <= max_bytes:
+        out.append(n)
+        n *= factor
+    return out
+
+
+def _input(op: str, count: int, dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (input, expected result) with small integers, so every dtype represents the answer exactly."""
+    p, r = dist.get_world_size(), dist.get_rank()
+    pattern = (torch.arange(count, device=device) % 7 + 1).to(dtype)
+    if op == "all_gather":
+        shard = pattern[: count // p] * (r + 1)
+        expected = torch.cat([pattern[: count // p] * (q + 1) for q in range(p)])
+        return shard, expected
+    x = pattern * (r + 1)
+    total = pattern * (p * (p + 1) // 2)
+    if op == "all_reduce":
+        return x, total
+    if op == "reduce_scatter":
+        n = count // p
+        return x, total[r * n:(r + 1) * n]
+    if op == "reduce":
+        return x, total if r == 0 else None
+    return (pattern * 1 if r == 0 else torch.zeros_like(pattern)), pattern  # broadcast
+
+
+def _sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def sweep(op: str = "all_reduce", algorithm: str = "builtin", min_bytes: int = 1024, max_bytes: int = 1 << 20,
+          dtype: str = "float32", iters: int = 20, warmup: int = 5, factor: int = 2, progress=None) -> list[dict]:
+    """Run inside every rank. -> one row per size: nbytes, count, dtype, time_s (median over iterations,
+    slowest rank), algbw_GBps, busbw_GBps, wrong (elements differing from the expected result)."""
+    if (op, algorithm) not in IMPLEMENTATIONS:
+        raise ValueError(f"no ({op!r}, {algorithm!r}); op in {OPS}, algorithm for {op!r} in "
+                         f"{algorithms_for(op) if op in OPS else '-'}")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
+    if iters < 1 or warmup < 0:
+        raise ValueError(f"iters must be >= 1 and warmup >= 0, got {iters}, {warmup}")
+    fn = IMPLEMENTATIONS[op, algorithm]
+    p = dist.get_world_size()
+    tdtype = DTYPES[dtype]
+    itemsize = torch.tensor([], dtype=tdtype).element_size()
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    rows = []
+    for nbytes in sizes(min_bytes, max_bytes, factor):
+        count = max(nbytes // itemsize // p * p, p)  # whole elements, divisible by p (as nccl-tests)
+        pristine, expected = _input(op, count, tdtype, device)
+        work = pristine.clone()
+        times = []
+        for i in range(warmup + iters):
+            work.copy_(pristine)  # in-place algorithms consume their input: restore it, untimed
+            _sync(device)
+            dist.barrier()
+            t0 = time.perf_counter()
+            out = fn(work)
+            _sync(device)
+            if i >= warmup:
+                times.append(time.perf_counter() - t0)
+        wrong = 0 if expected is None else int((out != expected).sum().item())
+        stats = torch.tensor([statistics.median(times), float(wrong)], dtype=torch.float64, device=device)
+        dist.all_reduce(stats, op=dist.ReduceOp.MAX)
+        t, wrong = stats[0].item(), int(stats[1].item())
+        size = count * itemsize
+        algbw = size / t / 1e9
+        rows.append({"nbytes": size, "count": count, "dtype": dtype, "time_s": t, "algbw_GBps": algbw,
+                     "busbw_GBps": algbw * cost.bus_factor(op, p), "wrong": wrong})
+        if progress is not None and dist.get_rank() == 0:
+            progress(rows[-1])
+    return rows
+
+
+def format_table(rows: list[dict], op: str, redop: str = "sum") -> str:
+    """The nccl-tests columns: size (B), count (elements), type, redop, time (us), algbw, busbw (GB/s), #wrong."""
+    redop = redop if op in ("all_reduce", "reduce_scatter", "reduce") else "none"
+    lines = [f"{'size':>12} {'count':>12} {'type':>9} {'redop':>6} {'time':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>7}",
+             f"{'(B)':>12} {'(elements)':>12} {'':>9} {'':>6} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8} {'':>7}"]
+    for r in rows:
+        lines.append(f"{r['nbytes']:>12} {r['count']:>12} {r['dtype']:>9} {redop:>6} {r['time_s'] * 1e6:>10.1f} "
+                     f"{r['algbw_GBps']:>8.3f} {r['busbw_GBps']:>8.3f} {r['wrong']:>7}")
+    return "\n".join(lines)

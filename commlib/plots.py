@@ -1,0 +1,71 @@
+"""matplotlib figures for the notebooks: thin drawings over data computed elsewhere."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from matplotlib.patches import FancyArrowPatch, Rectangle
+
+from commlib.algorithms import Event
+
+
+def ring_step(states, events_by_rank: list[list[Event]], step: int, world_size: int, ax=None):
+    """Draw the ring all-reduce after `step` steps: one column per rank, one box per chunk, shaded by
+    how many ranks' data it holds (labelled with their ranks), and this step's messages as arrows."""
+    p = world_size
+    if ax is None:
+        _, ax = plt.subplots(figsize=(2.0 + 1.6 * p, 1.2 + 0.55 * p))
+    ax.clear()
+    state = states[step]
+    cmap = plt.get_cmap("Blues")
+    for r in range(p):
+        ax.text(r * 1.6 + 0.6, p + 0.25, f"rank {r}", ha="center", va="bottom", fontsize=10, weight="bold")
+        for c in range(p):
+            have = state[r][c]
+            full = len(have) == p
+            ax.add_patch(Rectangle((r * 1.6, p - 1 - c), 1.2, 0.85, fc=cmap(0.15 + 0.7 * len(have) / p),
+                                   ec="darkgreen" if full else "#333333", lw=2.5 if full else 1))
+            ax.text(r * 1.6 + 0.6, p - 1 - c + 0.42, "+".join(map(str, sorted(have))), ha="center",
+                    va="center", fontsize=8, color="white" if len(have) > p / 2 else "black")
+    for c in range(p):
+        ax.text(-0.6, p - 1 - c + 0.42, f"chunk {c}", ha="right", va="center", fontsize=8)
+    moves = {(e.src, e.dst, e.chunk, e.phase) for evs in events_by_rank for e in evs if e.step == step - 1}
+    for src, dst, c, phase in sorted(moves):
+        y = p - 1 - c + 0.42
+        color = "#C44E52" if phase == "reduce_scatter" else "#55A868"
+        if dst > src:
+            segments = [(src * 1.6 + 1.2, dst * 1.6)]
+        else:  # the wrap-around from the last rank to the first: leave on the right, enter on the left
+            segments = [(src * 1.6 + 1.2, src * 1.6 + 1.55), (dst * 1.6 - 0.4, dst * 1.6)]
+            ax.text(src * 1.6 + 1.58, y, f"to {dst}", ha="left", va="center", fontsize=7, color=color)
+            ax.text(dst * 1.6 - 0.42, y + 0.3, f"from {src}", ha="center", va="bottom", fontsize=7, color=color)
+        for x0, x1 in segments:
+            ax.add_patch(FancyArrowPatch((x0, y), (x1, y), arrowstyle="-|>", mutation_scale=12, lw=1.6, color=color))
+    total = 2 * (p - 1)
+    if step == 0:
+        what = "start: each rank holds its own data (the label lists whose data a box holds)"
+    elif step <= p - 1:
+        what = f"reduce-scatter step {step}/{p - 1}: each rank sends one chunk right and adds the one it receives"
+    else:
+        what = f"all-gather step {step - (p - 1)}/{p - 1}: each rank forwards a finished chunk"
+    ax.set_title(f"step {step}/{total}: {what}", fontsize=9.5)
+    ax.set_xlim(-1.6, p * 1.6 + 0.3)
+    ax.set_ylim(-0.4, p + 0.8)
+    ax.axis("off")
+    return ax
+
+
+def bytes_per_rank(rows: list[dict], ax=None):
+    """Bars of measured bytes sent by each rank per algorithm, with the model's value as a marker."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 3.2))
+    width = 0.8 / max(len(rows), 1)
+    p = len(rows[0]["measured"])
+    for i, row in enumerate(rows):
+        xs = [r + i * width for r in range(p)]
+        ax.bar(xs, [b / 2**20 for b in row["measured"]], width, label=row["algorithm"])
+        ax.scatter(xs, [b / 2**20 for b in row["model"]], marker="_", s=200, color="black", zorder=3)
+    ax.set_xticks([r + 0.4 - width / 2 for r in range(p)], [f"rank {r}" for r in range(p)])
+    ax.set_ylabel("MiB sent")
+    ax.set_title("bytes each rank sends (bars: counted; black ticks: cost model)")
+    ax.legend(fontsize=8, ncol=len(rows))
+    return ax

@@ -1,0 +1,45 @@
+"""commlib.widgets and commlib.plots: the stepper shows the state of the step the slider is on."""
+
+import sys
+
+import cloudpickle
+import matplotlib
+
+matplotlib.use("Agg")
+import torch  # noqa: E402
+
+from commlib import algorithms as alg  # noqa: E402
+from commlib import plots, widgets  # noqa: E402
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def ring_events():
+    tr = alg.Trace()
+    alg.ring_all_reduce(torch.ones(8), trace=tr)
+    return tr.events
+
+
+def test_ring_stepper_follows_the_slider(cluster4):
+    p = cluster4.world_size
+    traces = cluster4.run(ring_events)
+    box = widgets.ring_stepper(traces, p)
+    play, slider = box.children[0].children
+    out = box.children[1]
+    assert slider.max == play.max == 2 * (p - 1)
+    assert len(out.outputs) == 1
+    slider.value = 3
+    assert len(out.outputs) == 1  # replaced, not appended
+
+
+def test_ring_step_titles_and_arrows(cluster4):
+    p = cluster4.world_size
+    traces = cluster4.run(ring_events)
+    states = alg.replay(traces, p)
+    ax = plots.ring_step(states, traces, 1, p)
+    assert ax.get_title().startswith(f"step 1/{2 * (p - 1)}: reduce-scatter")
+    assert len(ax.patches) == p * p + p + 1  # boxes, one arrow per rank (the wrap-around has two pieces)
+    ax = plots.ring_step(states, traces, 2 * (p - 1), p)
+    assert "all-gather" in ax.get_title()
+    texts = [t.get_text() for t in ax.texts]
+    assert texts.count("+".join(map(str, range(p)))) == p * p
