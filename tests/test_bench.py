@@ -1,0 +1,87 @@
+"""commlib.bench and `python -m commlib bench`: rows, columns, checks, and torchrun mode."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from commlib import bench, cost
+
+ROOT = Path(__file__).resolve().parents[1]
+KEYS = {"nbytes", "count", "dtype", "time_s", "algbw_GBps", "busbw_GBps", "wrong"}
+
+
+@pytest.mark.parametrize("text, value", [("512", 512), ("1K", 1024), ("64M", 64 << 20), ("1G", 1 << 30),
+                                         ("4MiB", 4 << 20), (2048, 2048)])
+def test_parse_size(text, value):
+    assert bench.parse_size(text) == value
+
+
+def test_bad_sizes_are_named():
+    with pytest.raises(ValueError, match="512, 1K, 64M"):
+        bench.parse_size("lots")
+    with pytest.raises(ValueError, match="min_bytes <= max_bytes"):
+        bench.sizes(4096, 1024)
+    assert bench.sizes(1024, 8192) == [1024, 2048, 4096, 8192]
+
+
+def test_every_implementation_gives_right_results_and_consistent_columns(cluster4):
+    for op, algorithm in bench.IMPLEMENTATIONS:
+        rows = cluster4.run(bench.sweep, op, algorithm, 256, 4096, iters=2, warmup=1)
+        assert all(r == rows[0] for r in rows), "every rank reports the same (slowest-rank) figures"
+        for row in rows[0]:
+            assert set(row) == KEYS
+            assert row["wrong"] == 0, (op, algorithm, row)
+            assert row["count"] % 4 == 0 and row["nbytes"] == row["count"] * 4
+            assert row["algbw_GBps"] == pytest.approx(row["nbytes"] / row["time_s"] / 1e9)
+            assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * cost.bus_factor(op, 4))
+
+
+def test_sweep_rejects_unknown_pairs(cluster4):
+    def bad():
+        return bench.sweep("all_gather", "tree")
+
+    import commlib as cl
+
+    with pytest.raises(cl.RankError, match="algorithm for 'all_gather'"):
+        cluster4.run(bad)
+
+
+def cli(*args, torchrun=False, timeout=180):
+    cmd = [sys.executable, "-m", "commlib", "bench", *args]
+    if torchrun:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+               "-m", "commlib", "bench", *args]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+def test_cli_json_and_table():
+    proc = cli("--op", "all_reduce", "--algorithm", "ring", "--world-size", "2", "--min-bytes", "1K",
+               "--max-bytes", "4K", "--iters", "2", "--warmup", "1", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads(proc.stdout)
+    assert [r["nbytes"] for r in rows] == [1024, 2048, 4096]
+    assert all(set(r) == KEYS and r["wrong"] == 0 for r in rows)
+    proc = cli("--op", "broadcast", "--algorithm", "tree", "--world-size", "3", "--min-bytes", "1K",
+               "--max-bytes", "1K", "--iters", "1", "--warmup", "0")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    header = proc.stdout.splitlines()[1].split()
+    assert header == ["size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong"]
+    assert "none" in proc.stdout.splitlines()[3]
+
+
+def test_cli_rejects_bad_algorithm_before_starting():
+    proc = cli("--op", "all_gather", "--algorithm", "naive", "--world-size", "2")
+    assert proc.returncode == 2 and "must be one of ('builtin', 'ring')" in proc.stderr
+
+
+def test_cli_under_torchrun_uses_the_launchers_ranks():
+    proc = cli("--op", "all_reduce", "--algorithm", "rabenseifner", "--min-bytes", "1K", "--max-bytes", "2K",
+               "--iters", "2", "--warmup", "1", "--json", torchrun=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [r["nbytes"] for r in rows] == [1024, 2048] and all(r["wrong"] == 0 for r in rows)
