@@ -106,6 +106,14 @@ _DTYPE_CODE = {d: i for i, d in enumerate(DTYPES)}
 _OP_CODE = {o: i for i, o in enumerate(OPS)}
 
 
+def _prepare(name: str, t: torch.Tensor, op: str, check: bool, **extra: int) -> torch.Tensor:
+    """The preamble of every reduction: flatten t, validate op, and make sure all ranks agree."""
+    flat = _flat(t)
+    _check_op(op, flat.dtype)
+    _agree(name, check, flat.device, numel=flat.numel(), dtype=_DTYPE_CODE[flat.dtype], op=_OP_CODE[op], **extra)
+    return flat
+
+
 def _reduce_into(acc: torch.Tensor, incoming: torch.Tensor, op: str) -> None:
     if op in ("sum", "avg"):
         acc.add_(incoming)
@@ -219,10 +227,7 @@ def ring_reduce_scatter(t: torch.Tensor, op: str = "sum", trace: Trace | None = 
                         check: bool = True) -> torch.Tensor:
     """-> this rank's shard of the reduction, 1-D, shard_sizes(t.numel(), p)[rank] elements; t is unchanged.
     Each rank sends (p-1)/p * n bytes in p-1 steps."""
-    flat = _flat(t)
-    _check_op(op, flat.dtype)
-    _agree("ring_reduce_scatter", check, flat.device, numel=flat.numel(),
-           dtype=_DTYPE_CODE[flat.dtype], op=_OP_CODE[op])
+    flat = _prepare("ring_reduce_scatter", t, op, check)
     p, r = dist.get_world_size(), dist.get_rank()
     sizes = shard_sizes(flat.numel(), p)
     work = flat.clone()
@@ -257,10 +262,7 @@ def ring_all_reduce(t: torch.Tensor, op: str = "sum", trace: Trace | None = None
                     check: bool = True) -> torch.Tensor:
     """In place, like dist.all_reduce: reduce-scatter then all-gather around the ring.
     2(p-1) steps; each rank sends 2(p-1)/p * n bytes: 2(p-1) a + 2(p-1)/p n b + (p-1)/p n g."""
-    flat = _flat(t)
-    _check_op(op, flat.dtype)
-    _agree("ring_all_reduce", check, flat.device, numel=flat.numel(), dtype=_DTYPE_CODE[flat.dtype],
-           op=_OP_CODE[op])
+    flat = _prepare("ring_all_reduce", t, op, check)
     p = dist.get_world_size()
     if p > 1 and flat.numel():
         sizes = shard_sizes(flat.numel(), p)
@@ -277,10 +279,7 @@ def naive_all_reduce(t: torch.Tensor, op: str = "sum", trace: Trace | None = Non
                      check: bool = True) -> torch.Tensor:
     """In place. Every rank sends its tensor to rank 0, which reduces and sends the result back to each
     rank in turn: rank 0 sends (p-1) n bytes and is the bottleneck, 2(p-1)(a + n b) + (p-1) n g."""
-    flat = _flat(t)
-    _check_op(op, flat.dtype)
-    _agree("naive_all_reduce", check, flat.device, numel=flat.numel(), dtype=_DTYPE_CODE[flat.dtype],
-           op=_OP_CODE[op])
+    flat = _prepare("naive_all_reduce", t, op, check)
     p, r = dist.get_world_size(), dist.get_rank()
     msgs = _Messages("naive", trace)
     if r == 0:
@@ -347,11 +346,8 @@ def tree_reduce(t: torch.Tensor, dst: int = 0, op: str = "sum", trace: Trace | N
                 check: bool = True) -> torch.Tensor:
     """In place on rank dst, like dist.reduce: binomial tree, ceil(lg p)(a + n b + n g). Other ranks are
     left holding the partial result they forwarded (what they sent up the tree)."""
-    flat = _flat(t)
-    _check_op(op, flat.dtype)
     dst = _check_root("dst", dst)
-    _agree("tree_reduce", check, flat.device, numel=flat.numel(), dtype=_DTYPE_CODE[flat.dtype],
-           op=_OP_CODE[op], dst=dst)
+    flat = _prepare("tree_reduce", t, op, check, dst=dst)
     _tree_reduce_(flat, dst, op, _Messages("tree", trace))
     if op == "avg" and dist.get_rank() == dst:
         flat.div_(dist.get_world_size())
@@ -361,10 +357,7 @@ def tree_reduce(t: torch.Tensor, dst: int = 0, op: str = "sum", trace: Trace | N
 def tree_all_reduce(t: torch.Tensor, op: str = "sum", trace: Trace | None = None,
                     check: bool = True) -> torch.Tensor:
     """In place: binomial reduce to rank 0, then binomial broadcast: 2 ceil(lg p)(a + n b) + ceil(lg p) n g."""
-    flat = _flat(t)
-    _check_op(op, flat.dtype)
-    _agree("tree_all_reduce", check, flat.device, numel=flat.numel(), dtype=_DTYPE_CODE[flat.dtype],
-           op=_OP_CODE[op])
+    flat = _prepare("tree_all_reduce", t, op, check)
     msgs = _Messages("tree", trace)
     rounds = _tree_reduce_(flat, 0, op, msgs)
     _tree_broadcast_(flat, 0, msgs, step0=rounds)
@@ -407,10 +400,7 @@ def recursive_doubling_all_reduce(t: torch.Tensor, op: str = "sum", trace: Trace
                                   check: bool = True) -> torch.Tensor:
     """In place. lg p rounds; in round k rank r swaps its whole tensor with rank r XOR 2^k and reduces:
     lg p (a + n b + n g). Good for small messages (few rounds), poor for large ones (n bytes per round)."""
-    flat = _flat(t)
-    _check_op(op, flat.dtype)
-    _agree("recursive_doubling_all_reduce", check, flat.device, numel=flat.numel(),
-           dtype=_DTYPE_CODE[flat.dtype], op=_OP_CODE[op])
+    flat = _prepare("recursive_doubling_all_reduce", t, op, check)
     p = dist.get_world_size()
     msgs = _Messages("recursive_doubling", trace)
     incoming = torch.empty_like(flat)
@@ -433,10 +423,7 @@ def rabenseifner_all_reduce(t: torch.Tensor, op: str = "sum", trace: Trace | Non
                             check: bool = True) -> torch.Tensor:
     """In place. Reduce-scatter by recursive halving, then all-gather by recursive doubling:
     2 lg p a + 2(p-1)/p n b + (p-1)/p n g: the ring's bandwidth with only 2 lg p latency terms."""
-    flat = _flat(t)
-    _check_op(op, flat.dtype)
-    _agree("rabenseifner_all_reduce", check, flat.device, numel=flat.numel(),
-           dtype=_DTYPE_CODE[flat.dtype], op=_OP_CODE[op])
+    flat = _prepare("rabenseifner_all_reduce", t, op, check)
     p = dist.get_world_size()
     msgs = _Messages("rabenseifner", trace)
     incoming = torch.empty_like(flat)

@@ -34,6 +34,14 @@ def _number(answer, name: str) -> Verdict | None:
     return None
 
 
+def _function_problem(fn) -> Verdict | None:
+    if fn is None or fn is Ellipsis:
+        return _missing(fn)
+    if not callable(fn):
+        return Verdict(False, f"pass your function itself (no parentheses), got {type(fn).__name__}.")
+    return None
+
+
 def _first_problem(*problems: Verdict | None) -> Verdict | None:
     # Not `a or b`: a Verdict is falsy when it rejects, which is exactly when it must be returned.
     return next((p for p in problems if p is not None), None)
@@ -58,11 +66,9 @@ def ch0_all_reduce_value(answer, world_size: int = 4) -> Verdict:
 
 def ch0_rank_max(cluster, fn) -> Verdict:
     """fn() must return, on every rank, the maximum over ranks of (3 * rank) % p, computed with a collective."""
-    bad = _missing(fn)
+    bad = _function_problem(fn)
     if bad is not None:
         return bad
-    if not callable(fn):
-        return Verdict(False, f"pass your function itself (no parentheses), got {type(fn).__name__}.")
     from commlib.cluster import ClusterTimeout, RankError
 
     p = cluster.world_size
@@ -138,11 +144,9 @@ def _run_p2p_only(fn, shard_len_of_rank):
 
 def ch1_ring_all_gather(cluster, fn) -> Verdict:
     """fn(shard) -> every rank's shard concatenated in rank order, built from send/recv only."""
-    bad = _missing(fn)
+    bad = _function_problem(fn)
     if bad is not None:
         return bad
-    if not callable(fn):
-        return Verdict(False, f"pass your function itself (no parentheses), got {type(fn).__name__}.")
     import torch
 
     from commlib.cluster import ClusterTimeout, RankError

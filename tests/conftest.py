@@ -1,3 +1,4 @@
+import contextlib
 import time
 
 import psutil
@@ -30,3 +31,14 @@ def cluster4():
     """One 4-rank cluster shared by a test module (tests that break it rely on its restart)."""
     with cl.Cluster(world_size=4, timeout=30) as c:
         yield c
+
+
+@contextlib.contextmanager
+def timeout_of(cluster, seconds: float):
+    """Run a block with a shorter cluster timeout (for tests that expect a ClusterTimeout)."""
+    saved = cluster.timeout
+    cluster.timeout = seconds
+    try:
+        yield cluster
+    finally:
+        cluster.timeout = saved

@@ -8,6 +8,7 @@ import torch
 import torch.distributed as dist
 
 from commlib import exercises as ex
+from conftest import timeout_of
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -71,11 +72,8 @@ def test_ch0_rank_max(cluster4):
 
 
 def test_ch0_rank_max_that_hangs_is_rejected_not_hung(cluster4):
-    cluster4.timeout = 2
-    try:
+    with timeout_of(cluster4, 2):
         v = ex.ch0_rank_max(cluster4, only_rank_0_reduces)
-    finally:
-        cluster4.timeout = 30
     assert not v.ok and "same collective" in v.message
 
 
@@ -141,9 +139,6 @@ def test_ch1_ring_all_gather(cluster4):
     v = ex.ch1_ring_all_gather(cluster4, wrong_order)
     assert not v.ok and "offset" in v.message
     assert "Replace the None" in ex.ch1_ring_all_gather(cluster4, None).message
-    cluster4.timeout = 2
-    try:
+    with timeout_of(cluster4, 2):
         v = ex.ch1_ring_all_gather(cluster4, deadlocks)
-    finally:
-        cluster4.timeout = 30
     assert not v.ok and "never finished" in v.message

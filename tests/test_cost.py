@@ -1,0 +1,100 @@
+"""commlib.cost against the published expressions (Thakur, Rabenseifner, Gropp 2005; nccl-tests)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from commlib import cost
+
+LINK = cost.Link("test", bandwidth=1e9, latency=1e-5, source="round numbers")
+A, B, G = 1e-5, 1e-9, 2e-10
+N = 8 * 2**20
+
+
+@pytest.mark.parametrize("p", [2, 4, 8, 16])
+def test_power_of_two_formulas(p):
+    lg, f = math.log2(p), (p - 1) / p
+    t = lambda op, alg: cost.collective_time(op, N, p, LINK, alg, gamma=G)  # noqa: E731
+    assert t("all_reduce", "ring") == pytest.approx(2 * (p - 1) * A + 2 * f * N * B + f * N * G)
+    assert t("all_reduce", "recursive_doubling") == pytest.approx(lg * (A + N * B + N * G))
+    assert t("all_reduce", "rabenseifner") == pytest.approx(2 * lg * A + 2 * f * N * B + f * N * G)
+    assert t("all_reduce", "tree") == pytest.approx(2 * lg * (A + N * B) + lg * N * G)
+    assert t("all_reduce", "naive") == pytest.approx(2 * (p - 1) * (A + N * B) + (p - 1) * N * G)
+    assert t("all_gather", "ring") == pytest.approx((p - 1) * A + f * N * B)
+    assert t("reduce_scatter", "ring") == pytest.approx((p - 1) * A + f * N * (B + G))
+    assert t("broadcast", "tree") == pytest.approx(lg * (A + N * B))
+    assert t("all_to_all", "ring") == pytest.approx((p - 1) * (A + N / p * B))
+
+
+@pytest.mark.parametrize("p", [3, 5, 6, 7])
+def test_non_powers_of_two(p):
+    clg, lg2 = math.ceil(math.log2(p)), math.floor(math.log2(p))
+    assert cost.collective_time("broadcast", N, p, LINK, "tree") == pytest.approx(clg * (A + N * B))
+    fold = 2 * (A + N * B)  # MPICH: hand the data over first, the result back at the end
+    assert cost.collective_time("all_reduce", N, p, LINK, "recursive_doubling") == pytest.approx(
+        lg2 * (A + N * B) + fold)
+    with pytest.raises(ValueError, match="power-of-two world_size, got 6"):
+        cost.collective_time("all_gather", N, 6, LINK, "recursive_doubling")
+
+
+def test_one_rank_costs_nothing():
+    for op, algs in cost.PAIRS.items():
+        for a in algs:
+            assert cost.collective_time(op, N, 1, LINK, a, gamma=G) == 0.0
+            assert cost.bytes_sent_per_rank(op, N, 1, a) == 0.0
+    assert cost.bus_factor("all_reduce", 1) == 0.0
+
+
+def test_bus_factors_are_nccl_tests():
+    assert cost.bus_factor("all_reduce", 8) == 2 * 7 / 8
+    for op in ("all_gather", "reduce_scatter", "all_to_all"):
+        assert cost.bus_factor(op, 8) == 7 / 8
+    assert cost.bus_factor("broadcast", 8) == cost.bus_factor("reduce", 8) == 1.0
+
+
+def test_links_are_per_direction():
+    assert cost.LINKS["nvlink3"].bandwidth == 300e9  # A100: 600 GB/s is both directions
+    assert cost.LINKS["nvlink4"].bandwidth == 450e9
+    assert cost.LINKS["nvlink5"].bandwidth == 900e9
+    assert cost.LINKS["ib_hdr"].bandwidth == 25e9 and cost.LINKS["ib_ndr"].bandwidth == 50e9
+    assert all("per direction" in link.source for link in cost.LINKS.values())
+    # the classic 1e9-parameter FP32 example: 4 GB over NVLink4 vs HDR InfiniBand, ring, 8 ranks
+    nv = cost.collective_time("all_reduce", 4e9, 8, "nvlink4")
+    ib = cost.collective_time("all_reduce", 4e9, 8, "ib_hdr")
+    assert nv == pytest.approx(14 * 2e-6 + 1.75 * 4e9 / 450e9)
+    assert ib / nv == pytest.approx(18, rel=0.01)  # not "24x": per-direction bandwidths 450 vs 25
+
+
+def test_fit_recovers_alpha_beta_despite_noise_and_outliers():
+    rng = np.random.default_rng(0)
+    n = np.logspace(3, 8, 30)
+    t = (50e-6 + n * 2e-9) * rng.lognormal(0, 0.05, n.size)
+    t[[3, 17]] *= 6  # two stalls
+    alpha, beta = cost.fit_alpha_beta(n, t)
+    assert alpha == pytest.approx(50e-6, rel=0.1) and beta == pytest.approx(2e-9, rel=0.05)
+
+
+@pytest.mark.parametrize("call, exc, words", [
+    (lambda: cost.collective_time("allreduce", N, 4, LINK), ValueError, "op must be one of"),
+    (lambda: cost.collective_time("all_reduce", N, 4, LINK, "butterfly"), ValueError, "algorithm must be one of"),
+    (lambda: cost.collective_time("broadcast", N, 4, LINK, "ring"), ValueError, "no algorithm 'ring' for broadcast"),
+    (lambda: cost.collective_time("all_reduce", -1, 4, LINK), ValueError, "nbytes"),
+    (lambda: cost.collective_time("all_reduce", N, 0, LINK), ValueError, "world_size"),
+    (lambda: cost.collective_time("all_reduce", N, 2.5, LINK), TypeError, "world_size"),
+    (lambda: cost.collective_time("all_reduce", N, 4, "nvlink9"), ValueError, "nvlink4"),
+    (lambda: cost.bytes_sent_per_rank("all_reduce", float("nan"), 4), ValueError, "nbytes"),
+    (lambda: cost.fit_alpha_beta([1, 1], [1e-3, 2e-3]), ValueError, "two different sizes"),
+    (lambda: cost.fit_alpha_beta([1, 2], [1e-3]), ValueError, "equal length"),
+    (lambda: cost.shard_sizes(-1, 4), ValueError, "numel"),
+])
+def test_invalid_inputs_name_the_value(call, exc, words):
+    with pytest.raises(exc, match=None) as info:
+        call()
+    assert words in str(info.value)
+
+
+def test_shard_sizes():
+    assert cost.shard_sizes(10, 4) == [3, 3, 2, 2]
+    assert cost.shard_sizes(2, 4) == [1, 1, 0, 0]
+    assert sum(cost.shard_sizes(1003, 7)) == 1003
