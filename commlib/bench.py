@@ -38,12 +38,25 @@ IMPLEMENTATIONS = {
     ("broadcast", "tree"): lambda t: alg.tree_broadcast(t, src=0, check=False),
     ("reduce", "builtin"): lambda t: (dist.reduce(t, dst=0), t)[1],
     ("reduce", "tree"): lambda t: alg.tree_reduce(t, dst=0, check=False),
+    ("sendrecv", "builtin"): lambda t: _ring_sendrecv(t),
 }
 OPS = tuple(sorted({op for op, _ in IMPLEMENTATIONS}))
 
 
 def algorithms_for(op: str) -> tuple[str, ...]:
     return tuple(a for o, a in IMPLEMENTATIONS if o == op)
+
+
+def _ring_sendrecv(t):
+    """nccl-tests sendrecv: every rank sends t to rank+1 and receives as much from rank-1, all at once."""
+    p, r = dist.get_world_size(), dist.get_rank()
+    out = torch.empty_like(t)
+    if p == 1:
+        return out.copy_(t)
+    works = [dist.irecv(out, src=(r - 1) % p), dist.isend(t, dst=(r + 1) % p)]
+    for w in works:
+        w.wait()
+    return out
 
 
 def _builtin_reduce_scatter(t):
@@ -96,6 +109,8 @@ def _input(op: str, count: int, dtype, device) -> tuple[torch.Tensor, torch.Tens
         return x, total[r * n:(r + 1) * n]
     if op == "reduce":
         return x, total if r == 0 else None
+    if op == "sendrecv":
+        return x, pattern * ((r - 1) % p + 1)
     return (pattern * 1 if r == 0 else torch.zeros_like(pattern)), pattern  # broadcast
 
 
@@ -157,3 +172,97 @@ def format_table(rows: list[dict], op: str, redop: str = "sum") -> str:
         lines.append(f"{r['nbytes']:>12} {r['count']:>12} {r['dtype']:>9} {redop:>6} {r['time_s'] * 1e6:>10.1f} "
                      f"{r['algbw_GBps']:>8.3f} {r['busbw_GBps']:>8.3f} {r['wrong']:>7}")
     return "\n".join(lines)
+
+
+def run_sweep(cluster, op: str = "all_reduce", algorithm: str = "builtin", min_bytes: int = 1024,
+              max_bytes: int = 1 << 20, progress: bool = True, **kwargs) -> list[dict]:
+    """sweep() on a Cluster, one size per run() so a progress bar (tqdm) can follow in the notebook."""
+    todo = sizes(min_bytes, max_bytes, kwargs.pop("factor", 2))
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(todo), desc=f"{op} {algorithm}", unit="size", leave=False)
+    rows = []
+    try:
+        for n in todo:
+            rows += cluster.run(sweep, op, algorithm, n, n, **kwargs)[0]
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    return rows
+
+
+def loopback_link(nbytes: int = 64 << 20, repeats: int = 5, pings: int = 2000) -> cost.Link:
+    """Measure one TCP stream over 127.0.0.1 on this machine -> cost.Link("loopback", ...).
+
+    Bandwidth: median over `repeats` of nbytes sent through one socket to a receiving thread.
+    Latency: half the median round trip of a 1-byte ping-pong."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    accepted = []
+    t = threading.Thread(target=lambda: accepted.append(server.accept()[0]))
+    t.start()
+    client = socket.create_connection(("127.0.0.1", port))
+    t.join()
+    peer = accepted[0]
+    server.close()
+    for sock in (client, peer):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def receive(count: int, ack: bool) -> None:
+        buf = memoryview(bytearray(min(count, 4 << 20)))
+        left = count
+        while left:
+            left -= peer.recv_into(buf, min(left, len(buf)))
+        if ack:
+            peer.sendall(b"k")
+
+    payload = bytes(nbytes)
+    bandwidths = []
+    try:
+        for _ in range(repeats):
+            rx = threading.Thread(target=receive, args=(nbytes, True))
+            rx.start()
+            t0 = time.perf_counter()
+            client.sendall(payload)
+            client.recv(1)
+            bandwidths.append(nbytes / (time.perf_counter() - t0))
+            rx.join()
+
+        def echo() -> None:
+            for _ in range(pings):
+                peer.sendall(peer.recv(1))
+
+        rx = threading.Thread(target=echo)
+        rx.start()
+        rtts = []
+        for _ in range(pings):
+            t0 = time.perf_counter()
+            client.sendall(b"p")
+            client.recv(1)
+            rtts.append(time.perf_counter() - t0)
+        rx.join()
+    finally:
+        client.close()
+        peer.close()
+    bw, lat = statistics.median(bandwidths), statistics.median(rtts) / 2
+    return cost.Link("loopback", bw, lat, f"measured here: one TCP stream over 127.0.0.1, {nbytes >> 20} MiB "
+                                          f"x {repeats} (bandwidth), {pings} 1-byte ping-pongs (latency)")
+
+
+def measure_gamma(nbytes: int = 16 << 20, dtype: str = "float32", repeats: int = 7) -> float:
+    """Seconds per byte to add one tensor into another on this machine (the gamma of the cost model)."""
+    a = torch.ones(nbytes // torch.tensor([], dtype=DTYPES[dtype]).element_size(), dtype=DTYPES[dtype])
+    b = torch.ones_like(a)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a.add_(b)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) / nbytes

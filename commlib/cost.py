@@ -16,7 +16,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "sendrecv")
 ALGORITHMS = ("ring", "tree", "recursive_doubling", "rabenseifner", "naive")
 # Which (op, algorithm) pairs exist. "ring" for all_to_all: pairwise exchange in ring order.
 PAIRS = {
@@ -26,6 +26,7 @@ PAIRS = {
     "broadcast": ("tree", "naive"),
     "reduce": ("tree", "naive"),
     "all_to_all": ("ring",),
+    "sendrecv": ("ring",),  # every rank sends n bytes to its right neighbour at once: one message, a + n b
 }
 POWER_OF_TWO_ONLY = {("all_gather", "recursive_doubling"), ("reduce_scatter", "recursive_doubling")}
 
@@ -171,6 +172,8 @@ def bytes_sent_by_rank(op: str, nbytes: float, world_size: int, algorithm: str =
         return [n - s[(r + 1) % p] for r in range(p)]
     if op == "all_to_all":
         return [n - s[r] for r in range(p)]  # rank r keeps its own 1/p, sends one block to each other rank
+    if op == "sendrecv":
+        return [n] * p
     if (op, algorithm) == ("all_reduce", "naive"):
         return [(p - 1) * n if r == root else n for r in range(p)]
     if (op, algorithm) == ("broadcast", "naive"):
@@ -223,6 +226,8 @@ def bytes_sent_per_rank(op: str, nbytes: float, world_size: int, algorithm: str 
     key = (op, algorithm)
     if op in ("all_gather", "reduce_scatter", "all_to_all"):
         return frac * n
+    if op == "sendrecv":
+        return n if p > 1 else 0.0
     if key == ("all_reduce", "ring"):
         return 2 * frac * n
     if key == ("all_reduce", "rabenseifner"):  # non-power of two: also hands the result back
@@ -237,7 +242,8 @@ def bytes_sent_per_rank(op: str, nbytes: float, world_size: int, algorithm: str 
 
 
 def bus_factor(op: str, world_size: int) -> float:
-    """nccl-tests: busbw = algbw * factor. all_reduce 2(p-1)/p; all_gather, reduce_scatter, all_to_all (p-1)/p; broadcast, reduce 1."""
+    """nccl-tests: busbw = algbw * factor. all_reduce 2(p-1)/p; all_gather, reduce_scatter, all_to_all (p-1)/p;
+    broadcast, reduce, sendrecv 1."""
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     p = _check_p(world_size)
@@ -249,65 +255,100 @@ def bus_factor(op: str, world_size: int) -> float:
 
 
 # ------------------------------------------------------------------------------------- time
+def critical_path(op: str, nbytes: float, world_size: int, algorithm: str = "ring") -> tuple[float, float, float]:
+    """-> (messages, bytes, reduced bytes) along the slowest rank's path: time = messages*a + bytes*b + reduced*g.
+
+    ring all_reduce: (2(p-1), 2(p-1)/p n, (p-1)/p n); recursive doubling: (lg p, lg p n, lg p n);
+    rabenseifner: (2 lg p, 2(p-1)/p n, (p-1)/p n); binomial broadcast: (ceil lg p, ceil lg p n, 0).
+    Non-powers of two (recursive doubling, rabenseifner) add MPICH's fold and unfold: (2, 2n, n).
+    """
+    _check_op(op, algorithm)
+    p = _check_p(world_size)
+    n = _check_nbytes(nbytes)
+    _check_pow2(op, algorithm, p)
+    if p == 1:
+        return 0.0, 0.0, 0.0
+    lg = math.log2(p)
+    clg = (p - 1).bit_length()  # ceil(lg p)
+    frac = (p - 1) / p
+    key = (op, algorithm)
+    if key == ("all_reduce", "ring"):
+        return 2 * (p - 1), 2 * frac * n, frac * n
+    if key == ("all_reduce", "tree"):
+        return 2 * clg, 2 * clg * n, clg * n
+    if key == ("all_reduce", "naive"):
+        return 2 * (p - 1), 2 * (p - 1) * n, (p - 1) * n
+    if key in (("all_reduce", "recursive_doubling"), ("all_reduce", "rabenseifner")):
+        lg2 = p.bit_length() - 1  # floor(lg p)
+        fold = (0, 0, 0) if is_power_of_two(p) else (2, 2 * n, n)
+        if algorithm == "recursive_doubling":
+            core = (lg2, lg2 * n, lg2 * n)
+        else:
+            frac2 = (2**lg2 - 1) / 2**lg2
+            core = (2 * lg2, 2 * frac2 * n, frac2 * n)
+        return tuple(float(c + f) for c, f in zip(core, fold))
+    if key == ("reduce_scatter", "ring"):
+        return p - 1, frac * n, frac * n
+    if key == ("reduce_scatter", "recursive_doubling"):  # recursive halving
+        return lg, frac * n, frac * n
+    if key == ("all_gather", "ring"):
+        return p - 1, frac * n, 0.0
+    if key == ("all_gather", "recursive_doubling"):
+        return lg, frac * n, 0.0
+    if key == ("broadcast", "tree"):
+        return clg, clg * n, 0.0
+    if key == ("broadcast", "naive"):
+        return p - 1, (p - 1) * n, 0.0
+    if key == ("reduce", "tree"):
+        return clg, clg * n, clg * n
+    if key == ("reduce", "naive"):
+        return p - 1, (p - 1) * n, (p - 1) * n
+    if key == ("all_to_all", "ring"):
+        return p - 1, frac * n, 0.0
+    if key == ("sendrecv", "ring"):
+        return 1, n, 0.0
+    raise AssertionError(key)  # _check_op makes this unreachable
+
+
+def _link(link) -> Link:
+    if isinstance(link, str):
+        if link not in LINKS:
+            raise ValueError(f"link must be a Link or one of {tuple(LINKS)}, got {link!r}")
+        return LINKS[link]
+    if not isinstance(link, Link):
+        raise TypeError(f"link must be a Link or a preset name, got {type(link).__name__}")
+    return link
+
+
+def _gamma(gamma) -> float:
+    if isinstance(gamma, bool) or not isinstance(gamma, Real) or not gamma >= 0:
+        raise ValueError(f"gamma must be seconds per byte >= 0, got {gamma!r}")
+    return float(gamma)
+
+
 def collective_time(op: str, nbytes: float, world_size: int, link: Link | str,
                     algorithm: str = "ring", gamma: float = 0.0) -> float:
     """Seconds for one collective under the alpha-beta-gamma model (Thakur et al. 2005).
 
     ring all_reduce: 2(p-1) a + 2(p-1)/p n b + (p-1)/p n g;  recursive doubling: lg p (a + n b + n g);
     rabenseifner: 2 lg p a + 2(p-1)/p n b + (p-1)/p n g;  binomial broadcast: ceil(lg p)(a + n b).
-    Non-powers of two (recursive doubling, rabenseifner) add MPICH's fold and unfold steps: 2(a + n b) + n g.
     """
-    _check_op(op, algorithm)
-    p = _check_p(world_size)
-    n = _check_nbytes(nbytes)
-    _check_pow2(op, algorithm, p)
-    if isinstance(link, str):
-        if link not in LINKS:
-            raise ValueError(f"link must be a Link or one of {tuple(LINKS)}, got {link!r}")
-        link = LINKS[link]
-    if not isinstance(link, Link):
-        raise TypeError(f"link must be a Link or a preset name, got {type(link).__name__}")
-    if isinstance(gamma, bool) or not isinstance(gamma, Real) or not gamma >= 0:
-        raise ValueError(f"gamma must be seconds per byte >= 0, got {gamma!r}")
-    if p == 1:
-        return 0.0
-    a, b, g = link.latency, link.beta, float(gamma)
-    lg = math.log2(p)
-    clg = math.ceil(lg)
-    frac = (p - 1) / p
-    key = (op, algorithm)
-    if key == ("all_reduce", "ring"):
-        return 2 * (p - 1) * a + 2 * frac * n * b + frac * n * g
-    if key == ("all_reduce", "tree"):
-        return 2 * clg * (a + n * b) + clg * n * g
-    if key == ("all_reduce", "naive"):
-        return 2 * (p - 1) * (a + n * b) + (p - 1) * n * g
-    if key in (("all_reduce", "recursive_doubling"), ("all_reduce", "rabenseifner")):
-        fold = 0.0 if is_power_of_two(p) else 2 * (a + n * b) + n * g
-        lg2 = math.floor(lg)
-        frac2 = (2**lg2 - 1) / 2**lg2
-        if algorithm == "recursive_doubling":
-            return lg2 * (a + n * b + n * g) + fold
-        return 2 * lg2 * a + 2 * frac2 * n * b + frac2 * n * g + fold
-    if key == ("reduce_scatter", "ring"):
-        return (p - 1) * a + frac * n * (b + g)
-    if key == ("reduce_scatter", "recursive_doubling"):  # recursive halving
-        return lg * a + frac * n * (b + g)
-    if key == ("all_gather", "ring"):
-        return (p - 1) * a + frac * n * b
-    if key == ("all_gather", "recursive_doubling"):
-        return lg * a + frac * n * b
-    if key == ("broadcast", "tree"):
-        return clg * (a + n * b)
-    if key == ("broadcast", "naive"):
-        return (p - 1) * (a + n * b)
-    if key == ("reduce", "tree"):
-        return clg * (a + n * b + n * g)
-    if key == ("reduce", "naive"):
-        return (p - 1) * (a + n * b + n * g)
-    if key == ("all_to_all", "ring"):
-        return (p - 1) * (a + n / p * b)
-    raise AssertionError(key)
+    return breakdown(op, nbytes, world_size, link, algorithm, gamma)["time_s"]
+
+
+def breakdown(op: str, nbytes: float, world_size: int, link: Link | str, algorithm: str = "ring",
+              gamma: float = 0.0) -> dict:
+    """The model's answer term by term: latency_s, bandwidth_s, reduction_s, time_s, bytes_per_rank
+    (busiest rank), algbw_GBps and busbw_GBps as nccl-tests would report them, and the bottleneck term."""
+    link, g = _link(link), _gamma(gamma)
+    messages, nb, reduced = critical_path(op, nbytes, world_size, algorithm)
+    terms = {"latency_s": messages * link.latency, "bandwidth_s": nb * link.beta, "reduction_s": reduced * g}
+    total = sum(terms.values())
+    algbw = nbytes / total / 1e9 if total > 0 else float("inf")
+    return {**terms, "time_s": total,
+            "bytes_per_rank": bytes_sent_per_rank(op, nbytes, world_size, algorithm),
+            "algbw_GBps": algbw, "busbw_GBps": algbw * bus_factor(op, world_size),
+            "bottleneck": max(terms, key=terms.get).removesuffix("_s") if total > 0 else "none"}
 
 
 # -------------------------------------------------------------------------------------- fit

@@ -166,3 +166,73 @@ def ch1_ring_all_gather(cluster, fn) -> Verdict:
                 return Verdict(False, f"with {label}, rank {rank} returned {got.tolist()}, expected {want.tolist()}. "
                                       "Is each received chunk stored at the offset of the rank it came from?")
     return Verdict(True, "every rank ends with all shards in rank order, for equal and unequal shard lengths.")
+
+
+# ------------------------------------------------------------------------------ chapter 2
+def _close(a: float, b: float, rel: float = 0.02) -> bool:
+    return abs(a - b) <= rel * abs(b)
+
+
+def ch2_ring_time(answer, nbytes: float, world_size: int, link) -> Verdict:
+    """Seconds for a ring all_reduce: 2(p-1) alpha + 2(p-1)/p n / B, with B per direction (no gamma)."""
+    from commlib import cost
+
+    bad = _first_problem(_missing(answer), _number(answer, "the time in seconds"))
+    if bad is not None:
+        return bad
+    link = cost._link(link)
+    p, n, a, bw = world_size, nbytes, link.latency, link.bandwidth
+    want = cost.collective_time("all_reduce", n, p, link, "ring")
+    if _close(answer, want):
+        return Verdict(True, f"2(p-1)·α + 2(p-1)/p·n/B = {2 * (p - 1) * a * 1e3:.4g} ms + "
+                             f"{2 * (p - 1) / p * n / bw * 1e3:.4g} ms = {want * 1e3:.4g} ms.")
+    if _close(answer, 2 * (p - 1) / p * n / bw):
+        return Verdict(False, "close: you have the bandwidth term. Add the latency term, 2(p-1) messages of α each.")
+    if _close(answer, want - 2 * (p - 1) / p * n / bw + 2 * (p - 1) / p * n / (2 * bw)):
+        return Verdict(False, f"the link's {bw / 1e9:g} GB/s is per direction. Do not double it: each rank sends "
+                              "on one direction and receives on the other.")
+    if _close(answer, n / bw) or _close(answer, a + n / bw):
+        return Verdict(False, "n/B is one message of the whole tensor. The ring sends 2(p-1) chunks of n/p bytes each.")
+    if _close(answer, 2 * (p - 1) * (a + n / bw)):
+        return Verdict(False, "each of the 2(p-1) steps sends one chunk of n/p bytes, not the whole tensor.")
+    return Verdict(False, "use t = 2(p-1)·α + 2(p-1)/p·n·β, with β = 1/B and B the per-direction bandwidth.")
+
+
+def ch2_busbw(answer, nbytes: float, time_s: float, world_size: int) -> Verdict:
+    """nccl-tests busbw in GB/s for all_reduce: n / t / 1e9 * 2(p-1)/p."""
+    bad = _first_problem(_missing(answer), _number(answer, "the bus bandwidth in GB/s"))
+    if bad is not None:
+        return bad
+    algbw = nbytes / time_s / 1e9
+    p = world_size
+    want = algbw * 2 * (p - 1) / p
+    if _close(answer, want):
+        return Verdict(True, f"algbw = n/t = {algbw:.3g} GB/s; busbw = algbw · 2(p-1)/p = {want:.3g} GB/s.")
+    if _close(answer, algbw):
+        return Verdict(False, "that is algbw (n/t). busbw multiplies it by the all_reduce factor 2(p-1)/p.")
+    if _close(answer, algbw * (p - 1) / p):
+        return Verdict(False, "(p-1)/p is the factor for all_gather and reduce_scatter; all_reduce does both: 2(p-1)/p.")
+    if _close(answer, want * 1e9) or _close(answer, want * 8):
+        return Verdict(False, "give GB/s: bytes per second divided by 1e9 (not bits).")
+    return Verdict(False, "algbw = n / t in GB/s (1e9 bytes); busbw = algbw · 2(p-1)/p for all_reduce.")
+
+
+def ch2_fastest(answer, op: str, nbytes: float, world_size: int, link) -> Verdict:
+    """Name the algorithm the alpha-beta model says is fastest for this op, size, p and link."""
+    from commlib import cost
+
+    bad = _missing(answer)
+    if bad is not None:
+        return bad
+    options = [a for a in cost.PAIRS[op]
+               if (op, a) not in cost.POWER_OF_TWO_ONLY or cost.is_power_of_two(world_size)]
+    if answer not in options:
+        return Verdict(False, f"choose one of {options}.")
+    times = {a: cost.collective_time(op, nbytes, world_size, link, a) for a in options}
+    best = min(times, key=times.get)
+    if answer == best or times[answer] <= times[best] * 1.0001:
+        return Verdict(True, f"{answer}: {times[answer] * 1e6:.1f} µs; the others: "
+                             + ", ".join(f"{a} {t * 1e6:.1f} µs" for a, t in times.items() if a != answer) + ".")
+    b = cost.breakdown(op, nbytes, world_size, link, answer)
+    return Verdict(False, f"{answer} takes {times[answer] * 1e6:.1f} µs here, mostly its {b['bottleneck']} term. "
+                          f"Compare the number of messages (α) and the bytes (β) of each algorithm at this size.")

@@ -69,3 +69,57 @@ def bytes_per_rank(rows: list[dict], ax=None):
     ax.set_title("bytes each rank sends (bars: counted; black ticks: cost model)")
     ax.legend(fontsize=8, ncol=len(rows))
     return ax
+
+
+def alpha_beta_fit(nbytes, seconds, alpha: float, beta: float, title: str = ""):
+    """Measured times with the fitted t = alpha + n*beta (log-log), and the relative residuals below."""
+    import numpy as np
+
+    n, t = np.asarray(nbytes, float), np.asarray(seconds, float)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.5, 5), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    grid = np.logspace(np.log10(n.min()), np.log10(n.max()), 200)
+    top.loglog(n, t * 1e6, "o", label="measured (median)")
+    top.loglog(grid, (alpha + grid * beta) * 1e6, "-", label=f"fit: α = {alpha * 1e6:.1f} µs, 1/β = {1 / beta / 1e9:.2f} GB/s")
+    top.loglog(grid, np.full_like(grid, alpha * 1e6), ":", color="gray", label="α alone (latency bound)")
+    top.loglog(grid, grid * beta * 1e6, "--", color="gray", label="n·β alone (bandwidth bound)")
+    top.axvline(alpha / beta, color="#C44E52", lw=1)
+    top.text(alpha / beta, t.max() * 1e6, f" n½ = α/β = {alpha / beta / 1024:.0f} KiB", color="#C44E52",
+             va="top", fontsize=8)
+    top.set_ylabel("time (µs)")
+    top.legend(fontsize=8)
+    top.set_title(title or "t = α + n·β")
+    bottom.semilogx(n, ((alpha + n * beta) - t) / t * 100, "o-", ms=3)
+    bottom.axhline(0, color="gray", lw=0.8)
+    bottom.set_ylabel("fit error (%)")
+    bottom.set_xlabel("message size (bytes)")
+    fig.tight_layout()
+    return fig
+
+
+def measured_vs_predicted(curves: dict, ax=None):
+    """curves: name -> (nbytes list, measured seconds, predicted seconds). Solid: measured; dashed: model."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7.5, 4))
+    for i, (name, (n, measured, predicted)) in enumerate(curves.items()):
+        color = f"C{i}"
+        ax.loglog(n, [m * 1e6 for m in measured], "o-", color=color, ms=3, label=f"{name} measured")
+        ax.loglog(n, [m * 1e6 for m in predicted], "--", color=color, label=f"{name} model")
+    ax.set_xlabel("all_reduce size (bytes)")
+    ax.set_ylabel("time (µs)")
+    ax.legend(fontsize=7, ncol=2)
+    ax.set_title("measured (solid) vs α-β-γ model (dashed)")
+    return ax
+
+
+def comm_share(micro_batches, shares: dict, ax=None):
+    """The communication share of a step vs gradient accumulation (micro-batches per optimizer step)."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.5, 3.5))
+    for name, ys in shares.items():
+        ax.semilogx(micro_batches, [y * 100 for y in ys], "o-", label=name, base=2)
+    ax.set_xlabel("micro-batches per optimizer step (gradient accumulation)")
+    ax.set_ylabel("communication share of step (%)")
+    ax.set_ylim(0, 100)
+    ax.legend(fontsize=8)
+    ax.set_title("one all-reduce per optimizer step, no overlap")
+    return ax

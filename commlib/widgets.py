@@ -27,3 +27,46 @@ def ring_stepper(events_by_rank, world_size: int) -> W.VBox:
     slider.observe(lambda change: show(change["new"]), names="value")
     show(0)
     return W.VBox([W.HBox([play, slider]), out])
+
+
+def format_breakdown(b: dict) -> str:
+    """The cost model's answer as a small HTML table."""
+    def t(s):
+        return f"{s * 1e3:.3f} ms" if s >= 1e-3 else f"{s * 1e6:.2f} µs"
+
+    rows = [("time", t(b["time_s"])), ("  latency term (messages × α)", t(b["latency_s"])),
+            ("  bandwidth term (bytes × β)", t(b["bandwidth_s"])), ("  reduction term (bytes × γ)", t(b["reduction_s"])),
+            ("bottleneck", b["bottleneck"]), ("bytes sent by the busiest rank", f"{b['bytes_per_rank'] / 1e6:,.3f} MB"),
+            ("algbw", f"{b['algbw_GBps']:.2f} GB/s"), ("busbw", f"{b['busbw_GBps']:.2f} GB/s")]
+    body = "".join(f"<tr><td style='text-align:left'>{k}</td><td style='text-align:right'>{v}</td></tr>" for k, v in rows)
+    return f"<table>{body}</table>"
+
+
+def cost_calculator(links: dict | None = None, gamma: float = 0.0) -> W.VBox:
+    """Pick an op, algorithm, link, world size and message size; see the model's time term by term."""
+    from commlib import cost
+
+    links = dict(links or cost.LINKS)
+    op = W.Dropdown(options=[o for o in cost.OPS if o != "sendrecv"], value="all_reduce", description="op")
+    algorithm = W.Dropdown(options=cost.PAIRS["all_reduce"], value="ring", description="algorithm")
+    link = W.Dropdown(options=list(links), value=list(links)[0], description="link")
+    p = W.IntSlider(value=8, min=2, max=1024, description="ranks p")
+    size = W.FloatLogSlider(value=1e8, base=10, min=3, max=11, step=0.25, description="bytes n", readout_format=".3g")
+    out = W.HTML()
+
+    def update(_=None):
+        if algorithm.value not in cost.PAIRS[op.value]:
+            algorithm.options = cost.PAIRS[op.value]
+            return  # setting options fires update again with a valid value
+        try:
+            b = cost.breakdown(op.value, size.value, p.value, links[link.value], algorithm.value, gamma)
+        except ValueError as e:
+            out.value = f"<b>{e}</b>"
+            return
+        src = links[link.value].source
+        out.value = format_breakdown(b) + f"<p style='font-size:smaller'>{link.value}: {src}</p>"
+
+    for w in (op, algorithm, link, p, size):
+        w.observe(update, names="value")
+    update()
+    return W.VBox([W.HBox([op, algorithm]), W.HBox([link, p]), size, out])

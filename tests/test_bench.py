@@ -85,3 +85,22 @@ def test_cli_under_torchrun_uses_the_launchers_ranks():
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads(proc.stdout.strip().splitlines()[-1])
     assert [r["nbytes"] for r in rows] == [1024, 2048] and all(r["wrong"] == 0 for r in rows)
+
+
+def test_sendrecv_moves_each_ranks_tensor_to_the_right(cluster4):
+    rows = cluster4.run(bench.sweep, "sendrecv", "builtin", 1024, 2048, iters=2, warmup=1)[0]
+    assert [r["wrong"] for r in rows] == [0, 0]
+    assert all(r["busbw_GBps"] == pytest.approx(r["algbw_GBps"]) for r in rows)
+
+
+def test_run_sweep_from_the_notebook_side(cluster4):
+    rows = bench.run_sweep(cluster4, "all_reduce", "ring", 1024, 4096, progress=True, iters=2, warmup=1)
+    assert [r["nbytes"] for r in rows] == [1024, 2048, 4096] and all(r["wrong"] == 0 for r in rows)
+
+
+def test_loopback_link_and_gamma_are_measured():
+    link = bench.loopback_link(nbytes=4 << 20, repeats=2, pings=50)
+    assert link.name == "loopback" and "measured here" in link.source
+    assert 1e7 < link.bandwidth < 1e12 and 0 < link.latency < 1e-2  # plausible for any machine, not a speed test
+    gamma = bench.measure_gamma(nbytes=1 << 20, repeats=3)
+    assert 0 < gamma < 1e-6

@@ -98,3 +98,15 @@ def test_shard_sizes():
     assert cost.shard_sizes(10, 4) == [3, 3, 2, 2]
     assert cost.shard_sizes(2, 4) == [1, 1, 0, 0]
     assert sum(cost.shard_sizes(1003, 7)) == 1003
+
+
+def test_breakdown_terms_add_up_and_name_the_bottleneck():
+    small = cost.breakdown("all_reduce", 1024, 8, LINK, "ring", gamma=G)
+    big = cost.breakdown("all_reduce", 1e9, 8, LINK, "ring", gamma=G)
+    for b in (small, big):
+        assert b["time_s"] == pytest.approx(b["latency_s"] + b["bandwidth_s"] + b["reduction_s"])
+        assert b["busbw_GBps"] == pytest.approx(b["algbw_GBps"] * 2 * 7 / 8)
+    assert small["bottleneck"] == "latency" and big["bottleneck"] == "bandwidth"
+    assert small["latency_s"] == 14 * A and big["bytes_per_rank"] == 2 * 7 / 8 * 1e9
+    assert cost.critical_path("sendrecv", N, 4) == (1, N, 0.0)
+    assert cost.collective_time("sendrecv", N, 4, LINK) == pytest.approx(A + N * B)

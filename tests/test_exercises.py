@@ -142,3 +142,34 @@ def test_ch1_ring_all_gather(cluster4):
     with timeout_of(cluster4, 2):
         v = ex.ch1_ring_all_gather(cluster4, deadlocks)
     assert not v.ok and "never finished" in v.message
+
+
+def test_ch2_ring_time():
+    from commlib import cost
+
+    link = cost.LINKS["ib_hdr"]
+    n, p = 1e6, 8  # both terms matter: 14 x 5 us latency, 1.75 MB / 25 GB/s = 70 us bandwidth
+    want = cost.collective_time("all_reduce", n, p, link, "ring")
+    assert ex.ch2_ring_time(want, n, p, link).ok
+    assert "latency term" in ex.ch2_ring_time(2 * 7 / 8 * n / 25e9, n, p, link).message
+    assert "per direction" in ex.ch2_ring_time(14 * 5e-6 + 2 * 7 / 8 * n / 50e9, n, p, link).message
+    assert "2(p-1) chunks" in ex.ch2_ring_time(n / 25e9, n, p, link).message
+    assert "not the whole tensor" in ex.ch2_ring_time(14 * (5e-6 + n / 25e9), n, p, link).message
+    assert not ex.ch2_ring_time(1.0, n, p, link).ok
+
+
+def test_ch2_busbw():
+    n, t, p = 1e8, 0.01, 4  # algbw 10 GB/s, busbw 15 GB/s
+    assert ex.ch2_busbw(15.0, n, t, p).ok
+    assert "that is algbw" in ex.ch2_busbw(10.0, n, t, p).message
+    assert "2(p-1)/p" in ex.ch2_busbw(7.5, n, t, p).message
+    assert "not bits" in ex.ch2_busbw(120.0, n, t, p).message
+
+
+def test_ch2_fastest():
+    v = ex.ch2_fastest("recursive_doubling", "all_reduce", 8192, 8, "ib_ndr")
+    assert v.ok, v.message
+    v = ex.ch2_fastest("ring", "all_reduce", 8192, 8, "ib_ndr")
+    assert not v.ok and "latency term" in v.message
+    assert ex.ch2_fastest("ring", "all_reduce", 1e9, 8, "ib_ndr").ok or ex.ch2_fastest("rabenseifner", "all_reduce", 1e9, 8, "ib_ndr").ok
+    assert "choose one of" in ex.ch2_fastest("bcube", "all_reduce", 1e9, 8, "ib_ndr").message

@@ -43,3 +43,29 @@ def test_ring_step_titles_and_arrows(cluster4):
     assert "all-gather" in ax.get_title()
     texts = [t.get_text() for t in ax.texts]
     assert texts.count("+".join(map(str, range(p)))) == p * p
+
+
+def test_cost_calculator_updates_with_its_controls():
+    from commlib import cost
+
+    box = widgets.cost_calculator()
+    (op, algorithm), (link, p), size, out = box.children[0].children, box.children[1].children, box.children[2], box.children[3]
+    link.value, p.value, size.value = "ib_hdr", 8, 1e9
+    want = cost.breakdown("all_reduce", 1e9, 8, "ib_hdr", "ring")
+    assert f"{want['time_s'] * 1e3:.3f} ms" in out.value and "bandwidth" in out.value
+    op.value = "broadcast"  # ring does not exist for broadcast: the algorithm list follows the op
+    assert algorithm.options == cost.PAIRS["broadcast"] and "Broadcast" not in out.value
+    assert f"{cost.collective_time('broadcast', 1e9, 8, 'ib_hdr', algorithm.value) * 1e3:.3f} ms" in out.value
+    op.value, algorithm.value = "all_gather", "recursive_doubling"
+    p.value = 6
+    assert "power-of-two" in out.value
+
+
+def test_alpha_beta_fit_figure():
+    import numpy as np
+
+    n = np.logspace(3, 7, 9)
+    fig = plots.alpha_beta_fit(n, 1e-5 + n * 1e-9, 1e-5, 1e-9)
+    top, bottom = fig.axes
+    assert "α = 10.0 µs" in top.get_legend().get_texts()[1].get_text()
+    assert np.allclose(bottom.lines[0].get_ydata(), 0, atol=1e-9)
