@@ -351,6 +351,20 @@ def breakdown(op: str, nbytes: float, world_size: int, link: Link | str, algorit
             "bottleneck": max(terms, key=terms.get).removesuffix("_s") if total > 0 else "none"}
 
 
+def crossover_bytes(op: str, algorithm_a: str, algorithm_b: str, world_size: int, link: Link | str,
+                    gamma: float = 0.0) -> float | None:
+    """The size n at which two algorithms take equal time (both are a + n*slope in n), or None if they never
+    cross for n > 0. Below it, the one with fewer messages wins; above it, the one with fewer bytes."""
+    link, g = _link(link), _gamma(gamma)
+    ma, ba, ra = critical_path(op, 1.0, world_size, algorithm_a)  # per-byte coefficients at n = 1
+    mb, bb, rb = critical_path(op, 1.0, world_size, algorithm_b)
+    d_fixed = (mb - ma) * link.latency
+    d_slope = (ba - bb) * link.beta + (ra - rb) * g
+    if d_slope == 0 or d_fixed / d_slope <= 0:
+        return None
+    return d_fixed / d_slope
+
+
 # -------------------------------------------------------------------------------------- fit
 def fit_alpha_beta(nbytes_list, seconds_list, iterations: int = 20) -> tuple[float, float]:
     """Fit t = alpha + n * beta -> (alpha s, beta s/byte), robust to noisy points.

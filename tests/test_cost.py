@@ -110,3 +110,14 @@ def test_breakdown_terms_add_up_and_name_the_bottleneck():
     assert small["latency_s"] == 14 * A and big["bytes_per_rank"] == 2 * 7 / 8 * 1e9
     assert cost.critical_path("sendrecv", N, 4) == (1, N, 0.0)
     assert cost.collective_time("sendrecv", N, 4, LINK) == pytest.approx(A + N * B)
+
+
+def test_crossover_between_recursive_doubling_and_ring():
+    p = 8
+    n = cost.crossover_bytes("all_reduce", "recursive_doubling", "ring", p, LINK)
+    # lg p (a + n b) = 2(p-1) a + 2(p-1)/p n b  ->  n = (2(p-1) - lg p) a / ((lg p - 2(p-1)/p) b)
+    assert n == pytest.approx((14 - 3) * A / ((3 - 1.75) * B))
+    assert cost.collective_time("all_reduce", n, p, LINK, "ring") == pytest.approx(
+        cost.collective_time("all_reduce", n, p, LINK, "recursive_doubling"))
+    assert cost.crossover_bytes("all_reduce", "ring", "ring", p, LINK) is None
+    assert cost.crossover_bytes("all_reduce", "rabenseifner", "ring", p, LINK) is None  # same bytes, fewer messages
