@@ -31,6 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--dtype", default="float32", choices=tuple(bench.DTYPES))
     b.add_argument("--iters", default=20, type=int)
     b.add_argument("--warmup", default=5, type=int)
+    b.add_argument("--repeats", default=1, type=int,
+                   help="sweep all sizes this many times, interleaved, and keep each size's median (default 1)")
     b.add_argument("--timeout", default=600.0, type=float, help="seconds for the whole sweep (local Cluster)")
     b.add_argument("--json", action="store_true", help="print one JSON list of rows instead of the table")
     return ap
@@ -41,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     from commlib import bench
 
     kwargs = dict(op=args.op, algorithm=args.algorithm, min_bytes=args.min_bytes, max_bytes=args.max_bytes,
-                  dtype=args.dtype, iters=args.iters, warmup=args.warmup, factor=args.factor)
+                  dtype=args.dtype, iters=args.iters, warmup=args.warmup, factor=args.factor, repeats=args.repeats)
     if (args.op, args.algorithm) not in bench.IMPLEMENTATIONS:
         print(f"error: --algorithm for {args.op} must be one of {bench.algorithms_for(args.op)}", file=sys.stderr)
         return 2

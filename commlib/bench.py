@@ -119,10 +119,29 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
+def combine_repeats(runs: list[list[dict]], op: str, world_size: int) -> list[dict]:
+    """Rows of several sweeps over the same sizes -> one row per size with the median time (and the worst #wrong)."""
+    out = []
+    for same_size in zip(*runs):
+        t = statistics.median(r["time_s"] for r in same_size)
+        algbw = same_size[0]["nbytes"] / t / 1e9
+        out.append({**same_size[0], "time_s": t, "algbw_GBps": algbw,
+                    "busbw_GBps": algbw * cost.bus_factor(op, world_size), "wrong": max(r["wrong"] for r in same_size)})
+    return out
+
+
 def sweep(op: str = "all_reduce", algorithm: str = "builtin", min_bytes: int = 1024, max_bytes: int = 1 << 20,
-          dtype: str = "float32", iters: int = 20, warmup: int = 5, factor: int = 2, progress=None) -> list[dict]:
+          dtype: str = "float32", iters: int = 20, warmup: int = 5, factor: int = 2, progress=None,
+          repeats: int = 1) -> list[dict]:
     """Run inside every rank. -> one row per size: nbytes, count, dtype, time_s (median over iterations,
-    slowest rank), algbw_GBps, busbw_GBps, wrong (elements differing from the expected result)."""
+    slowest rank), algbw_GBps, busbw_GBps, wrong (elements differing from the expected result).
+    repeats > 1 sweeps all sizes that many times, interleaved, and keeps each size's median: slow drift
+    on a busy machine then hits every size alike instead of whichever size was running."""
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    if repeats > 1:
+        runs = [sweep(op, algorithm, min_bytes, max_bytes, dtype, iters, warmup, factor, progress) for _ in range(repeats)]
+        return combine_repeats(runs, op, dist.get_world_size())
     if (op, algorithm) not in IMPLEMENTATIONS:
         raise ValueError(f"no ({op!r}, {algorithm!r}); op in {OPS}, algorithm for {op!r} in "
                          f"{algorithms_for(op) if op in OPS else '-'}")
@@ -175,24 +194,30 @@ def format_table(rows: list[dict], op: str, redop: str = "sum") -> str:
 
 
 def run_sweep(cluster, op: str = "all_reduce", algorithm: str = "builtin", min_bytes: int = 1024,
-              max_bytes: int = 1 << 20, progress: bool = True, **kwargs) -> list[dict]:
-    """sweep() on a Cluster, one size per run() so a progress bar (tqdm) can follow in the notebook."""
+              max_bytes: int = 1 << 20, progress: bool = True, repeats: int = 1, **kwargs) -> list[dict]:
+    """sweep() on a Cluster, one size per run() so a progress bar (tqdm) can follow in the notebook.
+    repeats: as in sweep(), interleaved over all sizes."""
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
     todo = sizes(min_bytes, max_bytes, kwargs.pop("factor", 2))
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(todo), desc=f"{op} {algorithm}", unit="size", leave=False)
-    rows = []
+        bar = tqdm(total=len(todo) * repeats, desc=f"{op} {algorithm}", unit="size", leave=False)
+    runs = []
     try:
-        for n in todo:
-            rows += cluster.run(sweep, op, algorithm, n, n, **kwargs)[0]
-            if bar is not None:
-                bar.update(1)
+        for _ in range(repeats):
+            rows = []
+            for n in todo:
+                rows += cluster.run(sweep, op, algorithm, n, n, **kwargs)[0]
+                if bar is not None:
+                    bar.update(1)
+            runs.append(rows)
     finally:
         if bar is not None:
             bar.close()
-    return rows
+    return combine_repeats(runs, op, cluster.world_size) if repeats > 1 else runs[0]
 
 
 def loopback_link(nbytes: int = 64 << 20, repeats: int = 5, pings: int = 2000) -> cost.Link:

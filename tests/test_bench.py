@@ -104,3 +104,18 @@ def test_loopback_link_and_gamma_are_measured():
     assert 1e7 < link.bandwidth < 1e12 and 0 < link.latency < 1e-2  # plausible for any machine, not a speed test
     gamma = bench.measure_gamma(nbytes=1 << 20, repeats=3)
     assert 0 < gamma < 1e-6
+
+
+def test_repeats_keep_each_sizes_median():
+    runs = [[{"nbytes": 1000, "count": 250, "dtype": "float32", "time_s": t, "algbw_GBps": 0, "busbw_GBps": 0,
+              "wrong": w}] for t, w in [(3e-6, 0), (1e-6, 2), (2e-6, 0)]]
+    (row,) = bench.combine_repeats(runs, "all_reduce", 4)
+    assert row["time_s"] == 2e-6 and row["wrong"] == 2
+    assert row["algbw_GBps"] == pytest.approx(1000 / 2e-6 / 1e9) and row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * 1.5)
+
+
+def test_run_sweep_with_repeats(cluster4):
+    rows = bench.run_sweep(cluster4, "all_reduce", "tree", 1024, 2048, progress=False, repeats=3, iters=2, warmup=1)
+    assert [r["nbytes"] for r in rows] == [1024, 2048] and all(r["wrong"] == 0 for r in rows)
+    with pytest.raises(ValueError, match="repeats"):
+        bench.run_sweep(cluster4, repeats=0)

@@ -1,0 +1,60 @@
+"""How well does t = alpha + n*beta predict sizes it was not fitted on? And how close does the ring get
+to this machine's loopback bandwidth? Everything measured in this one run.
+
+    python benchmarks/model_fit.py [--max-bytes 64M] [--iters 20]
+
+1. sendrecv between 2 ranks, sizes 1 KiB .. max doubling (each size: median over 5 interleaved
+   sweeps); fit on every other size, predict the others; median relative error (target <= 20%).
+2. The same on 4 ranks, and the ring all-reduce predicted from that fit with the alpha-beta-gamma
+   formula (reported; 4 ranks share 2 cores here, which the model does not know).
+3. Ring all-reduce busbw at the largest size on 2 and 4 ranks, as a fraction of one raw TCP
+   stream over 127.0.0.1.
+"""
+
+import argparse
+import os
+import statistics
+
+import commlib as cl
+from commlib import bench, cost
+
+
+def held_out_error(rows):
+    n = [r["nbytes"] for r in rows]
+    t = [r["time_s"] for r in rows]
+    alpha, beta = cost.fit_alpha_beta(n[::2], t[::2])
+    errors = [abs(alpha + x * beta - y) / y for x, y in zip(n[1::2], t[1::2])]
+    return alpha, beta, statistics.median(errors), max(errors)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--max-bytes", type=bench.parse_size, default=64 << 20)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=5, help="interleaved sweeps; each size keeps its median")
+    a = ap.parse_args()
+    loop = bench.loopback_link()
+    gamma = bench.measure_gamma()
+    print(f"machine: {os.cpu_count()} cores; loopback TCP stream {loop.bandwidth / 1e9:.2f} GB/s, "
+          f"{loop.latency * 1e6:.1f} µs; gamma {gamma * 1e9:.3f} ns/B")
+    for p in (2, 4):
+        with cl.Cluster(world_size=p, timeout=1800) as c:
+            rows = bench.run_sweep(c, "sendrecv", "builtin", 1024, a.max_bytes, progress=False,
+                                   iters=a.iters, warmup=2, repeats=a.repeats)
+            alpha, beta, med, worst = held_out_error(rows)
+            print(f"p={p} sendrecv fit on {len(rows[::2])} sizes: alpha {alpha * 1e6:.1f} µs, {1 / beta / 1e9:.3f} GB/s; "
+                  f"held-out {len(rows[1::2])} sizes: median error {med:.1%} (target <= 20%), worst {worst:.1%}")
+            ring = bench.run_sweep(c, "all_reduce", "ring", 1024, a.max_bytes, progress=False, iters=max(3, a.iters // 2),
+                                   warmup=1, factor=4, repeats=a.repeats)
+            link = cost.Link("fit", 1 / beta, alpha, "fit")
+            errs = [abs(cost.collective_time("all_reduce", r["nbytes"], p, link, "ring", gamma) - r["time_s"]) / r["time_s"]
+                    for r in ring]
+            big = ring[-1]
+            print(f"p={p} ring all_reduce predicted from the sendrecv fit: median error {statistics.median(errs):.1%} "
+                  f"over {len(ring)} sizes")
+            print(f"p={p} ring busbw at {big['nbytes'] >> 20} MiB: {big['busbw_GBps']:.3f} GB/s = "
+                  f"{big['busbw_GBps'] * 1e9 / loop.bandwidth:.0%} of the loopback stream")
+
+
+if __name__ == "__main__":
+    main()
