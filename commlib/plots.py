@@ -123,3 +123,20 @@ def comm_share(micro_batches, shares: dict, ax=None):
     ax.legend(fontsize=8)
     ax.set_title("one all-reduce per optimizer step, no overlap")
     return ax
+
+
+def precision_vs_world_size(world_sizes, results: dict, magnitude: float):
+    """Two panels per strategy: share of gradient values lost (inf, nan, flushed to 0) and the mean
+    relative error of the others, as the number of ranks grows."""
+    fig, (lost, err) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for i, (name, rows) in enumerate(results.items()):
+        lost.semilogx(world_sizes, [r[0] * 100 for r in rows], "o-", base=2, color=f"C{i}", label=name)
+        err.loglog(world_sizes, [max(r[1], 1e-9) for r in rows], "o-", base=2, color=f"C{i}", label=name)
+    lost.set_title(f"values lost (inf, nan or 0), gradients ~ {magnitude:g}")
+    lost.set_ylabel("% of gradient values")
+    err.set_title("mean relative error of the values kept")
+    for ax in (lost, err):
+        ax.set_xlabel("ranks p")
+    err.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -183,3 +183,35 @@ def live_reduction(grad: torch.Tensor, strategy: str, algorithm: str = "ring") -
     if after != 1:
         x = x / after
     return x.to(stored).to(torch.float32).reshape(grad.shape)
+
+
+# ------------------------------------------------------------------------------- experiments
+def data_parallel_grads(world_size: int, magnitude: float, numel: int = 4096, spread: float = 0.5,
+                        seed: int = 0) -> list[torch.Tensor]:
+    """Gradients as data parallelism produces them: one shared direction plus per-rank noise,
+    g_r = magnitude * (d + spread * noise_r), d and noise standard normal. Their sum grows like p."""
+    if not (isinstance(magnitude, (int, float)) and magnitude > 0):
+        raise ValueError(f"magnitude must be a number > 0, got {magnitude!r}")
+    g = torch.Generator().manual_seed(seed)
+    d = torch.randn(numel, generator=g, dtype=torch.float64)
+    return [(magnitude * (d + spread * torch.randn(numel, generator=g, dtype=torch.float64))).float()
+            for _ in range(world_size)]
+
+
+def experiment(world_size: int, magnitude: float, strategy: str, order: str = "ring", numel: int = 4096,
+               seed: int = 0) -> dict:
+    """report() for data_parallel_grads(world_size, magnitude) reduced by `strategy`."""
+    grads = data_parallel_grads(world_size, magnitude, numel, seed=seed)
+    return report(simulate_reduction(grads, strategy, order), grads)
+
+
+def error_vs_world_size(world_sizes, magnitude: float, strategies=STRATEGIES, numel: int = 4096) -> dict:
+    """strategy -> list of (share of values lost to inf/nan/zero, mean relative error of the rest), per p."""
+    out = {}
+    for s in strategies:
+        rows = []
+        for p in world_sizes:
+            r = experiment(p, magnitude, s, numel=numel)
+            rows.append(((r["inf"] + r["nan"] + r["flushed_to_zero"]) / numel, r["mean_rel_error"]))
+        out[s] = rows
+    return out

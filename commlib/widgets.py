@@ -70,3 +70,27 @@ def cost_calculator(links: dict | None = None, gamma: float = 0.0) -> W.VBox:
         w.observe(update, names="value")
     update()
     return W.VBox([W.HBox([op, algorithm]), W.HBox([link, p]), size, out])
+
+
+def reduction_explorer(numel: int = 4096) -> W.VBox:
+    """Sliders for the number of ranks and the gradients' magnitude, a choice of strategy: what the
+    averaged gradient loses (inf, nan, flushed to zero) and how wrong the rest is."""
+    from commlib import precision
+
+    p = W.IntSlider(value=8, min=2, max=256, description="ranks p")
+    mag = W.FloatLogSlider(value=1000, base=10, min=-9, max=5, step=0.25, description="gradient ~", readout_format=".1e")
+    strategy = W.ToggleButtons(options=precision.STRATEGIES, value="fp16", description="strategy")
+    out = W.HTML()
+
+    def update(_=None):
+        r = precision.experiment(p.value, mag.value, strategy.value, numel=numel)
+        lost = r["inf"] + r["nan"] + r["flushed_to_zero"]
+        verdict = "all values kept" if lost == 0 else f"<b>{lost} of {numel} values lost</b>"
+        out.value = (f"<p>{verdict}: inf {r['inf']}, nan {r['nan']}, flushed to zero {r['flushed_to_zero']}; "
+                     f"mean relative error of the rest {r['mean_rel_error']:.2e} "
+                     f"(max {r['max_rel_error']:.2e})</p>")
+
+    for w in (p, mag, strategy):
+        w.observe(update, names="value")
+    update()
+    return W.VBox([W.HBox([p, mag]), strategy, out])

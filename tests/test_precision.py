@@ -155,3 +155,25 @@ def test_live_ring_matches_the_simulation_bit_for_bit(cluster4, scale):
             assert ((builtin - sim).abs()[finite] <= bound[finite]).all(), (strategy, rank)
             if scale != 3e4:  # where partial sums overflow, which ones do depends on the order
                 assert torch.equal(torch.isinf(builtin), torch.isinf(sim)), (strategy, rank)
+
+
+def test_predivide_factor_is_torchs():
+    default_hooks = pytest.importorskip("torch.distributed.algorithms._comm_hooks.default_hooks")
+    for p in range(1, 129):
+        assert pr.predivide_factor(p) == default_hooks.DefaultState._get_gradient_predivide_factor(p), p
+
+
+def test_overflow_grows_with_world_size_and_magnitude():
+    lost = lambda p, m, s: (lambda r: r["inf"] + r["nan"])(pr.experiment(p, m, s, numel=2048))  # noqa: E731
+    assert lost(2, 100.0, "fp16") == 0
+    assert 0 < lost(16, 3000.0, "fp16") < lost(64, 3000.0, "fp16")
+    assert lost(16, 3000.0, "fp16") < lost(16, 10000.0, "fp16")
+    for s in ("fp32_accumulate", "predivide", "bf16"):
+        assert lost(64, 3000.0, s) == 0, s
+    # FSDP's split (f = 8 at p = 64) keeps a factor 8 less headroom than predividing by 64: some values go
+    assert 0 < lost(64, 3000.0, "pre_post_divide") < lost(64, 3000.0, "fp16") / 10
+    # small gradients: predivide flushes, fp32 accumulation does not
+    assert pr.experiment(64, 1e-6, "predivide", numel=2048)["flushed_to_zero"] > 0
+    assert pr.experiment(64, 1e-6, "fp32_accumulate", numel=2048)["flushed_to_zero"] == 0
+    res = pr.error_vs_world_size([2, 8], 1.0, strategies=("fp16", "bf16"), numel=512)
+    assert set(res) == {"fp16", "bf16"} and res["bf16"][0][1] > res["fp16"][0][1]  # bf16 keeps fewer bits

@@ -69,3 +69,12 @@ def test_alpha_beta_fit_figure():
     top, bottom = fig.axes
     assert "α = 10.0 µs" in top.get_legend().get_texts()[1].get_text()
     assert np.allclose(bottom.lines[0].get_ydata(), 0, atol=1e-9)
+
+
+def test_reduction_explorer_reports_losses():
+    box = widgets.reduction_explorer(numel=1024)
+    (p, mag), strategy, out = box.children[0].children, box.children[1], box.children[2]
+    p.value, mag.value = 64, 3000.0
+    assert "values lost" in out.value and "inf" in out.value
+    strategy.value = "fp32_accumulate"
+    assert "all values kept" in out.value
