@@ -236,3 +236,69 @@ def ch2_fastest(answer, op: str, nbytes: float, world_size: int, link) -> Verdic
     b = cost.breakdown(op, nbytes, world_size, link, answer)
     return Verdict(False, f"{answer} takes {times[answer] * 1e6:.1f} µs here, mostly its {b['bottleneck']} term. "
                           f"Compare the number of messages (α) and the bytes (β) of each algorithm at this size.")
+
+
+# ------------------------------------------------------------------------------ chapter 3
+def ch3_overflow_world_size(answer, value: float = 3000.0) -> Verdict:
+    """The smallest number of ranks whose fp16 sum of `value` (one per rank) overflows."""
+    import torch
+
+    from commlib import precision
+
+    bad = _first_problem(_missing(answer), _number(answer, "the number of ranks"))
+    if bad is not None:
+        return bad
+    p = 2
+    while not torch.isinf(precision.simulate_reduction([torch.tensor([value])] * p, "fp16", "sequential")).any():
+        p += 1
+    if answer == p:
+        return Verdict(True, f"{p} x {value:g} = {p * value:g} > 65504 (fp16's max): the sum is inf, although the "
+                             f"mean, {value:g}, fits easily.")
+    if answer == p - 1:
+        return Verdict(False, f"{p - 1} x {value:g} = {(p - 1) * value:g} still fits under 65504.")
+    if abs(answer - 65504 / value) < 1:
+        return Verdict(False, "ranks come in whole numbers: the smallest p whose sum passes 65504.")
+    return Verdict(False, "the sum of p copies passes fp16's largest finite value, 65504, at which p?")
+
+
+def ch3_predivide_factor(answer, world_size: int = 32) -> Verdict:
+    """FSDP's gradient predivide factor for world_size."""
+    from commlib import precision
+
+    bad = _first_problem(_missing(answer), _number(answer, "the factor"))
+    if bad is not None:
+        return bad
+    f = precision.predivide_factor(world_size)
+    if answer == f:
+        return Verdict(True, f"f = {f}: divide by {f} before the sum and by {world_size}/{f} = {world_size / f:g} after.")
+    if answer == world_size:
+        return Verdict(False, "that is plain pre-division (all of it before the sum). FSDP splits it in two.")
+    if answer == world_size ** 0.5:
+        return Verdict(False, "close to the idea (about sqrt(p)), but f is a power of two: double f while p % f == 0 "
+                              "and p / f > f.")
+    return Verdict(False, "start at f = 1 and double it while p % f == 0 and p / f > f.")
+
+
+def ch3_safe_strategy(answer, world_size: int = 64) -> Verdict:
+    """The strategy that, on world_size ranks, neither overflows gradients ~3000 nor flushes more of gradients
+    ~1e-6 than casting to fp16 does, while sending 2 bytes per value."""
+    from commlib import precision
+
+    bad = _missing(answer)
+    if bad is not None:
+        return bad
+    if answer not in precision.STRATEGIES:
+        return Verdict(False, f"choose one of {precision.STRATEGIES}.")
+    big = precision.experiment(world_size, 3000.0, answer)
+    small = precision.experiment(world_size, 1e-6, answer)
+    base = precision.experiment(world_size, 1e-6, "fp32_accumulate")["flushed_to_zero"]
+    overflow = big["inf"] + big["nan"]
+    if answer == "fp32_accumulate":
+        return Verdict(False, "it is safe, but its partial sums travel in fp32: 4 bytes per value, twice the traffic.")
+    if overflow:
+        return Verdict(False, f"{answer} loses {overflow} values to overflow with gradients ~3000 on {world_size} ranks.")
+    if small["flushed_to_zero"] > base:
+        return Verdict(False, f"{answer} flushes {small['flushed_to_zero']} small gradients to zero "
+                              f"(casting to fp16 alone flushes {base}).")
+    return Verdict(True, f"{answer}: no overflow, nothing flushed, 2 bytes per value. The price is precision: "
+                         f"mean relative error {big['mean_rel_error']:.1e} (8 bits of mantissa).")

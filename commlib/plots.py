@@ -131,7 +131,9 @@ def precision_vs_world_size(world_sizes, results: dict, magnitude: float):
     fig, (lost, err) = plt.subplots(1, 2, figsize=(10, 3.6))
     for i, (name, rows) in enumerate(results.items()):
         lost.semilogx(world_sizes, [r[0] * 100 for r in rows], "o-", base=2, color=f"C{i}", label=name)
-        err.loglog(world_sizes, [max(r[1], 1e-9) for r in rows], "o-", base=2, color=f"C{i}", label=name)
+        err.plot(world_sizes, [max(r[1], 1e-9) for r in rows], "o-", color=f"C{i}", label=name)
+    err.set_xscale("log", base=2)
+    err.set_yscale("log")  # errors in powers of ten, ranks in powers of two
     lost.set_title(f"values lost (inf, nan or 0), gradients ~ {magnitude:g}")
     lost.set_ylabel("% of gradient values")
     err.set_title("mean relative error of the values kept")

@@ -173,3 +173,18 @@ def test_ch2_fastest():
     assert not v.ok and "latency term" in v.message
     assert ex.ch2_fastest("ring", "all_reduce", 1e9, 8, "ib_ndr").ok or ex.ch2_fastest("rabenseifner", "all_reduce", 1e9, 8, "ib_ndr").ok
     assert "choose one of" in ex.ch2_fastest("bcube", "all_reduce", 1e9, 8, "ib_ndr").message
+
+
+def test_ch3_checkers():
+    assert ex.ch3_overflow_world_size(22).ok
+    assert "still fits" in ex.ch3_overflow_world_size(21).message
+    assert "whole numbers" in ex.ch3_overflow_world_size(65504 / 3000).message
+    assert ex.ch3_predivide_factor(8, 32).ok
+    assert "plain pre-division" in ex.ch3_predivide_factor(32, 32).message
+    assert "power of two" in ex.ch3_predivide_factor(32 ** 0.5, 32).message
+    assert ex.ch3_safe_strategy("bf16").ok
+    assert "4 bytes" in ex.ch3_safe_strategy("fp32_accumulate").message
+    assert "overflow" in ex.ch3_safe_strategy("fp16").message
+    assert "overflow" in ex.ch3_safe_strategy("pre_post_divide").message
+    assert "flushes" in ex.ch3_safe_strategy("predivide").message
+    assert "choose one of" in ex.ch3_safe_strategy("fp8").message
