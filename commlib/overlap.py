@@ -1,0 +1,253 @@
+"""Overlapping gradient communication with the backward pass: a timeline model, and a small DDP.
+
+simulate(compute_s, comm_s, overlap) lays out one backward pass that produces gradient buckets one
+after another (bucket i is ready once compute_s[0..i] have run) and one communication stream that
+all-reduces them in order. Without overlap every all-reduce waits for the end of backward:
+
+    step = compute + comm                                   (no overlap)
+    step = compute + comm - overlapped  >=  max(compute, comm) + (what the last bucket leaves exposed)
+
+The last bucket can only start once backward has finished, so its communication is never hidden.
+BucketedDDP does the same with real gradients and real collectives, inside a rank.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from numbers import Real
+
+from commlib import cost
+
+DDP_BUCKET_CAP_MB = 25.0     # torch DDP's default bucket_cap_mb (MiB)
+DDP_FIRST_BUCKET_MB = 1.0    # torch DDP caps its first bucket at 1 MiB so communication starts early
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str      # "compute" or "comm"
+    bucket: int
+    start: float
+    end: float
+
+
+@dataclass
+class Timeline:
+    """Events of one backward pass with its gradient communication (seconds from the start of backward)."""
+
+    events: list[Event] = field(default_factory=list)
+
+    @property
+    def compute_s(self) -> float:
+        return sum(e.end - e.start for e in self.events if e.kind == "compute")
+
+    @property
+    def comm_s(self) -> float:
+        return sum(e.end - e.start for e in self.events if e.kind == "comm")
+
+    @property
+    def total_s(self) -> float:
+        return max((e.end for e in self.events), default=0.0)
+
+    @property
+    def exposed_comm_s(self) -> float:
+        """The time the step is longer than its computation: communication nothing hid."""
+        return self.total_s - max((e.end for e in self.events if e.kind == "compute"), default=0.0)
+
+    @property
+    def overlap_fraction(self) -> float:
+        """Share of the communication that ran while backward was still computing."""
+        comm = self.comm_s
+        return 0.0 if comm == 0 else (comm - self.exposed_comm_s) / comm
+
+    def max_in_flight(self, bucket_bytes: list[float]) -> float:
+        """The most bytes of buckets that are ready but not yet reduced at any moment: the gradient memory
+        that cannot be released (or reused) until its all-reduce finishes."""
+        ready = {e.bucket: e.end for e in self.events if e.kind == "compute"}
+        done = {e.bucket: e.end for e in self.events if e.kind == "comm"}
+        moments = sorted(set(ready.values()))
+        return max((sum(b for i, b in enumerate(bucket_bytes) if ready[i] <= t < done[i]) for t in moments), default=0.0)
+
+
+def _seconds_list(name: str, values) -> list[float]:
+    values = list(values)
+    if not values:
+        raise ValueError(f"{name} must list at least one bucket")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, Real) or not v >= 0:
+            raise ValueError(f"{name} must hold seconds >= 0, got {v!r}")
+    return [float(v) for v in values]
+
+
+def simulate(compute_s, comm_s, overlap: bool = True) -> Timeline:
+    """Per bucket, in order of readiness: compute_s[i] of backward produces bucket i, comm_s[i] all-reduces it.
+    One communication stream. overlap=False starts the first all-reduce only when backward has finished."""
+    compute, comm = _seconds_list("compute_s", compute_s), _seconds_list("comm_s", comm_s)
+    if len(compute) != len(comm):
+        raise ValueError(f"compute_s and comm_s need one entry per bucket, got {len(compute)} and {len(comm)}")
+    events, t, ready = [], 0.0, []
+    for i, c in enumerate(compute):
+        events.append(Event("compute", i, t, t + c))
+        t += c
+        ready.append(t)
+    stream = 0.0 if overlap else t
+    for i, c in enumerate(comm):
+        start = max(ready[i], stream)
+        events.append(Event("comm", i, start, start + c))
+        stream = start + c
+    return Timeline(events)
+
+
+def make_buckets(param_bytes, bucket_cap_mb: float = DDP_BUCKET_CAP_MB,
+                 first_bucket_mb: float = DDP_FIRST_BUCKET_MB) -> list[list[int]]:
+    """Group parameters (given in forward order, by size in bytes) into buckets as torch DDP does: in
+    reverse order, since backward produces the last layer's gradients first; the first bucket capped at
+    first_bucket_mb, the others at bucket_cap_mb (MiB). -> lists of parameter indices, first bucket first."""
+    for name, v in (("bucket_cap_mb", bucket_cap_mb), ("first_bucket_mb", first_bucket_mb)):
+        if isinstance(v, bool) or not isinstance(v, Real) or not v > 0:
+            raise ValueError(f"{name} must be a number of MiB > 0, got {v!r}")
+    buckets, current, size = [], [], 0.0
+    cap = first_bucket_mb * 2**20
+    for i in reversed(range(len(param_bytes))):
+        current.append(i)
+        size += param_bytes[i]
+        if size >= cap:
+            buckets.append(current)
+            current, size, cap = [], 0.0, bucket_cap_mb * 2**20
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+def buckets_from_layers(param_bytes, backward_s, world_size: int, link, bucket_cap_mb: float = DDP_BUCKET_CAP_MB,
+                        first_bucket_mb: float = DDP_FIRST_BUCKET_MB, algorithm: str = "ring",
+                        gamma: float = 0.0) -> tuple[list[float], list[float], list[float]]:
+    """Layers in forward order (gradient bytes, backward seconds) -> per bucket, in order of readiness:
+    (backward seconds that produce it, all-reduce seconds from the cost model, bytes)."""
+    if len(param_bytes) != len(backward_s):
+        raise ValueError(f"param_bytes and backward_s need one entry per layer, got {len(param_bytes)} and {len(backward_s)}")
+    compute, comm, sizes = [], [], []
+    for bucket in make_buckets(param_bytes, bucket_cap_mb, first_bucket_mb):
+        nbytes = float(sum(param_bytes[i] for i in bucket))
+        compute.append(float(sum(backward_s[i] for i in bucket)))
+        comm.append(cost.collective_time("all_reduce", nbytes, world_size, link, algorithm, gamma))
+        sizes.append(nbytes)
+    return compute, comm, sizes
+
+
+# ------------------------------------------------------------------------------------- a small DDP
+class BucketedDDP:
+    """Data parallelism with bucketed, overlapped gradient all-reduce, for use inside a rank.
+
+        model = BucketedDDP(module, bucket_cap_mb=25.0, overlap=True)
+        loss = loss_fn(model(x), y); loss.backward(); optimizer.step()   # grads averaged over ranks
+
+    As torch DDP does: parameters are broadcast from rank 0 at construction; buckets hold the
+    gradients in reverse parameter order (first bucket 1 MiB, then bucket_cap_mb MiB); a hook on each
+    parameter copies its gradient, times 1/p, into its bucket; a full bucket is all-reduced
+    asynchronously (in bucket order) while backward goes on; the end of backward waits for all of them
+    and writes the averages back to .grad. overlap=False starts the all-reduces only after backward.
+    `timeline` holds the last step's real intervals (an overlap.Timeline, seconds from the end of forward).
+    """
+
+    def __init__(self, module, bucket_cap_mb: float = DDP_BUCKET_CAP_MB, overlap: bool = True,
+                 first_bucket_mb: float = DDP_FIRST_BUCKET_MB):
+        import torch
+        import torch.distributed as dist
+
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+        if not dist.is_initialized():
+            raise RuntimeError("BucketedDDP runs inside a rank: initialise torch.distributed first (a Cluster does)")
+        self.module, self.overlap = module, bool(overlap)
+        self.world_size = dist.get_world_size()
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        with torch.no_grad():  # start from rank 0's weights, as torch DDP does
+            for t in list(module.parameters()) + list(module.buffers()):
+                dist.broadcast(t, src=0)
+        sizes = [p.numel() * p.element_size() for p in self.params]
+        self.buckets = make_buckets(sizes, bucket_cap_mb, first_bucket_mb)
+        self.bucket_bytes = [float(sum(sizes[i] for i in b)) for b in self.buckets]
+        self._where = {}  # param index -> (bucket, offset)
+        self._buffers = []
+        for b, members in enumerate(self.buckets):
+            offset = 0
+            for i in members:
+                self._where[i] = (b, offset)
+                offset += self.params[i].numel()
+            self._buffers.append(torch.empty(offset, dtype=self.params[members[0]].dtype,
+                                             device=self.params[members[0]].device))
+        self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook(i)) for i, p in enumerate(self.params)]
+        self.timeline = Timeline()
+        self._reset()
+
+    def __call__(self, *args, **kwargs):
+        out = self.module(*args, **kwargs)
+        self._reset()
+        return out
+
+    def parameters(self):
+        return self.module.parameters()
+
+    def _reset(self) -> None:
+        self._t0 = time.perf_counter()
+        self._pending = [len(b) for b in self.buckets]
+        self._ready_at = [None] * len(self.buckets)
+        self._works, self._launched_at, self._done_at = [], [None] * len(self.buckets), [None] * len(self.buckets)
+        self._next = 0
+        self._queued = False
+
+    def _make_hook(self, i: int):
+        def hook(param):
+            import torch
+
+            if not self._queued:  # once per backward: wait for the all-reduces when backward ends
+                torch.autograd.Variable._execution_engine.queue_callback(self._finish)
+                self._queued = True
+            b, off = self._where[i]
+            view = self._buffers[b][off:off + param.numel()]
+            torch.mul(param.grad.reshape(-1), 1.0 / self.world_size, out=view)
+            self._pending[b] -= 1
+            if self._pending[b] == 0:
+                self._ready_at[b] = time.perf_counter()
+                if self.overlap:
+                    self._launch_ready()
+        return hook
+
+    def _launch(self, b: int) -> None:
+        import torch.distributed as dist
+
+        self._launched_at[b] = time.perf_counter()
+        work = dist.all_reduce(self._buffers[b], async_op=True)
+        work.get_future().then(lambda _f, b=b: self._done_at.__setitem__(b, time.perf_counter()))
+        self._works.append(work)
+
+    def _launch_ready(self) -> None:
+        while self._next < len(self.buckets) and self._pending[self._next] == 0:  # strictly in bucket order
+            self._launch(self._next)
+            self._next += 1
+
+    def _finish(self) -> None:
+        missing = [i for b, n in enumerate(self._pending) if n for i in self.buckets[b]
+                   if self.params[i].grad is None or self._ready_at[b] is None]
+        if any(self._pending):
+            raise RuntimeError(f"parameters {sorted(missing)[:10]} got no gradient in this backward; BucketedDDP "
+                               "needs every parameter to be used in every step")
+        if not self.overlap:
+            for b in range(len(self.buckets)):
+                self._launch(b)
+        for w in self._works:
+            w.wait()
+        end = time.perf_counter()
+        for b, members in enumerate(self.buckets):
+            for i in members:
+                _, off = self._where[i]
+                p = self.params[i]
+                p.grad.copy_(self._buffers[b][off:off + p.numel()].view_as(p.grad))
+        events, prev = [], 0.0
+        for b in range(len(self.buckets)):
+            ready = self._ready_at[b] - self._t0
+            events.append(Event("compute", b, prev, ready))
+            prev = ready
+            events.append(Event("comm", b, self._launched_at[b] - self._t0, (self._done_at[b] or end) - self._t0))
+        self.timeline = Timeline(events)

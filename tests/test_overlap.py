@@ -1,0 +1,159 @@
+"""commlib.overlap: hand-computed timelines, DDP's bucketing, and BucketedDDP against torch DDP."""
+
+import sys
+
+import cloudpickle
+import pytest
+import torch
+import torch.distributed as dist
+
+import commlib as cl
+from commlib import cost, overlap
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+MiB = 2**20
+
+
+def test_without_overlap_the_step_is_the_sum():
+    tl = overlap.simulate([0.01, 0.02, 0.03], [0.005, 0.005, 0.01], overlap=False)
+    assert tl.total_s == pytest.approx(0.06 + 0.02)
+    assert tl.exposed_comm_s == pytest.approx(0.02) and tl.overlap_fraction == 0.0
+    comm = [e for e in tl.events if e.kind == "comm"]
+    assert comm[0].start == pytest.approx(0.06) and comm[-1].end == pytest.approx(0.08)
+
+
+def test_comm_shorter_than_compute_leaves_only_the_last_bucket_exposed():
+    tl = overlap.simulate([0.010] * 3, [0.005] * 3)
+    comm = [x for e in tl.events if e.kind == "comm" for x in (e.start, e.end)]
+    assert comm == pytest.approx([0.01, 0.015, 0.02, 0.025, 0.03, 0.035])
+    assert tl.total_s == pytest.approx(0.030 + 0.005)
+    assert tl.exposed_comm_s == pytest.approx(0.005)
+    assert tl.overlap_fraction == pytest.approx(10 / 15)
+
+
+def test_comm_bound_queue_on_one_stream():
+    tl = overlap.simulate([0.001] * 3, [0.010] * 3)
+    assert tl.total_s == pytest.approx(0.001 + 0.030)  # the stream never idles after the first bucket
+    assert tl.exposed_comm_s == pytest.approx(0.031 - 0.003)
+
+
+def test_the_classic_100ms_compute_80ms_comm():
+    assert overlap.simulate([0.100], [0.080]).total_s == pytest.approx(0.180)  # one bucket: nothing to overlap
+    tl = overlap.simulate([0.010] * 10, [0.008] * 10)
+    assert tl.total_s == pytest.approx(0.108)  # compute + the last bucket's 8 ms
+    assert tl.total_s != pytest.approx(max(0.100, 0.080))  # "max(compute, comm)" forgets the last bucket
+
+
+def test_memory_in_flight():
+    tl = overlap.simulate([0.001] * 3, [0.010] * 3)  # comm-bound: buckets pile up
+    assert tl.max_in_flight([1.0, 2.0, 4.0]) == 7.0
+    tl = overlap.simulate([0.010] * 3, [0.005] * 3)  # each bucket done before the next is ready
+    assert tl.max_in_flight([1.0, 2.0, 4.0]) == 4.0
+
+
+def test_buckets_like_torch_ddp():
+    # forward order: 6 layers of 3 MiB; backward meets the last first; the first bucket closes at >= 1 MiB
+    assert overlap.make_buckets([3 * MiB] * 6, bucket_cap_mb=5) == [[5], [4, 3], [2, 1], [0]]
+    assert overlap.make_buckets([3 * MiB] * 6, bucket_cap_mb=100) == [[5], [4, 3, 2, 1, 0]]
+    compute, comm, sizes = overlap.buckets_from_layers([3 * MiB] * 6, [0.01] * 6, 8, "nvlink4", bucket_cap_mb=5)
+    assert sizes == [3 * MiB, 6 * MiB, 6 * MiB, 3 * MiB] and compute == pytest.approx([0.01, 0.02, 0.02, 0.01])
+    assert comm[1] == pytest.approx(cost.collective_time("all_reduce", 6 * MiB, 8, "nvlink4"))
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: overlap.simulate([], []), "at least one bucket"),
+    (lambda: overlap.simulate([0.1], [0.1, 0.2]), "one entry per bucket"),
+    (lambda: overlap.simulate([-0.1], [0.1]), "seconds >= 0"),
+    (lambda: overlap.make_buckets([1], bucket_cap_mb=0), "bucket_cap_mb"),
+    (lambda: overlap.buckets_from_layers([1, 2], [0.1], 2, "nvlink4"), "one entry per layer"),
+])
+def test_bad_inputs(call, words):
+    with pytest.raises(ValueError) as info:
+        call()
+    assert words in str(info.value)
+
+
+def make_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(),
+                               torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+
+
+def grads_both_ways(bucket_cap_mb, use_overlap, steps=2):
+    torch.manual_seed(1000 + dist.get_rank())  # different data and different initial weights per rank
+    data = [(torch.randn(32, 64), torch.randint(0, 10, (32,))) for _ in range(steps)]
+    ours = overlap.BucketedDDP(make_model(), bucket_cap_mb=bucket_cap_mb, overlap=use_overlap, first_bucket_mb=0.1)
+    theirs = torch.nn.parallel.DistributedDataParallel(make_model(), bucket_cap_mb=bucket_cap_mb)
+    opt_a = torch.optim.SGD(ours.parameters(), lr=0.1)
+    opt_b = torch.optim.SGD(theirs.parameters(), lr=0.1)
+    out = []
+    for x, y in data:
+        for model, opt in ((ours, opt_a), (theirs, opt_b)):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+        out.append(([p.grad.clone() for p in ours.parameters()], [p.grad.clone() for p in theirs.parameters()]))
+    tl = ours.timeline
+    return out, len(ours.buckets), [(e.kind, e.start, e.end) for e in tl.events]
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_bucketed_ddp_gradients_equal_torch_ddps(world_size):
+    with cl.Cluster(world_size=world_size, timeout=120) as c:
+        for cap, use_overlap in [(0.25, True), (25.0, True), (0.25, False)]:
+            results = c.run(grads_both_ways, cap, use_overlap)
+            for rank, (steps, n_buckets, events) in enumerate(results):
+                for ours, theirs in steps:
+                    for a, b in zip(ours, theirs):
+                        if world_size == 2:  # a + b: any summation order gives the same bits
+                            assert torch.equal(a, b), (cap, use_overlap, rank)
+                        else:
+                            assert torch.allclose(a, b, rtol=1e-6, atol=1e-7), (cap, use_overlap, rank)
+                # layers (backward order) 40 B, 10 KiB, 1 KiB, 256 KiB | 1 KiB, 256 KiB | 1 KiB, 64 KiB: the first
+                # bucket closes at >= 0.1 MiB, the next at >= 0.25 MiB -> 3 buckets; with a 25 MiB cap, 2
+                assert n_buckets == (2 if cap == 25.0 else 3) and len(events) == 2 * n_buckets
+                assert all(end >= start for _, start, end in events)
+            for rank_steps, *_ in results[1:]:  # every rank ends with the same averaged gradients
+                assert all(torch.equal(a, b) for a, b in zip(rank_steps[-1][0], results[0][0][-1][0]))
+
+
+def overlap_shows_in_the_timeline():
+    model = overlap.BucketedDDP(make_model(), bucket_cap_mb=0.1, first_bucket_mb=0.05)
+    x, y = torch.randn(256, 64), torch.randint(0, 10, (256,))
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    tl = model.timeline
+    backward_end = max(e.end for e in tl.events if e.kind == "compute")
+    first_comm = min(e.start for e in tl.events if e.kind == "comm")
+    return len(model.buckets), first_comm < backward_end
+
+
+def test_overlap_starts_communication_during_backward():
+    with cl.Cluster(world_size=2, timeout=60) as c:
+        n_buckets, early = c.run(overlap_shows_in_the_timeline)[0]
+    assert n_buckets >= 3 and early
+
+
+def unused_parameter():
+    class TwoHeads(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.a(x)
+
+    model = overlap.BucketedDDP(TwoHeads(), first_bucket_mb=1e-6, bucket_cap_mb=1e-6)
+    model(torch.randn(2, 4)).sum().backward()
+
+
+def test_unused_parameters_give_a_clear_error():
+    with cl.Cluster(world_size=2, timeout=60) as c:
+        with pytest.raises(cl.RankError, match="got no gradient"):
+            c.run(unused_parameter)
+
+
+def test_bucketed_ddp_needs_a_module_and_a_process_group():
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        overlap.BucketedDDP(lambda x: x)
+    with pytest.raises(RuntimeError, match="inside a rank"):
+        overlap.BucketedDDP(torch.nn.Linear(2, 2))
