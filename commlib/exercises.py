@@ -302,3 +302,53 @@ def ch3_safe_strategy(answer, world_size: int = 64) -> Verdict:
                               f"(casting to fp16 alone flushes {base}).")
     return Verdict(True, f"{answer}: no overflow, nothing flushed, 2 bytes per value. The price is precision: "
                          f"mean relative error {big['mean_rel_error']:.1e} (8 bits of mantissa).")
+
+
+# ------------------------------------------------------------------------------ chapter 4
+def ch4_overlapped_step(answer, compute_s: float = 0.100, comm_s: float = 0.080, buckets: int = 10) -> Verdict:
+    """Step time (s) when backward (compute_s) and gradient all-reduce (comm_s) are split into `buckets`
+    equal buckets and overlapped on one communication stream."""
+    from commlib import overlap
+
+    bad = _first_problem(_missing(answer), _number(answer, "the step time in seconds"))
+    if bad is not None:
+        return bad
+    tl = overlap.simulate([compute_s / buckets] * buckets, [comm_s / buckets] * buckets)
+    want = tl.total_s
+    if _close(answer, want, 0.01):
+        return Verdict(True, f"{compute_s * 1e3:g} ms of backward, then the last bucket's {comm_s / buckets * 1e3:g} ms "
+                             f"that nothing can hide: {want * 1e3:g} ms.")
+    if _close(answer, max(compute_s, comm_s), 0.01):
+        return Verdict(False, "max(compute, comm) forgets the last bucket: it is ready only when backward ends.")
+    if _close(answer, compute_s + comm_s, 0.01):
+        return Verdict(False, "that is the step without overlap; with buckets most of the communication runs during backward.")
+    if _close(answer, abs(compute_s - comm_s), 0.01):
+        return Verdict(False, "overlap hides communication behind computation; it does not subtract one from the other.")
+    return Verdict(False, "draw the timeline: bucket i's all-reduce starts when its backward slice ends.")
+
+
+def ch4_best_bucket(answer, params: float = 1e8, layers: int = 96, backward_s: float = 0.1, world_size: int = 256,
+                    link: str = "ib_ndr", options=(1, 4, 25, 100, 400, 1600)) -> Verdict:
+    """Which bucket cap (MiB) among `options` gives the shortest overlapped step for this model and cluster?"""
+    from commlib import overlap
+
+    bad = _missing(answer)
+    if bad is not None:
+        return bad
+    if answer not in options:
+        return Verdict(False, f"choose one of {list(options)} (MiB).")
+    per_layer = params * 4 / layers
+
+    def step(cap):
+        c, m, _ = overlap.buckets_from_layers([per_layer] * layers, [backward_s / layers] * layers, world_size, link,
+                                              bucket_cap_mb=cap)
+        return overlap.simulate(c, m).total_s
+
+    times = {cap: step(cap) for cap in options}
+    best = min(times, key=times.get)
+    listing = ", ".join(f"{c} MiB: {t * 1e3:.1f} ms" for c, t in times.items())
+    if times[answer] <= times[best] * 1.001:
+        return Verdict(True, f"{listing}.")
+    if answer < best:
+        return Verdict(False, f"{answer} MiB makes many small all-reduces, and each pays the latency 2(p-1)·α. {listing}.")
+    return Verdict(False, f"{answer} MiB makes a few big buckets; the last one is exposed after backward. {listing}.")

@@ -142,3 +142,38 @@ def precision_vs_world_size(world_sizes, results: dict, magnitude: float):
     err.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def timeline(tl, ax=None, title: str = "", unit: float = 1e3):
+    """Gantt chart of an overlap.Timeline: backward compute on one row, the all-reduces on the other."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 1.9))
+    rows = {"compute": 1, "comm": 0}
+    for e in tl.events:
+        color = f"C{e.bucket % 10}"
+        ax.barh(rows[e.kind], (e.end - e.start) * unit, left=e.start * unit, height=0.6, color=color,
+                edgecolor="black", lw=0.5, alpha=0.85 if e.kind == "compute" else 0.6,
+                hatch=None if e.kind == "compute" else "//")
+    compute_end = max((e.end for e in tl.events if e.kind == "compute"), default=0.0)
+    ax.axvline(compute_end * unit, color="black", lw=1, ls=":")
+    ax.set_yticks([1, 0], ["backward", "all-reduce"])
+    ax.set_xlabel("ms" if unit == 1e3 else "s")
+    ax.set_xlim(0, max(tl.total_s * unit * 1.02, 1e-9))
+    ax.set_title(title or f"step {tl.total_s * unit:.1f} ms, exposed communication {tl.exposed_comm_s * unit:.1f} ms, "
+                          f"{tl.overlap_fraction:.0%} of communication hidden", fontsize=9.5)
+    return ax
+
+
+def bucket_sweep(caps_mb, steps_s, exposed_s, ax=None):
+    """Step time and exposed communication vs bucket size."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.4))
+    ax.semilogx(caps_mb, [s * 1e3 for s in steps_s], "o-", base=2, label="step")
+    ax.semilogx(caps_mb, [s * 1e3 for s in exposed_s], "s--", base=2, label="exposed communication")
+    best = min(range(len(caps_mb)), key=lambda i: steps_s[i])
+    ax.axvline(caps_mb[best], color="gray", ls=":", lw=1)
+    ax.set_xlabel("bucket cap (MiB)")
+    ax.set_ylabel("ms")
+    ax.legend(fontsize=8)
+    ax.set_title(f"best bucket cap here: {caps_mb[best]:g} MiB")
+    return ax

@@ -94,3 +94,41 @@ def reduction_explorer(numel: int = 4096) -> W.VBox:
         w.observe(update, names="value")
     update()
     return W.VBox([W.HBox([p, mag]), strategy, out])
+
+
+def overlap_explorer() -> W.VBox:
+    """A model of `layers` equal layers on `p` ranks over a link: pick the bucket cap and see the timeline."""
+    from commlib import cost, overlap
+
+    params = W.FloatLogSlider(value=1e9, base=10, min=7, max=11, step=0.25, description="parameters", readout_format=".2g")
+    layers = W.IntSlider(value=24, min=1, max=96, description="layers")
+    backward = W.FloatSlider(value=300, min=10, max=2000, step=10, description="backward ms")
+    link = W.Dropdown(options=list(cost.LINKS), value="ib_ndr", description="link")
+    p = W.IntSlider(value=16, min=2, max=512, description="ranks p")
+    cap = W.FloatLogSlider(value=25, base=2, min=-2, max=12, step=0.5, description="bucket MiB")
+    grad_bytes = W.Dropdown(options=[("fp32 (4 B)", 4), ("bf16/fp16 (2 B)", 2)], value=4, description="gradients")
+    text, out = W.HTML(), W.Output()
+
+    def update(_=None):
+        per_layer = params.value * grad_bytes.value / layers.value
+        compute, comm, sizes = overlap.buckets_from_layers([per_layer] * layers.value,
+                                                           [backward.value / 1e3 / layers.value] * layers.value,
+                                                           p.value, link.value, bucket_cap_mb=cap.value)
+        with_overlap = overlap.simulate(compute, comm, overlap=True)
+        without = overlap.simulate(compute, comm, overlap=False)
+        text.value = (f"{len(sizes)} buckets; communication {with_overlap.comm_s * 1e3:.1f} ms, backward "
+                      f"{with_overlap.compute_s * 1e3:.0f} ms.<br>Without overlap: step {without.total_s * 1e3:.1f} ms. "
+                      f"<b>With overlap: step {with_overlap.total_s * 1e3:.1f} ms</b>, exposed "
+                      f"{with_overlap.exposed_comm_s * 1e3:.1f} ms ({with_overlap.overlap_fraction:.0%} hidden); "
+                      f"at most {with_overlap.max_in_flight(sizes) / 2**20:,.0f} MiB of gradients waiting for "
+                      f"their all-reduce at once.")
+        fig, ax = plt.subplots(figsize=(9, 1.9))
+        plots.timeline(with_overlap, ax=ax)
+        out.outputs = ()
+        out.append_display_data(fig)
+        plt.close(fig)
+
+    for w in (params, layers, backward, link, p, cap, grad_bytes):
+        w.observe(update, names="value")
+    update()
+    return W.VBox([W.HBox([params, layers, backward]), W.HBox([link, p, grad_bytes]), cap, text, out])

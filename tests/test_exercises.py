@@ -188,3 +188,23 @@ def test_ch3_checkers():
     assert "overflow" in ex.ch3_safe_strategy("pre_post_divide").message
     assert "flushes" in ex.ch3_safe_strategy("predivide").message
     assert "choose one of" in ex.ch3_safe_strategy("fp8").message
+
+
+def test_ch4_checkers():
+    assert ex.ch4_overlapped_step(0.108).ok
+    assert "forgets the last bucket" in ex.ch4_overlapped_step(0.100).message
+    assert "without overlap" in ex.ch4_overlapped_step(0.180).message
+    assert "does not subtract" in ex.ch4_overlapped_step(0.020).message
+    from commlib import overlap
+
+    per_layer = 1e8 * 4 / 96  # ~4 MiB layers, 100 ms of backward, 256 ranks on InfiniBand NDR
+    times = {}
+    for cap in (1, 4, 25, 100, 400, 1600):
+        c, m, _ = overlap.buckets_from_layers([per_layer] * 96, [0.1 / 96] * 96, 256, "ib_ndr", bucket_cap_mb=cap)
+        times[cap] = overlap.simulate(c, m).total_s
+    assert min(times, key=times.get) == 25  # an interior optimum: the exercise has a point
+    assert times[1] > 2 * times[25] and times[1600] > 1.1 * times[25]
+    assert ex.ch4_best_bucket(25).ok
+    assert "latency" in ex.ch4_best_bucket(1).message
+    assert "exposed" in ex.ch4_best_bucket(1600).message
+    assert "choose one of" in ex.ch4_best_bucket(7).message

@@ -78,3 +78,17 @@ def test_reduction_explorer_reports_losses():
     assert "values lost" in out.value and "inf" in out.value
     strategy.value = "fp32_accumulate"
     assert "all values kept" in out.value
+
+
+def test_overlap_explorer_and_timeline():
+    from commlib import overlap
+
+    box = widgets.overlap_explorer()
+    text = box.children[3]
+    cap = box.children[2]
+    cap.value = 2**12
+    big = text.value
+    cap.value = 2**2
+    assert big != text.value and "With overlap" in text.value and "buckets" in text.value
+    ax = plots.timeline(overlap.simulate([0.01] * 3, [0.005] * 3))
+    assert len(ax.patches) == 6 and "step 35.0 ms" in ax.get_title()

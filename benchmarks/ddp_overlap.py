@@ -1,0 +1,88 @@
+"""Step time of commlib's BucketedDDP vs torch DDP (Gloo, same model, same bucket cap) vs no overlap.
+
+    python benchmarks/ddp_overlap.py [--world-size 2] [--layers 8] [--width 1024] [--batch 64] [--steps 12]
+
+Targets (issue 6): BucketedDDP / torch DDP <= 1.1; with overlap, most of the communication hidden
+when compute exceeds it. Each variant runs `steps` timed steps after 3 warm-up steps; median step.
+The no-communication baseline (plain module) gives compute alone; exposed communication =
+step - compute.
+"""
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+import commlib as cl
+from commlib import overlap
+
+
+def mlp(layers: int, width: int):
+    torch.manual_seed(0)
+    mods = []
+    for _ in range(layers):
+        mods += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    return torch.nn.Sequential(*mods)
+
+
+def measure(variant: str, layers: int, width: int, batch: int, steps: int, cap_mb: float):
+    model = mlp(layers, width)
+    if variant == "torch DDP":
+        model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cap_mb)
+    elif variant.startswith("BucketedDDP"):
+        model = overlap.BucketedDDP(model, bucket_cap_mb=cap_mb, overlap=variant.endswith("overlap"))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x = torch.randn(batch, width)
+    times = []
+    for i in range(steps + 3):
+        dist.barrier()
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+        if i >= 3:
+            times.append(time.perf_counter() - t0)
+    step = torch.tensor([statistics.median(times)])
+    dist.all_reduce(step, op=dist.ReduceOp.MAX)
+    tl = getattr(model, "timeline", None)
+    return step.item(), (tl.overlap_fraction if tl is not None and tl.events else None)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--world-size", type=int, default=2)
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--width", type=int, default=1024)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--bucket-cap-mb", type=float, default=overlap.DDP_BUCKET_CAP_MB)
+    ap.add_argument("--rounds", type=int, default=3, help="variants alternate; median over rounds")
+    a = ap.parse_args()
+    grad_mb = a.layers * (a.width * a.width + a.width) * 4 / 2**20
+    print(f"machine: {os.cpu_count()} cores; {a.world_size} ranks; MLP {a.layers} x {a.width}: {grad_mb:.0f} MiB "
+          f"of gradients; batch {a.batch}; bucket cap {a.bucket_cap_mb} MiB")
+    variants = ["no communication", "BucketedDDP overlap", "BucketedDDP no-overlap", "torch DDP"]
+    got = {v: [] for v in variants}
+    frac = {}
+    with cl.Cluster(world_size=a.world_size, timeout=1200) as c:
+        for _ in range(a.rounds):
+            for v in variants:
+                step, f = c.run(measure, v, a.layers, a.width, a.batch, a.steps, a.bucket_cap_mb)[0]
+                got[v].append(step)
+                frac.setdefault(v, []).append(f)
+    med = {v: statistics.median(ts) for v, ts in got.items()}
+    compute = med["no communication"]
+    for v in variants:
+        extra = f"  exposed comm {1e3 * (med[v] - compute):7.1f} ms" if v != "no communication" else ""
+        fr = [f for f in frac[v] if f is not None]
+        extra += f"  overlap fraction {statistics.median(fr):.0%}" if fr else ""
+        print(f"{v:>24}: step {med[v] * 1e3:8.1f} ms{extra}")
+    print(f"BucketedDDP (overlap) / torch DDP: {med['BucketedDDP overlap'] / med['torch DDP']:.3f}  (target <= 1.1)")
+    print(f"overlap / no-overlap: {med['BucketedDDP overlap'] / med['BucketedDDP no-overlap']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
