@@ -33,7 +33,7 @@ def measure(variant: str, layers: int, width: int, batch: int, steps: int, cap_m
     if variant == "torch DDP":
         model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cap_mb)
     elif variant.startswith("BucketedDDP"):
-        model = overlap.BucketedDDP(model, bucket_cap_mb=cap_mb, overlap=variant.endswith("overlap"))
+        model = overlap.BucketedDDP(model, bucket_cap_mb=cap_mb, overlap=variant == "BucketedDDP overlap")
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
     x = torch.randn(batch, width)
     times = []

@@ -58,7 +58,7 @@ class Timeline:
     def overlap_fraction(self) -> float:
         """Share of the communication that ran while backward was still computing."""
         comm = self.comm_s
-        return 0.0 if comm == 0 else (comm - self.exposed_comm_s) / comm
+        return 0.0 if comm == 0 else max(0.0, (comm - self.exposed_comm_s) / comm)  # measured: no -0.001
 
     def max_in_flight(self, bucket_bytes: list[float]) -> float:
         """The most bytes of buckets that are ready but not yet reduced at any moment: the gradient memory
@@ -244,10 +244,13 @@ class BucketedDDP:
                 _, off = self._where[i]
                 p = self.params[i]
                 p.grad.copy_(self._buffers[b][off:off + p.numel()].view_as(p.grad))
-        events, prev = [], 0.0
+        events, prev, stream = [], 0.0, 0.0
         for b in range(len(self.buckets)):
             ready = self._ready_at[b] - self._t0
             events.append(Event("compute", b, prev, ready))
             prev = ready
-            events.append(Event("comm", b, self._launched_at[b] - self._t0, (self._done_at[b] or end) - self._t0))
+            # one stream: an all-reduce launched while the previous one runs starts when that one is done
+            start = max(self._launched_at[b] - self._t0, stream)
+            stream = max(start, (self._done_at[b] or end) - self._t0)
+            events.append(Event("comm", b, start, stream))
         self.timeline = Timeline(events)
