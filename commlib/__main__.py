@@ -35,11 +35,20 @@ def _parser() -> argparse.ArgumentParser:
                    help="sweep all sizes this many times, interleaved, and keep each size's median (default 1)")
     b.add_argument("--timeout", default=600.0, type=float, help="seconds for the whole sweep (local Cluster)")
     b.add_argument("--json", action="store_true", help="print one JSON list of rows instead of the table")
+    lc = sub.add_parser("learner-copies", help="copies of the notebooks without the cells tagged 'solution'")
+    lc.add_argument("out_dir", help="folder to write the copies to")
+    lc.add_argument("notebooks", nargs="*", help="notebooks to copy (default: notebooks/NN_*.ipynb)")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "learner-copies":
+        from commlib.teaching import learner_copies
+
+        for path in learner_copies(args.out_dir, args.notebooks or None):
+            print(path)
+        return 0
     from commlib import bench
 
     kwargs = dict(op=args.op, algorithm=args.algorithm, min_bytes=args.min_bytes, max_bytes=args.max_bytes,

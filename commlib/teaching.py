@@ -1,0 +1,60 @@
+"""For instructors: learner copies of the notebooks, with the solutions taken out.
+
+    python -m commlib learner-copies OUT_DIR [NOTEBOOK ...]    # default: every notebook in notebooks/
+
+A cell is a solution when its metadata tags include "solution". Learner copies drop those cells,
+drop a "Solutions" heading left with nothing under it, and clear every output and execution count,
+so learners start from a clean notebook. Plain JSON: no Jupyter needed to run it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+SOLUTION_TAG = "solution"
+
+
+def _source(cell) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def is_solution(cell) -> bool:
+    return SOLUTION_TAG in cell.get("metadata", {}).get("tags", [])
+
+
+def strip_solutions(nb: dict) -> dict:
+    """A copy of the notebook (nbformat 4 as a dict) without solution cells, without a heading that only
+    introduced them ("### Solutions"), and without outputs."""
+    kept = []
+    for cell in nb["cells"]:
+        if is_solution(cell):
+            continue
+        if cell["cell_type"] == "markdown" and re.fullmatch(r"\s*#+\s*Solutions\s*", _source(cell), re.I):
+            continue
+        cell = dict(cell)
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+        kept.append(cell)
+    return {**nb, "cells": kept}
+
+
+def learner_copies(out_dir, notebooks=None) -> list[Path]:
+    """Write learner copies of `notebooks` (default: notebooks/NN_*.ipynb) into out_dir; -> the paths written."""
+    root = Path(__file__).resolve().parents[1]
+    paths = [Path(p) for p in notebooks] if notebooks else sorted((root / "notebooks").glob("[0-9]*.ipynb"))
+    if not paths:
+        raise ValueError("no notebooks given and none found in notebooks/")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in paths:
+        nb = json.loads(Path(path).read_text(encoding="utf-8"))
+        if nb.get("nbformat") != 4:
+            raise ValueError(f"{path}: only nbformat 4 notebooks are supported")
+        target = out / Path(path).name
+        target.write_text(json.dumps(strip_solutions(nb), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        written.append(target)
+    return written

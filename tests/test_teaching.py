@@ -1,0 +1,55 @@
+"""commlib.teaching: learner copies lose exactly the solution cells and all outputs."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from commlib import teaching
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
+
+
+def cells_of(path):
+    return json.loads(Path(path).read_text())["cells"]
+
+
+def test_strip_solutions_on_a_constructed_notebook():
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "markdown", "metadata": {}, "source": "**Exercise.** ..."},
+        {"cell_type": "code", "metadata": {}, "source": "answer = None", "outputs": [{"output_type": "stream"}],
+         "execution_count": 3},
+        {"cell_type": "markdown", "metadata": {}, "source": "### Solutions\n"},
+        {"cell_type": "code", "metadata": {"tags": ["solution"]}, "source": "answer = 42", "outputs": [],
+         "execution_count": 4},
+        {"cell_type": "code", "metadata": {}, "source": "c.close()", "outputs": [], "execution_count": 5},
+    ]}
+    out = teaching.strip_solutions(nb)
+    assert [c["source"] for c in out["cells"]] == ["**Exercise.** ...", "answer = None", "c.close()"]
+    assert all(c["outputs"] == [] and c["execution_count"] is None for c in out["cells"] if c["cell_type"] == "code")
+    assert len(nb["cells"]) == 5 and nb["cells"][1]["outputs"]  # the original is untouched
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_chapter_has_solutions_and_learner_copies_drop_them(tmp_path, path):
+    original = cells_of(path)
+    solutions = [c for c in original if teaching.is_solution(c)]
+    assert solutions, f"{path.name} has no cell tagged 'solution'"
+    (copy,) = teaching.learner_copies(tmp_path, [path])
+    cells = cells_of(copy)
+    assert not any(teaching.is_solution(c) for c in cells)
+    assert len(cells) == len(original) - len(solutions) - 1  # and the "### Solutions" heading
+    assert all(not c.get("outputs") for c in cells if c["cell_type"] == "code")
+    kept_sources = [teaching._source(c) for c in cells]
+    assert all(teaching._source(c) in kept_sources for c in original
+               if not teaching.is_solution(c) and "Solutions" not in teaching._source(c))
+
+
+def test_command_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "commlib", "learner-copies", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [p.name for p in NOTEBOOKS]
