@@ -352,3 +352,45 @@ def ch4_best_bucket(answer, params: float = 1e8, layers: int = 96, backward_s: f
     if answer < best:
         return Verdict(False, f"{answer} MiB makes many small all-reduces, and each pays the latency 2(p-1)·α. {listing}.")
     return Verdict(False, f"{answer} MiB makes a few big buckets; the last one is exposed after backward. {listing}.")
+
+
+# ------------------------------------------------------------------------------ chapter 5
+def ch5_chunked_time(answer, total_bytes: float, chunk_bytes: float, world_size: int, link) -> Verdict:
+    """Seconds to all-reduce total_bytes as total_bytes/chunk_bytes separate ring all-reduces."""
+    from commlib import cost
+
+    bad = _first_problem(_missing(answer), _number(answer, "the time in seconds"))
+    if bad is not None:
+        return bad
+    count = total_bytes / chunk_bytes
+    one = cost.collective_time("all_reduce", chunk_bytes, world_size, link, "ring")
+    want = count * one
+    whole = cost.collective_time("all_reduce", total_bytes, world_size, link, "ring")
+    if _close(answer, want):
+        b = cost.breakdown("all_reduce", chunk_bytes, world_size, link, "ring")
+        return Verdict(True, f"{count:g} all-reduces x {one * 1e6:.1f} µs = {want * 1e3:.3f} ms; latency is "
+                             f"{b['latency_s'] / one:.0%} of each. One big all-reduce: {whole * 1e3:.3f} ms.")
+    if _close(answer, whole):
+        return Verdict(False, "that is one all-reduce of the whole buffer. Here it goes out in many small ones, "
+                              "and each pays its own latency.")
+    if _close(answer, count * cost.breakdown("all_reduce", chunk_bytes, world_size, link, "ring")["bandwidth_s"]):
+        return Verdict(False, "you have the bandwidth terms; add each all-reduce's latency, 2(p-1)·α.")
+    return Verdict(False, "time one ring all-reduce of chunk_bytes (2(p-1)·α + 2(p-1)/p·n·β), then multiply by "
+                          "the number of chunks.")
+
+
+def ch5_exposed(answer, compute_s: float, comm_s: float, overlapped_s: float) -> Verdict:
+    """Exposed communication (s) from a profile: communication that ran with no compute beside it."""
+    bad = _first_problem(_missing(answer), _number(answer, "the exposed time in seconds"))
+    if bad is not None:
+        return bad
+    want = comm_s - overlapped_s
+    if _close(answer, want, 1e-6):
+        return Verdict(True, f"comm - overlapped = {comm_s * 1e3:g} - {overlapped_s * 1e3:g} = {want * 1e3:g} ms: "
+                             "that much shorter could the step be if all communication were hidden.")
+    if _close(answer, comm_s, 1e-6):
+        return Verdict(False, "not all communication is exposed: the overlapped part ran while compute went on.")
+    if _close(answer, compute_s + comm_s - overlapped_s, 1e-6):
+        return Verdict(False, "that is the busy time of the step (compute + exposed communication); ask only "
+                              "for the exposed part.")
+    return Verdict(False, "exposed = communication time minus the part that overlapped with compute.")

@@ -177,3 +177,37 @@ def bucket_sweep(caps_mb, steps_s, exposed_s, ax=None):
     ax.legend(fontsize=8)
     ax.set_title(f"best bucket cap here: {caps_mb[best]:g} MiB")
     return ax
+
+
+def profile_spans(report: dict, ax=None):
+    """A profile's merged compute and communication spans on two rows, exposed communication in red."""
+    from commlib.profiling import intersect, union
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 1.9))
+    compute, comm = report["compute_spans"], report["comm_spans"]
+    for row, spans, color in ((1, compute, "C0"), (0, comm, "C2")):
+        ax.broken_barh([(s * 1e3, (e - s) * 1e3) for s, e in spans], (row - 0.3, 0.6), color=color, alpha=0.8)
+    hidden = intersect(union(compute), union(comm))
+    exposed = [(s, e) for s, e in comm]
+    for hs, he in hidden:  # draw the exposed parts: comm minus the hidden parts
+        exposed = [piece for s, e in exposed for piece in ((s, min(e, hs)), (max(s, he), e)) if piece[1] > piece[0]]
+    ax.broken_barh([(s * 1e3, (e - s) * 1e3) for s, e in exposed], (-0.3, 0.6), color="#C44E52")
+    ax.set_yticks([1, 0], ["compute", "communication"])
+    ax.set_xlabel("ms")
+    ax.set_title(f"profiled step: compute {report['compute_s'] * 1e3:.1f} ms, communication {report['comm_s'] * 1e3:.1f} ms, "
+                 f"exposed (red) {report['exposed_comm_s'] * 1e3:.1f} ms, idle {report['idle_s'] * 1e3:.1f} ms", fontsize=9)
+    return ax
+
+
+def chunk_sweep(chunk_bytes, measured_s, predicted_s, total_bytes: int, ax=None):
+    """Time to all-reduce the same total in chunks of each size: measured and modelled."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.4))
+    ax.loglog(chunk_bytes, [t * 1e3 for t in measured_s], "o-", base=2, label="measured")
+    ax.loglog(chunk_bytes, [t * 1e3 for t in predicted_s], "--", base=2, label="α-β model")
+    ax.set_xlabel("chunk size (bytes)")
+    ax.set_ylabel("ms for all of it")
+    ax.set_title(f"all-reducing {total_bytes >> 20} MiB in chunks: latency x number of messages")
+    ax.legend(fontsize=8)
+    return ax

@@ -10,6 +10,11 @@ communication, the others compute). breakdown() does the interval arithmetic on 
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
+import sys
+import tempfile
 from dataclasses import dataclass
 
 COMM_PREFIXES = ("gloo:", "nccl:")
@@ -58,7 +63,8 @@ def intersect(a, b) -> list[tuple[float, float]]:
 
 def breakdown(intervals: list[Interval], wall: tuple[float, float] | None = None) -> dict:
     """compute_s, comm_s, overlapped_s, exposed_comm_s (communication with no compute beside it), idle_s
-    (neither), wall_s, and the collectives (name, start, duration, nbytes) in order."""
+    (neither), wall_s, the collectives (name, start, duration, nbytes) in order, and the merged
+    compute_spans / comm_spans (seconds from the start of the wall interval)."""
     compute = union((i.start, i.end) for i in intervals if i.kind == "compute")
     comm = union((i.start, i.end) for i in intervals if i.kind == "comm")
     if wall is None:
@@ -77,6 +83,8 @@ def breakdown(intervals: list[Interval], wall: tuple[float, float] | None = None
         "idle_s": (wall[1] - wall[0]) - length(busy),
         "collectives": [{"name": i.name, "start_s": i.start - t0, "duration_s": i.end - i.start, "nbytes": i.nbytes}
                         for i in sorted(intervals, key=lambda i: i.start) if i.kind == "comm"],
+        "compute_spans": [(s - t0, e - t0) for s, e in compute],
+        "comm_spans": [(s - t0, e - t0) for s, e in comm],
     }
 
 
@@ -113,6 +121,28 @@ def intervals_from_events(events, itemsize: int = 4) -> list[Interval]:
     return out
 
 
+_KINETO_CHATTER = re.compile(r"^(USDT|INFO|WARNING):\d{4}-\d\d-\d\d [\d:]+ \d+:\d+ \S+\] ")
+
+
+@contextlib.contextmanager
+def _without_profiler_chatter():
+    """The C++ profiler (Kineto) writes 'profiler_start/stop' lines straight to file descriptor 2, with times
+    and pids: into the notebook, unlabelled, different on every run. Catch fd 2 meanwhile; pass on the rest."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as catch:
+        os.dup2(catch.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            catch.seek(0)
+            kept = [ln for ln in catch.read().decode(errors="replace").splitlines() if not _KINETO_CHATTER.match(ln)]
+            if kept:
+                print("\n".join(kept), file=sys.stderr)
+
+
 def profile(step, *args, trace_path: str | None = None, warmup: int = 1, itemsize: int = 4, **kwargs) -> dict:
     """Inside a rank: run step(*args, **kwargs) `warmup` times, then once under torch.profiler -> breakdown().
     trace_path: also write a Chrome trace (open it in chrome://tracing or https://ui.perfetto.dev); a
@@ -126,7 +156,7 @@ def profile(step, *args, trace_path: str | None = None, warmup: int = 1, itemsiz
     for _ in range(warmup):
         step(*args, **kwargs)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-    with torch_profile(activities=activities, record_shapes=True) as prof:
+    with _without_profiler_chatter(), torch_profile(activities=activities, record_shapes=True) as prof:
         t0 = time.perf_counter()
         step(*args, **kwargs)
         if torch.cuda.is_available():
@@ -136,8 +166,59 @@ def profile(step, *args, trace_path: str | None = None, warmup: int = 1, itemsiz
         import torch.distributed as dist
 
         rank = dist.get_rank() if dist.is_initialized() else 0
-        prof.export_chrome_trace(trace_path.replace("{rank}", str(rank)))
+        path = trace_path.replace("{rank}", str(rank))
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        prof.export_chrome_trace(path)
     intervals = intervals_from_events(prof.events(), itemsize)
     report = breakdown(intervals)
     report["step_wall_s"] = wall_s  # the step as timed outside the profiler (the profiler's own cost included)
     return report
+
+
+# ------------------------------------------------------------------------ pathologies, inside a rank
+def time_in_chunks(total_bytes: int, chunk_bytes: int, repeats: int = 3) -> float:
+    """Inside a rank: seconds to all-reduce total_bytes sent as total_bytes/chunk_bytes separate all_reduce calls
+    (median of repeats, slowest rank): the "buffer too small" pathology when chunk_bytes is small."""
+    import statistics
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    if chunk_bytes < 4 or total_bytes < chunk_bytes:
+        raise ValueError(f"need 4 <= chunk_bytes <= total_bytes, got {chunk_bytes} and {total_bytes}")
+    data = torch.ones(total_bytes // 4)
+    chunks = list(data.split(chunk_bytes // 4))
+    times = []
+    for _ in range(repeats):
+        dist.barrier()
+        t0 = time.perf_counter()
+        for chunk in chunks:
+            dist.all_reduce(chunk)
+        times.append(time.perf_counter() - t0)
+    t = torch.tensor([statistics.median(times)])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
+def time_async(nbytes: int, wait: bool, repeats: int = 5) -> float:
+    """Inside a rank: seconds from launching dist.all_reduce(async_op=True) to ... the next line (wait=False),
+    or to the end of work.wait() (wait=True). Without the wait only the launch is timed. (On GPUs the same
+    holds for kernels without torch.cuda.synchronize().)"""
+    import statistics
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    x = torch.ones(nbytes // 4)
+    times = []
+    for _ in range(repeats):
+        dist.barrier()
+        t0 = time.perf_counter()
+        work = dist.all_reduce(x, async_op=True)
+        if wait:
+            work.wait()
+        times.append(time.perf_counter() - t0)
+        work.wait()  # never leave it running into the next iteration
+    return statistics.median(times)

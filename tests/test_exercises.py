@@ -208,3 +208,17 @@ def test_ch4_checkers():
     assert "latency" in ex.ch4_best_bucket(1).message
     assert "exposed" in ex.ch4_best_bucket(1600).message
     assert "choose one of" in ex.ch4_best_bucket(7).message
+
+
+def test_ch5_checkers():
+    from commlib import cost
+
+    t = cost.collective_time("all_reduce", 4096, 8, "ib_ndr", "ring")
+    assert ex.ch5_chunked_time(4096 * t, 16 << 20, 4096, 8, "ib_ndr").ok
+    assert "many small ones" in ex.ch5_chunked_time(
+        cost.collective_time("all_reduce", 16 << 20, 8, "ib_ndr"), 16 << 20, 4096, 8, "ib_ndr").message
+    bw = cost.breakdown("all_reduce", 4096, 8, "ib_ndr")["bandwidth_s"]
+    assert "latency" in ex.ch5_chunked_time(4096 * bw, 16 << 20, 4096, 8, "ib_ndr").message
+    assert ex.ch5_exposed(0.020, 0.080, 0.050, 0.030).ok
+    assert "overlapped part" in ex.ch5_exposed(0.050, 0.080, 0.050, 0.030).message
+    assert "busy time" in ex.ch5_exposed(0.100, 0.080, 0.050, 0.030).message

@@ -24,6 +24,7 @@ def test_breakdown_of_a_constructed_trace():
     assert b["idle_s"] == 1.0                          # 11-12
     assert [c["nbytes"] for c in b["collectives"]] == [100.0, 50.0]
     assert b["collectives"][1]["start_s"] == 8.0 and b["collectives"][1]["duration_s"] == 3.0
+    assert b["compute_spans"] == [(0.0, 4.0), (5.0, 9.0)] and b["comm_spans"] == [(3.0, 6.0), (8.0, 11.0)]
 
 
 def test_union_and_intersection():
@@ -80,3 +81,27 @@ def test_live_profile_of_a_ddp_step(tmp_path):
     for rank in (0, 1):
         trace = json.loads((tmp_path / f"trace_{rank}.json").read_text())
         assert any("gloo:all_reduce" in e.get("name", "") for e in trace["traceEvents"])
+
+
+def test_small_chunks_cost_more_and_async_without_wait_times_nothing():
+    with cl.Cluster(world_size=2, timeout=120) as c:
+        small = c.run(pf.time_in_chunks, 1 << 20, 4 << 10)[0]
+        big = c.run(pf.time_in_chunks, 1 << 20, 1 << 20)[0]
+        launch = c.run(pf.time_async, 8 << 20, False)[0]
+        waited = c.run(pf.time_async, 8 << 20, True)[0]
+    # 256 all-reduces of 4 KiB vs 1 of 1 MiB: at least 256 latencies against one. Not a speed test: the
+    # factor asserted (3x) is far below what any machine shows (hundreds of microseconds x 255).
+    assert small > 3 * big
+    assert waited > 3 * launch
+    with pytest.raises(ValueError, match="chunk_bytes"):
+        pf.time_in_chunks(10, 100)
+
+
+def test_profiler_chatter_is_dropped_and_other_stderr_kept(capfd):
+    import os
+
+    with pf._without_profiler_chatter():
+        os.write(2, b"USDT:2026-12-02 16:53:31 19494:19494 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
+        os.write(2, b"a real warning\n")
+    err = capfd.readouterr().err
+    assert "profiler_start" not in err and "a real warning" in err
