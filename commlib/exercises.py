@@ -328,7 +328,7 @@ def ch4_overlapped_step(answer, compute_s: float = 0.100, comm_s: float = 0.080,
 
 
 def ch4_best_bucket(answer, params: float = 1e8, layers: int = 96, backward_s: float = 0.1, world_size: int = 256,
-                    link: str = "ib_ndr", options=(1, 4, 25, 100, 400, 1600)) -> Verdict:
+                    link: str = "ib_ndr", options=(1, 4, 25, 100, 400, 1600), bytes_per_param: int = 4) -> Verdict:
     """Which bucket cap (MiB) among `options` gives the shortest overlapped step for this model and cluster?"""
     from commlib import overlap
 
@@ -337,7 +337,7 @@ def ch4_best_bucket(answer, params: float = 1e8, layers: int = 96, backward_s: f
         return bad
     if answer not in options:
         return Verdict(False, f"choose one of {list(options)} (MiB).")
-    per_layer = params * 4 / layers
+    per_layer = params * bytes_per_param / layers
 
     def step(cap):
         c, m, _ = overlap.buckets_from_layers([per_layer] * layers, [backward_s / layers] * layers, world_size, link,
@@ -394,3 +394,135 @@ def ch5_exposed(answer, compute_s: float, comm_s: float, overlapped_s: float) ->
         return Verdict(False, "that is the busy time of the step (compute + exposed communication); ask only "
                               "for the exposed part.")
     return Verdict(False, "exposed = communication time minus the part that overlapped with compute.")
+
+
+
+# ------------------------------------------------------------------------------ chapter 6: workshop
+WORKSHOP_MODEL = {"name": "a Llama-2-7B-sized model", "layers": 32, "grad_bytes": 2}
+WORKSHOP_CLUSTERS = {  # name -> (ranks, link): a ring is as fast as its slowest link, per direction
+    "8x H100, NVLink4": (8, "nvlink4"),
+    "2 nodes x 8 H100, InfiniBand NDR (one 400 Gb/s NIC per GPU)": (16, "ib_ndr"),
+}
+WORKSHOP_STEP = {"tokens_per_gpu": 4 * 4096, "peak_flops": 989e12, "mfu": 0.40}  # H100 SXM, BF16 dense
+
+
+def workshop_tensors() -> list[float]:
+    """Parameter counts in forward order, tensor by tensor (Llama-2-7B's shapes, norms left out):
+    embedding, 32 x (q, k, v, o: 4096 x 4096; gate, up, down: 4096 x 11008), LM head."""
+    d, ff, vocab = 4096, 11008, 32000
+    layer = [d * d] * 4 + [d * ff] * 3
+    return [vocab * d] + layer * WORKSHOP_MODEL["layers"] + [vocab * d]
+
+
+def workshop_params() -> float:
+    return float(sum(workshop_tensors()))
+
+
+def workshop_backward_s() -> float:
+    """Backward time per step: about 4 FLOPs per parameter per token (forward is 2 of the 6), at the given MFU."""
+    s = WORKSHOP_STEP
+    return 4 * workshop_params() * s["tokens_per_gpu"] / (s["peak_flops"] * s["mfu"])
+
+
+def _workshop_cluster(cluster: str):
+    if cluster not in WORKSHOP_CLUSTERS:
+        raise ValueError(f"cluster must be one of {list(WORKSHOP_CLUSTERS)}, got {cluster!r}")
+    return WORKSHOP_CLUSTERS[cluster]
+
+
+def workshop_comm_s(cluster: str) -> float:
+    from commlib import cost
+
+    p, link = _workshop_cluster(cluster)
+    return cost.collective_time("all_reduce", workshop_params() * WORKSHOP_MODEL["grad_bytes"], p, link, "ring")
+
+
+def workshop_timeline(cluster: str, bucket_cap_mb: float = 25.0):
+    """The overlapped backward of the workshop model on `cluster`: tensors bucketed as DDP does, each tensor's
+    backward time proportional to its size. -> overlap.Timeline"""
+    from commlib import overlap
+
+    p, link = _workshop_cluster(cluster)
+    tensors = workshop_tensors()
+    total = sum(tensors)
+    compute, comm, _ = overlap.buckets_from_layers([n * WORKSHOP_MODEL["grad_bytes"] for n in tensors],
+                                                   [workshop_backward_s() * n / total for n in tensors], p, link,
+                                                   bucket_cap_mb=bucket_cap_mb)
+    return overlap.simulate(compute, comm)
+
+
+def workshop_exposed_s(cluster: str, bucket_cap_mb: float = 25.0) -> float:
+    return workshop_timeline(cluster, bucket_cap_mb).exposed_comm_s
+
+
+def ws_comm_time(answer, cluster: str) -> Verdict:
+    """Seconds for one ring all-reduce of the workshop model's BF16 gradients on `cluster`."""
+    from commlib import cost
+
+    bad = _first_problem(_missing(answer), _number(answer, "the time in seconds"))
+    if bad is not None:
+        return bad
+    p, link = _workshop_cluster(cluster)
+    n = workshop_params() * WORKSHOP_MODEL["grad_bytes"]
+    want = workshop_comm_s(cluster)
+    bw = cost.LINKS[link].bandwidth
+    if _close(answer, want, 0.03):
+        return Verdict(True, f"2(p-1)/p x {n / 1e9:.2f} GB / {bw / 1e9:g} GB/s + 2(p-1)·α = {want * 1e3:.1f} ms.")
+    if _close(answer, want * 2, 0.05):
+        return Verdict(False, "BF16 gradients take 2 bytes per parameter, not 4.")
+    if _close(answer, n / bw, 0.05):
+        return Verdict(False, "n / B is one copy of the gradients over one link; a ring all-reduce sends 2(p-1)/p · n per rank.")
+    if _close(answer, want / 2, 0.05) or _close(answer, n * 2 * (p - 1) / p / (2 * bw), 0.05):
+        return Verdict(False, f"{bw / 1e9:g} GB/s is already per direction; do not double it.")
+    return Verdict(False, "t = 2(p-1)·α + 2(p-1)/p · n / B, with n = parameters x 2 bytes and B per direction.")
+
+
+def ws_backward_time(answer) -> Verdict:
+    """Seconds of backward per step for the workshop model and step (WORKSHOP_STEP)."""
+    bad = _first_problem(_missing(answer), _number(answer, "the time in seconds"))
+    if bad is not None:
+        return bad
+    want = workshop_backward_s()
+    if _close(answer, want, 0.03):
+        return Verdict(True, f"4 x {workshop_params():.4g} x {WORKSHOP_STEP['tokens_per_gpu']} / "
+                             f"({WORKSHOP_STEP['peak_flops']:.3g} x {WORKSHOP_STEP['mfu']}) = {want:.3f} s.")
+    if _close(answer, want * 1.5, 0.03):
+        return Verdict(False, "6 FLOPs per parameter per token is forward + backward; backward alone is about 4.")
+    if _close(answer, want * WORKSHOP_STEP["mfu"], 0.03):
+        return Verdict(False, "that assumes the GPU reaches its peak; divide by the achieved fraction (MFU) too.")
+    return Verdict(False, "backward ≈ 4 x parameters x tokens / (peak FLOP/s x MFU).")
+
+
+def ws_exposed(answer, cluster: str) -> Verdict:
+    """Exposed communication (s) per step on `cluster` with DDP's 25 MiB buckets, one layer after another."""
+    bad = _first_problem(_missing(answer), _number(answer, "the exposed time in seconds"))
+    if bad is not None:
+        return bad
+    want = workshop_exposed_s(cluster)
+    full = workshop_comm_s(cluster)
+    if _close(answer, want, 0.05) or abs(answer - want) < 1e-4:
+        return Verdict(True, f"{want * 1e3:.1f} ms of the {full * 1e3:.1f} ms all-reduce stays exposed: the last "
+                             f"bucket's, which can only start when backward ends.")
+    if _close(answer, full, 0.05):
+        return Verdict(False, "with bucketed overlap most of it runs during backward; only the tail is exposed.")
+    if answer == 0:
+        return Verdict(False, "the last bucket is ready only when backward ends: its all-reduce is always exposed.")
+    return Verdict(False, "build the buckets (overlap.buckets_from_layers) and simulate them (overlap.simulate).")
+
+
+def ws_best_bucket(answer, cluster: str, options=(25, 400, 1600, 6400)) -> Verdict:
+    """Which bucket cap (MiB) gives the shortest overlapped step for the workshop model on `cluster`?"""
+    bad = _missing(answer)
+    if bad is not None:
+        return bad
+    if answer not in options:
+        return Verdict(False, f"choose one of {list(options)} (MiB).")
+    steps = {cap: workshop_timeline(cluster, cap).total_s for cap in options}
+    best = min(steps.values())
+    listing = ", ".join(f"{cap} MiB: {t * 1e3:.1f} ms" for cap, t in steps.items())
+    smallest = min(workshop_tensors()) * WORKSHOP_MODEL["grad_bytes"]
+    if steps[answer] <= best * 1.001:
+        return Verdict(True, f"{listing}. Every tensor's gradient is {smallest / 2**20:.0f} MiB or more, so small caps "
+                             "already give about one bucket per tensor; big caps only make the last, exposed bucket bigger.")
+    return Verdict(False, f"{answer} MiB is slower: its last bucket, ready only at the end of backward, is bigger. "
+                          f"{listing}.")
