@@ -40,3 +40,48 @@ def test_init_from_env_outside_torchrun_says_how_to_launch(monkeypatch):
         cl.init_from_env()
     with pytest.raises(ValueError, match="backend"):
         cl.init_from_env(backend="mpi")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:  # the OS picks; released just before torchrun binds it (never hard-coded)
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def two_nodes(*script: str, timeout: float = 240) -> list[subprocess.CompletedProcess]:
+    """Two torchrun processes on 127.0.0.1 acting as two nodes of 2 ranks each (c10d rendezvous)."""
+    endpoint = f"127.0.0.1:{free_port()}"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={n}",
+                               "--nproc-per-node=2", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
+                               "--rdzv-id=commlib-test", *script],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for n in (0, 1)]
+    out = []
+    try:
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=timeout)
+            out.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return out
+
+
+def test_two_nodes_run_the_example_and_the_bench():
+    results = two_nodes("examples/torchrun_hello.py")
+    assert all(r.returncode == 0 for r in results), [r.stderr[-2000:] for r in results]
+    reports = [ast.literal_eval(m) for r in results for m in re.findall(r"\[rank \d+\] (\{[^}]*\})", r.stdout)]
+    assert sorted(r["rank"] for r in reports) == [0, 1, 2, 3]
+    assert {r["world_size"] for r in reports} == {4} and {r["all_reduce_sum"] for r in reports} == {10.0}
+    results = two_nodes("-m", "commlib", "bench", "--op", "all_reduce", "--algorithm", "ring", "--min-bytes", "1K",
+                        "--max-bytes", "4K", "--iters", "2", "--warmup", "1", "--json")
+    assert all(r.returncode == 0 for r in results), [r.stderr[-2000:] for r in results]
+    printed = [line for r in results for line in r.stdout.splitlines() if line.startswith("[{")]
+    assert len(printed) == 1  # only global rank 0 prints
+    rows = __import__("json").loads(printed[0])
+    assert [r["nbytes"] for r in rows] == [1024, 2048, 4096] and all(r["wrong"] == 0 for r in rows)
