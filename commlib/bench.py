@@ -204,7 +204,7 @@ def run_sweep(cluster, op: str = "all_reduce", algorithm: str = "builtin", min_b
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(todo) * repeats, desc=f"{op} {algorithm}", unit="size", leave=False)
+        bar = tqdm(total=len(todo) * repeats, desc=f"{op} {algorithm}", unit="size")  # leave=False: a closed widget shows "model not found" in JupyterLab
     runs = []
     try:
         for _ in range(repeats):
