@@ -80,6 +80,18 @@ class _Forward:
         return False
 
 
+def process_group_backend(backend: str) -> str:
+    """With NCCL, CUDA tensors go over NCCL and CPU tensors (as in the notebooks' examples) over Gloo."""
+    return "cpu:gloo,cuda:nccl" if backend == "nccl" else backend
+
+
+def uses_nccl() -> bool:
+    """True in a rank whose default group sends CUDA tensors over NCCL (put tensors on the GPU there)."""
+    import torch.distributed as dist
+
+    return "nccl" in str(dist.get_backend())
+
+
 def _results_to_cpu(result):
     import torch
     from torch.utils._pytree import tree_map_only
@@ -113,7 +125,7 @@ def rank_main(spec: dict, authkey: bytes) -> None:
         if backend == "nccl":
             torch.cuda.set_device(rank)
             kwargs["device_id"] = torch.device("cuda", rank)
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+        dist.init_process_group(process_group_backend(backend), store=store, rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=spec["pg_timeout"]), **kwargs)
     except BaseException:
         send(conn, ("err", None, traceback.format_exc()))

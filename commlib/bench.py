@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from commlib import algorithms as alg
 from commlib import cost
+from commlib._worker import uses_nccl
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
           "float64": torch.float64, "int32": torch.int32, "int64": torch.int64}
@@ -153,7 +154,7 @@ def sweep(op: str = "all_reduce", algorithm: str = "builtin", min_bytes: int = 1
     p = dist.get_world_size()
     tdtype = DTYPES[dtype]
     itemsize = torch.tensor([], dtype=tdtype).element_size()
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    device = torch.device("cuda", torch.cuda.current_device()) if uses_nccl() else torch.device("cpu")
     rows = []
     for nbytes in sizes(min_bytes, max_bytes, factor):
         count = max(nbytes // itemsize // p * p, p)  # whole elements, divisible by p (as nccl-tests)

@@ -15,7 +15,9 @@ def hello() -> dict:
     import torch.distributed as dist
 
     rank, p = dist.get_rank(), dist.get_world_size()
-    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    from commlib._worker import uses_nccl
+
+    device = "cuda" if uses_nccl() else "cpu"
     t = torch.tensor([float(rank + 1)], device=device)
     dist.all_reduce(t)
     return {"rank": rank, "world_size": p, "backend": dist.get_backend(), "host": socket.gethostname(),

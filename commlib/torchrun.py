@@ -21,7 +21,7 @@ def init_from_env(backend: str = "auto", timeout: float = 300.0) -> tuple[int, i
     import torch
     import torch.distributed as dist
 
-    from commlib._worker import loopback_interface
+    from commlib._worker import loopback_interface, process_group_backend
 
     if backend not in ("auto", "gloo", "nccl"):
         raise ValueError(f"backend must be one of ('auto', 'gloo', 'nccl'), got {backend!r}")
@@ -41,5 +41,5 @@ def init_from_env(backend: str = "auto", timeout: float = 300.0) -> tuple[int, i
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
         kwargs["device_id"] = torch.device("cuda", local_rank)
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout), **kwargs)
+    dist.init_process_group(process_group_backend(backend), timeout=datetime.timedelta(seconds=timeout), **kwargs)
     return dist.get_rank(), dist.get_world_size()
