@@ -94,6 +94,15 @@ def _check_pow2(op: str, algorithm: str, p: int) -> None:
         raise ValueError(f"{algorithm} {op} needs a power-of-two world_size, got {p}")
 
 
+def _validated(op: str, nbytes, world_size, algorithm: str) -> tuple[int, float]:
+    """Check an (op, algorithm) pair, the size and the world size together -> (p, n)."""
+    _check_op(op, algorithm)
+    p = _check_p(world_size)
+    n = _check_nbytes(nbytes)
+    _check_pow2(op, algorithm, p)
+    return p, n
+
+
 def is_power_of_two(p: int) -> bool:
     return p >= 1 and p & (p - 1) == 0
 
@@ -155,10 +164,7 @@ def bytes_sent_by_rank(op: str, nbytes: float, world_size: int, algorithm: str =
 
     Shards are whole elements of `itemsize` bytes (shard_sizes of nbytes / itemsize elements).
     """
-    _check_op(op, algorithm)
-    p = _check_p(world_size)
-    n = _check_nbytes(nbytes)
-    _check_pow2(op, algorithm, p)
+    p, n = _validated(op, nbytes, world_size, algorithm)
     if p == 1:
         return [0.0]
     numel = int(round(n / itemsize))
@@ -215,10 +221,7 @@ def bytes_sent_by_rank(op: str, nbytes: float, world_size: int, algorithm: str =
 def bytes_sent_per_rank(op: str, nbytes: float, world_size: int, algorithm: str = "ring") -> float:
     """Bytes sent by the busiest rank, closed form (n divisible by p). Ring all_reduce: 2(p-1)/p n;
     ring all_gather / reduce_scatter: (p-1)/p n; binomial broadcast: ceil(lg p) n; naive all_reduce: (p-1) n."""
-    _check_op(op, algorithm)
-    p = _check_p(world_size)
-    n = _check_nbytes(nbytes)
-    _check_pow2(op, algorithm, p)
+    p, n = _validated(op, nbytes, world_size, algorithm)
     frac = (p - 1) / p
     lg2 = p.bit_length() - 1            # floor(lg p)
     clg = (p - 1).bit_length()          # ceil(lg p)
@@ -262,10 +265,7 @@ def critical_path(op: str, nbytes: float, world_size: int, algorithm: str = "rin
     rabenseifner: (2 lg p, 2(p-1)/p n, (p-1)/p n); binomial broadcast: (ceil lg p, ceil lg p n, 0).
     Non-powers of two (recursive doubling, rabenseifner) add MPICH's fold and unfold: (2, 2n, n).
     """
-    _check_op(op, algorithm)
-    p = _check_p(world_size)
-    n = _check_nbytes(nbytes)
-    _check_pow2(op, algorithm, p)
+    p, n = _validated(op, nbytes, world_size, algorithm)
     if p == 1:
         return 0.0, 0.0, 0.0
     lg = math.log2(p)

@@ -8,6 +8,13 @@ import matplotlib.pyplot as plt
 from commlib import algorithms, plots
 
 
+def _show(out: W.Output, fig) -> None:
+    """Replace the picture in `out` with fig (works in a kernel and outside one, as in tests)."""
+    out.outputs = ()
+    out.append_display_data(fig)
+    plt.close(fig)
+
+
 def ring_stepper(events_by_rank, world_size: int) -> W.VBox:
     """Play / slider through a real ring all-reduce trace (one list of Events per rank), step by step."""
     states = algorithms.replay(events_by_rank, world_size)
@@ -18,11 +25,7 @@ def ring_stepper(events_by_rank, world_size: int) -> W.VBox:
     out = W.Output()
 
     def show(step: int) -> None:
-        fig, ax = plt.subplots(figsize=(2.0 + 1.6 * world_size, 1.2 + 0.55 * world_size))
-        plots.ring_step(states, events_by_rank, step, world_size, ax=ax)
-        out.outputs = ()  # replace the picture (works in a kernel and outside one, as in tests)
-        out.append_display_data(fig)
-        plt.close(fig)
+        _show(out, plots.ring_step(states, events_by_rank, step, world_size).figure)
 
     slider.observe(lambda change: show(change["new"]), names="value")
     show(0)
@@ -122,11 +125,7 @@ def overlap_explorer() -> W.VBox:
                       f"{with_overlap.exposed_comm_s * 1e3:.1f} ms ({with_overlap.overlap_fraction:.0%} hidden); "
                       f"at most {with_overlap.max_in_flight(sizes) / 2**20:,.0f} MiB of gradients waiting for "
                       f"their all-reduce at once.")
-        fig, ax = plt.subplots(figsize=(9, 1.9))
-        plots.timeline(with_overlap, ax=ax)
-        out.outputs = ()
-        out.append_display_data(fig)
-        plt.close(fig)
+        _show(out, plots.timeline(with_overlap).figure)
 
     for w in (params, layers, backward, link, p, cap, grad_bytes):
         w.observe(update, names="value")

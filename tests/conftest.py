@@ -1,4 +1,5 @@
 import contextlib
+import socket
 import time
 
 import psutil
@@ -42,3 +43,10 @@ def timeout_of(cluster, seconds: float):
         yield cluster
     finally:
         cluster.timeout = saved
+
+
+def free_port() -> int:
+    """A port the OS picks, released just before the caller's server binds it (never hard-coded)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -11,6 +11,7 @@ import pytest
 
 import commlib as cl
 from commlib import demos
+from conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,14 +41,6 @@ def test_init_from_env_outside_torchrun_says_how_to_launch(monkeypatch):
         cl.init_from_env()
     with pytest.raises(ValueError, match="backend"):
         cl.init_from_env(backend="mpi")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:  # the OS picks; released just before torchrun binds it (never hard-coded)
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def two_nodes(*script: str, timeout: float = 240) -> list[subprocess.CompletedProcess]:
