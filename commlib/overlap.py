@@ -196,6 +196,7 @@ class BucketedDDP:
         self._works, self._launched_at, self._done_at = [], [None] * len(self.buckets), [None] * len(self.buckets)
         self._next = 0
         self._queued = False
+        self._got_grad: set[int] = set()
 
     def _make_hook(self, i: int):
         def hook(param):
@@ -204,6 +205,7 @@ class BucketedDDP:
             if not self._queued:  # once per backward: wait for the all-reduces when backward ends
                 torch.autograd.Variable._execution_engine.queue_callback(self._finish)
                 self._queued = True
+            self._got_grad.add(i)
             b, off = self._where[i]
             view = self._buffers[b][off:off + param.numel()]
             torch.mul(param.grad.reshape(-1), 1.0 / self.world_size, out=view)
@@ -228,11 +230,10 @@ class BucketedDDP:
             self._next += 1
 
     def _finish(self) -> None:
-        missing = [i for b, n in enumerate(self._pending) if n for i in self.buckets[b]
-                   if self.params[i].grad is None or self._ready_at[b] is None]
         if any(self._pending):
-            raise RuntimeError(f"parameters {sorted(missing)[:10]} got no gradient in this backward; BucketedDDP "
-                               "needs every parameter to be used in every step")
+            missing = [i for i in range(len(self.params)) if i not in self._got_grad]
+            raise RuntimeError(f"parameters {missing[:10]} (indices in module.parameters()) got no gradient in "
+                               "this backward; BucketedDDP needs every parameter to be used in every step")
         if not self.overlap:
             for b in range(len(self.buckets)):
                 self._launch(b)
