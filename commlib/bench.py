@@ -241,19 +241,18 @@ def loopback_link(nbytes: int = 64 << 20, repeats: int = 5, pings: int = 2000) -
     for sock in (client, peer):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def receive(count: int, ack: bool) -> None:
+    def receive_then_ack(count: int) -> None:
         buf = memoryview(bytearray(min(count, 4 << 20)))
         left = count
         while left:
             left -= peer.recv_into(buf, min(left, len(buf)))
-        if ack:
-            peer.sendall(b"k")
+        peer.sendall(b"k")  # the sender stops its clock when this arrives: all bytes were received
 
     payload = bytes(nbytes)
     bandwidths = []
     try:
         for _ in range(repeats):
-            rx = threading.Thread(target=receive, args=(nbytes, True))
+            rx = threading.Thread(target=receive_then_ack, args=(nbytes,))
             rx.start()
             t0 = time.perf_counter()
             client.sendall(payload)
