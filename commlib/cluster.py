@@ -39,6 +39,7 @@ BACKENDS = ("auto", "gloo", "nccl")
 OUTPUT_MODES = ("ordered", "live")
 MAX_WORLD_SIZE = 64
 _ERROR_GRACE_S = 0.25   # after one rank fails, how long to collect the others' errors
+_WAIT_SLICE_S = 0.25    # wake at least this often, so a pending Ctrl-C is handled promptly
 _PG_TIMEOUT_MARGIN_S = 30.0  # torch's own collective timeout stays behind ours: we report first
 
 
@@ -258,7 +259,7 @@ class Cluster:
                 if now >= limit:
                     break
                 pending = [c for c, r in conns.items() if r not in results and r not in errors]
-                for conn in wait(pending, timeout=limit - now):
+                for conn in wait(pending, timeout=min(limit - now, _WAIT_SLICE_S)):
                     rank = conns[conn]
                     try:
                         msg = recv(conn)
