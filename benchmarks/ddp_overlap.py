@@ -1,6 +1,10 @@
-"""Step time of commlib's BucketedDDP vs torch DDP (Gloo, same model, same bucket cap) vs no overlap.
+"""Step time of commlib's BucketedDDP vs torch DDP (same model, same bucket cap) vs no overlap.
 
     python benchmarks/ddp_overlap.py [--world-size 2] [--layers 8] [--width 1024] [--batch 64] [--steps 12]
+                                     [--backend auto|gloo|nccl]
+
+On CPU (Gloo) the model and data live in host memory. With NCCL (backend auto picks it when every
+rank has a GPU) they live on each rank's GPU, and every timed step ends with torch.cuda.synchronize().
 
 Targets (issue 6): BucketedDDP / torch DDP <= 1.1; with overlap, most of the communication hidden
 when compute exceeds it. Each variant runs `steps` timed steps after 3 warm-up steps; median step.
@@ -18,6 +22,7 @@ import torch.distributed as dist
 
 import commlib as cl
 from commlib import overlap
+from commlib._worker import uses_nccl
 
 
 def mlp(layers: int, width: int):
@@ -29,23 +34,28 @@ def mlp(layers: int, width: int):
 
 
 def measure(variant: str, layers: int, width: int, batch: int, steps: int, cap_mb: float):
-    model = mlp(layers, width)
+    device = torch.device("cuda", torch.cuda.current_device()) if uses_nccl() else torch.device("cpu")
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    model = mlp(layers, width).to(device)
     if variant == "torch DDP":
-        model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cap_mb)
+        ids = [device.index] if device.type == "cuda" else None
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=cap_mb)
     elif variant.startswith("BucketedDDP"):
         model = overlap.BucketedDDP(model, bucket_cap_mb=cap_mb, overlap=variant == "BucketedDDP overlap")
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
-    x = torch.randn(batch, width)
+    x = torch.randn(batch, width, device=device)
     times = []
     for i in range(steps + 3):
+        sync()
         dist.barrier()
         t0 = time.perf_counter()
         opt.zero_grad()
         model(x).square().mean().backward()
         opt.step()
+        sync()
         if i >= 3:
             times.append(time.perf_counter() - t0)
-    step = torch.tensor([statistics.median(times)])
+    step = torch.tensor([statistics.median(times)], device=device)
     dist.all_reduce(step, op=dist.ReduceOp.MAX)
     tl = getattr(model, "timeline", None)
     return step.item(), (tl.overlap_fraction if tl is not None and tl.events else None)
@@ -60,6 +70,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--bucket-cap-mb", type=float, default=overlap.DDP_BUCKET_CAP_MB)
     ap.add_argument("--rounds", type=int, default=3, help="variants alternate; median over rounds")
+    ap.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"))
     a = ap.parse_args()
     grad_mb = a.layers * (a.width * a.width + a.width) * 4 / 2**20
     print(f"machine: {os.cpu_count()} cores; {a.world_size} ranks; MLP {a.layers} x {a.width}: {grad_mb:.0f} MiB "
@@ -67,7 +78,8 @@ def main() -> None:
     variants = ["no communication", "BucketedDDP overlap", "BucketedDDP no-overlap", "torch DDP"]
     got = {v: [] for v in variants}
     frac = {}
-    with cl.Cluster(world_size=a.world_size, timeout=1200) as c:
+    with cl.Cluster(world_size=a.world_size, backend=a.backend, timeout=1200) as c:
+        print(f"backend: {c.backend}")
         for _ in range(a.rounds):
             for v in variants:
                 step, f = c.run(measure, v, a.layers, a.width, a.batch, a.steps, a.bucket_cap_mb)[0]

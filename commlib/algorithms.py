@@ -14,6 +14,13 @@ message this rank sends (who, to whom, which chunk, how many bytes).
 Before moving data, every rank checks (one tiny built-in all-gather) that all ranks passed the same
 numel, dtype and op; a mismatch raises the same ValueError on every rank instead of hanging.
 check=False skips it (benchmarks do, to time the algorithm alone).
+
+The same code runs over Gloo (CPU tensors) and NCCL (CUDA tensors). NCCL runs point-to-point calls
+as kernels queued on a stream: a receive and a send between the same two ranks, posted one after
+the other, would each wait behind the other on both sides. So a rank's sends and receives of one
+step are posted together, as one group (dist.batch_isend_irecv), as NCCL's documentation asks for a
+send/receive pair. Over Gloo the ring instead waits for each received segment and forwards it at
+once, which pipelines the ring on the host.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ __all__ = ["Trace", "Event", "shard_sizes", "ring_all_reduce", "ring_reduce_scat
            "recursive_doubling_all_reduce", "rabenseifner_all_reduce", "OPS", "DTYPES"]
 
 OPS = ("sum", "max", "min", "avg")
+GROUP_P2P: bool | None = None  # None: the ring posts each step as one group for CUDA tensors only; True/False force it
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.int64)
 
 
@@ -123,6 +131,18 @@ def _reduce_into(acc: torch.Tensor, incoming: torch.Tensor, op: str) -> None:
         torch.minimum(acc, incoming, out=acc)
 
 
+def _grouped(t: torch.Tensor) -> bool:
+    return t.is_cuda if GROUP_P2P is None else bool(GROUP_P2P)
+
+
+def _post_and_wait(ops: list) -> None:
+    """Post receives and sends (dist.P2POp) as one group, then wait for all of them. With NCCL the wait is the
+    stream's (what comes next on this rank's stream runs after them), not the host's."""
+    if ops:
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+
+
 class _Messages:
     """isend/irecv with the bookkeeping: records sends in the trace, skips empty messages on both sides."""
 
@@ -137,15 +157,14 @@ class _Messages:
 
     def exchange(self, phase: str, step: int, send: torch.Tensor | None, dst: int | None,
                  recv: torch.Tensor | None, src: int | None, chunk: int | None = None, offset: int = 0) -> None:
-        """Send and receive at once (both posted before either waits), then wait for both."""
-        works = []
+        """Send and receive at once (posted together, as one group), then wait for both."""
+        ops = []
         if recv is not None and recv.numel():
-            works.append(dist.irecv(recv, src=src))
+            ops.append(dist.P2POp(dist.irecv, recv, src))
         if send is not None and send.numel():
-            works.append(dist.isend(send, dst=dst))
+            ops.append(dist.P2POp(dist.isend, send, dst))
             self.record(phase, step, send, dst, chunk, offset)
-        for w in works:
-            w.wait()
+        _post_and_wait(ops)
 
     def send(self, phase: str, step: int, buf: torch.Tensor, dst: int, chunk=None, offset: int = 0) -> None:
         if buf.numel():
@@ -186,6 +205,20 @@ def _ring_pass_(flat, sizes, op, msgs, phase, step0, first_send) -> None:
     itemsize = flat.element_size()
     buffers = None if op is None else [torch.empty(max(sizes), dtype=flat.dtype, device=flat.device)
                                        for _ in range(2)]  # step s receives into buffers[s % 2]
+    if _grouped(flat):  # NCCL: each step's receives and sends as one group; the stream orders the steps
+        for s in range(p - 1):
+            send_c, recv_c = (first_send - s) % p, (first_send - s - 1) % p
+            incoming = [(lo, hi, flat[lo:hi] if op is None else buffers[s % 2][lo - off[recv_c]:hi - off[recv_c]])
+                        for lo, hi in _segments(off[recv_c], off[recv_c + 1], itemsize)]
+            ops = [dist.P2POp(dist.irecv, buf, left) for _, _, buf in incoming]
+            for lo, hi in _segments(off[send_c], off[send_c + 1], itemsize):
+                ops.append(dist.P2POp(dist.isend, flat[lo:hi], right))
+                msgs.record(phase, step0 + s, flat[lo:hi], right, send_c, lo)
+            _post_and_wait(ops)
+            if op is not None:
+                for lo, hi, buf in incoming:
+                    _reduce_into(flat[lo:hi], buf, op)
+        return
     pending: list = []  # the previous step's receives: (work, segment lo, hi, buffer view)
     sends: list = []
     for s in range(p - 1):

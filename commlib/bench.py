@@ -54,9 +54,9 @@ def _ring_sendrecv(t):
     out = torch.empty_like(t)
     if p == 1:
         return out.copy_(t)
-    works = [dist.irecv(out, src=(r - 1) % p), dist.isend(t, dst=(r + 1) % p)]
-    for w in works:
-        w.wait()
+    # one group: with NCCL at p = 2 a separate receive and send between the same two ranks would deadlock
+    for work in dist.batch_isend_irecv([dist.P2POp(dist.irecv, out, (r - 1) % p), dist.P2POp(dist.isend, t, (r + 1) % p)]):
+        work.wait()
     return out
 
 

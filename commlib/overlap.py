@@ -148,6 +148,12 @@ class BucketedDDP:
     asynchronously (in bucket order) while backward goes on; the end of backward waits for all of them
     and writes the averages back to .grad. overlap=False starts the all-reduces only after backward.
     `timeline` holds the last step's real intervals (an overlap.Timeline, seconds from the end of forward).
+
+    On CPU (Gloo) the intervals are host clock readings. With CUDA parameters (NCCL) the host only
+    queues work, so its clock says nothing about when kernels ran: the intervals are CUDA events
+    instead, recorded on the compute stream (gradients ready) and on a communication stream that
+    waits for each bucket before its all-reduce (start, done). Reading `timeline` then waits for the
+    GPU to finish the step; training itself never waits for it.
     """
 
     def __init__(self, module, bucket_cap_mb: float = DDP_BUCKET_CAP_MB, overlap: bool = True,
@@ -178,7 +184,10 @@ class BucketedDDP:
             self._buffers.append(torch.empty(offset, dtype=self.params[members[0]].dtype,
                                              device=self.params[members[0]].device))
         self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook(i)) for i, p in enumerate(self.params)]
-        self.timeline = Timeline()
+        device = self.params[0].device if self.params else torch.device("cpu")
+        self._clock = _CudaClock(device) if device.type == "cuda" else _HostClock()
+        self._last = None  # the marks of the last finished backward; `timeline` turns them into seconds
+        self._timeline = Timeline()
         self._reset()
 
     def __call__(self, *args, **kwargs):
@@ -189,8 +198,14 @@ class BucketedDDP:
     def parameters(self):
         return self.module.parameters()
 
+    @property
+    def timeline(self) -> Timeline:
+        if self._last is not None:  # computed on first read (with CUDA this waits for the step's events)
+            self._timeline, self._last = self._clock.timeline(*self._last), None
+        return self._timeline
+
     def _reset(self) -> None:
-        self._t0 = time.perf_counter()
+        self._t0 = self._clock.mark()
         self._pending = [len(b) for b in self.buckets]
         self._ready_at = [None] * len(self.buckets)
         self._works, self._launched_at, self._done_at = [], [None] * len(self.buckets), [None] * len(self.buckets)
@@ -211,18 +226,13 @@ class BucketedDDP:
             torch.mul(param.grad.reshape(-1), 1.0 / self.world_size, out=view)
             self._pending[b] -= 1
             if self._pending[b] == 0:
-                self._ready_at[b] = time.perf_counter()
+                self._ready_at[b] = self._clock.mark()
                 if self.overlap:
                     self._launch_ready()
         return hook
 
     def _launch(self, b: int) -> None:
-        import torch.distributed as dist
-
-        self._launched_at[b] = time.perf_counter()
-        work = dist.all_reduce(self._buffers[b], async_op=True)
-        work.get_future().then(lambda _f, b=b: self._done_at.__setitem__(b, time.perf_counter()))
-        self._works.append(work)
+        self._works.append(self._clock.all_reduce(self._buffers[b], b, self._launched_at, self._done_at))
 
     def _launch_ready(self) -> None:
         while self._next < len(self.buckets) and self._pending[self._next] == 0:  # strictly in bucket order
@@ -239,19 +249,93 @@ class BucketedDDP:
                 self._launch(b)
         for w in self._works:
             w.wait()
-        end = time.perf_counter()
+        end = self._clock.finish()  # with CUDA: the compute stream now waits for the communication stream
         for b, members in enumerate(self.buckets):
             for i in members:
                 _, off = self._where[i]
                 p = self.params[i]
                 p.grad.copy_(self._buffers[b][off:off + p.numel()].view_as(p.grad))
+        self._last = (self._t0, self._ready_at, self._launched_at, self._done_at, end)
+
+
+class _HostClock:
+    """CPU tensors: host clock readings. Gloo runs each all-reduce on its own thread, so the moment
+    the future completes is when the all-reduce is done."""
+
+    def mark(self) -> float:
+        return time.perf_counter()
+
+    def all_reduce(self, buffer, b: int, launched_at: list, done_at: list):
+        import torch.distributed as dist
+
+        launched_at[b] = time.perf_counter()
+        work = dist.all_reduce(buffer, async_op=True)
+        work.get_future().then(lambda _f: done_at.__setitem__(b, time.perf_counter()))
+        return work
+
+    def finish(self) -> float:
+        return time.perf_counter()
+
+    @staticmethod
+    def timeline(t0, ready_at, launched_at, done_at, end) -> Timeline:
         events, prev, stream = [], 0.0, 0.0
-        for b in range(len(self.buckets)):
-            ready = self._ready_at[b] - self._t0
+        for b in range(len(ready_at)):
+            ready = ready_at[b] - t0
             events.append(Event("compute", b, prev, ready))
             prev = ready
             # one stream: an all-reduce launched while the previous one runs starts when that one is done
-            start = max(self._launched_at[b] - self._t0, stream)
-            stream = max(start, (self._done_at[b] or end) - self._t0)
+            start = max(launched_at[b] - t0, stream)
+            stream = max(start, (done_at[b] or end) - t0)  # a future's callback may still be on its way
             events.append(Event("comm", b, start, stream))
-        self.timeline = Timeline(events)
+        return Timeline(events)
+
+
+class _CudaClock:
+    """CUDA tensors: CUDA events. The all-reduces are issued from a communication stream that first
+    waits for the compute stream (so the bucket's gradients are in it); NCCL's own stream waits for
+    that one, and `work.wait()` there makes the communication stream wait for NCCL. Events on it
+    before and after therefore bracket the all-reduce as the GPU ran it, in bucket order."""
+
+    def __init__(self, device):
+        import torch
+
+        self.device = device
+        self.stream = torch.cuda.Stream(device=device)
+
+    def mark(self, stream=None):
+        import torch
+
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(stream if stream is not None else torch.cuda.current_stream(self.device))
+        return event
+
+    def all_reduce(self, buffer, b: int, launched_at: list, done_at: list):
+        import torch
+        import torch.distributed as dist
+
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self.stream):
+            launched_at[b] = self.mark(self.stream)
+            work = dist.all_reduce(buffer, async_op=True)
+            work.wait()  # non-blocking for the host: this stream waits for NCCL's
+            done_at[b] = self.mark(self.stream)
+        return work
+
+    def finish(self):
+        import torch
+
+        torch.cuda.current_stream(self.device).wait_stream(self.stream)
+        return None
+
+    @staticmethod
+    def timeline(t0, ready_at, launched_at, done_at, end) -> Timeline:
+        for event in [t0, *ready_at, *launched_at, *done_at]:
+            event.synchronize()  # the host waits for the GPU to get there
+        since = lambda event: t0.elapsed_time(event) / 1e3  # noqa: E731  (ms -> s)
+        events, prev = [], 0.0
+        for b in range(len(ready_at)):
+            ready = since(ready_at[b])
+            events.append(Event("compute", b, prev, ready))
+            prev = ready
+            events.append(Event("comm", b, since(launched_at[b]), since(done_at[b])))
+        return Timeline(events)

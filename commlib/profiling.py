@@ -146,7 +146,8 @@ def _without_profiler_chatter():
 def profile(step, *args, trace_path: str | None = None, warmup: int = 1, itemsize: int = 4, **kwargs) -> dict:
     """Inside a rank: run step(*args, **kwargs) `warmup` times, then once under torch.profiler -> breakdown().
     trace_path: also write a Chrome trace (open it in chrome://tracing or https://ui.perfetto.dev); a
-    "{rank}" in it becomes this rank's number, so that the ranks do not overwrite each other's file."""
+    "{rank}" in it becomes this rank's number, so that the ranks do not overwrite each other's file.
+    GPU kernels are recorded when this process already uses CUDA (an NCCL group, or the warm-up steps)."""
     import time
 
     import torch
@@ -155,11 +156,14 @@ def profile(step, *args, trace_path: str | None = None, warmup: int = 1, itemsiz
 
     for _ in range(warmup):
         step(*args, **kwargs)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    # GPU kernels are recorded once this process uses CUDA (an NCCL group or the warm-up initialised it); a rank
+    # that works on CPU tensors on a GPU machine does not create a CUDA context just to be profiled
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with _without_profiler_chatter(), torch_profile(activities=activities, record_shapes=True) as prof:
         t0 = time.perf_counter()
         step(*args, **kwargs)
-        if torch.cuda.is_available():
+        if cuda:
             torch.cuda.synchronize()
         wall_s = time.perf_counter() - t0
     if trace_path:

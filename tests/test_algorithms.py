@@ -156,6 +156,57 @@ def test_every_algorithm_matches_the_builtin(cluster):
                 f"{label}: rank {rank} differs bitwise from rank 0"
 
 
+def check_everything_grouped():
+    """The schedule NCCL gets (each ring step's receives and sends posted as one group), run over Gloo."""
+    alg.GROUP_P2P = True
+    try:
+        return check_everything()
+    finally:
+        alg.GROUP_P2P = None
+
+
+def test_grouped_schedule_matches_the_builtin_too(cluster):
+    if cluster.world_size == 8:
+        pytest.skip("p = 8 takes a minute on 2 cores; p = 1-5 cover the same code")
+    out = cluster.run(check_everything_grouped)
+    for rank, (failures, _) in enumerate(out):
+        assert failures == [], f"rank {rank}: {failures[:10]}"
+
+
+def ring_in_small_segments(grouped):
+    """The ring with 16-byte segments (4 float32): many segments per chunk, uneven last segments."""
+    p, r = dist.get_world_size(), dist.get_rank()
+    alg.GROUP_P2P, alg.SEGMENT_BYTES = grouped, 16
+    try:
+        failures = []
+        for numel in (1003, 4 * p, 1):
+            x = data(r, numel, torch.float32, numel)
+            for op in ("sum", "max"):
+                ref = reference(x, op)
+                t, tr = x.clone(), alg.Trace()
+                alg.ring_all_reduce(t, op=op, trace=tr)
+                compare(f"ring_all_reduce {op} numel={numel} segments of 16 B", t, x, op, ref, failures)
+                sizes = alg.shard_sizes(numel, p)
+                want = sum(-(-sizes[c] // 4) for c in range(p) if c != r) + sum(-(-sizes[c] // 4) for c in range(p)
+                                                                              if c != (r + 1) % p)
+                if len(tr.events) != want or any(e.numel > 4 for e in tr.events):
+                    failures.append(f"numel={numel}: {len(tr.events)} messages, want {want} of <= 4 elements")
+            sizes = alg.shard_sizes(numel, p)
+            starts = [sum(sizes[:q]) for q in range(p)]
+            pieces = [data(q, numel, torch.float32, numel)[starts[q]:starts[q] + sizes[q]] for q in range(p)]
+            if not torch.equal(alg.ring_all_gather(pieces[r].clone()), torch.cat(pieces)):
+                failures.append(f"ring_all_gather numel={numel} segments of 16 B")
+        return failures
+    finally:
+        alg.GROUP_P2P, alg.SEGMENT_BYTES = None, 1 << 21
+
+
+@pytest.mark.parametrize("grouped", [None, True], ids=["pipelined", "grouped"])
+def test_ring_in_many_segments_matches_the_builtin(cluster, grouped):
+    for rank, failures in enumerate(cluster.run(ring_in_small_segments, grouped)):
+        assert failures == [], f"rank {rank}: {failures[:10]}"
+
+
 def traced_bytes(numel, dtype):
     p = dist.get_world_size()
     out = {}
@@ -193,15 +244,20 @@ def test_bytes_sent_equal_the_cost_model(cluster, numel, dtype):
             assert busiest == pytest.approx(cost.bytes_sent_per_rank(op, numel * itemsize, p, algorithm))
 
 
-def ring_trace(numel):
-    tr = alg.Trace()
-    alg.ring_all_reduce(torch.ones(numel), trace=tr)
-    return tr.events
+def ring_trace(numel, grouped=None):
+    alg.GROUP_P2P = grouped
+    try:
+        tr = alg.Trace()
+        alg.ring_all_reduce(torch.ones(numel), trace=tr)
+        return tr.events
+    finally:
+        alg.GROUP_P2P = None
 
 
-def test_ring_trace_is_the_textbook_schedule(cluster):
+@pytest.mark.parametrize("grouped", [None, True], ids=["pipelined", "grouped"])
+def test_ring_trace_is_the_textbook_schedule(cluster, grouped):
     p = cluster.world_size
-    events = cluster.run(ring_trace, 10 * p)
+    events = cluster.run(ring_trace, 10 * p, grouped)
     for r, evs in enumerate(events):
         assert [e.step for e in evs] == list(range(2 * (p - 1)))
         assert all(e.src == r and e.dst == (r + 1) % p for e in evs)
