@@ -157,3 +157,30 @@ def test_bucketed_ddp_needs_a_module_and_a_process_group():
         overlap.BucketedDDP(lambda x: x)
     with pytest.raises(RuntimeError, match="inside a rank"):
         overlap.BucketedDDP(torch.nn.Linear(2, 2))
+
+
+class FakeCudaEvent:
+    """Stands in for torch.cuda.Event: a GPU time in seconds; elapsed_time in ms, as CUDA's."""
+
+    def __init__(self, t):
+        self.t, self.synced = t, False
+
+    def synchronize(self):
+        self.synced = True
+
+    def elapsed_time(self, other):
+        assert self.synced and other.synced, "elapsed_time before both events completed"
+        return (other.t - self.t) * 1e3
+
+
+def test_cuda_timeline_reads_the_events_not_the_host_clock():
+    """BucketedDDP's CUDA clock: bucket b computes from the previous ready event to its own; its all-reduce
+    runs between the communication stream's start and done events (already in stream order)."""
+    ev = FakeCudaEvent
+    t0 = ev(10.0)
+    ready = [ev(10.2), ev(10.5)]
+    start, done = [ev(10.2), ev(10.6)], [ev(10.4), ev(10.9)]
+    tl = overlap._CudaClock.timeline(t0, ready, start, done, None)
+    got = [(e.kind, e.bucket, round(e.start, 9), round(e.end, 9)) for e in tl.events]
+    assert got == [("compute", 0, 0.0, 0.2), ("comm", 0, 0.2, 0.4), ("compute", 1, 0.2, 0.5), ("comm", 1, 0.6, 0.9)]
+    assert tl.total_s == pytest.approx(0.9) and tl.exposed_comm_s == pytest.approx(0.4)
