@@ -4,13 +4,16 @@
 
 A cell is a solution when its metadata tags include "solution". Learner copies drop those cells,
 drop a "Solutions" heading left with nothing under it, and clear every output and execution count,
-so learners start from a clean notebook. Plain JSON: no Jupyter needed to run it.
+so learners start from a clean notebook. Images that a notebook links by a relative path (the knowledge
+map in ../assets/) are copied into OUT_DIR/assets/ and the links changed to match, so the copies work
+wherever OUT_DIR is. Plain JSON: no Jupyter needed to run it.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 SOLUTION_TAG = "solution"
@@ -41,6 +44,27 @@ def strip_solutions(nb: dict) -> dict:
     return {**nb, "cells": kept}
 
 
+_IMAGE = re.compile(r"(!\[[^\]]*\]\()([^)\s]+)(\))")  # ![alt](path)
+
+
+def copy_linked_images(source: str, notebook_dir: Path, out_dir: Path) -> str:
+    """Copy each image that `source` (markdown) links by a relative path, found next to the notebook, into
+    out_dir/assets/; -> the source with those links pointing there. URLs and missing files stay as they are."""
+
+    def local(m: re.Match) -> str:
+        link = m.group(2)
+        if re.match(r"^[a-z][a-z0-9+.-]*:", link, re.I) or link.startswith("/"):
+            return m.group(0)  # a URL (https:, data:, attachment:) or an absolute path
+        found = (notebook_dir / link).resolve()
+        if not found.is_file():
+            return m.group(0)
+        (out_dir / "assets").mkdir(exist_ok=True)
+        shutil.copyfile(found, out_dir / "assets" / found.name)
+        return f"{m.group(1)}assets/{found.name}{m.group(3)}"
+
+    return _IMAGE.sub(local, source)
+
+
 def learner_copies(out_dir, notebooks=None) -> list[Path]:
     """Write learner copies of `notebooks` (default: notebooks/NN_*.ipynb) into out_dir; -> the paths written."""
     root = Path(__file__).resolve().parents[1]
@@ -54,7 +78,11 @@ def learner_copies(out_dir, notebooks=None) -> list[Path]:
         nb = json.loads(Path(path).read_text(encoding="utf-8"))
         if nb.get("nbformat") != 4:
             raise ValueError(f"{path}: only nbformat 4 notebooks are supported")
+        copy = strip_solutions(nb)
+        for cell in copy["cells"]:
+            if cell["cell_type"] == "markdown":
+                cell["source"] = copy_linked_images(_source(cell), Path(path).resolve().parent, out)
         target = out / Path(path).name
-        target.write_text(json.dumps(strip_solutions(nb), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        target.write_text(json.dumps(copy, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         written.append(target)
     return written

@@ -44,12 +44,28 @@ def test_every_chapter_has_solutions_and_learner_copies_drop_them(tmp_path, path
     assert len(cells) == len(original) - len(solutions) - 1  # and the "### Solutions" heading
     assert all(not c.get("outputs") for c in cells if c["cell_type"] == "code")
     kept_sources = [teaching._source(c) for c in cells]
-    assert all(teaching._source(c) in kept_sources for c in original
+    relinked = lambda src: src.replace("](../assets/", "](assets/")  # noqa: E731  (images come along)
+    assert all(relinked(teaching._source(c)) in kept_sources for c in original
                if not teaching.is_solution(c) and "Solutions" not in teaching._source(c))
+
+
+def test_learner_copies_bring_the_images_they_link(tmp_path):
+    out = tmp_path / "somewhere" / "handout"
+    teaching.learner_copies(out, [ROOT / "notebooks" / "00_start_here.ipynb"])
+    text = "".join(teaching._source(c) for c in cells_of(out / "00_start_here.ipynb"))
+    assert "](assets/knowledge_map.svg)" in text and "../assets" not in text
+    assert (out / "assets" / "knowledge_map.svg").read_bytes() == (ROOT / "assets" / "knowledge_map.svg").read_bytes()
+
+
+def test_image_links_that_are_urls_or_missing_stay(tmp_path):
+    src = "![a](https://example.org/x.png) ![b](missing.png) ![c](data:image/png;base64,AAAA)"
+    assert teaching.copy_linked_images(src, tmp_path, tmp_path / "out") == src
+    assert not (tmp_path / "out").exists()
 
 
 def test_command_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "commlib", "learner-copies", str(tmp_path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == [p.name for p in NOTEBOOKS]
+    assert sorted(p.name for p in tmp_path.glob("*.ipynb")) == [p.name for p in NOTEBOOKS]
+    assert [p.name for p in (tmp_path / "assets").iterdir()] == ["knowledge_map.svg"]

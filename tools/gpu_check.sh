@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The GPU checks (issue 8) as one script, for a machine with NVIDIA GPUs and a CUDA build of torch:
+#
+#     bash tools/gpu_check.sh            # results in $OUT (the device tool sets it) or test-output/gpu
+#
+# On a lent device machine (Python 3.12 with torch, no network, no Jupyter): run tools/fetch_gpu_wheels.sh
+# here first and carry .whl; this script installs those wheels into /tmp/site. Steps, each with a timeout,
+# each run even if an earlier one failed; the summary at the end gives each step's exit status:
+#   1. tests/test_gpu.py: the NCCL path on 1 GPU, and on 2 where there are 2
+#   2. python -m commlib bench on NCCL: all_reduce built-in and commlib's ring (busbw as nccl-tests)
+#   3. benchmarks/ddp_overlap.py on CUDA: BucketedDDP vs torch DDP vs no overlap
+#   4. nbval of every notebook: they must run unchanged on a GPU machine (with fewer GPUs than a notebook's
+#      ranks, its cluster uses Gloo)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-test-output/gpu}"
+mkdir -p "$OUT"
+PY="${PYTHON:-python3}"
+export PYTHONUNBUFFERED=1
+if compgen -G ".whl/*.whl" >/dev/null; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        || echo "wheel install failed" >&2
+    export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+# commlib from this tree; torch < 2.13 gets 2.13's names for two collectives (tools/gpu_compat)
+export PYTHONPATH="$PWD:$PWD/tools/gpu_compat${PYTHONPATH:+:$PYTHONPATH}"
+
+{ nvidia-smi -L; $PY -c "import sys, torch, torch.distributed as d; print(sys.version.split()[0], 'torch', torch.__version__,
+'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count(), 'nccl', d.is_nccl_available() and torch.cuda.nccl.version())"
+} 2>&1 | tee "$OUT/machine.txt"
+GPUS=$($PY -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
+P=$(( GPUS >= 2 ? 2 : 1 ))
+declare -A STATUS
+
+BUDGET="${GPU_CHECK_BUDGET_S:-540}"  # the whole script, in seconds (a device call may run 600)
+step() {  # step NAME SECONDS command...: at most SECONDS and never past the budget; output to $OUT/NAME.txt
+    local name=$1 limit=$2; shift 2
+    local left=$(( BUDGET - SECONDS - 10 ))
+    (( limit > left )) && limit=$left
+    if (( limit < 30 )); then STATUS[$name]="skipped (budget spent)"; return; fi
+    echo "== $name (at most ${limit} s): $*"
+    timeout --kill-after=5 "$limit" "$@" 2>&1 | tee "$OUT/$name.txt"
+    STATUS[$name]=${PIPESTATUS[0]}
+}
+
+step test_gpu 200 $PY -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py
+step bench_builtin 60 $PY -m commlib bench --world-size "$P" --backend nccl --op all_reduce --algorithm builtin \
+    --min-bytes 8K --max-bytes 256M --factor 4 --iters 20 --warmup 5
+step bench_ring 60 $PY -m commlib bench --world-size "$P" --backend nccl --op all_reduce --algorithm ring \
+    --min-bytes 8K --max-bytes 256M --factor 4 --iters 20 --warmup 5
+step ddp_overlap 90 $PY benchmarks/ddp_overlap.py --world-size "$P" --backend nccl --layers 8 --width 4096 \
+    --batch 1024 --steps 20 --rounds 3
+step notebooks 400 $PY -m pytest -q -p no:cacheprovider --nbval-cell-timeout=120 notebooks/
+
+echo "== summary (exit status per step; 124: timed out)" | tee "$OUT/summary.txt"
+for name in test_gpu bench_builtin bench_ring ddp_overlap notebooks; do
+    echo "$name: ${STATUS[$name]:-not run}" | tee -a "$OUT/summary.txt"
+done
