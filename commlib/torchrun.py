@@ -15,7 +15,7 @@ import os
 def init_from_env(backend: str = "auto", timeout: float = 300.0) -> tuple[int, int]:
     """Initialise the default process group from RANK/WORLD_SIZE/MASTER_ADDR/... -> (rank, world_size).
 
-    backend 'auto' is nccl when this process has a GPU (LOCAL_RANK picks it), else gloo. Ranks get one
+    backend 'auto' is nccl when this process has a GPU of its own (GPU number LOCAL_RANK), else gloo. Ranks get one
     intra-op thread each, as in a Cluster. Calling it again once initialised does nothing.
     """
     import torch
@@ -32,8 +32,12 @@ def init_from_env(backend: str = "auto", timeout: float = 300.0) -> tuple[int, i
     if dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if backend == "auto":  # NCCL needs a GPU of its own for every process on this node
+        backend = "nccl" if dist.is_nccl_available() and local_rank < gpus else "gloo"
+    elif backend == "nccl" and not (dist.is_nccl_available() and local_rank < gpus):
+        raise ValueError(f"backend='nccl' needs one GPU per process: LOCAL_RANK={local_rank}, GPUs visible={gpus}, "
+                         f"NCCL available={dist.is_nccl_available()}; use 'gloo' or 'auto'")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     if os.environ["MASTER_ADDR"] in ("127.0.0.1", "localhost"):  # single host: keep traffic on loopback
         os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback_interface())

@@ -43,6 +43,18 @@ def test_init_from_env_outside_torchrun_says_how_to_launch(monkeypatch):
         cl.init_from_env(backend="mpi")
 
 
+def test_init_from_env_nccl_needs_a_gpu_per_process(monkeypatch):
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    env = {"RANK": str(gpus), "LOCAL_RANK": str(gpus), "WORLD_SIZE": str(gpus + 1),
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(ValueError, match="one GPU per process: LOCAL_RANK="):
+        cl.init_from_env(backend="nccl")  # raises before any rendezvous: nothing waits for the other ranks
+
+
 def two_nodes(*script: str, timeout: float = 240) -> list[subprocess.CompletedProcess]:
     """Two torchrun processes on 127.0.0.1 acting as two nodes of 2 ranks each (c10d rendezvous)."""
     endpoint = f"127.0.0.1:{free_port()}"
