@@ -14,6 +14,7 @@ on ports the OS picks.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import math
 import os
@@ -334,13 +335,35 @@ class Cluster:
         if not self._ranks:
             self._ranks = None
             return
-        for conn, pid in self._ranks:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            conn.close()
-        self._ranks = None
+        with _interrupts_held():  # a second Ctrl-C must not leave some ranks alive and forgotten
+            for conn, pid in self._ranks:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                conn.close()
+            self._ranks = None
+
+
+@contextlib.contextmanager
+def _interrupts_held():
+    """Hold Ctrl-C (a kernel interrupt is SIGINT too) until the block is done, then deliver it. Only the main
+    thread handles signals, and only a handler set from Python can be put back: elsewhere, just run."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = []
+    signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held:
+            if callable(previous):
+                previous(signal.SIGINT, held[0])  # Python's default handler raises KeyboardInterrupt here
+            elif previous == signal.SIG_DFL:
+                os.kill(os.getpid(), signal.SIGINT)
 
 
 class _RankOutput:

@@ -214,6 +214,29 @@ def test_keyboard_interrupt_kills_ranks_and_the_cluster_recovers(cluster4):
     assert cluster4.run(dist.get_rank) == [0, 1, 2, 3]
 
 
+def test_a_second_interrupt_while_ranks_are_killed_waits_until_all_are_dead(cluster4, monkeypatch):
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
+    old = cluster4.pids
+    real_kill, calls = os.kill, []
+
+    def kill_then_interrupt(pid, sig):  # Ctrl-C arrives right after the first rank was killed
+        real_kill(pid, sig)
+        calls.append(pid)
+        if len(calls) == 1:
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr("commlib.cluster.os.kill", kill_then_interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            cluster4._kill_ranks()
+    finally:
+        monkeypatch.undo()
+        signal.signal(signal.SIGINT, saved)
+    assert calls == old, "every rank got its SIGKILL before the interrupt was delivered"
+    assert wait_gone(old) == [] and cluster4.pids == []
+    assert cluster4.run(dist.get_rank) == [0, 1, 2, 3]
+
+
 def test_unpicklable_result_and_argument_give_clear_errors(cluster4):
     with pytest.raises(cl.RankError, match="cannot be pickled"):
         cluster4.run(threading.Lock)
