@@ -222,28 +222,3 @@ def test_ch5_checkers():
     assert ex.ch5_exposed(0.020, 0.080, 0.050, 0.030).ok
     assert "overlapped part" in ex.ch5_exposed(0.050, 0.080, 0.050, 0.030).message
     assert "busy time" in ex.ch5_exposed(0.100, 0.080, 0.050, 0.030).message
-
-
-def test_workshop_checkers():
-    from commlib import cost
-
-    assert ex.workshop_params() == pytest.approx(6.738e9, rel=1e-3)  # Llama-2-7B without its norms
-    nv, ib = list(ex.WORKSHOP_CLUSTERS)
-    n = ex.workshop_params() * 2
-    assert ex.workshop_comm_s(nv) == pytest.approx(cost.collective_time("all_reduce", n, 8, "nvlink4"))
-    assert ex.ws_comm_time(ex.workshop_comm_s(ib), ib).ok
-    assert "2 bytes per parameter" in ex.ws_comm_time(2 * ex.workshop_comm_s(ib), ib).message
-    assert "one copy of the gradients" in ex.ws_comm_time(n / 50e9, ib).message
-    back = ex.workshop_backward_s()
-    assert back == pytest.approx(4 * ex.workshop_params() * 16384 / (989e12 * 0.4))
-    assert ex.ws_backward_time(back).ok and "forward + backward" in ex.ws_backward_time(1.5 * back).message
-    exposed = ex.workshop_exposed_s(ib)
-    assert 0 < exposed < 0.05 * ex.workshop_comm_s(ib)  # overlap hides almost all of it
-    assert ex.ws_exposed(exposed, ib).ok
-    assert "only the tail" in ex.ws_exposed(ex.workshop_comm_s(ib), ib).message
-    assert "always exposed" in ex.ws_exposed(0, ib).message
-    assert ex.ws_best_bucket(25, ib).ok and not ex.ws_best_bucket(6400, ib).ok
-    assert "33 MiB or more" not in ex.ws_best_bucket(25, ib).message  # 4096 x 4096 x 2 B = 32 MiB
-    assert "32 MiB or more" in ex.ws_best_bucket(25, ib).message
-    with pytest.raises(ValueError, match="cluster must be one of"):
-        ex.ws_comm_time(1.0, "a TPU pod")

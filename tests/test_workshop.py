@@ -1,0 +1,39 @@
+"""commlib.workshop: the chapter 6 scenario's numbers, and checkers that accept them and name the usual mistakes."""
+
+import pytest
+
+from commlib import cost
+from commlib import workshop as ws
+
+
+def test_the_model_is_llama_2_7b_sized():
+    assert ws.params() == pytest.approx(6.738e9, rel=1e-3)  # Llama-2-7B without its norms
+    assert len(ws.tensors()) == 2 + 7 * ws.MODEL["layers"]
+
+
+def test_workshop_checkers():
+    nv, ib = list(ws.CLUSTERS)
+    n = ws.params() * 2
+    assert ws.comm_s(nv) == pytest.approx(cost.collective_time("all_reduce", n, 8, "nvlink4"))
+    assert ws.check_comm_time(ws.comm_s(ib), ib).ok
+    assert "2 bytes per parameter" in ws.check_comm_time(2 * ws.comm_s(ib), ib).message
+    assert "one copy of the gradients" in ws.check_comm_time(n / 50e9, ib).message
+    back = ws.backward_s()
+    assert back == pytest.approx(4 * ws.params() * 16384 / (989e12 * 0.4))
+    assert ws.check_backward_time(back).ok and "forward + backward" in ws.check_backward_time(1.5 * back).message
+    exposed = ws.exposed_s(ib)
+    assert 0 < exposed < 0.05 * ws.comm_s(ib)  # overlap hides almost all of it
+    assert ws.check_exposed(exposed, ib).ok
+    assert "only the tail" in ws.check_exposed(ws.comm_s(ib), ib).message
+    assert "always exposed" in ws.check_exposed(0, ib).message
+    assert ws.check_best_bucket(25, ib).ok and not ws.check_best_bucket(6400, ib).ok
+    assert "33 MiB or more" not in ws.check_best_bucket(25, ib).message  # 4096 x 4096 x 2 B = 32 MiB
+    assert "32 MiB or more" in ws.check_best_bucket(25, ib).message
+    assert ws.timeline(ib).total_s == pytest.approx(ws.backward_s() + exposed)
+    with pytest.raises(ValueError, match="cluster must be one of"):
+        ws.check_comm_time(1.0, "a TPU pod")
+
+
+def test_missing_answers_are_not_errors():
+    assert not ws.check_backward_time(None) and "Replace the None" in ws.check_backward_time(None).message
+    assert "choose one of" in ws.check_best_bucket(30, list(ws.CLUSTERS)[0]).message
