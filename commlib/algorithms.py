@@ -26,47 +26,20 @@ once, which pipelines the ring on the host.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
 from commlib.cost import fold_to_power_of_two, halving_ranges, shard_sizes
+from commlib.trace import Event, Trace, replay
 
 __all__ = ["Trace", "Event", "shard_sizes", "ring_all_reduce", "ring_reduce_scatter", "ring_all_gather",
            "naive_all_reduce", "tree_broadcast", "tree_reduce", "tree_all_reduce",
-           "recursive_doubling_all_reduce", "rabenseifner_all_reduce", "OPS", "DTYPES"]
+           "recursive_doubling_all_reduce", "rabenseifner_all_reduce", "replay", "OPS", "DTYPES"]
 
 OPS = ("sum", "max", "min", "avg")
 GROUP_P2P: bool | None = None  # None: the ring posts each step as one group for CUDA tensors only; True/False force it
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.int64)
-
-
-@dataclass(frozen=True)
-class Event:
-    """One message: at `step` of `phase`, rank src sent numel elements (nbytes) starting at `offset`
-    of the flattened tensor to rank dst; `chunk` is the chunk index for chunked algorithms."""
-
-    algorithm: str
-    phase: str
-    step: int
-    src: int
-    dst: int
-    chunk: int | None
-    offset: int
-    numel: int
-    nbytes: int
-
-
-@dataclass
-class Trace:
-    """What this rank sent, message by message. Pass the same Trace to several calls to add them up."""
-
-    events: list[Event] = field(default_factory=list)
-
-    @property
-    def bytes_sent(self) -> int:
-        return sum(e.nbytes for e in self.events)
 
 
 # --------------------------------------------------------------------------------- helpers
@@ -479,25 +452,3 @@ def rabenseifner_all_reduce(t: torch.Tensor, op: str = "sum", trace: Trace | Non
     if op == "avg":
         flat.div_(p)
     return _write_back(t, flat)
-
-
-# ------------------------------------------------------------------------------ replaying traces
-def replay(events_by_rank: list[list[Event]], world_size: int) -> list[list[list[frozenset]]]:
-    """What each rank's copy of each chunk contains after every step, rebuilt from the ranks' traces.
-
-    -> states[k][rank][chunk] = the set of ranks whose data is reduced into that copy after k steps
-    (k = 0: each rank holds only its own data). reduce_scatter messages merge sets; all_gather
-    messages overwrite. For the ring algorithms (chunk = index into shard_sizes(numel, p))."""
-    events = sorted((e for evs in events_by_rank for e in evs if e.chunk is not None), key=lambda e: e.step)
-    state = [[frozenset([r]) for _ in range(world_size)] for r in range(world_size)]
-    states = [state]
-    for step in sorted({e.step for e in events}):
-        new = [row[:] for row in state]
-        for e in (e for e in events if e.step == step):
-            if e.phase == "reduce_scatter":
-                new[e.dst][e.chunk] = state[e.dst][e.chunk] | state[e.src][e.chunk]
-            else:
-                new[e.dst][e.chunk] = state[e.src][e.chunk]
-        state = new
-        states.append(state)
-    return states

@@ -5,7 +5,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
-from commlib.algorithms import Event
+from commlib.trace import Event
 
 
 def ring_step(states, events_by_rank: list[list[Event]], step: int, world_size: int, ax=None):

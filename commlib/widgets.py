@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipywidgets as W
 import matplotlib.pyplot as plt
 
-from commlib import algorithms, plots
+from commlib import plots, trace
 
 
 def _show(out: W.Output, fig) -> None:
@@ -17,7 +17,7 @@ def _show(out: W.Output, fig) -> None:
 
 def ring_stepper(events_by_rank, world_size: int) -> W.VBox:
     """Play / slider through a real ring all-reduce trace (one list of Events per rank), step by step."""
-    states = algorithms.replay(events_by_rank, world_size)
+    states = trace.replay(events_by_rank, world_size)
     last = len(states) - 1
     play = W.Play(value=0, min=0, max=last, step=1, interval=1200, description="play")
     slider = W.IntSlider(value=0, min=0, max=last, description="step")
