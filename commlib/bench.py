@@ -120,6 +120,11 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _check_repeats(repeats) -> None:
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+
+
 def combine_repeats(runs: list[list[dict]], op: str, world_size: int) -> list[dict]:
     """Rows of several sweeps over the same sizes -> one row per size with the median time (and the worst #wrong)."""
     out = []
@@ -138,8 +143,7 @@ def sweep(op: str = "all_reduce", algorithm: str = "builtin", min_bytes: int = 1
     slowest rank), algbw_GBps, busbw_GBps, wrong (elements differing from the expected result).
     repeats > 1 sweeps all sizes that many times, interleaved, and keeps each size's median: slow drift
     on a busy machine then hits every size alike instead of whichever size was running."""
-    if not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    _check_repeats(repeats)
     if repeats > 1:
         runs = [sweep(op, algorithm, min_bytes, max_bytes, dtype, iters, warmup, factor, progress) for _ in range(repeats)]
         return combine_repeats(runs, op, dist.get_world_size())
@@ -153,7 +157,7 @@ def sweep(op: str = "all_reduce", algorithm: str = "builtin", min_bytes: int = 1
     fn = IMPLEMENTATIONS[op, algorithm]
     p = dist.get_world_size()
     tdtype = DTYPES[dtype]
-    itemsize = torch.tensor([], dtype=tdtype).element_size()
+    itemsize = tdtype.itemsize
     device = torch.device("cuda", torch.cuda.current_device()) if uses_nccl() else torch.device("cpu")
     rows = []
     for nbytes in sizes(min_bytes, max_bytes, factor):
@@ -198,8 +202,7 @@ def run_sweep(cluster, op: str = "all_reduce", algorithm: str = "builtin", min_b
               max_bytes: int = 1 << 20, progress: bool = True, repeats: int = 1, **kwargs) -> list[dict]:
     """sweep() on a Cluster, one size per run() so a progress bar (tqdm) can follow in the notebook.
     repeats: as in sweep(), interleaved over all sizes."""
-    if not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    _check_repeats(repeats)
     todo = sizes(min_bytes, max_bytes, kwargs.pop("factor", 2))
     bar = None
     if progress:
@@ -283,7 +286,7 @@ def loopback_link(nbytes: int = 64 << 20, repeats: int = 5, pings: int = 2000) -
 
 def measure_gamma(nbytes: int = 16 << 20, dtype: str = "float32", repeats: int = 7) -> float:
     """Seconds per byte to add one tensor into another on this machine (the gamma of the cost model)."""
-    a = torch.ones(nbytes // torch.tensor([], dtype=DTYPES[dtype]).element_size(), dtype=DTYPES[dtype])
+    a = torch.ones(nbytes // DTYPES[dtype].itemsize, dtype=DTYPES[dtype])
     b = torch.ones_like(a)
     times = []
     for _ in range(repeats):

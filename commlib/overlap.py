@@ -247,9 +247,7 @@ class BucketedDDP:
         if not self.overlap:
             for b in range(len(self.buckets)):
                 self._launch(b)
-        for w in self._works:
-            w.wait()
-        end = self._clock.finish()  # with CUDA: the compute stream now waits for the communication stream
+        end = self._clock.wait_all(self._works)
         for b, members in enumerate(self.buckets):
             for i in members:
                 _, off = self._where[i]
@@ -273,7 +271,9 @@ class _HostClock:
         work.get_future().then(lambda _f: done_at.__setitem__(b, time.perf_counter()))
         return work
 
-    def finish(self) -> float:
+    def wait_all(self, works) -> float:
+        for work in works:
+            work.wait()
         return time.perf_counter()
 
     @staticmethod
@@ -321,7 +321,8 @@ class _CudaClock:
             done_at[b] = self.mark(self.stream)
         return work
 
-    def finish(self):
+    def wait_all(self, works):
+        """The works were already waited for on the communication stream: the compute stream waits for it."""
         import torch
 
         torch.cuda.current_stream(self.device).wait_stream(self.stream)

@@ -158,7 +158,7 @@ def profile(step, *args, trace_path: str | None = None, warmup: int = 1, itemsiz
         step(*args, **kwargs)
     # GPU kernels are recorded once this process uses CUDA (an NCCL group or the warm-up initialised it); a rank
     # that works on CPU tensors on a GPU machine does not create a CUDA context just to be profiled
-    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    cuda = torch.cuda.is_initialized()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with _without_profiler_chatter(), torch_profile(activities=activities, record_shapes=True) as prof:
         t0 = time.perf_counter()
