@@ -28,7 +28,11 @@ def _missing(answer) -> Verdict | None:
     return None
 
 
-def _number(answer, name: str) -> Verdict | None:
+def _number_problem(answer, name: str) -> Verdict | None:
+    """What keeps `answer` from being checked as a number (missing, or not a number), or None."""
+    missing = _missing(answer)
+    if missing is not None:
+        return missing
     if isinstance(answer, bool) or not isinstance(answer, Real):
         return Verdict(False, f"{name} should be a number, got {type(answer).__name__}.")
     return None
@@ -42,15 +46,10 @@ def _function_problem(fn) -> Verdict | None:
     return None
 
 
-def _first_problem(*problems: Verdict | None) -> Verdict | None:
-    # Not `a or b`: a Verdict is falsy when it rejects, which is exactly when it must be returned.
-    return next((p for p in problems if p is not None), None)
-
-
 # ------------------------------------------------------------------------------ chapter 0
 def ch0_all_reduce_value(answer, world_size: int = 4) -> Verdict:
     """Each rank r holds r + 1; after all_reduce(SUM) every rank holds 1 + 2 + ... + p = p(p+1)/2."""
-    bad = _first_problem(_missing(answer), _number(answer, "the value"))
+    bad = _number_problem(answer, "the value")
     if bad is not None:
         return bad
     expected = world_size * (world_size + 1) / 2
@@ -95,7 +94,7 @@ def ch1_ring_bytes(answer, nbytes: float, world_size: int) -> Verdict:
     """Bytes each rank sends in a ring all-reduce of nbytes on p ranks: 2(p-1)/p * nbytes."""
     from commlib import cost
 
-    bad = _first_problem(_missing(answer), _number(answer, "the number of bytes"))
+    bad = _number_problem(answer, "the number of bytes")
     if bad is not None:
         return bad
     n, p = nbytes, world_size
@@ -177,7 +176,7 @@ def ch2_ring_time(answer, nbytes: float, world_size: int, link) -> Verdict:
     """Seconds for a ring all_reduce: 2(p-1) alpha + 2(p-1)/p n / B, with B per direction (no gamma)."""
     from commlib import cost
 
-    bad = _first_problem(_missing(answer), _number(answer, "the time in seconds"))
+    bad = _number_problem(answer, "the time in seconds")
     if bad is not None:
         return bad
     link = cost._link(link)
@@ -200,7 +199,7 @@ def ch2_ring_time(answer, nbytes: float, world_size: int, link) -> Verdict:
 
 def ch2_busbw(answer, nbytes: float, time_s: float, world_size: int) -> Verdict:
     """nccl-tests busbw in GB/s for all_reduce: n / t / 1e9 * 2(p-1)/p."""
-    bad = _first_problem(_missing(answer), _number(answer, "the bus bandwidth in GB/s"))
+    bad = _number_problem(answer, "the bus bandwidth in GB/s")
     if bad is not None:
         return bad
     algbw = nbytes / time_s / 1e9
@@ -245,7 +244,7 @@ def ch3_overflow_world_size(answer, value: float = 3000.0) -> Verdict:
 
     from commlib import precision
 
-    bad = _first_problem(_missing(answer), _number(answer, "the number of ranks"))
+    bad = _number_problem(answer, "the number of ranks")
     if bad is not None:
         return bad
     p = 2
@@ -265,7 +264,7 @@ def ch3_predivide_factor(answer, world_size: int = 32) -> Verdict:
     """FSDP's gradient predivide factor for world_size."""
     from commlib import precision
 
-    bad = _first_problem(_missing(answer), _number(answer, "the factor"))
+    bad = _number_problem(answer, "the factor")
     if bad is not None:
         return bad
     f = precision.predivide_factor(world_size)
@@ -310,7 +309,7 @@ def ch4_overlapped_step(answer, compute_s: float = 0.100, comm_s: float = 0.080,
     equal buckets and overlapped on one communication stream."""
     from commlib import overlap
 
-    bad = _first_problem(_missing(answer), _number(answer, "the step time in seconds"))
+    bad = _number_problem(answer, "the step time in seconds")
     if bad is not None:
         return bad
     tl = overlap.simulate([compute_s / buckets] * buckets, [comm_s / buckets] * buckets)
@@ -359,7 +358,7 @@ def ch5_chunked_time(answer, total_bytes: float, chunk_bytes: float, world_size:
     """Seconds to all-reduce total_bytes as total_bytes/chunk_bytes separate ring all-reduces."""
     from commlib import cost
 
-    bad = _first_problem(_missing(answer), _number(answer, "the time in seconds"))
+    bad = _number_problem(answer, "the time in seconds")
     if bad is not None:
         return bad
     count = total_bytes / chunk_bytes
@@ -381,7 +380,7 @@ def ch5_chunked_time(answer, total_bytes: float, chunk_bytes: float, world_size:
 
 def ch5_exposed(answer, compute_s: float, comm_s: float, overlapped_s: float) -> Verdict:
     """Exposed communication (s) from a profile: communication that ran with no compute beside it."""
-    bad = _first_problem(_missing(answer), _number(answer, "the exposed time in seconds"))
+    bad = _number_problem(answer, "the exposed time in seconds")
     if bad is not None:
         return bad
     want = comm_s - overlapped_s

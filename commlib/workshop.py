@@ -8,7 +8,7 @@ commlib.exercises does for chapters 0-5, and name the likely mistake.
 
 from __future__ import annotations
 
-from commlib.exercises import Verdict, _close, _first_problem, _missing, _number
+from commlib.exercises import Verdict, _close, _missing, _number_problem
 
 MODEL = {"name": "a Llama-2-7B-sized model", "layers": 32, "grad_bytes": 2}
 CLUSTERS = {  # name -> (ranks, link): a ring is as fast as its slowest link, per direction
@@ -71,7 +71,7 @@ def check_comm_time(answer, cluster: str) -> Verdict:
     """Seconds for one ring all-reduce of the workshop model's BF16 gradients on `cluster`."""
     from commlib import cost
 
-    bad = _first_problem(_missing(answer), _number(answer, "the time in seconds"))
+    bad = _number_problem(answer, "the time in seconds")
     if bad is not None:
         return bad
     p, link = _cluster(cluster)
@@ -91,7 +91,7 @@ def check_comm_time(answer, cluster: str) -> Verdict:
 
 def check_backward_time(answer) -> Verdict:
     """Seconds of backward per step for the workshop model and step (STEP)."""
-    bad = _first_problem(_missing(answer), _number(answer, "the time in seconds"))
+    bad = _number_problem(answer, "the time in seconds")
     if bad is not None:
         return bad
     want = backward_s()
@@ -107,7 +107,7 @@ def check_backward_time(answer) -> Verdict:
 
 def check_exposed(answer, cluster: str) -> Verdict:
     """Exposed communication (s) per step on `cluster` with DDP's 25 MiB buckets, one layer after another."""
-    bad = _first_problem(_missing(answer), _number(answer, "the exposed time in seconds"))
+    bad = _number_problem(answer, "the exposed time in seconds")
     if bad is not None:
         return bad
     want = exposed_s(cluster)
