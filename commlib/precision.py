@@ -25,9 +25,6 @@ from commlib.cost import shard_sizes
 STRATEGIES = ("fp16", "fp32_accumulate", "predivide", "pre_post_divide", "bf16")
 ORDERS = ("ring", "tree", "sequential")
 
-FP16 = torch.finfo(torch.float16)
-BF16 = torch.finfo(torch.bfloat16)
-
 
 def predivide_factor(world_size: int) -> int:
     """FSDP's gradient predivide factor: double f while p % f == 0 and p / f > f (p=8 -> 4, p=16 -> 4)."""
