@@ -237,8 +237,8 @@ def ch2_fastest(answer, op: str, nbytes: float, world_size: int, link) -> Verdic
                           f"Compare the number of messages (α) and the bytes (β) of each algorithm at this size.")
 
 
-# ------------------------------------------------------------------------------ chapter 3
-def ch3_overflow_world_size(answer, value: float = 3000.0) -> Verdict:
+# ------------------------------------------------------------------------------ chapter 4
+def ch4_overflow_world_size(answer, value: float = 3000.0) -> Verdict:
     """The smallest number of ranks whose fp16 sum of `value` (one per rank) overflows."""
     import torch
 
@@ -260,7 +260,7 @@ def ch3_overflow_world_size(answer, value: float = 3000.0) -> Verdict:
     return Verdict(False, "the sum of p copies passes fp16's largest finite value, 65504, at which p?")
 
 
-def ch3_predivide_factor(answer, world_size: int = 32) -> Verdict:
+def ch4_predivide_factor(answer, world_size: int = 32) -> Verdict:
     """FSDP's gradient predivide factor for world_size."""
     from commlib import precision
 
@@ -278,7 +278,7 @@ def ch3_predivide_factor(answer, world_size: int = 32) -> Verdict:
     return Verdict(False, "start at f = 1 and double it while p % f == 0 and p / f > f.")
 
 
-def ch3_safe_strategy(answer, world_size: int = 64) -> Verdict:
+def ch4_safe_strategy(answer, world_size: int = 64) -> Verdict:
     """The strategy that, on world_size ranks, neither overflows gradients ~3000 nor flushes more of gradients
     ~1e-6 than casting to fp16 does, while sending 2 bytes per value."""
     from commlib import precision
@@ -303,8 +303,8 @@ def ch3_safe_strategy(answer, world_size: int = 64) -> Verdict:
                          f"mean relative error {big['mean_rel_error']:.1e} (8 significant bits).")
 
 
-# ------------------------------------------------------------------------------ chapter 4
-def ch4_overlapped_step(answer, compute_s: float = 0.100, comm_s: float = 0.080, buckets: int = 10) -> Verdict:
+# ------------------------------------------------------------------------------ chapter 6
+def ch6_overlapped_step(answer, compute_s: float = 0.100, comm_s: float = 0.080, buckets: int = 10) -> Verdict:
     """Step time (s) when backward (compute_s) and gradient all-reduce (comm_s) are split into `buckets`
     equal buckets and overlapped on one communication stream."""
     from commlib import overlap
@@ -326,7 +326,7 @@ def ch4_overlapped_step(answer, compute_s: float = 0.100, comm_s: float = 0.080,
     return Verdict(False, "draw the timeline: bucket i's all-reduce starts when its backward slice ends.")
 
 
-def ch4_best_bucket(answer, params: float = 1e8, layers: int = 96, backward_s: float = 0.1, world_size: int = 256,
+def ch6_best_bucket(answer, params: float = 1e8, layers: int = 96, backward_s: float = 0.1, world_size: int = 256,
                     link: str = "ib_ndr", options=(1, 4, 25, 100, 400, 1600), bytes_per_param: int = 4) -> Verdict:
     """Which bucket cap (MiB) among `options` gives the shortest overlapped step for this model and cluster?"""
     from commlib import overlap
@@ -353,8 +353,8 @@ def ch4_best_bucket(answer, params: float = 1e8, layers: int = 96, backward_s: f
     return Verdict(False, f"{answer} MiB makes a few big buckets; the last one is exposed after backward. {listing}.")
 
 
-# ------------------------------------------------------------------------------ chapter 5
-def ch5_chunked_time(answer, total_bytes: float, chunk_bytes: float, world_size: int, link) -> Verdict:
+# ------------------------------------------------------------------------------ chapter 8
+def ch8_chunked_time(answer, total_bytes: float, chunk_bytes: float, world_size: int, link) -> Verdict:
     """Seconds to all-reduce total_bytes as total_bytes/chunk_bytes separate ring all-reduces."""
     from commlib import cost
 
@@ -378,7 +378,7 @@ def ch5_chunked_time(answer, total_bytes: float, chunk_bytes: float, world_size:
                           "the number of chunks.")
 
 
-def ch5_exposed(answer, compute_s: float, comm_s: float, overlapped_s: float) -> Verdict:
+def ch8_exposed(answer, compute_s: float, comm_s: float, overlapped_s: float) -> Verdict:
     """Exposed communication (s) from a profile: communication that ran with no compute beside it."""
     bad = _number_problem(answer, "the exposed time in seconds")
     if bad is not None:

@@ -1,9 +1,9 @@
-"""Chapter 6, the workshop: one real model on two real clusters, and the checkers of its questions.
+"""Chapter 9, the workshop: one real model on two real clusters, and the checkers of its questions.
 
 The model has Llama-2-7B's tensors (norms left out) and BF16 gradients; a step is 4 x 4096 tokens per
 GPU on H100s at 40% of their BF16 peak. tensors() ... exposed_s() compute the answers from commlib's
 cost model and overlap simulator; check_*() compare a learner's answer with them, as
-commlib.exercises does for chapters 0-5, and name the likely mistake.
+commlib.exercises does for chapters 0-8, and name the likely mistake.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""commlib.workshop: the chapter 6 scenario's numbers, and checkers that accept them and name the usual mistakes."""
+"""commlib.workshop: the chapter 9 scenario's numbers, and checkers that accept them and name the usual mistakes."""
 
 import pytest
 
