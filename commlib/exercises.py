@@ -173,28 +173,34 @@ def _close(a: float, b: float, rel: float = 0.02) -> bool:
 
 
 def ch2_ring_time(answer, nbytes: float, world_size: int, link) -> Verdict:
-    """Seconds for a ring all_reduce: 2(p-1) alpha + 2(p-1)/p n / B, with B per direction (no gamma)."""
+    """Seconds for a ring all_reduce: c + 2(p-1) alpha + 2(p-1)/p n / B, with B per direction (no gamma)."""
     from commlib import cost
 
     bad = _number_problem(answer, "the time in seconds")
     if bad is not None:
         return bad
     link = cost._link(link)
-    p, n, a, bw = world_size, nbytes, link.latency, link.bandwidth
+    p, n, a, bw, c = world_size, nbytes, link.latency, link.bandwidth, link.call_latency
     want = cost.collective_time("all_reduce", n, p, link, "ring")
+    band = 2 * (p - 1) / p * n / bw
     if _close(answer, want):
-        return Verdict(True, f"2(p-1)·α + 2(p-1)/p·n/B = {2 * (p - 1) * a * 1e3:.4g} ms + "
-                             f"{2 * (p - 1) / p * n / bw * 1e3:.4g} ms = {want * 1e3:.4g} ms.")
-    if _close(answer, 2 * (p - 1) / p * n / bw):
-        return Verdict(False, "close: you have the bandwidth term. Add the latency term, 2(p-1) messages of α each.")
-    if _close(answer, want - 2 * (p - 1) / p * n / bw + 2 * (p - 1) / p * n / (2 * bw)):
+        return Verdict(True, f"c + 2(p-1)·α + 2(p-1)/p·n/B = {c * 1e3:.4g} ms + {2 * (p - 1) * a * 1e3:.4g} ms + "
+                             f"{band * 1e3:.4g} ms = {want * 1e3:.4g} ms.")
+    if _close(answer, band):
+        return Verdict(False, "close: you have the bandwidth term. Add the latency terms: the call latency c once, "
+                              "and 2(p-1) messages of α each.")
+    if c and _close(answer, want - c, 0.005):
+        return Verdict(False, f"almost: add the call latency c = {c * 1e6:g} µs, paid once per collective "
+                              "(NCCL's launch and set-up).")
+    if _close(answer, want - band / 2) or _close(answer, want - c - band / 2):
         return Verdict(False, f"the link's {bw / 1e9:g} GB/s is per direction. Do not double it: each rank sends "
                               "on one direction and receives on the other.")
-    if _close(answer, n / bw) or _close(answer, a + n / bw):
+    if _close(answer, n / bw) or _close(answer, a + n / bw) or _close(answer, c + a + n / bw):
         return Verdict(False, "n/B is one message of the whole tensor. The ring sends 2(p-1) chunks of n/p bytes each.")
-    if _close(answer, 2 * (p - 1) * (a + n / bw)):
+    if _close(answer, 2 * (p - 1) * (a + n / bw)) or _close(answer, c + 2 * (p - 1) * (a + n / bw)):
         return Verdict(False, "each of the 2(p-1) steps sends one chunk of n/p bytes, not the whole tensor.")
-    return Verdict(False, "use t = 2(p-1)·α + 2(p-1)/p·n·β, with β = 1/B and B the per-direction bandwidth.")
+    return Verdict(False, "use t = c + 2(p-1)·α + 2(p-1)/p·n·β, with c the link's call latency, β = 1/B and B the "
+                          "per-direction bandwidth.")
 
 
 def ch2_busbw(answer, nbytes: float, time_s: float, world_size: int) -> Verdict:
@@ -349,7 +355,8 @@ def ch6_best_bucket(answer, params: float = 1e8, layers: int = 96, backward_s: f
     if times[answer] <= times[best] * 1.001:
         return Verdict(True, f"{listing}.")
     if answer < best:
-        return Verdict(False, f"{answer} MiB makes many small all-reduces, and each pays the latency 2(p-1)·α. {listing}.")
+        return Verdict(False, f"{answer} MiB makes many small all-reduces, and each pays the latency c + 2(p-1)·α. "
+                              f"{listing}.")
     return Verdict(False, f"{answer} MiB makes a few big buckets; the last one is exposed after backward. {listing}.")
 
 
@@ -373,8 +380,8 @@ def ch8_chunked_time(answer, total_bytes: float, chunk_bytes: float, world_size:
         return Verdict(False, "that is one all-reduce of the whole buffer. Here it goes out in many small ones, "
                               "and each pays its own latency.")
     if _close(answer, count * cost.breakdown("all_reduce", chunk_bytes, world_size, link, "ring")["bandwidth_s"]):
-        return Verdict(False, "you have the bandwidth terms; add each all-reduce's latency, 2(p-1)·α.")
-    return Verdict(False, "time one ring all-reduce of chunk_bytes (2(p-1)·α + 2(p-1)/p·n·β), then multiply by "
+        return Verdict(False, "you have the bandwidth terms; add each all-reduce's latency, c + 2(p-1)·α.")
+    return Verdict(False, "time one ring all-reduce of chunk_bytes (c + 2(p-1)·α + 2(p-1)/p·n·β), then multiply by "
                           "the number of chunks.")
 
 

@@ -148,11 +148,13 @@ def test_ch2_ring_time():
     from commlib import cost
 
     link = cost.LINKS["ib_hdr"]
-    n, p = 1e6, 8  # both terms matter: 14 x 5 us latency, 1.75 MB / 25 GB/s = 70 us bandwidth
+    n, p = 1e6, 8  # all terms matter: 6.6 us per call, 14 x 5 us latency, 1.75 MB / 25 GB/s = 70 us bandwidth
     want = cost.collective_time("all_reduce", n, p, link, "ring")
+    assert want == pytest.approx(6.6e-6 + 14 * 5e-6 + 2 * 7 / 8 * n / 25e9)
     assert ex.ch2_ring_time(want, n, p, link).ok
-    assert "latency term" in ex.ch2_ring_time(2 * 7 / 8 * n / 25e9, n, p, link).message
-    assert "per direction" in ex.ch2_ring_time(14 * 5e-6 + 2 * 7 / 8 * n / 50e9, n, p, link).message
+    assert "latency terms" in ex.ch2_ring_time(2 * 7 / 8 * n / 25e9, n, p, link).message
+    assert "call latency c = 6.6 µs" in ex.ch2_ring_time(14 * 5e-6 + 2 * 7 / 8 * n / 25e9, n, p, link).message
+    assert "per direction" in ex.ch2_ring_time(6.6e-6 + 14 * 5e-6 + 2 * 7 / 8 * n / 50e9, n, p, link).message
     assert "2(p-1) chunks" in ex.ch2_ring_time(n / 25e9, n, p, link).message
     assert "not the whole tensor" in ex.ch2_ring_time(14 * (5e-6 + n / 25e9), n, p, link).message
     assert not ex.ch2_ring_time(1.0, n, p, link).ok
