@@ -20,15 +20,15 @@ PROBLEMS = [
     ("Communication patterns",
      "Which collective moves which bytes:\nAllReduce = ReduceScatter + AllGather;\nring sends 2(p-1)/p · n per rank",
      "Ch. 1", ["Pick the collective that fits\n(ReduceScatter + AllGather for sharding)",
-               "Pick the algorithm: ring for big\nmessages, tree / recursive doubling\nfor small ones"]),
+               "Pick the algorithm. NCCL: Ring, Tree,\nNVLS, CollNet, PAT, per call. MPI:\nrecursive doubling, Rabenseifner"]),
     ("Latency + bandwidth",
      "t = α + n·β per message;\nsmall messages pay α, big ones pay n·β;\nbusbw vs the link's per-direction GB/s",
-     "Ch. 2, 5", ["Fewer, bigger messages (buckets)",
-                  "Fewer bytes: FP16 / BF16 gradients\n(safely: Ch. 3), larger batches,\ngradient accumulation",
+     "Ch. 2, 8", ["Fewer, bigger messages (buckets)",
+                  "Fewer bytes: FP16 / BF16 gradients\n(safely: Ch. 4), larger batches,\ngradient accumulation",
                   "Faster links: NVLink within a node,\nInfiniBand across nodes"]),
     ("Overlap",
      "Exposed communication = the part\nnot hidden behind backward compute;\nthe last bucket is never hidden",
-     "Ch. 4, 5", ["Bucketed, asynchronous all-reduce\nfrom gradient hooks (DDP)",
+     "Ch. 6, 8", ["Bucketed, asynchronous all-reduce\nfrom gradient hooks (DDP)",
                   "Bucket size: latency per bucket\nvs a long exposed tail",
                   "Profile: measure exposed comm,\ncompare with the α-β model"]),
 ]
@@ -63,7 +63,7 @@ def draw() -> plt.Figure:
             ax.text(x + 1.75, y, remedy, ha="center", va="center", fontsize=8.4, linespacing=1.25)
         ax.add_patch(FancyArrowPatch((x + 1.75, 4.0), (x + 1.75, 3.5), arrowstyle="-|>",
                                      mutation_scale=12, color=color, lw=1.2))
-    ax.text(6.0, 0.12, "FP16 reductions (Ch. 3) cut the bytes in half, but partial sums can overflow at 65504: "
+    ax.text(6.0, 0.12, "FP16 reductions (Ch. 4) cut the bytes in half, but partial sums can overflow at 65504: "
             "accumulate in FP32, pre-divide, or use BF16.", ha="center", va="center", fontsize=8.8, color="#333333")
     return fig
 

@@ -25,7 +25,7 @@ DDP_FIRST_BUCKET_MB = 1.0    # with the default cap only: torch DDP's first buck
 
 @dataclass(frozen=True)
 class Event:
-    kind: str      # "compute" or "comm"
+    kind: str      # "forward", "compute" (backward, producing bucket `bucket`) or "comm"
     bucket: int
     start: float
     end: float
@@ -33,13 +33,13 @@ class Event:
 
 @dataclass
 class Timeline:
-    """Events of one backward pass with its gradient communication (seconds from the start of backward)."""
+    """Events of one step, (forward and) backward with its gradient communication, in seconds from its start."""
 
     events: list[Event] = field(default_factory=list)
 
     @property
     def compute_s(self) -> float:
-        return sum(e.end - e.start for e in self.events if e.kind == "compute")
+        return sum(e.end - e.start for e in self.events if e.kind in ("forward", "compute"))
 
     @property
     def comm_s(self) -> float:
@@ -52,7 +52,7 @@ class Timeline:
     @property
     def exposed_comm_s(self) -> float:
         """The time the step is longer than its computation: communication nothing hid."""
-        return self.total_s - max((e.end for e in self.events if e.kind == "compute"), default=0.0)
+        return self.total_s - max((e.end for e in self.events if e.kind in ("forward", "compute")), default=0.0)
 
     @property
     def overlap_fraction(self) -> float:
@@ -71,18 +71,21 @@ def _seconds_list(name: str, values) -> list[float]:
     return [float(v) for v in values]
 
 
-def simulate(compute_s, comm_s, overlap: bool = True) -> Timeline:
+def simulate(compute_s, comm_s, overlap: bool = True, forward_s: float = 0.0) -> Timeline:
     """Per bucket, in order of readiness: compute_s[i] of backward produces bucket i, comm_s[i] all-reduces it.
-    One communication stream. overlap=False starts the first all-reduce only when backward has finished."""
+    One communication stream. overlap=False starts the first all-reduce only when backward has finished.
+    forward_s: the forward pass before backward (an event of kind "forward", bucket -1). It produces no
+    gradients, so this step's all-reduces cannot overlap with it."""
     compute, comm = _seconds_list("compute_s", compute_s), _seconds_list("comm_s", comm_s)
+    forward = _seconds_list("forward_s", [forward_s])[0]
     if len(compute) != len(comm):
         raise ValueError(f"compute_s and comm_s need one entry per bucket, got {len(compute)} and {len(comm)}")
-    events, t, ready = [], 0.0, []
+    events, t, ready = ([Event("forward", -1, 0.0, forward)] if forward else []), forward, []
     for i, c in enumerate(compute):
         events.append(Event("compute", i, t, t + c))
         t += c
         ready.append(t)
-    stream = 0.0 if overlap else t
+    stream = forward if overlap else t
     for i, c in enumerate(comm):
         start = max(ready[i], stream)
         events.append(Event("comm", i, start, start + c))

@@ -67,7 +67,7 @@ def bytes_per_rank(rows: list[dict], ax=None):
     ax.set_xticks([r + 0.4 - width / 2 for r in range(p)], [f"rank {r}" for r in range(p)])
     ax.set_ylabel("MiB sent")
     ax.set_title("bytes each rank sends (bars: counted; black ticks: cost model)")
-    ax.legend(fontsize=8, ncol=len(rows))
+    ax.legend(fontsize=8, ncol=min(len(rows), 3))
     return ax
 
 
@@ -145,18 +145,19 @@ def precision_vs_world_size(world_sizes, results: dict, magnitude: float):
 
 
 def timeline(tl, ax=None, title: str = "", unit: float = 1e3):
-    """Gantt chart of an overlap.Timeline: backward compute on one row, the all-reduces on the other."""
+    """Gantt chart of an overlap.Timeline: forward and backward compute on one row, the all-reduces on the other."""
     if ax is None:
         _, ax = plt.subplots(figsize=(9, 1.9))
-    rows = {"compute": 1, "comm": 0}
+    rows = {"forward": 1, "compute": 1, "comm": 0}
     for e in tl.events:
-        color = f"C{e.bucket % 10}"
+        color = "lightgray" if e.kind == "forward" else f"C{e.bucket % 10}"
         ax.barh(rows[e.kind], (e.end - e.start) * unit, left=e.start * unit, height=0.6, color=color,
                 edgecolor="black", lw=0.5, alpha=0.85 if e.kind == "compute" else 0.6,
                 hatch=None if e.kind == "compute" else "//")
-    compute_end = max((e.end for e in tl.events if e.kind == "compute"), default=0.0)
+    compute_end = max((e.end for e in tl.events if e.kind in ("forward", "compute")), default=0.0)
     ax.axvline(compute_end * unit, color="black", lw=1, ls=":")
-    ax.set_yticks([1, 0], ["backward", "all-reduce"])
+    forward = any(e.kind == "forward" for e in tl.events)
+    ax.set_yticks([1, 0], ["forward, backward" if forward else "backward", "all-reduce"])
     ax.set_xlabel("ms" if unit == 1e3 else "s")
     ax.set_xlim(0, max(tl.total_s * unit * 1.02, 1e-9))
     ax.set_title(title or f"step {tl.total_s * unit:.1f} ms, exposed communication {tl.exposed_comm_s * unit:.1f} ms, "
@@ -209,5 +210,21 @@ def chunk_sweep(chunk_bytes, measured_s, predicted_s, total_bytes: int, ax=None)
     ax.set_xlabel("chunk size (bytes)")
     ax.set_ylabel("ms for all of it")
     ax.set_title(f"all-reducing {total_bytes >> 20} MiB in chunks: latency x number of messages")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def segment_sweep(segment_bytes, measured_s, predicted_s, nbytes: int, bus_factor: float, ax=None):
+    """busbw of one all-reduce of nbytes whose ring moves its chunks in segments of each size: measured and
+    modelled (a pipelined ring whose segments each pay alpha)."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.4))
+    busbw = lambda ts: [nbytes / t * bus_factor / 1e9 for t in ts]  # noqa: E731
+    ax.semilogx(segment_bytes, busbw(measured_s), "o-", base=2, label="measured")
+    ax.semilogx(segment_bytes, busbw(predicted_s), "--", base=2, label="pipelined ring model")
+    ax.set_xlabel("segment size (bytes)")
+    ax.set_ylabel("busbw (GB/s)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"one {nbytes >> 20} MiB all-reduce: smaller segments, lower bandwidth")
     ax.legend(fontsize=8)
     return ax

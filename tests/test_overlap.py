@@ -190,3 +190,15 @@ def test_cuda_timeline_reads_the_events_not_the_host_clock():
     got = [(e.kind, e.bucket, round(e.start, 9), round(e.end, 9)) for e in tl.events]
     assert got == [("compute", 0, 0.0, 0.2), ("comm", 0, 0.2, 0.4), ("compute", 1, 0.2, 0.5), ("comm", 1, 0.6, 0.9)]
     assert tl.total_s == pytest.approx(0.9) and tl.exposed_comm_s == pytest.approx(0.4)
+
+
+def test_the_seeds_example_with_forward_split_off():
+    """The seed's 100 ms is the whole step's compute: ~1/3 forward, which no gradient all-reduce of this step can
+    hide behind, and ~2/3 backward. 80 ms of communication in 10 buckets is then longer than backward."""
+    tl = overlap.simulate([0.200 / 3 / 10] * 10, [0.008] * 10, forward_s=0.100 / 3)
+    assert tl.events[0] == overlap.Event("forward", -1, 0.0, 0.100 / 3)
+    assert tl.compute_s == pytest.approx(0.100)
+    assert tl.total_s == pytest.approx(0.100 / 3 + 0.200 / 3 / 10 + 0.080)   # forward + first bucket + all comm
+    assert min(e.start for e in tl.events if e.kind == "comm") >= 0.100 / 3
+    serial = overlap.simulate([0.200 / 3 / 10] * 10, [0.008] * 10, overlap=False, forward_s=0.100 / 3)
+    assert serial.total_s == pytest.approx(0.180)

@@ -179,3 +179,33 @@ def test_overflow_grows_with_world_size_and_magnitude():
     assert flushed["fp32_accumulate"] == flushed["fp16"] and flushed["bf16"] == 0
     res = pr.error_vs_world_size([2, 8], 1.0, strategies=("fp16", "bf16"), numel=512)
     assert set(res) == {"fp16", "bf16"} and res["bf16"][0][1] > res["fp16"][0][1]  # bf16 keeps fewer bits
+
+
+def torch_ddp_fp16_grads(values):
+    """A one-parameter fp16 model under torch DDP, no hook: each rank's gradient is values[rank]."""
+    class Scale(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(len(values[0]), dtype=torch.float16))
+
+        def forward(self, x):
+            return (self.w * x).sum()
+
+    model = torch.nn.parallel.DistributedDataParallel(Scale())
+    model(torch.tensor(values[dist.get_rank()], dtype=torch.float16)).backward()
+    return model.module.w.grad.float()
+
+
+def test_torch_ddp_without_a_hook_is_the_ddp_default_strategy():
+    """DDP multiplies each fp16 gradient by 1/p while copying it into the bucket, then sums in fp16: the
+    smallest subnormals flush to zero, big sums still overflow. (p = 2: a sum of two is order-free, so the
+    simulation must agree bit for bit with Gloo's.)"""
+    tiny = 2.0 ** -24                       # fp16's smallest subnormal: tiny / 2 rounds to 0
+    values = [[tiny, 3 * tiny, 40000.0, 1.5, -2.0], [tiny, tiny, 40000.0, 0.25, 1.0]]
+    with cl.Cluster(world_size=2, timeout=60) as c:
+        live = c.run(torch_ddp_fp16_grads, values)
+    sim = pr.simulate_reduction(per_rank(values), "ddp_default")
+    assert torch.equal(live[0], sim) and torch.equal(live[1], sim)
+    assert sim[0].item() == 0.0                                  # the mean, 2^-24, was flushed
+    assert sim[2].item() == 40000.0                              # 20000 + 20000: pre-division avoided overflow
+    assert torch.isinf(pr.simulate_reduction(per_rank(values), "fp16"))[2]   # divide-after overflows
