@@ -92,3 +92,17 @@ def test_overlap_explorer_and_timeline():
     assert big != text.value and "With overlap" in text.value and "buckets" in text.value
     ax = plots.timeline(overlap.simulate([0.01] * 3, [0.005] * 3))
     assert len(ax.patches) == 6 and "step 35.0 ms" in ax.get_title()
+
+
+def test_segment_sweep_plots_busbw():
+    ax = plots.segment_sweep([4096, 1 << 20], [0.5, 0.01], [0.4, 0.02], 4 << 20, 1.0)
+    measured, model = ax.get_lines()[:2]
+    assert list(measured.get_ydata()) == [(4 << 20) / 0.5 / 1e9, (4 << 20) / 0.01 / 1e9]
+    assert list(model.get_xdata()) == [4096, 1 << 20] and "4 MiB" in ax.get_title()
+
+
+def test_timeline_draws_forward_on_the_compute_row():
+    from commlib import overlap
+
+    ax = plots.timeline(overlap.simulate([0.01] * 2, [0.005] * 2, forward_s=0.02))
+    assert len(ax.patches) == 5 and ax.get_yticklabels()[0].get_text() == "forward, backward"
