@@ -114,7 +114,7 @@ def train(method: str = "none", steps: int = 100, seed: int = 0, batch_size: int
             "closed_form_bytes": closed_form.bytes_per_rank(method, shapes, dist.get_world_size(), 4, **closed),
             "test_loss": torch.nn.functional.cross_entropy(logits, test_y).item(),
             "test_accuracy": (logits.argmax(1) == test_y).float().mean().item(),
-            "train_loss": statistics.fmean(losses[-10:]),
+            "train_loss": statistics.fmean(losses[-10:]), "losses": losses,
             "hook_s": median(1), "comm_s": median(2), "overhead_s": statistics.median(r[1] - r[2] for r in rows),
             "step_s": median(3)}
 
@@ -131,9 +131,24 @@ def tradeoff(cluster, variants: dict | None = None, steps: int = 100, seed: int 
                      "bytes_per_step": max(r["bytes_per_step"] for r in ranks),
                      "closed_form_bytes": ranks[0]["closed_form_bytes"],
                      "test_loss": ranks[0]["test_loss"], "test_accuracy": ranks[0]["test_accuracy"],
-                     "train_loss": mean("train_loss"), "hook_s": mean("hook_s"), "comm_s": mean("comm_s"),
+                     "train_loss": mean("train_loss"), "losses": [statistics.fmean(x) for x in zip(*(r["losses"] for r in ranks))],
+                     "hook_s": mean("hook_s"), "comm_s": mean("comm_s"),
                      "overhead_s": mean("overhead_s"), "step_s": mean("step_s")})
     return rows
+
+
+def crossovers(rows: list[dict], link) -> dict[str, float]:
+    """Per variant: the link bandwidth (bytes/s) below which it beats the plain all-reduce of the student's
+    gradients on a link with `link`'s latency (closed_form.crossover_bandwidth), its compression time
+    taken as its measured overhead minus the plain hook's (rows from tradeoff(), one of them "none")."""
+    shapes = [tuple(p.shape) for p in models()[1].parameters()]
+    plain = next(r["overhead_s"] for r in rows if r["method"] == "none")
+    out = {}
+    for r in rows:
+        closed = {k: v for k, v in r["params"].items() if k in closed_form.PARAMS[r["method"]]}
+        out[r["variant"]] = closed_form.crossover_bandwidth(r["method"], shapes, r["world_size"],
+                                                            max(0.0, r["overhead_s"] - plain), link, 4, **closed)
+    return out
 
 
 def table(rows: list[dict]) -> str:
