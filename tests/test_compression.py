@@ -200,15 +200,9 @@ def model():
                                torch.nn.Linear(32, 8))
 
 
-def ddp_pair(ours, theirs, steps):
-    """Inside a rank: two torch DDPs of one model, ours and theirs as (state, hook); SGD; the same batches.
-    -> per step, the averaged gradients of each, and the two states."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    torch.set_num_threads(1)
-    a, b = DDP(model()), DDP(model())
-    a.register_comm_hook(*ours)
-    b.register_comm_hook(*theirs)
+def train_both(a, b, steps):
+    """Inside a rank: SGD on two data-parallel wrappers of one model with the same batches.
+    -> per step, (a's averaged gradients, b's)."""
     opt_a, opt_b = torch.optim.SGD(a.parameters(), lr=0.1), torch.optim.SGD(b.parameters(), lr=0.1)
     g = torch.Generator().manual_seed(dist.get_rank())
     out = []
@@ -219,7 +213,19 @@ def ddp_pair(ours, theirs, steps):
             (net(x) - y).square().mean().backward()
             opt.step()
         out.append(([p.grad.clone() for p in a.parameters()], [p.grad.clone() for p in b.parameters()]))
-    return out, ours[0], theirs[0]
+    return out
+
+
+def ddp_pair(ours, theirs, steps):
+    """Inside a rank: two torch DDPs of one model, ours and theirs as (state, hook).
+    -> train_both's gradients, and the two states."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.set_num_threads(1)
+    a, b = DDP(model()), DDP(model())
+    a.register_comm_hook(*ours)
+    b.register_comm_hook(*theirs)
+    return train_both(a, b, steps), ours[0], theirs[0]
 
 
 def powersgd_pair(rank, warm_start, steps):
@@ -297,17 +303,7 @@ def hooked_both_ways(method, params, steps=3):
     theirs.register_comm_hook(*tradeoff.hook_for(method, **params))
     with pytest.raises(RuntimeError, match="only be called once"):
         ours.register_comm_hook(*tradeoff.hook_for(method, **params))
-    opt_a, opt_b = torch.optim.SGD(ours.parameters(), lr=0.1), torch.optim.SGD(theirs.parameters(), lr=0.1)
-    g = torch.Generator().manual_seed(dist.get_rank())
-    out = []
-    for _ in range(steps):
-        x, y = torch.randn(16, 24, generator=g), torch.randn(16, 8, generator=g)
-        for net, opt in ((ours, opt_a), (theirs, opt_b)):
-            opt.zero_grad()
-            (net(x) - y).square().mean().backward()
-            opt.step()
-        out.append(([p.grad.clone() for p in ours.parameters()], [p.grad.clone() for p in theirs.parameters()]))
-    return len(ours.buckets), out
+    return len(ours.buckets), train_both(ours, theirs, steps)
 
 
 # PowerSGD from iteration 1: torch DDP's first bucket is in forward order, BucketedDDP's in backward order,

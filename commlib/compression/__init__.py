@@ -13,7 +13,8 @@
 | int8/fp8 | quantize_hook   | all-gather codes+scale  | no                  | 8-bit codes, per-bucket scale   |
 
 closed_form: bytes and collectives per method, and the link bandwidth below which compressing pays.
-tradeoff: a small teacher-student task trained on ranks with each method (bytes, loss, overhead).
+hook_for(method, **params) -> (state, hook); tradeoff: a small teacher-student task trained on ranks
+with each method of VARIANTS (bytes per step, final loss, compression overhead), and the crossovers.
 """
 
 from commlib.compression.closed_form import (METHODS, bytes_per_rank, collectives, comm_time,
@@ -22,8 +23,9 @@ from commlib.compression.comm import Bucket, Comm, HookState, allreduce_hook
 from commlib.compression.powersgd import PowerSGDState, orthogonalize_, powersgd_hook
 from commlib.compression.quantize import QuantState, dequantize, fp16_hook, int8_ring_sum, quantize, quantize_hook
 from commlib.compression.sparse import TopKState, topk, topk_hook
+from commlib.compression.tradeoff import VARIANTS, hook_for
 
 __all__ = ["METHODS", "bytes_per_rank", "collectives", "comm_time", "crossover_bandwidth", "topk_count",
            "Bucket", "Comm", "HookState", "allreduce_hook", "PowerSGDState", "orthogonalize_", "powersgd_hook",
            "QuantState", "dequantize", "fp16_hook", "int8_ring_sum", "quantize", "quantize_hook",
-           "TopKState", "topk", "topk_hook"]
+           "TopKState", "topk", "topk_hook", "VARIANTS", "hook_for"]

@@ -31,7 +31,8 @@ class Comm:
 
     algorithm "builtin": torch.distributed's own (Gloo or NCCL); bytes_sent adds what a ring sends for each
     call (this rank's exact share, commlib.cost.bytes_sent_by_rank). "ring": commlib's ring algorithms,
-    and bytes_sent adds the messages this rank really sent (their algorithms.Trace)."""
+    and bytes_sent adds the messages this rank really sent (their algorithms.Trace). With CUDA tensors each
+    collective is bracketed by torch.cuda.synchronize(), so that `seconds` are the GPU's (and nothing overlaps)."""
 
     def __init__(self, algorithm: str = "builtin", group=None):
         if algorithm not in COMM_ALGORITHMS:
@@ -46,8 +47,14 @@ class Comm:
     def world_size(self) -> int:
         return dist.get_world_size(self.group)
 
+    @staticmethod
+    def _clock(t: torch.Tensor) -> float:
+        if t.is_cuda:
+            torch.cuda.synchronize(t.device)
+        return time.perf_counter()
+
     def _count(self, op: str, t: torch.Tensor, nbytes: int, t0: float) -> None:
-        self.seconds += time.perf_counter() - t0
+        self.seconds += self._clock(t) - t0
         self.calls += 1
         if self.algorithm == "builtin":
             p, rank = self.world_size, dist.get_rank(self.group)
@@ -55,7 +62,7 @@ class Comm:
 
     def all_reduce(self, t: torch.Tensor) -> torch.Tensor:
         """Sum over ranks, in place; -> t."""
-        t0 = time.perf_counter()
+        t0 = self._clock(t)
         if self.algorithm == "ring":
             before = self.trace.bytes_sent
             alg.ring_all_reduce(t, trace=self.trace)
@@ -68,7 +75,7 @@ class Comm:
     def all_gather(self, payload: torch.Tensor) -> torch.Tensor:
         """Every rank's payload (1-D uint8, the same length on every rank) -> a (p, length) uint8 tensor."""
         p, n = self.world_size, payload.numel()
-        t0 = time.perf_counter()
+        t0 = self._clock(payload)
         if self.algorithm == "ring":  # commlib's ring moves 4-byte words: pad to a whole word (0-3 bytes)
             words = torch.zeros(-(-n // 4) * 4, dtype=torch.uint8, device=payload.device)
             words[:n] = payload
