@@ -161,12 +161,19 @@ def _offsets(sizes: list[int]) -> list[int]:
 SEGMENT_BYTES = 1 << 21  # ring pipelining: chunks travel in segments of at most this many bytes
 
 
-def _segments(lo: int, hi: int, itemsize: int) -> list[tuple[int, int]]:
-    step = max(1, SEGMENT_BYTES // itemsize)
+def _segments(lo: int, hi: int, itemsize: int, segment_bytes: int | None = None) -> list[tuple[int, int]]:
+    step = max(1, (segment_bytes or SEGMENT_BYTES) // itemsize)
     return [(a, min(a + step, hi)) for a in range(lo, hi, step)]
 
 
-def _ring_pass_(flat, sizes, op, msgs, phase, step0, first_send) -> None:
+def _check_segment(segment_bytes) -> int | None:
+    if segment_bytes is not None and (isinstance(segment_bytes, bool) or not isinstance(segment_bytes, int)
+                                      or segment_bytes < 1):
+        raise ValueError(f"segment_bytes must be an int >= 1 (bytes) or None for {SEGMENT_BYTES}, got {segment_bytes!r}")
+    return segment_bytes
+
+
+def _ring_pass_(flat, sizes, op, msgs, phase, step0, first_send, segment_bytes=None) -> None:
     """p-1 ring steps. At step s rank r sends chunk first_send - s to r+1 and receives chunk
     first_send - s - 1 from r-1: reducing it into its own copy (op given: reduce-scatter) or storing
     it (op None: all-gather). Pipelined: chunks travel in segments, and a segment received at step s
@@ -182,9 +189,9 @@ def _ring_pass_(flat, sizes, op, msgs, phase, step0, first_send) -> None:
         for s in range(p - 1):
             send_c, recv_c = (first_send - s) % p, (first_send - s - 1) % p
             incoming = [(lo, hi, flat[lo:hi] if op is None else buffers[s % 2][lo - off[recv_c]:hi - off[recv_c]])
-                        for lo, hi in _segments(off[recv_c], off[recv_c + 1], itemsize)]
+                        for lo, hi in _segments(off[recv_c], off[recv_c + 1], itemsize, segment_bytes)]
             ops = [dist.P2POp(dist.irecv, buf, left) for _, _, buf in incoming]
-            for lo, hi in _segments(off[send_c], off[send_c + 1], itemsize):
+            for lo, hi in _segments(off[send_c], off[send_c + 1], itemsize, segment_bytes):
                 ops.append(dist.P2POp(dist.isend, flat[lo:hi], right))
                 msgs.record(phase, step0 + s, flat[lo:hi], right, send_c, lo)
             _post_and_wait(ops)
@@ -197,10 +204,10 @@ def _ring_pass_(flat, sizes, op, msgs, phase, step0, first_send) -> None:
     for s in range(p - 1):
         send_c, recv_c = (first_send - s) % p, (first_send - s - 1) % p
         incoming = []
-        for lo, hi in _segments(off[recv_c], off[recv_c + 1], itemsize):
+        for lo, hi in _segments(off[recv_c], off[recv_c + 1], itemsize, segment_bytes):
             dst = flat[lo:hi] if op is None else buffers[s % 2][lo - off[recv_c]:hi - off[recv_c]]
             incoming.append((dist.irecv(dst, src=left), lo, hi, dst))
-        for j, (lo, hi) in enumerate(_segments(off[send_c], off[send_c + 1], itemsize)):
+        for j, (lo, hi) in enumerate(_segments(off[send_c], off[send_c + 1], itemsize, segment_bytes)):
             if pending:  # this segment is what arrived last step: wait for it, reduce it, pass it on
                 work, plo, phi, buf = pending[j]
                 work.wait()
@@ -217,37 +224,40 @@ def _ring_pass_(flat, sizes, op, msgs, phase, step0, first_send) -> None:
         work.wait()
 
 
-def _ring_reduce_scatter_(flat, sizes, op, msgs, step0=0) -> None:
+def _ring_reduce_scatter_(flat, sizes, op, msgs, step0=0, segment_bytes=None) -> None:
     """p-1 steps; at step s rank r sends chunk r-s-1 to r+1 and adds chunk r-s-2 from r-1 into its own copy.
     Afterwards chunk r on rank r holds the reduction over all ranks."""
-    _ring_pass_(flat, sizes, op, msgs, "reduce_scatter", step0, first_send=dist.get_rank() - 1)
+    _ring_pass_(flat, sizes, op, msgs, "reduce_scatter", step0, dist.get_rank() - 1, segment_bytes)
 
 
-def _ring_all_gather_(flat, sizes, msgs, step0=0) -> None:
+def _ring_all_gather_(flat, sizes, msgs, step0=0, segment_bytes=None) -> None:
     """p-1 steps; at step s rank r forwards chunk r-s to r+1 and stores chunk r-s-1 from r-1 in place.
     Starts with chunk r complete on rank r; ends with every chunk everywhere."""
-    _ring_pass_(flat, sizes, None, msgs, "all_gather", step0, first_send=dist.get_rank())
+    _ring_pass_(flat, sizes, None, msgs, "all_gather", step0, dist.get_rank(), segment_bytes)
 
 
 def ring_reduce_scatter(t: torch.Tensor, op: str = "sum", trace: Trace | None = None,
-                        check: bool = True) -> torch.Tensor:
+                        check: bool = True, segment_bytes: int | None = None) -> torch.Tensor:
     """-> this rank's shard of the reduction, 1-D, shard_sizes(t.numel(), p)[rank] elements; t is unchanged.
-    Each rank sends (p-1)/p * n bytes in p-1 steps."""
+    Each rank sends (p-1)/p * n bytes in p-1 steps, each chunk in segments of segment_bytes (default 2 MiB)."""
+    _check_segment(segment_bytes)
     flat = _prepare("ring_reduce_scatter", t, op, check)
     p, r = dist.get_world_size(), dist.get_rank()
     sizes = shard_sizes(flat.numel(), p)
     work = flat.clone()
     if p > 1 and flat.numel():
-        _ring_reduce_scatter_(work, sizes, op, _Messages("ring", trace))
+        _ring_reduce_scatter_(work, sizes, op, _Messages("ring", trace), segment_bytes=segment_bytes)
     off = _offsets(sizes)
     shard = work[off[r]:off[r + 1]].clone()
     return shard.div_(p) if op == "avg" else shard
 
 
-def ring_all_gather(shard: torch.Tensor, trace: Trace | None = None, check: bool = True) -> torch.Tensor:
+def ring_all_gather(shard: torch.Tensor, trace: Trace | None = None, check: bool = True,
+                    segment_bytes: int | None = None) -> torch.Tensor:
     """-> every rank's shard concatenated in rank order (along dim 0; a 0-d shard counts as one element).
     Shards may differ in length along dim 0; dtype and the other dims must match. Each rank sends
     (p-1)/p * n bytes of the gathered n."""
+    _check_segment(segment_bytes)
     flat = _flat(shard, "shard")
     row = math.prod(shard.shape[1:])  # elements per row along dim 0 (1 for 0-d and 1-d shards)
     table = _agree("ring_all_gather", check, flat.device, dtype=_DTYPE_CODE[flat.dtype], row=row,
@@ -258,23 +268,26 @@ def ring_all_gather(shard: torch.Tensor, trace: Trace | None = None, check: bool
     off = _offsets(sizes)
     out[off[r]:off[r + 1]] = flat
     if p > 1:
-        _ring_all_gather_(out, sizes, _Messages("ring", trace))
+        _ring_all_gather_(out, sizes, _Messages("ring", trace), segment_bytes=segment_bytes)
     if shard.dim() <= 1:
         return out
     return out.view(-1, *shard.shape[1:])
 
 
 def ring_all_reduce(t: torch.Tensor, op: str = "sum", trace: Trace | None = None,
-                    check: bool = True) -> torch.Tensor:
+                    check: bool = True, segment_bytes: int | None = None) -> torch.Tensor:
     """In place, like dist.all_reduce: reduce-scatter then all-gather around the ring.
-    2(p-1) steps; each rank sends 2(p-1)/p * n bytes: 2(p-1) a + 2(p-1)/p n b + (p-1)/p n g."""
+    2(p-1) steps; each rank sends 2(p-1)/p * n bytes: 2(p-1) a + 2(p-1)/p n b + (p-1)/p n g. Each chunk
+    travels in segments of at most segment_bytes (default SEGMENT_BYTES, 2 MiB), each one message:
+    cost.pipelined_ring_time prices a smaller segment (chapter 8)."""
+    _check_segment(segment_bytes)
     flat = _prepare("ring_all_reduce", t, op, check)
     p = dist.get_world_size()
     if p > 1 and flat.numel():
         sizes = shard_sizes(flat.numel(), p)
         msgs = _Messages("ring", trace)
-        _ring_reduce_scatter_(flat, sizes, op, msgs)
-        _ring_all_gather_(flat, sizes, msgs, step0=p - 1)
+        _ring_reduce_scatter_(flat, sizes, op, msgs, segment_bytes=segment_bytes)
+        _ring_all_gather_(flat, sizes, msgs, step0=p - 1, segment_bytes=segment_bytes)
     if op == "avg":
         flat.div_(p)
     return _write_back(t, flat)

@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from commlib import algorithms as alg
 from commlib import cost
+from commlib import nccl_algorithms as nccl_alg
 from commlib._worker import uses_nccl
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
@@ -31,12 +32,14 @@ IMPLEMENTATIONS = {
     ("all_reduce", "tree"): lambda t: alg.tree_all_reduce(t, check=False),
     ("all_reduce", "recursive_doubling"): lambda t: alg.recursive_doubling_all_reduce(t, check=False),
     ("all_reduce", "rabenseifner"): lambda t: alg.rabenseifner_all_reduce(t, check=False),
+    ("all_reduce", "double_binary_tree"): lambda t: nccl_alg.double_binary_tree_all_reduce(t, check=False),
     ("reduce_scatter", "builtin"): lambda t: _builtin_reduce_scatter(t),
     ("reduce_scatter", "ring"): lambda t: alg.ring_reduce_scatter(t, check=False),
     ("all_gather", "builtin"): lambda t: _builtin_all_gather(t),
     ("all_gather", "ring"): lambda t: alg.ring_all_gather(t, check=False),
     ("broadcast", "builtin"): lambda t: (dist.broadcast(t, src=0), t)[1],
     ("broadcast", "tree"): lambda t: alg.tree_broadcast(t, src=0, check=False),
+    ("broadcast", "ring"): lambda t: nccl_alg.ring_broadcast(t, src=0, check=False),
     ("reduce", "builtin"): lambda t: (dist.reduce(t, dst=0), t)[1],
     ("reduce", "tree"): lambda t: alg.tree_reduce(t, dst=0, check=False),
     ("sendrecv", "builtin"): lambda t: _ring_sendrecv(t),

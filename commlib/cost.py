@@ -11,55 +11,40 @@ Pure Python and numpy: no torch here.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from numbers import Integral, Real
 
 import numpy as np
 
+from commlib.links import LINKS, PUBLISHED, Link, Published  # noqa: F401  (re-exported: cost.LINKS, cost.Link)
+from commlib.schedules import (_binomial_children, _dbtree_sent, binary_tree, double_binary_tree,  # noqa: F401
+                               fold_to_power_of_two, halving_ranges, tree_height)
+
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "sendrecv")
-ALGORITHMS = ("ring", "tree", "recursive_doubling", "rabenseifner", "naive")
-# Which (op, algorithm) pairs exist. "ring" for all_to_all: pairwise exchange in ring order.
+ALGORITHMS = ("ring", "tree", "recursive_doubling", "rabenseifner", "naive", "double_binary_tree", "scatter_allgather")
+# Which (op, algorithm) pairs exist. "ring" for all_to_all: pairwise exchange in ring order; for broadcast and
+# reduce: NCCL's pipelined chain from (to) the root.
 PAIRS = {
-    "all_reduce": ("ring", "tree", "recursive_doubling", "rabenseifner", "naive"),
+    "all_reduce": ("ring", "tree", "recursive_doubling", "rabenseifner", "naive", "double_binary_tree"),
     "all_gather": ("ring", "recursive_doubling"),
     "reduce_scatter": ("ring", "recursive_doubling"),
-    "broadcast": ("tree", "naive"),
-    "reduce": ("tree", "naive"),
+    "broadcast": ("tree", "naive", "ring", "scatter_allgather"),
+    "reduce": ("tree", "naive", "ring"),
     "all_to_all": ("ring",),
     "sendrecv": ("ring",),  # every rank sends n bytes to its right neighbour at once: one message, a + n b
 }
 POWER_OF_TWO_ONLY = {("all_gather", "recursive_doubling"), ("reduce_scatter", "recursive_doubling")}
-
-
-@dataclass(frozen=True)
-class Link:
-    """A link: bandwidth in bytes/s *per direction*, latency (alpha) in s per message, and where the numbers come from."""
-
-    name: str
-    bandwidth: float
-    latency: float
-    source: str
-
-    @property
-    def beta(self) -> float:
-        """Seconds per byte."""
-        return 1.0 / self.bandwidth
-
-
-_LAT_NOTE = "latency: order of magnitude of a small-message NCCL/MPI hop on this kind of link"
-LINKS: dict[str, Link] = {
-    link.name: link for link in [
-        Link("nvlink3", 300e9, 2e-6, "NVIDIA A100: NVLink3 600 GB/s total = 300 GB/s per direction; " + _LAT_NOTE),
-        Link("nvlink4", 450e9, 2e-6, "NVIDIA H100 SXM: NVLink4 900 GB/s total = 450 GB/s per direction; " + _LAT_NOTE),
-        Link("nvlink5", 900e9, 2e-6, "NVIDIA B200: NVLink5 1.8 TB/s total = 900 GB/s per direction; " + _LAT_NOTE),
-        Link("pcie4_x16", 31.5e9, 5e-6, "PCIe Gen4 x16: 16 GT/s x 16 lanes x 128/130 = 31.5 GB/s per direction; " + _LAT_NOTE),
-        Link("pcie5_x16", 63e9, 5e-6, "PCIe Gen5 x16: 32 GT/s x 16 lanes x 128/130 = 63 GB/s per direction; " + _LAT_NOTE),
-        Link("ib_hdr", 25e9, 5e-6, "InfiniBand HDR: 200 Gb/s = 25 GB/s per direction; " + _LAT_NOTE),
-        Link("ib_ndr", 50e9, 5e-6, "InfiniBand NDR: 400 Gb/s = 50 GB/s per direction; " + _LAT_NOTE),
-        Link("ib_xdr", 100e9, 5e-6, "InfiniBand XDR: 800 Gb/s = 100 GB/s per direction; " + _LAT_NOTE),
-        Link("eth100", 12.5e9, 20e-6, "100 Gigabit Ethernet: 100 Gb/s = 12.5 GB/s per direction; latency: TCP/RoCE order of magnitude"),
-        Link("eth400", 50e9, 20e-6, "400 Gigabit Ethernet: 400 Gb/s = 50 GB/s per direction; latency: TCP/RoCE order of magnitude"),
-    ]
+# Who implements what. NCCL has neither recursive doubling nor Rabenseifner: it chooses per call among Ring,
+# Tree (the pipelined double binary tree), NVLS, CollNet and PAT, and a protocol (LL, LL128, Simple), from
+# its tuning model (NCCL 2.30.7 src/graph/tuning.cc). MPI libraries (MPICH: Thakur et al. 2005) switch
+# between the textbook algorithms by message size.
+FAMILY = {
+    "ring": "MPI and NCCL",
+    "tree": "MPI (binomial tree)",
+    "recursive_doubling": "MPI",
+    "rabenseifner": "MPI",
+    "naive": "neither (parameter server)",
+    "double_binary_tree": "NCCL (Tree)",
+    "scatter_allgather": "MPI (long broadcast)",
 }
 
 
@@ -117,47 +102,6 @@ def shard_sizes(numel: int, world_size: int) -> list[int]:
 
 
 # ------------------------------------------------------------------------------------ bytes
-def _binomial_children(vr: int, p: int) -> int:
-    """How many children relative rank vr has in a binomial tree of p ranks rooted at 0."""
-    k, children = 0, 0
-    while (1 << k) < p:
-        mask = 1 << k
-        if vr < mask and vr + mask < p:
-            children += 1
-        k += 1
-    return children
-
-
-def fold_to_power_of_two(rank: int, p: int) -> tuple[int | None, int]:
-    """MPICH's step for non-powers of two: of the first 2*rem ranks, the even ones hand their data to the
-    odd neighbour and sit out. -> (rank among the p' = 2^floor(lg p) ranks that go on, or None; p')."""
-    p2 = 1 << (p.bit_length() - 1)
-    rem = p - p2
-    if rank < 2 * rem:
-        return (None if rank % 2 == 0 else rank // 2), p2
-    return rank - rem, p2
-
-
-def halving_ranges(new_rank: int, p2: int) -> list[tuple[int, int, int, int, int]]:
-    """Recursive halving over chunk indices 0..p2-1, one round per bit from the highest:
-    (partner, send_lo, send_hi, keep_lo, keep_hi). After the last round rank r keeps chunk r.
-    Recursive doubling (all-gather) runs the same rounds backwards, sending the kept range."""
-    rounds = []
-    lo, hi = 0, p2
-    mask = p2 >> 1
-    while mask:
-        mid = (lo + hi) // 2
-        partner = new_rank ^ mask
-        if new_rank & mask:
-            rounds.append((partner, lo, mid, mid, hi))
-            lo = mid
-        else:
-            rounds.append((partner, mid, hi, lo, mid))
-            hi = mid
-        mask >>= 1
-    return rounds
-
-
 def bytes_sent_by_rank(op: str, nbytes: float, world_size: int, algorithm: str = "ring",
                        itemsize: int = 1, root: int = 0) -> list[float]:
     """Bytes each rank sends, following each algorithm's schedule exactly (uneven shards included).
@@ -188,6 +132,23 @@ def bytes_sent_by_rank(op: str, nbytes: float, world_size: int, algorithm: str =
         return [0.0 if r == root else n for r in range(p)]
     if (op, algorithm) == ("broadcast", "tree"):
         return [_binomial_children(vr[r], p) * n for r in range(p)]
+    if (op, algorithm) == ("all_reduce", "double_binary_tree"):  # each tree: n/2 up to the parent, down to each child
+        return _dbtree_sent(p, [x * itemsize for x in shard_sizes(numel, 2)])  # the first tree: the larger half
+    if (op, algorithm) == ("broadcast", "ring"):  # chain root -> root+1 -> ...: all but the last rank forward n
+        return [0.0 if vr[r] == p - 1 else n for r in range(p)]
+    if (op, algorithm) == ("reduce", "ring"):  # chain root+1 -> root+2 -> ... -> root: all but the root send n
+        return [0.0 if r == root else n for r in range(p)]
+    if (op, algorithm) == ("broadcast", "scatter_allgather"):  # binomial scatter of p chunks, then ring all-gather
+        s_rel = [s[(v + root) % p] for v in range(p)]      # chunk v belongs to relative rank v
+        out = []
+        for r in range(p):
+            v, sent, mask = vr[r], 0.0, 1
+            while mask < p:       # relative rank v sends each child v + mask the chunks of its subtree
+                if v < mask and v + mask < p:
+                    sent += sum(s_rel[v + mask:min(v + 2 * mask, p)])
+                mask <<= 1
+            out.append(sent + n - s_rel[(v + 1) % p])
+        return out
     if (op, algorithm) == ("all_reduce", "tree"):  # binomial reduce, then binomial broadcast
         return [(0.0 if r == root else n) + _binomial_children(vr[r], p) * n for r in range(p)]
     if algorithm == "recursive_doubling" and op == "all_reduce":
@@ -241,7 +202,11 @@ def bytes_sent_per_rank(op: str, nbytes: float, world_size: int, algorithm: str 
         return (p - 1) * n
     if key in (("broadcast", "tree"), ("all_reduce", "tree")):
         return clg * n
-    return n if p > 1 else 0.0  # reduce: every non-root sends its tensor once
+    if key == ("all_reduce", "double_binary_tree"):  # 2n for p >= 4: inner in one tree, leaf in the other
+        return max(_dbtree_sent(p, [n / 2, n / 2])) if p > 1 else 0.0
+    if key == ("broadcast", "scatter_allgather"):
+        return 2 * frac * n
+    return n if p > 1 else 0.0  # reduce, and the ring (chain) broadcast: every sender sends the tensor once
 
 
 def bus_factor(op: str, world_size: int) -> float:
@@ -264,6 +229,10 @@ def critical_path(op: str, nbytes: float, world_size: int, algorithm: str = "rin
     ring all_reduce: (2(p-1), 2(p-1)/p n, (p-1)/p n); recursive doubling: (lg p, lg p n, lg p n);
     rabenseifner: (2 lg p, 2(p-1)/p n, (p-1)/p n); binomial broadcast: (ceil lg p, ceil lg p n, 0).
     Non-powers of two (recursive doubling, rabenseifner) add MPICH's fold and unfold: (2, 2n, n).
+    NCCL's pipelined algorithms, in the large-message limit (the pipeline full, NCCL's own tuning model):
+    double binary tree (2 h, 2n, n) with h the trees' height (floor(lg p) + at most 1), i.e. ring bandwidth
+    and logarithmic latency; ring (chain) broadcast (p-1, n, 0). MPICH's long broadcast, scatter + ring
+    all-gather: (ceil lg p + p-1, 2(p-1)/p n, 0).
     """
     p, n = _validated(op, nbytes, world_size, algorithm)
     if p == 1:
@@ -278,6 +247,15 @@ def critical_path(op: str, nbytes: float, world_size: int, algorithm: str = "rin
         return 2 * clg, 2 * clg * n, clg * n
     if key == ("all_reduce", "naive"):
         return 2 * (p - 1), 2 * (p - 1) * n, (p - 1) * n
+    if key == ("all_reduce", "double_binary_tree"):
+        trees = double_binary_tree(p)
+        height = max(tree_height(t) for t in trees)
+        reduced = max(sum(n / 2 * len(t[r][1]) for t in trees) for r in range(p))
+        return 2 * height, bytes_sent_per_rank(op, n, p, algorithm), reduced
+    if key in (("broadcast", "ring"), ("reduce", "ring")):
+        return p - 1, n, (n if op == "reduce" else 0.0)
+    if key == ("broadcast", "scatter_allgather"):
+        return clg + p - 1, 2 * frac * n, 0.0
     if key in (("all_reduce", "recursive_doubling"), ("all_reduce", "rabenseifner")):
         lg2 = p.bit_length() - 1  # floor(lg p)
         fold = (0, 0, 0) if is_power_of_two(p) else (2, 2 * n, n)
@@ -328,27 +306,55 @@ def _gamma(gamma) -> float:
 
 def collective_time(op: str, nbytes: float, world_size: int, link: Link | str,
                     algorithm: str = "ring", gamma: float = 0.0) -> float:
-    """Seconds for one collective under the alpha-beta-gamma model (Thakur et al. 2005).
+    """Seconds for one collective under the alpha-beta-gamma model (Thakur et al. 2005), plus the link's
+    call latency c once per call (NCCL's base latency; 0 for a fitted link):
 
-    ring all_reduce: 2(p-1) a + 2(p-1)/p n b + (p-1)/p n g;  recursive doubling: lg p (a + n b + n g);
-    rabenseifner: 2 lg p a + 2(p-1)/p n b + (p-1)/p n g;  binomial broadcast: ceil(lg p)(a + n b).
+    ring all_reduce: c + 2(p-1) a + 2(p-1)/p n b + (p-1)/p n g;  recursive doubling: c + lg p (a + n b + n g);
+    rabenseifner: c + 2 lg p a + 2(p-1)/p n b + (p-1)/p n g;  binomial broadcast: c + ceil(lg p)(a + n b);
+    double binary tree (NCCL's Tree): c + 2 h a + 2 n b + n g.
     """
     return breakdown(op, nbytes, world_size, link, algorithm, gamma)["time_s"]
 
 
 def breakdown(op: str, nbytes: float, world_size: int, link: Link | str, algorithm: str = "ring",
               gamma: float = 0.0) -> dict:
-    """The model's answer term by term: latency_s, bandwidth_s, reduction_s, time_s, bytes_per_rank
-    (busiest rank), algbw_GBps and busbw_GBps as nccl-tests would report them, and the bottleneck term."""
+    """The model's answer term by term: latency_s (the link's call latency, once, plus alpha per message on the
+    path), bandwidth_s, reduction_s, time_s, bytes_per_rank (busiest rank), algbw_GBps and busbw_GBps as
+    nccl-tests would report them, and the bottleneck term."""
     link, g = _link(link), _gamma(gamma)
     messages, nb, reduced = critical_path(op, nbytes, world_size, algorithm)
-    terms = {"latency_s": messages * link.latency, "bandwidth_s": nb * link.beta, "reduction_s": reduced * g}
+    call = link.call_latency if messages else 0.0
+    terms = {"latency_s": call + messages * link.latency, "bandwidth_s": nb * link.beta, "reduction_s": reduced * g}
     total = sum(terms.values())
     algbw = nbytes / total / 1e9 if total > 0 else float("inf")
     return {**terms, "time_s": total,
             "bytes_per_rank": bytes_sent_per_rank(op, nbytes, world_size, algorithm),
             "algbw_GBps": algbw, "busbw_GBps": algbw * bus_factor(op, world_size),
             "bottleneck": max(terms, key=terms.get).removesuffix("_s") if total > 0 else "none"}
+
+
+def pipelined_ring_time(op: str, nbytes: float, world_size: int, link: Link | str, segment_bytes: float,
+                        gamma: float = 0.0) -> float:
+    """A ring that moves each chunk in segments of at most segment_bytes, every segment a message paying alpha:
+    all_reduce c + 2(p-1) m a + 2(p-1)/p n b + (p-1)/p n g with m = ceil(n / p / segment_bytes) segments per
+    chunk (reduce_scatter / all_gather: p-1 steps instead of 2(p-1)). Big segments: the plain ring. Small
+    ones: the alpha term grows like 1 / segment_bytes and the bandwidth falls (chapter 8; NCCL's smaller
+    NCCL_BUFFSIZE has the same effect through smaller slices of its FIFO)."""
+    if op not in ("all_reduce", "reduce_scatter", "all_gather"):
+        raise ValueError(f"op must be all_reduce, reduce_scatter or all_gather for a pipelined ring, got {op!r}")
+    p, n = _validated(op, nbytes, world_size, "ring")
+    if isinstance(segment_bytes, bool) or not isinstance(segment_bytes, Real) or not segment_bytes > 0 \
+            or not math.isfinite(segment_bytes):
+        raise ValueError(f"segment_bytes must be a finite number of bytes > 0, got {segment_bytes!r}")
+    link, g = _link(link), _gamma(gamma)
+    if p == 1 or n == 0:
+        return 0.0
+    steps = 2 * (p - 1) if op == "all_reduce" else p - 1
+    m = math.ceil(n / p / segment_bytes)
+    frac = (p - 1) / p
+    moved = 2 * frac * n if op == "all_reduce" else frac * n
+    reduced = 0.0 if op == "all_gather" else frac * n
+    return link.call_latency + steps * m * link.latency + moved * link.beta + reduced * g
 
 
 def crossover_bytes(op: str, algorithm_a: str, algorithm_b: str, world_size: int, link: Link | str,

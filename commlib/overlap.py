@@ -20,7 +20,7 @@ from numbers import Real
 from commlib import cost
 
 DDP_BUCKET_CAP_MB = 25.0     # torch DDP's default bucket_cap_mb (MiB)
-DDP_FIRST_BUCKET_MB = 1.0    # torch DDP caps its first bucket at 1 MiB so communication starts early
+DDP_FIRST_BUCKET_MB = 1.0    # with the default cap only: torch DDP's first bucket, so communication starts early
 
 
 @dataclass(frozen=True)
@@ -60,14 +60,6 @@ class Timeline:
         comm = self.comm_s
         return 0.0 if comm == 0 else max(0.0, (comm - self.exposed_comm_s) / comm)  # measured: no -0.001
 
-    def max_in_flight(self, bucket_bytes: list[float]) -> float:
-        """The most bytes of buckets that are ready but not yet reduced at any moment: the gradient memory
-        that cannot be released (or reused) until its all-reduce finishes."""
-        ready = {e.bucket: e.end for e in self.events if e.kind == "compute"}
-        done = {e.bucket: e.end for e in self.events if e.kind == "comm"}
-        moments = sorted(set(ready.values()))
-        return max((sum(b for i, b in enumerate(bucket_bytes) if ready[i] <= t < done[i]) for t in moments), default=0.0)
-
 
 def _seconds_list(name: str, values) -> list[float]:
     values = list(values)
@@ -98,32 +90,49 @@ def simulate(compute_s, comm_s, overlap: bool = True) -> Timeline:
     return Timeline(events)
 
 
-def make_buckets(param_bytes, bucket_cap_mb: float = DDP_BUCKET_CAP_MB,
-                 first_bucket_mb: float = DDP_FIRST_BUCKET_MB) -> list[list[int]]:
-    """Group parameters (given in forward order, by size in bytes) into buckets as torch DDP does: in
-    reverse order, since backward produces the last layer's gradients first; the first bucket capped at
-    first_bucket_mb, the others at bucket_cap_mb (MiB). -> lists of parameter indices, first bucket first."""
+def _first_cap(bucket_cap_mb, first_bucket_mb) -> tuple[float, float]:
+    """torch DDP's caps in MiB: (first bucket, the others). The 1 MiB first bucket comes only with the default
+    cap (torch/nn/parallel/distributed.py, _BucketCapacityConfig, torch 2.13); an explicit cap applies to
+    every bucket, the first included."""
     for name, v in (("bucket_cap_mb", bucket_cap_mb), ("first_bucket_mb", first_bucket_mb)):
-        if isinstance(v, bool) or not isinstance(v, Real) or not v > 0:
-            raise ValueError(f"{name} must be a number of MiB > 0, got {v!r}")
-    buckets, current, size = [], [], 0.0
-    cap = first_bucket_mb * 2**20
-    for i in reversed(range(len(param_bytes))):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, Real) or not 0 < v < float("inf")):
+            raise ValueError(f"{name} must be a number of MiB > 0 (or None for torch DDP's default), got {v!r}")
+    cap = DDP_BUCKET_CAP_MB if bucket_cap_mb is None else float(bucket_cap_mb)
+    if first_bucket_mb is not None:
+        return float(first_bucket_mb), cap
+    return (DDP_FIRST_BUCKET_MB if bucket_cap_mb is None else cap), cap
+
+
+def make_buckets(param_bytes, bucket_cap_mb: float | None = None, first_bucket_mb: float | None = None,
+                 order=None) -> list[list[int]]:
+    """Group parameters (sizes in bytes, in forward order) into buckets as torch DDP does when it rebuilds
+    them after the first iteration: in `order`, the order their gradients became ready (default: reverse
+    forward order, what backward usually gives), closing a bucket once it holds at least its cap. The first
+    bucket's cap is 1 MiB with the default bucket_cap_mb (25 MiB), else bucket_cap_mb like the others.
+    -> lists of parameter indices, the first bucket (first to be all-reduced) first."""
+    first, cap = _first_cap(bucket_cap_mb, first_bucket_mb)
+    n = len(param_bytes)
+    order = list(reversed(range(n))) if order is None else [int(i) for i in order]
+    if sorted(order) != list(range(n)):
+        raise ValueError(f"order must list every parameter index 0..{n - 1} once, got {order}")
+    buckets, current, size, limit = [], [], 0.0, first * 2**20
+    for i in order:
         current.append(i)
         size += param_bytes[i]
-        if size >= cap:
+        if size >= limit:
             buckets.append(current)
-            current, size, cap = [], 0.0, bucket_cap_mb * 2**20
+            current, size, limit = [], 0.0, cap * 2**20
     if current:
         buckets.append(current)
     return buckets
 
 
-def buckets_from_layers(param_bytes, backward_s, world_size: int, link, bucket_cap_mb: float = DDP_BUCKET_CAP_MB,
-                        first_bucket_mb: float = DDP_FIRST_BUCKET_MB, algorithm: str = "ring",
+def buckets_from_layers(param_bytes, backward_s, world_size: int, link, bucket_cap_mb: float | None = None,
+                        first_bucket_mb: float | None = None, algorithm: str = "ring",
                         gamma: float = 0.0) -> tuple[list[float], list[float], list[float]]:
     """Layers in forward order (gradient bytes, backward seconds) -> per bucket, in order of readiness:
-    (backward seconds that produce it, all-reduce seconds from the cost model, bytes)."""
+    (backward seconds that produce it, all-reduce seconds from the cost model, bytes). The buckets are
+    DDP's from the second iteration on (its first iteration reduces everything as one bucket)."""
     if len(param_bytes) != len(backward_s):
         raise ValueError(f"param_bytes and backward_s need one entry per layer, got {len(param_bytes)} and {len(backward_s)}")
     compute, comm, sizes = [], [], []
@@ -139,15 +148,19 @@ def buckets_from_layers(param_bytes, backward_s, world_size: int, link, bucket_c
 class BucketedDDP:
     """Data parallelism with bucketed, overlapped gradient all-reduce, for use inside a rank.
 
-        model = BucketedDDP(module, bucket_cap_mb=25.0, overlap=True)
+        model = BucketedDDP(module, bucket_cap_mb=None, overlap=True)   # None: DDP's default, 25 MiB
         loss = loss_fn(model(x), y); loss.backward(); optimizer.step()   # grads averaged over ranks
 
-    As torch DDP does: parameters are broadcast from rank 0 at construction; buckets hold the
-    gradients in reverse parameter order (first bucket 1 MiB, then bucket_cap_mb MiB); a hook on each
-    parameter copies its gradient, times 1/p, into its bucket; a full bucket is all-reduced
-    asynchronously (in bucket order) while backward goes on; the end of backward waits for all of them
-    and writes the averages back to .grad. overlap=False starts the all-reduces only after backward.
-    `timeline` holds the last step's real intervals (an overlap.Timeline, seconds from the end of forward).
+    As torch DDP does (torch 2.13, torch/nn/parallel/distributed.py and reducer.cpp): parameters are
+    broadcast from rank 0 at construction; the first iteration reduces all gradients as one bucket,
+    recording the order in which they become ready; at the start of the second forward the buckets are
+    rebuilt in that order (make_buckets: the first bucket 1 MiB with the default cap, bucket_cap_mb
+    otherwise, then bucket_cap_mb). A hook on each parameter copies its gradient, times 1/p, into its
+    bucket; a full bucket is all-reduced asynchronously (in bucket order) while backward goes on; the end
+    of backward waits for all of them and writes the averages back to .grad. overlap=False starts the
+    all-reduces only after backward. `timeline` holds the last step's real intervals (an
+    overlap.Timeline, seconds from the end of forward). The bucket buffers are allocated once per bucket
+    layout: overlap adds no memory.
 
     On CPU (Gloo) the intervals are host clock readings. With CUDA parameters (NCCL) the host only
     queues work, so its clock says nothing about when kernels ran: the intervals are CUDA events
@@ -156,8 +169,8 @@ class BucketedDDP:
     GPU to finish the step; training itself never waits for it.
     """
 
-    def __init__(self, module, bucket_cap_mb: float = DDP_BUCKET_CAP_MB, overlap: bool = True,
-                 first_bucket_mb: float = DDP_FIRST_BUCKET_MB):
+    def __init__(self, module, bucket_cap_mb: float | None = None, overlap: bool = True,
+                 first_bucket_mb: float | None = None):
         import torch
         import torch.distributed as dist
 
@@ -165,24 +178,17 @@ class BucketedDDP:
             raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
         if not dist.is_initialized():
             raise RuntimeError("BucketedDDP runs inside a rank: initialise torch.distributed first (a Cluster does)")
+        self.caps = _first_cap(bucket_cap_mb, first_bucket_mb)
         self.module, self.overlap = module, bool(overlap)
         self.world_size = dist.get_world_size()
         self.params = [p for p in module.parameters() if p.requires_grad]
         with torch.no_grad():  # start from rank 0's weights, as torch DDP does
             for t in list(module.parameters()) + list(module.buffers()):
                 dist.broadcast(t, src=0)
-        sizes = [p.numel() * p.element_size() for p in self.params]
-        self.buckets = make_buckets(sizes, bucket_cap_mb, first_bucket_mb)
-        self.bucket_bytes = [float(sum(sizes[i] for i in b)) for b in self.buckets]
-        self._where = {}  # param index -> (bucket, offset)
-        self._buffers = []
-        for b, members in enumerate(self.buckets):
-            offset = 0
-            for i in members:
-                self._where[i] = (b, offset)
-                offset += self.params[i].numel()
-            self._buffers.append(torch.empty(offset, dtype=self.params[members[0]].dtype,
-                                             device=self.params[members[0]].device))
+        self._sizes = [p.numel() * p.element_size() for p in self.params]
+        self._ready_order: list[int] = []   # gradient-ready order of the first backward
+        self._recorded = self.rebuilt = False
+        self._layout([list(reversed(range(len(self.params))))] if self.params else [])
         self._hooks = [p.register_post_accumulate_grad_hook(self._make_hook(i)) for i, p in enumerate(self.params)]
         device = self.params[0].device if self.params else torch.device("cpu")
         self._clock = _CudaClock(device) if device.type == "cuda" else _HostClock()
@@ -190,7 +196,27 @@ class BucketedDDP:
         self._timeline = Timeline()
         self._reset()
 
+    def _layout(self, buckets: list[list[int]]) -> None:
+        """Use these buckets (lists of parameter indices, in all-reduce order): one flat buffer each."""
+        import torch
+
+        self.buckets = buckets
+        self.bucket_bytes = [float(sum(self._sizes[i] for i in b)) for b in buckets]
+        self._where = {}  # param index -> (bucket, offset)
+        self._buffers = []
+        for b, members in enumerate(buckets):
+            offset = 0
+            for i in members:
+                self._where[i] = (b, offset)
+                offset += self.params[i].numel()
+            first = self.params[members[0]]
+            self._buffers.append(torch.empty(offset, dtype=first.dtype, device=first.device))
+
     def __call__(self, *args, **kwargs):
+        if self._recorded and not self.rebuilt:  # DDP rebuilds its buckets at the start of the second forward
+            first, cap = self.caps
+            self._layout(make_buckets(self._sizes, cap, first, order=self._ready_order))
+            self.rebuilt = True
         out = self.module(*args, **kwargs)
         self._reset()
         return out
@@ -221,6 +247,8 @@ class BucketedDDP:
                 torch.autograd.Variable._execution_engine.queue_callback(self._finish)
                 self._queued = True
             self._got_grad.add(i)
+            if not self._recorded:
+                self._ready_order.append(i)
             b, off = self._where[i]
             view = self._buffers[b][off:off + param.numel()]
             torch.mul(param.grad.reshape(-1), 1.0 / self.world_size, out=view)
@@ -254,6 +282,7 @@ class BucketedDDP:
                 p = self.params[i]
                 p.grad.copy_(self._buffers[b][off:off + p.numel()].view_as(p.grad))
         self._last = (self._t0, self._ready_at, self._launched_at, self._done_at, end)
+        self._recorded = True  # the first backward's ready order is complete
 
 
 class _HostClock:

@@ -7,8 +7,14 @@ rounding after every hop exactly as the strategy's dtype would:
     fp32_accumulate  fp16 gradients, but the partial sums are added and forwarded in fp32 (twice the
                      bytes); mean in fp32, cast back to fp16: "reduce in FP32, cast back"
     predivide        cast to fp16, divide by p first (torch DDP's fp16_compress_hook), sum in fp16
-    pre_post_divide  divide by f before and by p/f after the fp16 sum (FSDP's gradient predivide factor)
-    bf16             cast to bf16, sum and divide in bf16 (fp32's range, 8 bits of precision)
+    ddp_default      fp16 gradients, multiplied by 1/p while they are copied into the bucket, then summed in
+                     fp16: what torch DDP does without a hook when the model is fp16 (reducer.cpp,
+                     mark_variable_ready_dense: at::mul_out(bucket_view, grad, 1/div_factor)); NCCL's
+                     ReduceOp.AVG (a pre-multiplication by 1/p in the type) and FSDP2's fp32/bf16 path are
+                     the same kind: a pre-division
+    pre_post_divide  divide by f before and by p/f after the fp16 sum (FSDP's gradient predivide factor;
+                     FSDP1 for every dtype, FSDP2 for fp16 only)
+    bf16             cast to bf16, sum and divide in bf16 (fp32's range, 8 significant bits)
 
 order: "ring" (the partial sums of a ring reduce-scatter: chunk c starts at rank c+1 and ends at
 rank c, as commlib.algorithms.ring_all_reduce does), "tree" (binomial, rank 0 last) or "sequential"
@@ -22,7 +28,7 @@ import torch
 
 from commlib.cost import shard_sizes
 
-STRATEGIES = ("fp16", "fp32_accumulate", "predivide", "pre_post_divide", "bf16")
+STRATEGIES = ("fp16", "fp32_accumulate", "predivide", "ddp_default", "pre_post_divide", "bf16")
 ORDERS = ("ring", "tree", "sequential")
 
 
@@ -37,13 +43,16 @@ def predivide_factor(world_size: int) -> int:
 
 
 def _plan(strategy: str, p: int):
-    """-> (wire dtype, accumulation dtype, divide before, divide after, dtype of the stored result)."""
+    """-> (wire dtype, accumulation dtype, divide before, divide after, dtype of the stored result).
+    A negative "divide before" -f means: multiply by 1/f instead (ddp_default)."""
     if strategy == "fp16":
         return torch.float16, torch.float16, 1, p, torch.float16
     if strategy == "fp32_accumulate":
         return torch.float16, torch.float32, 1, p, torch.float16
     if strategy == "predivide":
         return torch.float16, torch.float16, p, 1, torch.float16
+    if strategy == "ddp_default":
+        return torch.float16, torch.float16, -p, 1, torch.float16
     if strategy == "pre_post_divide":
         f = predivide_factor(p)
         return torch.float16, torch.float16, f, p / f, torch.float16
@@ -97,15 +106,21 @@ def _sum_in_order(xs: list[torch.Tensor], order: str, acc_dtype) -> torch.Tensor
     return out
 
 
+def _predivide(x: torch.Tensor, before) -> torch.Tensor:
+    """Divide by `before` (or multiply by 1/|before| when negative) in x's dtype: this is where small
+    gradients underflow."""
+    if before == 1:
+        return x
+    return x * (1.0 / -before) if before < 0 else x / before
+
+
 def simulate_reduction(grads, strategy: str, order: str = "ring") -> torch.Tensor:
     """The mean of one gradient per rank, as `strategy` computes it in a collective of the given order;
     float32, with every intermediate rounded to the strategy's dtypes (inf where fp16 overflows)."""
     xs = _check(grads, strategy, order)
     p = len(xs)
     wire, acc, before, after, stored = _plan(strategy, p)
-    sent = [x.to(wire) for x in xs]
-    if before != 1:
-        sent = [x / before for x in sent]  # in the wire dtype: this is where small gradients underflow
+    sent = [_predivide(x.to(wire), before) for x in xs]
     total = _sum_in_order(sent, order, acc)
     mean = total / after if after != 1 else total
     return mean.to(stored).to(torch.float32).reshape(grads[0].shape)
@@ -169,9 +184,7 @@ def live_reduction(grad: torch.Tensor, strategy: str, algorithm: str = "ring") -
         raise ValueError(f"algorithm must be 'ring' or 'builtin', got {algorithm!r}")
     p = dist.get_world_size()
     wire, acc, before, after, stored = _plan(strategy, p)
-    x = grad.detach().reshape(-1).to(wire)
-    if before != 1:
-        x = x / before
+    x = _predivide(grad.detach().reshape(-1).to(wire), before)
     x = x.to(acc)  # fp32_accumulate: every hop adds in fp32 (the bytes on the wire double, the sums are exact)
     if algorithm == "ring":
         alg.ring_all_reduce(x)

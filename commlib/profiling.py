@@ -205,24 +205,63 @@ def time_in_chunks(total_bytes: int, chunk_bytes: int, repeats: int = 3) -> floa
     return t.item()
 
 
-def time_async(nbytes: int, wait: bool, repeats: int = 5) -> float:
-    """Inside a rank: seconds from launching dist.all_reduce(async_op=True) to ... the next line (wait=False),
-    or to the end of work.wait() (wait=True). Without the wait only the launch is timed. (On GPUs the same
-    holds for kernels without torch.cuda.synchronize().)"""
+def time_ring_segments(nbytes: int, segment_bytes: int, repeats: int = 3) -> float:
+    """Inside a rank: seconds for commlib's ring all-reduce of nbytes (float32) whose chunks travel in
+    segments of segment_bytes, each one message (median of repeats, slowest rank). NCCL's NCCL_BUFFSIZE
+    sets the same thing for its Simple protocol: the per-peer FIFO is cut into NCCL_STEPS = 8 slices, so
+    a smaller buffer means smaller slices in flight, each paying its fixed cost."""
     import statistics
     import time
 
     import torch
     import torch.distributed as dist
 
-    x = torch.ones(nbytes // 4)
+    from commlib import algorithms as alg
+
+    if not (isinstance(segment_bytes, int) and 4 <= segment_bytes) or not (isinstance(nbytes, int) and nbytes >= 4):
+        raise ValueError(f"need nbytes >= 4 and segment_bytes >= 4 (ints), got {nbytes!r} and {segment_bytes!r}")
+    data = torch.ones(nbytes // 4)
+    times = []
+    for _ in range(repeats):
+        work = data.clone()
+        dist.barrier()
+        t0 = time.perf_counter()
+        alg.ring_all_reduce(work, check=False, segment_bytes=segment_bytes)
+        times.append(time.perf_counter() - t0)
+    t = torch.tensor([statistics.median(times)])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
+def time_async(nbytes: int, wait: bool, repeats: int = 5, device=None) -> float:
+    """Inside a rank: seconds from launching dist.all_reduce(async_op=True) to ... the next line (wait=False),
+    or to the end of work.wait() (wait=True). Without the wait only the launch is timed.
+
+    On CPU tensors (Gloo) work.wait() blocks the host until the operation is done. On CUDA tensors (NCCL)
+    it does not: it only makes the current CUDA stream wait for the communication stream, and returns at
+    once. Host timing is then correct only after torch.cuda.synchronize(), or with CUDA events
+    (torch.cuda.Event(enable_timing=True) recorded on the stream); this function synchronises for CUDA."""
+    import statistics
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    x = torch.ones(nbytes // 4, device=device)
+    cuda = x.device.type == "cuda"
     times = []
     for _ in range(repeats):
         dist.barrier()
+        if cuda:
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         work = dist.all_reduce(x, async_op=True)
         if wait:
             work.wait()
+            if cuda:
+                torch.cuda.synchronize()  # wait() only ordered the streams; this waits for the GPU
         times.append(time.perf_counter() - t0)
         work.wait()  # never leave it running into the next iteration
+        if cuda:
+            torch.cuda.synchronize()
     return statistics.median(times)

@@ -58,9 +58,12 @@ def cost_calculator(links: dict | None = None, gamma: float = 0.0) -> W.VBox:
     out = W.HTML()
 
     def update(_=None):
-        if algorithm.value not in cost.PAIRS[op.value]:
+        if tuple(algorithm.options) != cost.PAIRS[op.value]:  # the algorithm list follows the op
+            keep = algorithm.value if algorithm.value in cost.PAIRS[op.value] else cost.PAIRS[op.value][0]
             algorithm.options = cost.PAIRS[op.value]
-            return  # setting options fires update again with a valid value
+            if algorithm.value != keep:
+                algorithm.value = keep
+                return  # setting the value fires update again
         try:
             b = cost.breakdown(op.value, size.value, p.value, links[link.value], algorithm.value, gamma)
         except ValueError as e:
@@ -122,9 +125,8 @@ def overlap_explorer() -> W.VBox:
         text.value = (f"{len(sizes)} buckets; communication {with_overlap.comm_s * 1e3:.1f} ms, backward "
                       f"{with_overlap.compute_s * 1e3:.0f} ms.<br>Without overlap: step {without.total_s * 1e3:.1f} ms. "
                       f"<b>With overlap: step {with_overlap.total_s * 1e3:.1f} ms</b>, exposed "
-                      f"{with_overlap.exposed_comm_s * 1e3:.1f} ms ({with_overlap.overlap_fraction:.0%} hidden); "
-                      f"at most {with_overlap.max_in_flight(sizes) / 2**20:,.0f} MiB of gradients waiting for "
-                      f"their all-reduce at once.")
+                      f"{with_overlap.exposed_comm_s * 1e3:.1f} ms ({with_overlap.overlap_fraction:.0%} hidden). "
+                      f"The last bucket, {sizes[-1] / 2**20:,.1f} MiB, can only start when backward ends.")
         _show(out, plots.timeline(with_overlap).figure)
 
     for w in (params, layers, backward, link, p, cap, grad_bytes):

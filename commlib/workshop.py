@@ -1,9 +1,9 @@
-"""Chapter 6, the workshop: one real model on two real clusters, and the checkers of its questions.
+"""Chapter 9, the workshop: one real model on two real clusters, and the checkers of its questions.
 
-The model has Llama-2-7B's tensors (norms left out) and BF16 gradients; a step is 4 x 4096 tokens per
+The model has Llama-2-7B's 291 parameter tensors (65 of them RMSNorm weights) and BF16 gradients; a step is 4 x 4096 tokens per
 GPU on H100s at 40% of their BF16 peak. tensors() ... exposed_s() compute the answers from commlib's
 cost model and overlap simulator; check_*() compare a learner's answer with them, as
-commlib.exercises does for chapters 0-5, and name the likely mistake.
+commlib.exercises does for chapters 0-8, and name the likely mistake.
 """
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ STEP = {"tokens_per_gpu": 4 * 4096, "peak_flops": 989e12, "mfu": 0.40}  # H100 S
 
 
 def tensors() -> list[float]:
-    """Parameter counts in forward order, tensor by tensor (Llama-2-7B's shapes, norms left out):
-    embedding, 32 x (q, k, v, o: 4096 x 4096; gate, up, down: 4096 x 11008), LM head."""
+    """Parameter counts in forward order, tensor by tensor, Llama-2-7B's 291 (Touvron et al. 2023; the
+    Hugging Face checkpoint's state dict): embedding, 32 x (input RMSNorm 4096; q, k, v, o: 4096 x 4096;
+    post-attention RMSNorm 4096; gate, up, down: 4096 x 11008), final RMSNorm, LM head. 6,738,415,616."""
     d, ff, vocab = 4096, 11008, 32000
-    layer = [d * d] * 4 + [d * ff] * 3
-    return [vocab * d] + layer * MODEL["layers"] + [vocab * d]
+    layer = [d] + [d * d] * 4 + [d] + [d * ff] * 3
+    return [vocab * d] + layer * MODEL["layers"] + [d, vocab * d]
 
 
 def params() -> float:
@@ -49,9 +50,10 @@ def comm_s(cluster: str) -> float:
     return cost.collective_time("all_reduce", params() * MODEL["grad_bytes"], p, link, "ring")
 
 
-def timeline(cluster: str, bucket_cap_mb: float = 25.0):
-    """The overlapped backward of the workshop model on `cluster`: tensors bucketed as DDP does, each tensor's
-    backward time proportional to its size. -> overlap.Timeline"""
+def timeline(cluster: str, bucket_cap_mb: float | None = None):
+    """The overlapped backward of the workshop model on `cluster`: tensors bucketed as DDP does from its second
+    iteration on (None: DDP's default, 25 MiB with a 1 MiB first bucket), each tensor's backward time
+    proportional to its size. -> overlap.Timeline"""
     from commlib import overlap
 
     p, link = _cluster(cluster)
@@ -63,7 +65,7 @@ def timeline(cluster: str, bucket_cap_mb: float = 25.0):
     return overlap.simulate(compute, comm)
 
 
-def exposed_s(cluster: str, bucket_cap_mb: float = 25.0) -> float:
+def exposed_s(cluster: str, bucket_cap_mb: float | None = None) -> float:
     return timeline(cluster, bucket_cap_mb).exposed_comm_s
 
 
@@ -79,14 +81,14 @@ def check_comm_time(answer, cluster: str) -> Verdict:
     want = comm_s(cluster)
     bw = cost.LINKS[link].bandwidth
     if _close(answer, want, 0.03):
-        return Verdict(True, f"2(p-1)/p x {n / 1e9:.2f} GB / {bw / 1e9:g} GB/s + 2(p-1)·α = {want * 1e3:.1f} ms.")
+        return Verdict(True, f"2(p-1)/p x {n / 1e9:.2f} GB / {bw / 1e9:g} GB/s + c + 2(p-1)·α = {want * 1e3:.1f} ms.")
     if _close(answer, want * 2, 0.05):
         return Verdict(False, "BF16 gradients take 2 bytes per parameter, not 4.")
     if _close(answer, n / bw, 0.05):
         return Verdict(False, "n / B is one copy of the gradients over one link; a ring all-reduce sends 2(p-1)/p · n per rank.")
     if _close(answer, want / 2, 0.05) or _close(answer, n * 2 * (p - 1) / p / (2 * bw), 0.05):
         return Verdict(False, f"{bw / 1e9:g} GB/s is already per direction; do not double it.")
-    return Verdict(False, "t = 2(p-1)·α + 2(p-1)/p · n / B, with n = parameters x 2 bytes and B per direction.")
+    return Verdict(False, "t = c + 2(p-1)·α + 2(p-1)/p · n / B, with n = parameters x 2 bytes and B per direction.")
 
 
 def check_backward_time(answer) -> Verdict:
@@ -106,7 +108,7 @@ def check_backward_time(answer) -> Verdict:
 
 
 def check_exposed(answer, cluster: str) -> Verdict:
-    """Exposed communication (s) per step on `cluster` with DDP's 25 MiB buckets, one layer after another."""
+    """Exposed communication (s) per step on `cluster` with DDP's default buckets, one tensor after another."""
     bad = _number_problem(answer, "the exposed time in seconds")
     if bad is not None:
         return bad
@@ -132,9 +134,11 @@ def check_best_bucket(answer, cluster: str, options=(25, 400, 1600, 6400)) -> Ve
     steps = {cap: timeline(cluster, cap).total_s for cap in options}
     best = min(steps.values())
     listing = ", ".join(f"{cap} MiB: {t * 1e3:.1f} ms" for cap, t in steps.items())
-    smallest = min(tensors()) * MODEL["grad_bytes"]
+    matrices = [n for n in tensors() if n > 4096]  # the RMSNorm weights are 4096 each
+    smallest = min(matrices) * MODEL["grad_bytes"]
     if steps[answer] <= best * 1.001:
-        return Verdict(True, f"{listing}. Every tensor's gradient is {smallest / 2**20:.0f} MiB or more, so small caps "
-                             "already give about one bucket per tensor; big caps only make the last, exposed bucket bigger.")
+        return Verdict(True, f"{listing}. Every weight matrix's gradient is {smallest / 2**20:.0f} MiB or more (the "
+                             "norms' 8 KiB ride along with a neighbour), so small caps already give about one bucket "
+                             "per matrix; big caps only make the last, exposed bucket bigger.")
     return Verdict(False, f"{answer} MiB is slower: its last bucket, ready only at the end of backward, is bigger. "
                           f"{listing}.")

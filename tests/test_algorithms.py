@@ -176,7 +176,7 @@ def test_grouped_schedule_matches_the_builtin_too(cluster):
 def ring_in_small_segments(grouped):
     """The ring with 16-byte segments (4 float32): many segments per chunk, uneven last segments."""
     p, r = dist.get_world_size(), dist.get_rank()
-    alg.GROUP_P2P, alg.SEGMENT_BYTES = grouped, 16
+    alg.GROUP_P2P = grouped
     try:
         failures = []
         for numel in (1003, 4 * p, 1):
@@ -184,7 +184,7 @@ def ring_in_small_segments(grouped):
             for op in ("sum", "max"):
                 ref = reference(x, op)
                 t, tr = x.clone(), alg.Trace()
-                alg.ring_all_reduce(t, op=op, trace=tr)
+                alg.ring_all_reduce(t, op=op, trace=tr, segment_bytes=16)
                 compare(f"ring_all_reduce {op} numel={numel} segments of 16 B", t, x, op, ref, failures)
                 sizes = alg.shard_sizes(numel, p)
                 want = sum(-(-sizes[c] // 4) for c in range(p) if c != r) + sum(-(-sizes[c] // 4) for c in range(p)
@@ -194,11 +194,11 @@ def ring_in_small_segments(grouped):
             sizes = alg.shard_sizes(numel, p)
             starts = [sum(sizes[:q]) for q in range(p)]
             pieces = [data(q, numel, torch.float32, numel)[starts[q]:starts[q] + sizes[q]] for q in range(p)]
-            if not torch.equal(alg.ring_all_gather(pieces[r].clone()), torch.cat(pieces)):
+            if not torch.equal(alg.ring_all_gather(pieces[r].clone(), segment_bytes=16), torch.cat(pieces)):
                 failures.append(f"ring_all_gather numel={numel} segments of 16 B")
         return failures
     finally:
-        alg.GROUP_P2P, alg.SEGMENT_BYTES = None, 1 << 21
+        alg.GROUP_P2P = None
 
 
 @pytest.mark.parametrize("grouped", [None, True], ids=["pipelined", "grouped"])

@@ -62,8 +62,44 @@ def test_links_are_per_direction():
     # the classic 1e9-parameter FP32 example: 4 GB over NVLink4 vs HDR InfiniBand, ring, 8 ranks
     nv = cost.collective_time("all_reduce", 4e9, 8, "nvlink4")
     ib = cost.collective_time("all_reduce", 4e9, 8, "ib_hdr")
-    assert nv == pytest.approx(14 * 2e-6 + 1.75 * 4e9 / 450e9)
+    assert nv == pytest.approx(6.6e-6 + 14 * 0.6e-6 + 1.75 * 4e9 / 450e9)  # NCCL's call + per-hop latency (LL)
     assert ib / nv == pytest.approx(18, rel=0.01)  # not "24x": per-direction bandwidths 450 vs 25
+
+
+def test_ethernet_is_split_into_rdma_and_tcp():
+    assert cost.LINKS["roce400"].latency == cost.LINKS["ib_ndr"].latency          # RDMA: a few us, like IB
+    assert cost.LINKS["tcp400"].latency >= 4 * cost.LINKS["roce400"].latency     # kernel TCP: tens of us
+    assert cost.LINKS["roce400"].bandwidth == cost.LINKS["tcp400"].bandwidth == 50e9
+
+
+def test_call_latency_is_paid_once_per_collective():
+    link = cost.Link("c", 1e9, A, "test", call_latency=7e-6)
+    assert cost.collective_time("all_reduce", N, 8, link) == pytest.approx(
+        7e-6 + cost.collective_time("all_reduce", N, 8, LINK))
+    assert cost.collective_time("all_reduce", N, 1, link) == 0.0   # nothing to send, nothing to launch
+    small = cost.breakdown("all_reduce", 8, 8, "nvlink4")
+    assert small["latency_s"] == pytest.approx(6.6e-6 + 14 * 0.6e-6)
+
+
+@pytest.mark.parametrize("field, kwargs", [
+    ("bandwidth", dict(bandwidth=0.0, latency=1e-6)), ("bandwidth", dict(bandwidth=-1e9, latency=1e-6)),
+    ("bandwidth", dict(bandwidth=float("nan"), latency=1e-6)), ("latency", dict(bandwidth=1e9, latency=-1e-6)),
+    ("latency", dict(bandwidth=1e9, latency=float("inf"))),
+    ("call_latency", dict(bandwidth=1e9, latency=1e-6, call_latency=-1.0)),
+])
+def test_links_reject_nonsense(field, kwargs):
+    with pytest.raises(ValueError, match=f"Link {field} must be"):
+        cost.Link("bad", **kwargs)
+
+
+def test_published_figures_carry_sources_and_nvls_exceeds_the_wire():
+    for fig in cost.PUBLISHED:
+        assert "nccl-tests issue #" in fig.source and fig.link in cost.LINKS
+        line = cost.LINKS[fig.link].bandwidth
+        if fig.algorithm == "ring":      # point-to-point: busbw is what the wire carried, below its line rate
+            assert 0.7 * line < fig.busbw < line
+        else:                            # NVLS reduces in the switch: busbw is no longer a wire rate
+            assert fig.busbw > line
 
 
 def test_fit_recovers_alpha_beta_despite_noise_and_outliers():
@@ -78,7 +114,10 @@ def test_fit_recovers_alpha_beta_despite_noise_and_outliers():
 @pytest.mark.parametrize("call, exc, words", [
     (lambda: cost.collective_time("allreduce", N, 4, LINK), ValueError, "op must be one of"),
     (lambda: cost.collective_time("all_reduce", N, 4, LINK, "butterfly"), ValueError, "algorithm must be one of"),
-    (lambda: cost.collective_time("broadcast", N, 4, LINK, "ring"), ValueError, "no algorithm 'ring' for broadcast"),
+    (lambda: cost.collective_time("broadcast", N, 4, LINK, "rabenseifner"), ValueError,
+     "no algorithm 'rabenseifner' for broadcast"),
+    (lambda: cost.pipelined_ring_time("all_reduce", N, 4, LINK, 0), ValueError, "segment_bytes"),
+    (lambda: cost.pipelined_ring_time("broadcast", N, 4, LINK, 1024), ValueError, "op must be"),
     (lambda: cost.collective_time("all_reduce", -1, 4, LINK), ValueError, "nbytes"),
     (lambda: cost.collective_time("all_reduce", N, 0, LINK), ValueError, "world_size"),
     (lambda: cost.collective_time("all_reduce", N, 2.5, LINK), TypeError, "world_size"),
@@ -121,3 +160,62 @@ def test_crossover_between_recursive_doubling_and_ring():
         cost.collective_time("all_reduce", n, p, LINK, "recursive_doubling"))
     assert cost.crossover_bytes("all_reduce", "ring", "ring", p, LINK) is None
     assert cost.crossover_bytes("all_reduce", "rabenseifner", "ring", p, LINK) is None  # same bytes, fewer messages
+
+
+@pytest.mark.parametrize("p", [2, 4, 8, 16, 32])
+def test_double_binary_tree_is_nccls(p):
+    trees = cost.double_binary_tree(p)
+    for tree in trees:  # one root, every parent/child pair consistent, at most two children
+        assert sum(parent < 0 for parent, _ in tree) == 1
+        for r, (parent, children) in enumerate(tree):
+            assert len(children) <= 2 and all(tree[c][0] == r for c in children)
+            assert parent < 0 or r in tree[parent][1]
+    inner = [{r for r, (_, ch) in enumerate(t) if ch} for t in trees]
+    assert not inner[0] & inner[1]       # even p: a rank is inner in at most one tree (the mirror)
+    h = math.floor(math.log2(p))
+    assert [cost.tree_height(t) for t in trees] == [h, h]
+    # NCCL's tuning model: algbw = busBw / 2, i.e. 2n bytes at the link rate; latency 2 log2 p hops
+    assert cost.collective_time("all_reduce", N, p, LINK, "double_binary_tree", gamma=G) == pytest.approx(
+        2 * h * A + (2 if p > 2 else 1) * N * B + (N if p > 2 else N / 2) * G)
+    sent = cost.bytes_sent_by_rank("all_reduce", N, p, "double_binary_tree")
+    assert max(sent) == cost.bytes_sent_per_rank("all_reduce", N, p, "double_binary_tree") == (2 * N if p > 2 else N)
+
+
+def test_double_binary_tree_matches_ncclGetBtree_picture():
+    # the 14-rank picture in NCCL's src/graph/trees.cc: 0-8, 8-(4, 12), 12-(10, 13), 4-(2, 6), ...
+    tree = cost.binary_tree(14)
+    assert tree[0] == (-1, [8]) and tree[8] == (0, [4, 12]) and tree[12] == (8, [10, 13])
+    assert tree[4] == (8, [2, 6]) and tree[13] == (12, []) and tree[1] == (2, [])
+    shifted = cost.double_binary_tree(13)[1]   # odd p: the second tree is the first shifted by one rank
+    assert shifted[1] == (-1, [9]) and shifted[9] == (1, [5, 0])
+
+
+@pytest.mark.parametrize("p", [2, 3, 5, 8])
+def test_long_broadcasts_are_not_lg_p_whole_tensors(p):
+    f, clg = (p - 1) / p, math.ceil(math.log2(p))
+    assert cost.collective_time("broadcast", N, p, LINK, "ring") == pytest.approx((p - 1) * A + N * B)
+    assert cost.collective_time("broadcast", N, p, LINK, "scatter_allgather") == pytest.approx(
+        (clg + p - 1) * A + 2 * f * N * B)
+    for root in range(p):
+        sent = cost.bytes_sent_by_rank("broadcast", N, p, "scatter_allgather", root=root)
+        assert max(sent) == pytest.approx(2 * f * N) and sent[root] == max(sent)
+        chain = cost.bytes_sent_by_rank("broadcast", N, p, "ring", root=root)
+        assert sum(chain) == (p - 1) * N and chain[(root - 1) % p] == 0
+
+
+def test_pipelined_ring_pays_alpha_per_segment():
+    p, n = 4, 4 * 2**20
+    whole = cost.collective_time("all_reduce", n, p, LINK, "ring", gamma=G)
+    assert cost.pipelined_ring_time("all_reduce", n, p, LINK, n, gamma=G) == pytest.approx(whole)
+    seg = 4096
+    m = math.ceil(n / p / seg)
+    assert cost.pipelined_ring_time("all_reduce", n, p, LINK, seg) == pytest.approx(
+        2 * (p - 1) * m * A + 2 * 3 / 4 * n * B)
+    times = [cost.pipelined_ring_time("all_reduce", n, p, LINK, s) for s in (2**12, 2**14, 2**16, 2**18, 2**20)]
+    assert times == sorted(times, reverse=True)   # smaller segments: more alphas, lower busbw
+
+
+def test_family_says_what_nccl_implements():
+    assert "NCCL" not in cost.FAMILY["recursive_doubling"] and "NCCL" not in cost.FAMILY["rabenseifner"]
+    assert "NCCL" in cost.FAMILY["ring"] and "NCCL" in cost.FAMILY["double_binary_tree"]
+    assert set(cost.FAMILY) == set(cost.ALGORITHMS)

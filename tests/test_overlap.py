@@ -44,19 +44,17 @@ def test_the_classic_100ms_compute_80ms_comm():
     assert tl.total_s != pytest.approx(max(0.100, 0.080))  # "max(compute, comm)" forgets the last bucket
 
 
-def test_memory_in_flight():
-    tl = overlap.simulate([0.001] * 3, [0.010] * 3)  # comm-bound: buckets pile up
-    assert tl.max_in_flight([1.0, 2.0, 4.0]) == 7.0
-    tl = overlap.simulate([0.010] * 3, [0.005] * 3)  # each bucket done before the next is ready
-    assert tl.max_in_flight([1.0, 2.0, 4.0]) == 4.0
-
-
 def test_buckets_like_torch_ddp():
-    # forward order: 6 layers of 3 MiB; backward meets the last first; the first bucket closes at >= 1 MiB
-    assert overlap.make_buckets([3 * MiB] * 6, bucket_cap_mb=5) == [[5], [4, 3], [2, 1], [0]]
-    assert overlap.make_buckets([3 * MiB] * 6, bucket_cap_mb=100) == [[5], [4, 3, 2, 1, 0]]
+    # forward order: 6 layers of 3 MiB; backward meets the last first. With the default cap (None: 25 MiB) the
+    # first bucket closes at >= 1 MiB; an explicit cap applies to the first bucket too (torch 2.13).
+    assert overlap.make_buckets([3 * MiB] * 6) == [[5], [4, 3, 2, 1, 0]]
+    assert overlap.make_buckets([3 * MiB] * 6, bucket_cap_mb=5) == [[5, 4], [3, 2], [1, 0]]
+    assert overlap.make_buckets([3 * MiB] * 6, bucket_cap_mb=25) == [[5, 4, 3, 2, 1, 0]]
+    assert overlap.make_buckets([3 * MiB] * 6, bucket_cap_mb=5, first_bucket_mb=1) == [[5], [4, 3], [2, 1], [0]]
+    # rebuilt in the order the gradients became ready (here: a model whose layer 2 finishes first)
+    assert overlap.make_buckets([3 * MiB] * 6, bucket_cap_mb=5, order=[2, 5, 4, 3, 1, 0]) == [[2, 5], [4, 3], [1, 0]]
     compute, comm, sizes = overlap.buckets_from_layers([3 * MiB] * 6, [0.01] * 6, 8, "nvlink4", bucket_cap_mb=5)
-    assert sizes == [3 * MiB, 6 * MiB, 6 * MiB, 3 * MiB] and compute == pytest.approx([0.01, 0.02, 0.02, 0.01])
+    assert sizes == [6 * MiB] * 3 and compute == pytest.approx([0.02] * 3)
     assert comm[1] == pytest.approx(cost.collective_time("all_reduce", 6 * MiB, 8, "nvlink4"))
 
 
@@ -65,6 +63,8 @@ def test_buckets_like_torch_ddp():
     (lambda: overlap.simulate([0.1], [0.1, 0.2]), "one entry per bucket"),
     (lambda: overlap.simulate([-0.1], [0.1]), "seconds >= 0"),
     (lambda: overlap.make_buckets([1], bucket_cap_mb=0), "bucket_cap_mb"),
+    (lambda: overlap.make_buckets([1], bucket_cap_mb=float("nan")), "bucket_cap_mb"),
+    (lambda: overlap.make_buckets([1, 2], order=[0, 0]), "order must list every parameter"),
     (lambda: overlap.buckets_from_layers([1, 2], [0.1], 2, "nvlink4"), "one entry per layer"),
 ])
 def test_bad_inputs(call, words):
@@ -79,40 +79,45 @@ def make_model():
                                torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
 
 
-def grads_both_ways(bucket_cap_mb, use_overlap, steps=2):
+def grads_both_ways(bucket_cap_mb, use_overlap, steps=3):
     torch.manual_seed(1000 + dist.get_rank())  # different data and different initial weights per rank
     data = [(torch.randn(32, 64), torch.randint(0, 10, (32,))) for _ in range(steps)]
-    ours = overlap.BucketedDDP(make_model(), bucket_cap_mb=bucket_cap_mb, overlap=use_overlap, first_bucket_mb=0.1)
-    theirs = torch.nn.parallel.DistributedDataParallel(make_model(), bucket_cap_mb=bucket_cap_mb)
+    ours = overlap.BucketedDDP(make_model(), bucket_cap_mb=bucket_cap_mb, overlap=use_overlap)
+    kw = {} if bucket_cap_mb is None else {"bucket_cap_mb": bucket_cap_mb}
+    theirs = torch.nn.parallel.DistributedDataParallel(make_model(), **kw)
     opt_a = torch.optim.SGD(ours.parameters(), lr=0.1)
     opt_b = torch.optim.SGD(theirs.parameters(), lr=0.1)
-    out = []
+    out, first_layout = [], None
     for x, y in data:
         for model, opt in ((ours, opt_a), (theirs, opt_b)):
             opt.zero_grad()
             torch.nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
+        first_layout = first_layout or ([list(b) for b in ours.buckets], len(ours.timeline.events))
         out.append(([p.grad.clone() for p in ours.parameters()], [p.grad.clone() for p in theirs.parameters()]))
+    torch_buckets = theirs._get_ddp_logging_data().get("rebuilt_per_bucket_param_indices")
+    torch_buckets = [[int(i) for i in b.split()] for b in torch_buckets.split(",")]
     tl = ours.timeline
-    return out, len(ours.buckets), [(e.kind, e.start, e.end) for e in tl.events]
+    return out, first_layout, ours.buckets, torch_buckets, [(e.kind, e.start, e.end) for e in tl.events]
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_bucketed_ddp_gradients_equal_torch_ddps(world_size):
+def test_bucketed_ddp_gradients_and_buckets_equal_torch_ddps(world_size):
     with cl.Cluster(world_size=world_size, timeout=120) as c:
-        for cap, use_overlap in [(0.25, True), (25.0, True), (0.25, False)]:
+        for cap, use_overlap in [(0.25, True), (None, True), (0.25, False)]:
             results = c.run(grads_both_ways, cap, use_overlap)
-            for rank, (steps, n_buckets, events) in enumerate(results):
+            for rank, (steps, first, buckets, torch_buckets, events) in enumerate(results):
                 for ours, theirs in steps:
                     for a, b in zip(ours, theirs):
                         if world_size == 2:  # a + b: any summation order gives the same bits
                             assert torch.equal(a, b), (cap, use_overlap, rank)
                         else:
                             assert torch.allclose(a, b, rtol=1e-6, atol=1e-7), (cap, use_overlap, rank)
-                # layers (backward order) 40 B, 10 KiB, 1 KiB, 256 KiB | 1 KiB, 256 KiB | 1 KiB, 64 KiB: the first
-                # bucket closes at >= 0.1 MiB, the next at >= 0.25 MiB -> 3 buckets; with a 25 MiB cap, 2
-                assert n_buckets == (2 if cap == 25.0 else 3) and len(events) == 2 * n_buckets
-                assert all(end >= start for _, start, end in events)
+                # iteration 1: one bucket of everything (reverse order), one all-reduce
+                assert first == ([list(range(7, -1, -1))], 2)
+                # then rebuilt in gradient-ready order, exactly torch's rebuilt buckets
+                assert buckets == torch_buckets, (cap, buckets, torch_buckets)
+                assert len(events) == 2 * len(buckets) and all(end >= start for _, start, end in events)
             for rank_steps, *_ in results[1:]:  # every rank ends with the same averaged gradients
                 assert all(torch.equal(a, b) for a, b in zip(rank_steps[-1][0], results[0][0][-1][0]))
 
@@ -120,7 +125,8 @@ def test_bucketed_ddp_gradients_equal_torch_ddps(world_size):
 def overlap_shows_in_the_timeline():
     model = overlap.BucketedDDP(make_model(), bucket_cap_mb=0.1, first_bucket_mb=0.05)
     x, y = torch.randn(256, 64), torch.randint(0, 10, (256,))
-    torch.nn.functional.cross_entropy(model(x), y).backward()
+    for _ in range(2):  # the second iteration runs with the rebuilt buckets
+        torch.nn.functional.cross_entropy(model(x), y).backward()
     tl = model.timeline
     backward_end = max(e.end for e in tl.events if e.kind == "compute")
     first_comm = min(e.start for e in tl.events if e.kind == "comm")

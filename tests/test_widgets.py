@@ -53,7 +53,7 @@ def test_cost_calculator_updates_with_its_controls():
     link.value, p.value, size.value = "ib_hdr", 8, 1e9
     want = cost.breakdown("all_reduce", 1e9, 8, "ib_hdr", "ring")
     assert f"{want['time_s'] * 1e3:.3f} ms" in out.value and "bandwidth" in out.value
-    op.value = "broadcast"  # ring does not exist for broadcast: the algorithm list follows the op
+    op.value = "broadcast"  # the algorithm list follows the op
     assert algorithm.options == cost.PAIRS["broadcast"] and "Broadcast" not in out.value
     assert f"{cost.collective_time('broadcast', 1e9, 8, 'ib_hdr', algorithm.value) * 1e3:.3f} ms" in out.value
     op.value, algorithm.value = "all_gather", "recursive_doubling"

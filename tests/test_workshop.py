@@ -1,4 +1,4 @@
-"""commlib.workshop: the chapter 6 scenario's numbers, and checkers that accept them and name the usual mistakes."""
+"""commlib.workshop: the chapter 9 scenario's numbers, and checkers that accept them and name the usual mistakes."""
 
 import pytest
 
@@ -6,9 +6,10 @@ from commlib import cost
 from commlib import workshop as ws
 
 
-def test_the_model_is_llama_2_7b_sized():
-    assert ws.params() == pytest.approx(6.738e9, rel=1e-3)  # Llama-2-7B without its norms
-    assert len(ws.tensors()) == 2 + 7 * ws.MODEL["layers"]
+def test_the_model_is_llama_2_7b():
+    assert ws.params() == 6_738_415_616                       # Llama-2-7B, its RMSNorm weights included
+    assert len(ws.tensors()) == 291                            # 2 + 9 x 32 + 1, as in its state dict
+    assert ws.tensors().count(4096) == 65                      # 2 RMSNorms per layer and the final one
 
 
 def test_workshop_checkers():

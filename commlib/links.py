@@ -1,0 +1,109 @@
+"""Links and their numbers, each with its source: line rates per direction, latencies, and published
+measurements to compare the cost model with.
+
+A Link is what the alpha-beta model needs: bandwidth in bytes/s *per direction*, `latency` (alpha) in
+seconds per message (one hop of an algorithm), and `call_latency`, a fixed cost paid once per
+collective call (launching the operation; for NCCL, its kernel and protocol set-up).
+
+The latencies of the GPU links are the constants of NCCL's own tuning model (NCCL 2.30.7,
+src/graph/tuning.cc, `ncclTunerConstantsDefaults`), for its LL protocol, the one NCCL picks for
+small messages, where latency matters: a base latency per call of 6.6 us (Ring, LL), and per hop
+0.6 us on NVLink, 1.0 us on PCIe, 5.0 us through the network with one GPU per node (NCCL then uses
+its Tree network latency, "latencies are fully exposed"). Large messages use the Simple protocol,
+whose per-hop latencies are larger (3.4 us NVLink, 14 us network) but no longer matter.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from numbers import Real
+
+_TUNING = "NCCL 2.30.7 src/graph/tuning.cc (LL protocol, Ring)"
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link: bandwidth in bytes/s per direction, latency (alpha) in s per message, call_latency in s per
+    collective call, and where the numbers come from."""
+
+    name: str
+    bandwidth: float
+    latency: float
+    source: str = ""
+    call_latency: float = 0.0
+
+    def __post_init__(self):
+        if not isinstance(self.name, str):
+            raise TypeError(f"Link name must be a str, got {type(self.name).__name__}")
+        for field, value, low in (("bandwidth", self.bandwidth, "> 0"), ("latency", self.latency, ">= 0"),
+                                  ("call_latency", self.call_latency, ">= 0")):
+            if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) \
+                    or not (value > 0 if low == "> 0" else value >= 0):
+                raise ValueError(f"Link {field} must be a finite number {low} "
+                                 f"({'bytes/s' if field == 'bandwidth' else 'seconds'}), got {value!r}")
+
+    @property
+    def beta(self) -> float:
+        """Seconds per byte."""
+        return 1.0 / self.bandwidth
+
+
+def _nvlink(name, gpu, total_gbps):
+    per_dir = total_gbps / 2
+    return Link(name, per_dir * 1e9, 0.6e-6,
+                f"NVIDIA {gpu}: {total_gbps:g} GB/s total = {per_dir:g} GB/s per direction; "
+                f"latency 0.6 us per hop and 6.6 us per call: {_TUNING}, NVLink", 6.6e-6)
+
+
+def _net(name, what, gbit, latency, note):
+    return Link(name, gbit / 8 * 1e9, latency, f"{what}: {gbit:g} Gb/s = {gbit / 8:g} GB/s per direction; {note}", 6.6e-6)
+
+
+_NET_LAT = (f"latency 5.0 us per hop (NCCL's network latency with one GPU per node) and 6.6 us per call: "
+            f"{_TUNING}, NET")
+_TCP_LAT = ("latency: order of magnitude of one message through kernel TCP sockets (Gloo, or NCCL's socket "
+            "transport), tens of us; chapter 2 measures it on your own machine's loopback")
+LINKS: dict[str, Link] = {
+    link.name: link for link in [
+        _nvlink("nvlink3", "A100 SXM, NVLink3", 600),
+        _nvlink("nvlink4", "H100 SXM, NVLink4", 900),
+        _nvlink("nvlink5", "B200, NVLink5", 1800),
+        Link("pcie4_x16", 31.5e9, 1.0e-6, "PCIe Gen4 x16: 16 GT/s x 16 lanes x 128/130 = 31.5 GB/s per direction; "
+             f"latency 1.0 us per hop and 6.6 us per call: {_TUNING}, PCI", 6.6e-6),
+        Link("pcie5_x16", 63e9, 1.0e-6, "PCIe Gen5 x16: 32 GT/s x 16 lanes x 128/130 = 63 GB/s per direction; "
+             f"latency 1.0 us per hop and 6.6 us per call: {_TUNING}, PCI", 6.6e-6),
+        _net("ib_hdr", "InfiniBand HDR", 200, 5e-6, _NET_LAT),
+        _net("ib_ndr", "InfiniBand NDR", 400, 5e-6, _NET_LAT),
+        _net("ib_xdr", "InfiniBand XDR", 800, 5e-6, _NET_LAT),
+        _net("roce100", "100 Gb Ethernet with RoCE (RDMA)", 100, 5e-6, _NET_LAT + " (RDMA: like InfiniBand)"),
+        _net("roce400", "400 Gb Ethernet with RoCE (RDMA)", 400, 5e-6, _NET_LAT + " (RDMA: like InfiniBand)"),
+        _net("tcp100", "100 Gb Ethernet, TCP sockets", 100, 25e-6, _TCP_LAT),
+        _net("tcp400", "400 Gb Ethernet, TCP sockets", 400, 25e-6, _TCP_LAT),
+    ]
+}
+
+
+@dataclass(frozen=True)
+class Published:
+    """A published measurement: nccl-tests' busbw at large sizes, with what ran and where it was said."""
+
+    system: str
+    op: str
+    algorithm: str
+    busbw: float        # bytes/s, nccl-tests' definition
+    link: str           # the LINKS preset of the bottleneck link
+    source: str
+
+
+PUBLISHED: list[Published] = [
+    Published("8x A100 SXM (NVLink3, one node)", "all_reduce", "ring", 230e9, "nvlink3",
+              "S. Jeaugey (NCCL), NVIDIA/nccl-tests issue #149, 2023-07-05: 12 NVLinks x ~20 GB/s effective = "
+              "240 GB/s, ~230 GB/s reached"),
+    Published("8x H100 SXM (NVLink4, one node)", "all_reduce", "ring", 370e9, "nvlink4",
+              "S. Jeaugey (NCCL), NVIDIA/nccl-tests issue #212, 2024-05-06: 450 GB/s line rate, ~20% protocol "
+              "overhead, ~370 GB/s busbw with NCCL_ALGO=RING"),
+    Published("8x H100 SXM (NVLink4, one node)", "all_reduce", "nvls", 480e9, "nvlink4",
+              "S. Jeaugey (NCCL), NVIDIA/nccl-tests issue #212, 2024-05-06: NVLink SHARP, peak busbw ~480 GB/s "
+              "(algbw ~275 GB/s); with NVLS busbw is not the bandwidth on the wire"),
+]
