@@ -27,7 +27,7 @@ import torch
 import commlib as cl
 from commlib.compression import tradeoff as tr
 
-CROSSOVER_LINKS = ("eth100", "ib_hdr", "nvlink4")
+CROSSOVER_LINKS = ("tcp100", "ib_hdr", "nvlink4")
 
 
 def main():

@@ -66,7 +66,7 @@ def test_all_gather_bytes_grow_with_p_all_reduce_bytes_do_not():
     (lambda: cp.TopKState(fraction=2), "fraction must be a number in (0, 1]"),
     (lambda: cp.QuantState("int4"), "code must be one of"),
     (lambda: tradeoff.hook_for("gzip"), "method must be one of"),
-    (lambda: cp.crossover_bandwidth("topk", (8,), 4, -1.0, "eth100", fraction=0.5), "compress_s"),
+    (lambda: cp.crossover_bandwidth("topk", (8,), 4, -1.0, "tcp100", fraction=0.5), "compress_s"),
 ])
 def test_bad_input_names_the_parameter(call, words):
     with pytest.raises(ValueError) as info:
@@ -82,11 +82,11 @@ def test_numpy_ints_are_ints():
 
 def test_crossover_bandwidth_is_where_the_times_meet():
     shape, p, compress_s = [(1024, 1024), (1024,)], 8, 2e-3
-    bw = cp.crossover_bandwidth("powersgd", shape, p, compress_s, "eth100", rank=4)
-    alpha = cost.LINKS["eth100"].latency
+    bw = cp.crossover_bandwidth("powersgd", shape, p, compress_s, "tcp100", rank=4)
+    tcp = cost.LINKS["tcp100"]
 
     def times(bandwidth):
-        link = cost.Link("x", bandwidth, alpha, "test")
+        link = cost.Link("x", bandwidth, tcp.latency, "test", tcp.call_latency)
         return (cp.comm_time("powersgd", shape, p, link, compress_s=compress_s, rank=4),
                 cp.comm_time("none", shape, p, link))
 
@@ -95,7 +95,7 @@ def test_crossover_bandwidth_is_where_the_times_meet():
     assert below[0] < below[1] and above[0] > above[1]
     # no latency, no compression cost: fewer bytes always win; more bytes never do
     assert cp.crossover_bandwidth("powersgd", shape, p, 0.0, cost.Link("x", 1e9, 0.0, "t"), rank=4) == math.inf
-    assert cp.crossover_bandwidth("topk", (1000,), 512, 0.0, "eth100", fraction=0.5) == 0.0
+    assert cp.crossover_bandwidth("topk", (1000,), 512, 0.0, "tcp100", fraction=0.5) == 0.0
 
 
 def test_int8_codes_summed_in_int8_wrap_around():

@@ -159,24 +159,25 @@ def comm_time(method: str, shape, world_size: int, link, itemsize: int = 4, comp
 
 def crossover_bandwidth(method: str, shape, world_size: int, compress_s: float, link, itemsize: int = 4,
                         **params) -> float:
-    """The link bandwidth (bytes/s per direction) below which compressing pays, for a link with `link`'s
-    latency: where comm_time(method) = comm_time("none"). With M messages and B bytes on the critical path,
+    """The link bandwidth (bytes/s per direction) below which compressing pays, on a link with `link`'s
+    latencies: where comm_time(method) = comm_time("none"). With L the latency terms (per collective: the
+    link's call latency plus alpha per message on the critical path) and B the bytes on that path,
 
-        compress_s + M_c a + B_c / bw  =  M_0 a + B_0 / bw   ->   bw* = (B_0 - B_c) / (compress_s + (M_c - M_0) a)
+        compress_s + L_c + B_c / bw  =  L_0 + B_0 / bw   ->   bw* = (B_0 - B_c) / (compress_s + L_c - L_0)
 
     inf: compressing is faster on any link; 0.0: it is faster on no link slower than some bandwidth."""
     if isinstance(compress_s, bool) or not isinstance(compress_s, Real) or not compress_s >= 0:
         raise ValueError(f"compress_s must be seconds >= 0, got {compress_s!r}")
-    alpha = cost._link(link).latency
+    link = cost._link(link)
     p = cost._check_p(world_size)
 
-    def messages_and_bytes(m, kw):
-        paths = [cost.critical_path(op, nb, p) for op, nb in collectives(m, shape, p, itemsize, **kw)]
-        return sum(x[0] for x in paths), sum(x[1] for x in paths)
+    def latency_and_bytes(m, kw):
+        parts = [cost.breakdown(op, nb, p, link) for op, nb in collectives(m, shape, p, itemsize, **kw)]
+        return sum(x["latency_s"] for x in parts), sum(x["bandwidth_s"] for x in parts) * link.bandwidth
 
-    m0, b0 = messages_and_bytes("none", {})
-    mc, bc = messages_and_bytes(method, params)
-    saved, extra = b0 - bc, compress_s + (mc - m0) * alpha
+    l0, b0 = latency_and_bytes("none", {})
+    lc, bc = latency_and_bytes(method, params)
+    saved, extra = b0 - bc, compress_s + lc - l0
     if saved <= 0:
         return 0.0
     return math.inf if extra <= 0 else saved / extra
