@@ -68,7 +68,8 @@ def main():
     meta = {"world_size": args.world_size, "steps": args.steps, "seeds": args.seeds, "torch": torch.__version__,
             "cpus": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg(),
             "wall_s": time.perf_counter() - t0, "backend": "gloo (loopback)",
-            "task": "teacher-student: linear teacher 32->10, student MLP 32-256-256-10, plain SGD lr 0.3, batch 32/rank"}
+            "task": "teacher-student: linear teacher 32->10, student MLP 32-256-256-10, "
+                    "plain SGD lr 0.3, batch 32/rank"}
     for r in rows:
         r.pop("losses")
     with open(args.out, "w") as f:

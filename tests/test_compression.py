@@ -2,6 +2,7 @@
 the error-feedback invariant, bytes counted on the wire against the closed forms."""
 
 import math
+import os
 import sys
 
 import cloudpickle
@@ -288,6 +289,22 @@ def test_tradeoff_counts_bytes_and_trains(cluster4):
     assert rows["none"]["test_accuracy"] > 0.5
     assert rows["topk 1%"]["test_loss"] < rows["topk 1% no EF"]["test_loss"]
     assert "overhead ms" in tradeoff.table(list(rows.values()))
+
+
+class SlowLink:
+    """Stands in for an emulated link (topology.emulate): a context manager entered around the training."""
+
+    def __enter__(self):
+        os.environ["COMPRESSION_TEST_CONTEXT"] = f"entered on rank {dist.get_rank()}"
+
+    def __exit__(self, *exc):
+        os.environ["COMPRESSION_TEST_CONTEXT"] = os.environ["COMPRESSION_TEST_CONTEXT"] + ", left"
+
+
+def test_tradeoff_runs_inside_a_context_on_every_rank(cluster4):
+    tradeoff.tradeoff(cluster4, {"none": ("none", {})}, steps=1, context=SlowLink)
+    seen = cluster4.run(lambda: os.environ.pop("COMPRESSION_TEST_CONTEXT", None))
+    assert seen == [f"entered on rank {r}, left" for r in range(4)]
 
 
 # ------------------------------------------------------------------------------ on commlib's BucketedDDP

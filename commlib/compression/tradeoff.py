@@ -119,10 +119,11 @@ def train(method: str = "none", steps: int = 100, seed: int = 0, batch_size: int
             "step_s": median(3)}
 
 
-def tradeoff(cluster, variants: dict | None = None, steps: int = 100, seed: int = 0, context=None, **train_kw) -> list[dict]:
+def tradeoff(cluster, variants: dict | None = None, steps: int = 100, seed: int = 0, context=None,
+             **train_kw) -> list[dict]:
     """Train every variant on the cluster's ranks -> one row per variant: bytes per step (the busiest rank),
-    its closed form, test loss and accuracy, and per step the hook, communication and overhead seconds
-    (means over ranks of each rank's median)."""
+    its closed form, test loss and accuracy, the train-loss curve (mean over ranks), and per step the hook,
+    communication and overhead seconds (means over ranks of each rank's median)."""
     rows = []
     for name, (method, params) in (VARIANTS if variants is None else variants).items():
         ranks = cluster.run(train, method, steps=steps, seed=seed, context=context, **train_kw, **params)
@@ -131,7 +132,8 @@ def tradeoff(cluster, variants: dict | None = None, steps: int = 100, seed: int 
                      "bytes_per_step": max(r["bytes_per_step"] for r in ranks),
                      "closed_form_bytes": ranks[0]["closed_form_bytes"],
                      "test_loss": ranks[0]["test_loss"], "test_accuracy": ranks[0]["test_accuracy"],
-                     "train_loss": mean("train_loss"), "losses": [statistics.fmean(x) for x in zip(*(r["losses"] for r in ranks))],
+                     "train_loss": mean("train_loss"),
+                     "losses": [statistics.fmean(x) for x in zip(*(r["losses"] for r in ranks))],
                      "hook_s": mean("hook_s"), "comm_s": mean("comm_s"),
                      "overhead_s": mean("overhead_s"), "step_s": mean("step_s")})
     return rows
