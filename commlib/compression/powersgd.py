@@ -58,7 +58,7 @@ def orthogonalize_(a: torch.Tensor, epsilon: float = 0.0) -> torch.Tensor:
     """Gram-Schmidt in place: the columns of a (m x r) become orthonormal, spanning the same space."""
     for i in range(a.shape[1]):
         col = a[:, i:i + 1]
-        col /= col.norm() + epsilon if epsilon else col.norm()
+        col /= col.norm() + epsilon
         if i + 1 < a.shape[1]:  # remove this direction from the columns still to come
             rest = a[:, i + 1:]
             rest -= (col * rest).sum(0, keepdim=True) * col
