@@ -163,7 +163,8 @@ class BucketedDDP:
     of backward waits for all of them and writes the averages back to .grad. overlap=False starts the
     all-reduces only after backward. `timeline` holds the last step's real intervals (an
     overlap.Timeline, seconds from the end of forward). The bucket buffers are allocated once per bucket
-    layout: overlap adds no memory.
+    layout: overlap adds no memory. register_comm_hook(state, hook) runs a torch DDP communication hook
+    in place of each all-reduce.
 
     On CPU (Gloo) the intervals are host clock readings. With CUDA parameters (NCCL) the host only
     queues work, so its clock says nothing about when kernels ran: the intervals are CUDA events
@@ -196,6 +197,7 @@ class BucketedDDP:
         device = self.params[0].device if self.params else torch.device("cpu")
         self._clock = _CudaClock(device) if device.type == "cuda" else _HostClock()
         self._last = None  # the marks of the last finished backward; `timeline` turns them into seconds
+        self._comm_hook = None  # (state, hook) from register_comm_hook
         self._timeline = Timeline()
         self._reset()
 
@@ -227,6 +229,15 @@ class BucketedDDP:
     def parameters(self):
         return self.module.parameters()
 
+    def register_comm_hook(self, state, hook) -> None:
+        """As torch DDP's: hook(state, bucket) -> Future of the bucket's average replaces its all-reduce. The
+        bucket (a compression.Bucket: GradBucket's methods) holds this rank's gradients, not divided by p."""
+        if not callable(hook):
+            raise TypeError(f"hook must be callable, got {type(hook).__name__}")
+        if self._comm_hook is not None:
+            raise RuntimeError("register_comm_hook can only be called once")
+        self._comm_hook = (state, hook)
+
     @property
     def timeline(self) -> Timeline:
         if self._last is not None:  # computed on first read (with CUDA this waits for the step's events)
@@ -254,7 +265,7 @@ class BucketedDDP:
                 self._ready_order.append(i)
             b, off = self._where[i]
             view = self._buffers[b][off:off + param.numel()]
-            torch.mul(param.grad.reshape(-1), 1.0 / self.world_size, out=view)
+            torch.mul(param.grad.reshape(-1), 1.0 if self._comm_hook else 1.0 / self.world_size, out=view)
             self._pending[b] -= 1
             if self._pending[b] == 0:
                 self._ready_at[b] = self._clock.mark()
@@ -263,7 +274,25 @@ class BucketedDDP:
         return hook
 
     def _launch(self, b: int) -> None:
-        self._works.append(self._clock.all_reduce(self._buffers[b], b, self._launched_at, self._done_at))
+        self._works.append(self._clock.all_reduce(lambda: self._all_reduce(b), b, self._launched_at, self._done_at))
+
+    def _all_reduce(self, b: int):
+        """Start averaging bucket b -> its Work (the comm hook's Future, wrapped as one, when there is a hook)."""
+        import torch.distributed as dist
+
+        buffer = self._buffers[b]
+        if self._comm_hook is None:
+            return dist.all_reduce(buffer, async_op=True)
+        from commlib.compression import Bucket
+
+        def into_buffer(fut):  # a hook may return a new tensor; DDP copies it into the bucket
+            if fut.value() is not buffer:
+                buffer.copy_(fut.value())
+            return buffer
+
+        state, hook = self._comm_hook
+        bucket = Bucket(b, buffer, [self.params[i] for i in self.buckets[b]], last=b == len(self.buckets) - 1)
+        return _FutureWork(hook(state, bucket).then(into_buffer))
 
     def _launch_ready(self) -> None:
         while self._next < len(self.buckets) and self._pending[self._next] == 0:  # strictly in bucket order
@@ -288,6 +317,20 @@ class BucketedDDP:
         self._recorded = True  # the first backward's ready order is complete
 
 
+class _FutureWork:
+    """A comm hook's Future used as the Work of an async all-reduce."""
+
+    def __init__(self, fut):
+        self._fut = fut
+
+    def get_future(self):
+        return self._fut
+
+    def wait(self) -> bool:
+        self._fut.wait()
+        return True
+
+
 class _HostClock:
     """CPU tensors: host clock readings. Gloo runs each all-reduce on its own thread, so the moment
     the future completes is when the all-reduce is done."""
@@ -295,11 +338,9 @@ class _HostClock:
     def mark(self) -> float:
         return time.perf_counter()
 
-    def all_reduce(self, buffer, b: int, launched_at: list, done_at: list):
-        import torch.distributed as dist
-
+    def all_reduce(self, start, b: int, launched_at: list, done_at: list):
         launched_at[b] = time.perf_counter()
-        work = dist.all_reduce(buffer, async_op=True)
+        work = start()
         work.get_future().then(lambda _f: done_at.__setitem__(b, time.perf_counter()))
         return work
 
@@ -341,14 +382,13 @@ class _CudaClock:
         event.record(stream if stream is not None else torch.cuda.current_stream(self.device))
         return event
 
-    def all_reduce(self, buffer, b: int, launched_at: list, done_at: list):
+    def all_reduce(self, start, b: int, launched_at: list, done_at: list):
         import torch
-        import torch.distributed as dist
 
         self.stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self.stream):
             launched_at[b] = self.mark(self.stream)
-            work = dist.all_reduce(buffer, async_op=True)
+            work = start()
             work.wait()  # non-blocking for the host: this stream waits for NCCL's
             done_at[b] = self.mark(self.stream)
         return work

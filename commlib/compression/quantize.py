@@ -1,0 +1,90 @@
+"""Fewer bits per value: FP16 (torch's fp16_compress_hook), and 8-bit codes with a per-bucket scale.
+
+fp16_hook: cast to fp16, divide by p, all-reduce in fp16, cast back (torch 2.13.0,
+torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py, _compress_hook). It survives all-reduce
+because fp16 values can be added on the way (with the overflow and rounding of chapter 4).
+
+quantize_hook, int8: code = round(delta / s), s = max|delta| / 127; fp8: code = fp8_e4m3(delta / s),
+s = max|delta| / 448 (the largest e4m3fn value). Codes do not survive an all-reduce that adds them in
+their own type: each rank has its own scale, so codes of different ranks mean different amounts, and
+even with one shared scale the sum of p codes needs log2(p) more bits than one code (int8_ring_sum
+shows the wrap-around). Done correctly, either all-gather every rank's codes and scale and sum the
+dequantised values in fp32 (what quantize_hook does: (p-1)(N + 4) bytes a rank, growing with p), or
+dequantise at every hop of the ring, add in fp32 and quantise again for the next hop (2(p-1)/p N bytes,
+but a rounding error at every hop that no error feedback sees; not implemented here).
+"""
+
+import time
+
+import torch
+import torch.distributed as dist
+
+from commlib.compression.comm import HookState
+from commlib.precision import _sum_in_order
+
+CODES = {"int8": (torch.int8, 127.0), "fp8": (torch.float8_e4m3fn, 448.0)}  # code dtype, largest code
+
+
+def fp16_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """torch's fp16_compress_hook: fp16(g) / p summed over ranks in fp16, copied back into the bucket."""
+    t0 = time.perf_counter()
+    buffer = bucket.buffer()
+    half = state.comm.all_reduce(buffer.to(torch.float16).div_(state.comm.world_size))
+    return state.finish(bucket, half, t0)
+
+
+class QuantState(HookState):
+    """State of quantize_hook: code "int8" or "fp8" (float8_e4m3fn), error feedback on or off."""
+
+    def __init__(self, code: str = "int8", error_feedback: bool = True, comm=None):
+        if code not in CODES:
+            raise ValueError(f"code must be one of {tuple(CODES)}, got {code!r}")
+        super().__init__(error_feedback, comm)
+        self.code = code
+
+
+def quantize(delta: torch.Tensor, code: str = "int8") -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (codes, scale): delta ~ codes * scale, one fp32 scale for the whole tensor (max|delta| / largest code)."""
+    dtype, largest = CODES[code]
+    amax = delta.detach().abs().max().float() if delta.numel() else torch.zeros(())
+    scale = torch.where(amax > 0, amax / largest, torch.ones_like(amax)).to(delta.device)
+    scaled = delta.float() / scale
+    codes = scaled.round().clamp_(-largest, largest).to(dtype) if code == "int8" else scaled.to(dtype)
+    return codes, scale
+
+
+def dequantize(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return codes.float() * scale
+
+
+def quantize_hook(state: QuantState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """8-bit codes of delta = g + e with one scale per rank; all-gather codes and scales; sum the dequantised
+    values in fp32; mean. Sends (p-1)(N + 4) bytes a rank."""
+    t0 = time.perf_counter()
+    delta = state.with_residual(bucket)
+    codes, scale = quantize(delta, state.code)
+    mine = dequantize(codes, scale)
+    state.remember(bucket, delta - mine.to(delta.dtype))
+    payload = torch.cat([scale.reshape(1).view(torch.uint8), codes.view(torch.uint8)])
+    table = state.comm.all_gather(payload)                       # (p, 4 + N): each rank's scale, then its codes
+    scales = table[:, :4].contiguous().view(torch.float32)       # (p, 1)
+    all_codes = table[:, 4:].contiguous().view(codes.dtype)      # (p, N)
+    total = dequantize(all_codes, scales).sum(0)                 # fp32: no code is ever added to another code
+    return state.finish(bucket, (total / state.comm.world_size).to(delta.dtype), t0)
+
+
+def int8_ring_sum(codes) -> dict:
+    """What adding int8 codes in int8 around a ring gives (each partial sum wraps modulo 256, as int8
+    addition does), against the true sum. codes: one int8 tensor (or list of ints) per rank.
+    -> {"ring": int8 result, "exact": int64 sum, "wrapped": bool mask where they differ}."""
+    if not isinstance(codes, (list, tuple)) or not codes:
+        raise ValueError("codes must be a list with one int8 tensor (or list of ints) per rank")
+    xs = [torch.as_tensor(c).reshape(-1) for c in codes]
+    if any(x.dtype.is_floating_point or x.dtype == torch.bool for x in xs) or len({x.numel() for x in xs}) != 1:
+        raise ValueError("codes must hold integers, the same number on every rank")
+    xs = [x.to(torch.int64) for x in xs]
+    if any(((x < -128) | (x > 127)).any() for x in xs):
+        raise ValueError("codes must be ints in [-128, 127] (int8)")
+    ring = _sum_in_order([x.to(torch.int8) for x in xs], "ring", torch.int8)
+    exact = torch.stack(xs).sum(0)
+    return {"ring": ring, "exact": exact, "wrapped": ring.to(torch.int64) != exact}
