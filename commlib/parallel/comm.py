@@ -61,6 +61,8 @@ class Comm:
         if impl == "commlib" and not whole:
             raise ValueError(f"impl='commlib' runs on the whole world (ranks 0..{world - 1}), got ranks {self.ranks}; "
                              "use impl='torch' for a subgroup")
+        if not whole and group is None:
+            raise ValueError(f"ranks {self.ranks} are a subgroup: create its process group with Comm.split(partition)")
         self.impl = impl
         self.group = None if whole else group
         self.size = len(self.ranks)
