@@ -29,6 +29,8 @@ RECOMPUTE = ("none", "selective", "full")
 
 
 def _int(name: str, value, low: int = 1) -> int:
+    if type(value) is int and value >= low:  # the common case, without the ABC checks (the search is hot)
+        return value
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise TypeError(f"{name} must be an int >= {low}, got {type(value).__name__}")
     if value < low:
@@ -37,6 +39,8 @@ def _int(name: str, value, low: int = 1) -> int:
 
 
 def _num(name: str, value, low: float = 0.0) -> float:
+    if type(value) in (int, float) and low <= value < math.inf:
+        return float(value)
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value < low:
         raise ValueError(f"{name} must be a finite number >= {low}, got {value!r}")
     return float(value)
@@ -150,6 +154,18 @@ def microbatches_in_flight(pp, microbatches, schedule="1f1b") -> int:
     return m if schedule == "gpipe" else min(p, m)
 
 
+def step_flops(model: "Model", tokens, recompute="none") -> float:
+    """Training FLOPs for `tokens` tokens: 6 * active params * tokens (forward 2, backward 4 per parameter and
+    token); full recomputation runs the layers' forward once more, + 2 * layer params * tokens. For a dense
+    GPT this is Narayanan et al. 2021's eq. (3) without its attention-score term s/(6h):
+    72 Bslh^2 (1 + V/(12lh)), and with recomputation 96 Bslh^2 (1 + V/(16lh))."""
+    n = _num("tokens", tokens)
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
+    extra = 2 * (model.active_params - model.vocab * model.hidden) * n if recompute == "full" else 0.0
+    return 6 * model.active_params * n + extra
+
+
 # ----------------------------------------------------------------------- a model and a cluster
 @dataclass(frozen=True)
 class Model:
@@ -233,6 +249,17 @@ class Assumptions:
     sequence_parallel: bool = True
     zero3_prefetch: bool = True
 
+    def __post_init__(self):
+        if not (isinstance(self.mfu, Real) and 0 < self.mfu <= 1):
+            raise ValueError(f"mfu must be in (0, 1], got {self.mfu!r}")
+        if not (isinstance(self.dp_overlap, Real) and 0 <= self.dp_overlap <= 1):
+            raise ValueError(f"dp_overlap must be in [0, 1], got {self.dp_overlap!r}")
+        _num("imbalance", self.imbalance, 1.0)
+        if self.schedule not in ("gpipe", "1f1b"):
+            raise ValueError(f"schedule must be 'gpipe' or '1f1b', got {self.schedule!r}")
+        if self.recompute not in RECOMPUTE:
+            raise ValueError(f"recompute must be one of {RECOMPUTE}, got {self.recompute!r}")
+
 
 @dataclass(frozen=True)
 class Config:
@@ -256,14 +283,18 @@ class Estimate:
     fits: bool = False
 
 
-@functools.lru_cache(maxsize=65536)
 def collective_s(op: str, nbytes: float, group: int, crosses_nodes: bool, hw: Hardware) -> float:
     """The price of one collective of nbytes over a group of `group` ranks: on the intra-node link if the
     group sits in one node, else on the inter-node link (ring; one NIC per GPU). The one place to swap in a
     topology-aware price."""
     if group == 1 or nbytes == 0:
         return 0.0
-    return cost.collective_time(op, nbytes, group, hw.inter if crosses_nodes else hw.intra)
+    return _ring_s(op, nbytes, group, hw.inter if crosses_nodes else hw.intra)
+
+
+@functools.lru_cache(maxsize=65536)
+def _ring_s(op: str, nbytes: float, group: int, link: cost.Link) -> float:
+    return cost.collective_time(op, nbytes, group, link)
 
 
 # ------------------------------------------------------------------------------------- estimate
@@ -308,9 +339,7 @@ def _estimate(model, hw, c, global_batch, a, b) -> Estimate:
     gathered = (2 if a.zero3_prefetch else 1) * 2 * layer_params if c.zero_stage == 3 else 0.0
     memory = {"model_states": states, "activations": act, "zero3_gathered": gathered}
     memory["total"] = states + act + gathered
-    # compute: 6 * active params * tokens, 8 with full recomputation (one more forward)
-    flops = (8 if a.recompute == "full" else 6) * model.active_params * b * s / (t * p)
-    comp = flops / (hw.peak_flops * a.mfu)
+    comp = step_flops(model, b * s, a.recompute) / (t * p) / (hw.peak_flops * a.mfu)  # one micro-batch, one stage
     # per micro-batch on one stage: TP (4 all-reduces, or AG + RS, of bsh per layer), EP, PP point-to-point
     bsh = b * s * h * ab
     tp_cross = t > gpn
@@ -320,7 +349,7 @@ def _estimate(model, hw, c, global_batch, a, b) -> Estimate:
     ep_s = moe * 2 * (1 + a.imbalance) * collective_s("all_to_all", bsh * model.topk, c.ep, ep_cross, hw)
     pp_s = 2 * collective_s("sendrecv", bsh, 2, t * d * 2 > gpn, hw) if p > 1 else 0.0
     per_mb = comp + tp_s + ep_s + pp_s
-    pipeline = (m + p - 1) * per_mb
+    pipeline = (m + p - 1) * per_mb  # = m * per_mb / (1 - pipeline_bubble(p, m)): the bubble is (p-1) per_mb
     # data parallel, after the last backward (ZeRO-3 gathers and reduce-scatters every micro-batch)
     dp_cross = t * d > gpn
     grad_bytes = 2

@@ -125,3 +125,11 @@ def measure_bubble(microbatches: int, kind: str = "1f1b", hidden: int = 64, micr
         out = train_step(stage, comm, inputs, inputs, torch.nn.functional.mse_loss, kind,
                          io_shape=lambda i: (shape, shape), compute_s=compute_s)
     return out["events"]
+
+
+def bubble_on(cluster, microbatches: int, kind: str = "1f1b", **kwargs) -> dict:
+    """From the notebook: measure_bubble on every rank of a commlib Cluster (p = its world size);
+    -> bubble() of the events plus "theory", (p-1)/(m+p-1), and the events themselves."""
+    events = cluster.run(measure_bubble, microbatches, kind, **kwargs)
+    p = cluster.world_size
+    return {**bubble(events), "theory": (p - 1) / (microbatches + p - 1), "events": events}
