@@ -29,14 +29,7 @@ def run(which: str, hidden: int, layers: int, steps: int, rows: int):
     torch.manual_seed(dist.get_rank())
     data = [(torch.randn(rows, hidden), torch.randn(rows, hidden)) for _ in range(steps)]
     if which == "fsdp2":
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
-        model = zero.mlp(sizes)
-        mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-        for m in model:
-            if isinstance(m, torch.nn.Linear):
-                fully_shard(m, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+        model = zero.torch_fsdp2(zero.mlp(sizes))
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 
         def step(x, y):
@@ -86,7 +79,8 @@ def main() -> None:
     print(f"torch {torch.__version__}; {os.cpu_count()} cores; MLP {a.layers} x Linear({a.hidden}, {a.hidden}) = "
           f"{params / 1e6:.1f}M params ({4 * params / 2**20:.0f} MiB fp32); {a.rows} rows per rank; "
           f"median of {a.steps - 2} steps; load average {os.getloadavg()[0]:.2f}")
-    print(f"{'p':>2} {'run':>14} {'step ms':>9} {'peak MiB (torch tracker)':>25} {'ours: params+grads+adam, gathered peak MiB':>44}")
+    print(f"{'p':>2} {'run':>14} {'step ms':>9} {'peak MiB (torch tracker)':>25} "
+          f"{'ours: params+grads+adam, gathered peak MiB':>44}")
     for p in a.world_sizes:
         with cl.Cluster(world_size=p, timeout=900) as c:
             results = {}
@@ -96,8 +90,8 @@ def main() -> None:
                 step_s = max(o[0] for o in out)
                 peak = max(o[1] for o in out)
                 led = out[0][2]
-                mine = "" if led is None else \
-                    f"{(led['params'] + led['grads'] + led['optimizer']) / 2**20:.1f}, {led['gathered_peak'] / 2**20:.1f}"
+                state = None if led is None else (led["params"] + led["grads"] + led["optimizer"]) / 2**20
+                mine = "" if led is None else f"{state:.1f}, {led['gathered_peak'] / 2**20:.1f}"
                 print(f"{p:>2} {which:>14} {1e3 * step_s:>9.1f} {peak / 2**20:>25.1f} {mine:>44}")
             err = max((x - y).abs().max().item() for x, y in zip(results["ours"][0][3], results["fsdp2"][0][3]))
             print(f"   final parameters, ours vs FSDP2: max |difference| = {err:.2e}")

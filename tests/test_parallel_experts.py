@@ -81,4 +81,5 @@ def moe_experts_not_divisible():
 
 
 def test_experts_must_divide_by_ep(cluster4):
-    assert "experts (6) must be divisible by the expert-parallel size ep=4" in cluster4.run(moe_experts_not_divisible)[0]
+    error = cluster4.run(moe_experts_not_divisible)[0]
+    assert "experts (6) must be divisible by the expert-parallel size ep=4" in error

@@ -111,17 +111,10 @@ def test_ddp_start_broadcasts_rank0s_parameters_and_buffers(cluster4, impl):
 
 
 def ours_and_fsdp2():
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
     data = batches()
     comm = Comm()
     sdp = zero.ShardedDataParallel(zero.mlp(SIZES), comm, 3, lr=LR)
-    model = zero.mlp(SIZES)
-    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    for m in model:
-        if isinstance(m, torch.nn.Linear):
-            fully_shard(m, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+    model = zero.torch_fsdp2(zero.mlp(SIZES))
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     rows = BATCH // comm.size
     for x, y in data:

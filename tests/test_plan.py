@@ -139,7 +139,8 @@ def test_data_parallel_step_adds_the_exposed_all_reduce():
 def test_pipeline_step_includes_the_bubble():
     hw = tiny_hw(1, 2)
     e = plan.estimate(TINY, hw, plan.Config(dp=1, pp=2, microbatches=4), 8)
-    per_mb = 6 * TINY.params * 2 * 16 / 2 / (1e12 * 0.4) + 2 * cost.collective_time("sendrecv", 2 * 16 * 64 * 2, 2, LINK)
+    p2p = cost.collective_time("sendrecv", 2 * 16 * 64 * 2, 2, LINK)     # a micro-batch of 2 x 16 x 64, 16-bit
+    per_mb = 6 * TINY.params * 2 * 16 / 2 / (1e12 * 0.4) + 2 * p2p
     assert e.step_s == pytest.approx((4 + 2 - 1) * per_mb)
     assert e.times["bubble"] / e.step_s == pytest.approx(plan.pipeline_bubble(2, 4))
 

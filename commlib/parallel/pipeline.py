@@ -61,12 +61,13 @@ def train_step(stage_module: torch.nn.Module, comm: Comm, inputs, targets, loss_
     -> {"peak_live": most micro-batches whose activations this stage held at once, "events": [(op, i,
     start, end)] of compute (time.perf_counter, comparable across ranks of one machine), "loss": sum}."""
     p, s, m = comm.size, comm.rank, len(inputs)
+    device = next(stage_module.parameters()).device
     live: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
     peak, events, sends, loss_total = 0, [], [], 0.0
     for op, i in schedule(kind, p, m, s):
         in_shape, out_shape = io_shape(i)
         if op == "F":
-            x = inputs[i] if s == 0 else comm.recv(torch.empty(in_shape), s - 1)
+            x = inputs[i] if s == 0 else comm.recv(torch.empty(in_shape, device=device), s - 1)
             x = x.detach().requires_grad_(s > 0)
             t0 = time.perf_counter()
             y = stage_module(x)
@@ -82,7 +83,7 @@ def train_step(stage_module: torch.nn.Module, comm: Comm, inputs, targets, loss_
                 sends.append((comm.isend(out, s + 1, kind="send_activation"), out))
         else:
             x, y = live.pop(i)
-            grad = None if s == p - 1 else comm.recv(torch.empty(out_shape), s + 1)
+            grad = None if s == p - 1 else comm.recv(torch.empty(out_shape, device=device), s + 1)
             t0 = time.perf_counter()
             y.backward(grad)
             time.sleep(2 * compute_s)

@@ -73,20 +73,20 @@ class _Unit:
         p, r = owner.comm.size, owner.comm.rank
         self.sizes = cost.shard_sizes(self.numel, p)
         start = sum(self.sizes[:r])
-        self.shard = torch.nn.Parameter(full[start:start + self.sizes[r]].clone())  # what Adam updates (1-3)
-        self.full = None if owner.stage == 3 else full                              # stages 0-2 keep it all
-        if owner.stage == 0:
-            self.shard = torch.nn.Parameter(full)  # DDP: "the shard" is everything, shared with self.full
+        self.full = None if owner.stage == 3 else full  # stages 0-2 keep all the parameters
+        # what Adam updates: DDP everything (in place, shared with self.full), ZeRO this rank's shard
+        self.shard = torch.nn.Parameter(full if owner.stage == 0 else full[start:start + self.sizes[r]].clone())
         self.grad: torch.Tensor | None = None
-        self.anchor = torch.empty(0, requires_grad=True)  # makes autograd call our backward for every unit
+        # an input that requires grad, so autograd calls our backward even for the first layer
+        self.anchor = torch.empty(0, device=full.device, requires_grad=True)
         self.pending = None  # a prefetched all-gather
 
     def views(self, flat: torch.Tensor):
         w = flat[:self.out_f * self.in_f].view(self.out_f, self.in_f)
         return w, (flat[self.out_f * self.in_f:] if self.has_bias else None)
 
-    def gather(self, async_op: bool = False):
-        return self.owner.comm.all_gather(self.shard.detach(), self.sizes, async_op=async_op)
+    def gather(self, async_op: bool = False, kind: str = "all_gather"):
+        return self.owner.comm.all_gather(self.shard.detach(), self.sizes, kind=kind, async_op=async_op)
 
     def acquire(self) -> torch.Tensor:
         """The full flat parameters: persistent (stages 0-2), else all-gathered now or taken from a prefetch."""
@@ -202,10 +202,11 @@ class ShardedDataParallel:
                     u.full.copy_(u.gather())
 
     def parameters(self) -> list[torch.Tensor]:
-        """The full parameters of every unit, (weight, bias) in model order (stage 3 gathers them)."""
+        """The full parameters of every unit, (weight, bias) in model order (stage 3 gathers them, counted
+        apart as "all_gather_inspect")."""
         out = []
         for u in self.units:
-            full = u.full if u.full is not None else u.gather()
+            full = u.full if u.full is not None else u.gather(kind="all_gather_inspect")
             w, b = u.views(full)
             out += [w.detach().clone()] + ([b.detach().clone()] if b is not None else [])
         return out
@@ -221,6 +222,22 @@ class ShardedDataParallel:
                 "grads": item * (full if self.stage < 2 else shard),
                 "optimizer": 2 * item * shard,
                 "gathered_peak": item * self.peak_gathered}
+
+
+def torch_fsdp2(model: torch.nn.Sequential, comm: Comm | None = None) -> torch.nn.Sequential:
+    """The same sharding with torch's FSDP2 (torch.distributed.fsdp.fully_shard): each nn.Linear one unit,
+    then the root; on the world's CPU (Gloo) or CUDA device mesh. Parameters become DTensors sharded on dim 0
+    (padded when uneven), unlike the flat per-unit shards here."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    if comm is not None and comm.size != torch.distributed.get_world_size():
+        raise ValueError("torch_fsdp2 shards over the whole world; pass comm=None or a whole-world Comm")
+    device = "cuda" if next(model.parameters()).is_cuda else "cpu"
+    mesh = init_device_mesh(device, (torch.distributed.get_world_size(),))
+    for m in model:
+        if isinstance(m, torch.nn.Linear):
+            fully_shard(m, mesh=mesh)
+    return fully_shard(model, mesh=mesh)
 
 
 def reference_adam(model: torch.nn.Module, batches, loss_fn, lr: float = 1e-3, betas=(0.9, 0.999),
