@@ -21,7 +21,7 @@ def main() -> None:
     ap.add_argument("--world-sizes", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--microbatches", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     ap.add_argument("--compute-ms", type=float, default=5.0)
-    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     print(f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}; median of {a.rounds} rounds")

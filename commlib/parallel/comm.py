@@ -125,11 +125,13 @@ class Comm:
             self._count(kind, trace.bytes_sent)
             return shard
         chunk = sizes[0]  # torch's reduce_scatter_single wants equal shards: pad every shard to the largest
-        padded = flat.new_zeros(chunk * self.size)
-        start = 0
-        for i, s in enumerate(sizes):
-            padded[i * chunk:i * chunk + s] = flat[start:start + s]
-            start += s
+        padded = flat.contiguous()
+        if sizes[-1] != chunk:
+            padded = flat.new_zeros(chunk * self.size)
+            start = 0
+            for i, s in enumerate(sizes):
+                padded[i * chunk:i * chunk + s] = flat[start:start + s]
+                start += s
         out = flat.new_empty(chunk)
         dist.reduce_scatter_single(out, padded, group=self.group)
         if op == "avg":
@@ -151,13 +153,18 @@ class Comm:
             self._count(kind, trace.bytes_sent)
             return _Done(out) if async_op else out
         chunk = max(sizes)
-        padded = shard.new_zeros(chunk)
-        padded[:shard.numel()] = shard
+        even = min(sizes) == chunk
+        padded = shard.contiguous()
+        if not even:  # torch's all_gather_single wants equal shards: pad, then cut the padding out
+            padded = shard.new_zeros(chunk)
+            padded[:shard.numel()] = shard
         gathered = shard.new_empty(chunk * self.size)
         work = dist.all_gather_single(gathered, padded, group=self.group, async_op=True)
         self._count(kind, nbytes)
 
         def finish():
+            if even:
+                return gathered
             return torch.cat([gathered[i * chunk:i * chunk + s] for i, s in enumerate(sizes)])
         handle = _Pending(work, finish)
         return handle if async_op else handle.wait()
