@@ -298,6 +298,17 @@ def _ring_s(op: str, nbytes: float, group: int, link: cost.Link) -> float:
 
 
 # ------------------------------------------------------------------------------------- estimate
+# Data-parallel collectives of one step with m micro-batches (16-bit gradients and parameters): DDP and
+# ZeRO-1 accumulate whole gradients and reduce once; ZeRO-2 keeps only its gradient shard, so it
+# reduce-scatters every micro-batch (as DeepSpeed does); ZeRO-3 also gathers the parameters for every
+# micro-batch's forward and backward. (op, times per step, times per micro-batch); with m = 1 these
+# are dp_bytes_per_rank's.
+DP_COLLECTIVES = {0: [("all_reduce", 1, 0)],
+                  1: [("reduce_scatter", 1, 0), ("all_gather", 1, 0)],
+                  2: [("reduce_scatter", 0, 1), ("all_gather", 1, 0)],
+                  3: [("reduce_scatter", 0, 1), ("all_gather", 0, 2)]}
+
+
 def validate(model: Model, hw: Hardware, config: Config, global_batch: int) -> int:
     """ValueError naming the parameter for a configuration that cannot run; -> the micro-batch size."""
     c = config
@@ -321,7 +332,14 @@ def validate(model: Model, hw: Hardware, config: Config, global_batch: int) -> i
 
 def estimate(model: Model, hw: Hardware, config: Config, global_batch: int,
              assume: Assumptions = Assumptions()) -> Estimate:
-    """Memory, communication and step time of one configuration (global_batch sequences per step)."""
+    """Memory per GPU, bytes per rank and step time of one configuration (global_batch sequences per step).
+
+    Per micro-batch a stage computes (step_flops / (tp pp) at mfu * peak) and communicates, on the critical
+    path: TP (4 all-reduces of bsh per layer), EP (dispatch + combine per MoE layer, both passes) and PP
+    (one activation and one gradient). The pipeline takes (m + pp - 1) of these: its bubble is
+    pipeline_bubble(pp, m). Data-parallel communication follows (DP_COLLECTIVES), less what
+    dp_overlap hides behind backward (at most 2/3 of the compute). Memory: model states (ZeRO paper),
+    activations of the first stage's micro-batches in flight (Korthikanti et al.), ZeRO-3's gathered layers."""
     return _estimate(model, hw, config, global_batch, assume, validate(model, hw, config, global_batch))
 
 
@@ -350,26 +368,18 @@ def _estimate(model, hw, c, global_batch, a, b) -> Estimate:
     pp_s = 2 * collective_s("sendrecv", bsh, 2, t * d * 2 > gpn, hw) if p > 1 else 0.0
     per_mb = comp + tp_s + ep_s + pp_s
     pipeline = (m + p - 1) * per_mb  # = m * per_mb / (1 - pipeline_bubble(p, m)): the bubble is (p-1) per_mb
-    # data parallel, after the last backward (ZeRO-3 gathers and reduce-scatters every micro-batch)
+    # data parallel: once per step, or per micro-batch where ZeRO must (see DP_COLLECTIVES)
     dp_cross = t * d > gpn
-    grad_bytes = 2
-    dp_s = 0.0
-    for params, group in ((dense, d), (experts, d // c.ep)):
-        nb = params * grad_bytes
-        if c.zero_stage == 0:
-            dp_s += collective_s("all_reduce", nb, group, dp_cross, hw)
-        elif c.zero_stage < 3:
-            dp_s += collective_s("reduce_scatter", nb, group, dp_cross, hw) + \
-                collective_s("all_gather", nb, group, dp_cross, hw)
-        else:
-            dp_s += m * (collective_s("reduce_scatter", nb, group, dp_cross, hw) +
-                         2 * collective_s("all_gather", nb, group, dp_cross, hw))
-    hidden_dp = min(a.dp_overlap * dp_s, 2 / 3 * m * comp)
-    exposed_dp = dp_s - hidden_dp
+    dp_s, dp_bytes = 0.0, 0.0
+    for op, per_step, per_microbatch in DP_COLLECTIVES[c.zero_stage]:
+        n = per_step + per_microbatch * m
+        for params, group in ((dense, d), (experts, d // c.ep)):
+            if group > 1 and params:
+                dp_s += n * collective_s(op, 2 * params, group, dp_cross, hw)
+                dp_bytes += n * cost.bytes_sent_per_rank(op, 2 * params, group)
+    exposed_dp = dp_s - min(a.dp_overlap * dp_s, 2 / 3 * m * comp)  # only backward can hide it
     step = pipeline + exposed_dp
-    zero_m = m if c.zero_stage == 3 else 1
-    comm = {"dp": zero_m * (dp_bytes_per_rank(dense, d, c.zero_stage) + dp_bytes_per_rank(experts, d // c.ep,
-                                                                                          c.zero_stage)),
+    comm = {"dp": dp_bytes,
             "tp": m * layers * tp_bytes_per_rank(b, s, h, t, ab, sp),
             "pp": pp_bytes_per_rank(b, s, h, m, ab) if p > 1 else 0.0,
             "ep": m * moe * ep_bytes_per_rank(b * s, h, model.topk, c.ep, ab, a.imbalance) if c.ep > 1 else 0.0}

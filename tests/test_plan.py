@@ -136,6 +136,18 @@ def test_data_parallel_step_adds_the_exposed_all_reduce():
     assert full.times["dp_exposed"] == pytest.approx(max(0.0, ar - 2 / 3 * comp))
 
 
+@pytest.mark.parametrize("zero_stage", [0, 1, 2, 3])
+def test_data_parallel_bytes_per_step_follow_zero(zero_stage):
+    hw = tiny_hw(1, 4)
+    one = plan.estimate(TINY, hw, plan.Config(dp=4, zero_stage=zero_stage), 8)
+    assert one.comm_bytes["dp"] == pytest.approx(plan.dp_bytes_per_rank(TINY.params, 4, zero_stage))
+    # with 2 micro-batches ZeRO-2 reduce-scatters twice, ZeRO-3 gathers and reduce-scatters twice
+    two = plan.estimate(TINY, hw, plan.Config(dp=4, zero_stage=zero_stage, microbatches=2), 8)
+    rs = cost.bytes_sent_per_rank("reduce_scatter", 2 * TINY.params, 4)
+    extra = {0: 0, 1: 0, 2: rs, 3: plan.dp_bytes_per_rank(TINY.params, 4, 3)}[zero_stage]
+    assert two.comm_bytes["dp"] == pytest.approx(one.comm_bytes["dp"] + extra)
+
+
 def test_pipeline_step_includes_the_bubble():
     hw = tiny_hw(1, 2)
     e = plan.estimate(TINY, hw, plan.Config(dp=1, pp=2, microbatches=4), 8)

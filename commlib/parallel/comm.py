@@ -26,6 +26,7 @@ from commlib import algorithms as alg
 from commlib import cost
 
 IMPLS = ("torch", "commlib")
+OPS = ("sum", "avg")  # what these parallelisms reduce: sums (partial results) and means (gradients)
 
 
 class _Done:
@@ -84,9 +85,6 @@ class Comm:
                 mine = (ranks, group)
         return cls(mine[0], impl=impl, group=mine[1])
 
-    def global_rank(self, i: int) -> int:
-        return self.ranks[i]
-
     def reset(self) -> None:
         self.sent.clear()
         self.calls.clear()
@@ -101,6 +99,7 @@ class Comm:
     # ----------------------------------------------------------------------------- collectives
     def all_reduce(self, t: torch.Tensor, op: str = "sum", kind: str = "all_reduce") -> torch.Tensor:
         """In place, op in sum|avg; ring bytes 2(p-1)/p n."""
+        _check_op(op)
         if self.size == 1:
             return t
         if self.impl == "commlib":
@@ -116,6 +115,7 @@ class Comm:
 
     def reduce_scatter(self, flat: torch.Tensor, op: str = "sum", kind: str = "reduce_scatter") -> torch.Tensor:
         """-> this rank's shard (sizes cost.shard_sizes(numel, p), uneven allowed) of the reduced 1-D tensor."""
+        _check_op(op)
         sizes = cost.shard_sizes(flat.numel(), self.size)
         if self.size == 1:
             return flat.clone()
@@ -222,6 +222,11 @@ class Comm:
     def recv(self, t: torch.Tensor, src: int) -> torch.Tensor:
         dist.recv(t, src=self.ranks[src], group=self.group)
         return t
+
+
+def _check_op(op: str) -> None:
+    if op not in OPS:
+        raise ValueError(f"op must be one of {OPS}, got {op!r}")
 
 
 def _offsets(sizes: list[int]) -> list[int]:

@@ -93,7 +93,6 @@ class ExpertParallelMoE(torch.nn.Module):
         send = counts.view(ep, e_per).sum(1).tolist()
         recv = recv_counts.sum(1).tolist()
         rows = _AllToAll.apply(x[order // k], self.comm, send, recv)          # dispatch
-        out = torch.empty_like(rows)
         start, pieces = 0, []
         for src in range(ep):  # rows from each source arrive grouped by our local expert
             for e in range(e_per):
