@@ -1,0 +1,43 @@
+"""The pipeline bubble measured on a local Cluster against (p-1)/(m+p-1), for GPipe and 1F1B.
+
+    python benchmarks/pipeline_bubble.py [--world-sizes 2 4] [--microbatches 1 2 4 8 16] [--compute-ms 5]
+
+Two kinds of stage: "paced" (each forward sleeps compute_ms more, backward twice that: a stage of known
+cost, which a laptop with fewer cores than ranks can run without its ranks fighting over cores) and
+"real" (matrix products only: on 2 cores with 4 ranks the stages also wait for a core). The measured
+bubble is 1 - mean(busy) / step, from the compute events of every rank (pipeline.bubble).
+"""
+
+import argparse
+import os
+import statistics
+
+import commlib as cl
+from commlib.parallel import pipeline as pl
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--world-sizes", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--microbatches", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    ap.add_argument("--compute-ms", type=float, default=5.0)
+    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    print(f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}; median of {a.rounds} rounds")
+    print(f"{'p':>2} {'m':>3} {'stage':>6} {'schedule':>8} {'measured':>9} {'(p-1)/(m+p-1)':>14} {'step ms':>8}")
+    for p in a.world_sizes:
+        with cl.Cluster(world_size=p, timeout=600) as c:
+            for m in a.microbatches:
+                for stage, kw in (("paced", dict(compute_s=a.compute_ms / 1e3, hidden=16)),
+                                  ("real", dict(hidden=a.hidden, microbatch_size=32))):
+                    for kind in pl.SCHEDULES:
+                        runs = [pl.bubble_on(c, m, kind, **kw) for _ in range(a.rounds)]
+                        got = statistics.median(r["bubble"] for r in runs)
+                        step = statistics.median(r["step_s"] for r in runs)
+                        print(f"{p:>2} {m:>3} {stage:>6} {kind:>8} {got:>9.3f} {runs[0]['theory']:>14.3f} "
+                              f"{1e3 * step:>8.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""How many configurations per second commlib.plan.search evaluates (target: >= 10,000).
+
+    python benchmarks/plan_search.py [--rounds 5]
+
+Searches a 7B dense model and a 8-expert MoE on 1-16 nodes of DGX H100 (8 GPUs each) over every
+(dp, tp, pp, ep, ZeRO stage, micro-batches) that can run; reports configurations evaluated per second,
+cold (the collective price cache cleared first) and warm, and the best configuration found.
+"""
+
+import argparse
+import os
+import statistics
+import time
+
+from commlib import plan
+
+MODELS = {
+    "7B dense": plan.Model(layers=32, hidden=4096, heads=32, seq=4096, vocab=32000, ffn=11008 * 3 // 2),
+    "8x1B MoE": plan.Model(layers=24, hidden=2048, heads=16, seq=4096, vocab=32000, experts=8, topk=2),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--nodes", type=int, nargs="+", default=[1, 2, 4, 16])
+    ap.add_argument("--global-batch", type=int, default=512)
+    a = ap.parse_args()
+    print(f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}; median of {a.rounds} rounds")
+    print(f"{'model':>9} {'nodes':>5} {'configs':>8} {'fit':>6} {'cold /s':>9} {'warm /s':>9}  best")
+    for name, model in MODELS.items():
+        for nodes in a.nodes:
+            hw = plan.hardware("dgx_h100", nodes)
+            rates = {"cold": [], "warm": []}
+            for _ in range(a.rounds):
+                plan._ring_s.cache_clear()
+                for kind in ("cold", "warm"):
+                    t0 = time.perf_counter()
+                    fits, n = plan.search(model, hw, a.global_batch)
+                    rates[kind].append(n / (time.perf_counter() - t0))
+            best = fits[0] if fits else None
+            text = "nothing fits" if best is None else \
+                f"{best.config} {best.step_s:.2f} s, {best.memory['total'] / 1e9:.0f} GB"
+            print(f"{name:>9} {nodes:>5} {n:>8} {len(fits):>6} {statistics.median(rates['cold']):>9.0f} "
+                  f"{statistics.median(rates['warm']):>9.0f}  {text}")
+
+
+if __name__ == "__main__":
+    main()

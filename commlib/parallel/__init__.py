@@ -1,0 +1,14 @@
+"""Small real implementations of the parallelisms, run inside ranks, each checked against one process.
+
+    comm.py      Comm: collectives on a group that count the bytes this rank sends, per kind
+    zero.py      DDP, ZeRO-1/2/3 (FSDP) with Adam; what DDP broadcasts at start
+    tensor.py    Megatron tensor parallelism (f/g operators), and its sequence-parallel variant
+    pipeline.py  GPipe and 1F1B over point-to-point; live activations; the measured bubble
+    experts.py   a mixture-of-experts layer: top-k routing, all-to-all dispatch and combine
+
+commlib.plan prices the same communication in closed form; tests hold the two equal.
+"""
+
+from commlib.parallel.comm import Comm
+
+__all__ = ["Comm"]

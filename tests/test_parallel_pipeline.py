@@ -1,0 +1,89 @@
+"""commlib.parallel.pipeline: schedules, gradients against one process, live activations, bytes, the bubble."""
+
+import sys
+
+import cloudpickle
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from commlib import plan
+from commlib.parallel import Comm, zero
+from commlib.parallel import pipeline as pl
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+HIDDEN, ROWS = 16, 4               # micro-batches of 4 rows; every stage boundary carries 16 features
+SIZES = [HIDDEN] * 5               # 4 Linear layers: 1, 2 or 4 stages
+
+
+def test_schedules_order_the_same_work():
+    assert pl.schedule("gpipe", 4, 3, 0) == [("F", 0), ("F", 1), ("F", 2), ("B", 0), ("B", 1), ("B", 2)]
+    # 1F1B on stage 1 of 4: two warm-up forwards, then alternate, then drain
+    assert pl.schedule("1f1b", 4, 5, 1) == [("F", 0), ("F", 1), ("F", 2), ("B", 0), ("F", 3), ("B", 1),
+                                            ("F", 4), ("B", 2), ("B", 3), ("B", 4)]
+    assert pl.schedule("1f1b", 4, 5, 3) == [x for i in range(5) for x in (("F", i), ("B", i))]
+    for kind in pl.SCHEDULES:
+        for s in range(4):
+            order = pl.schedule(kind, 4, 6, s)
+            assert sorted(order) == sorted([("F", i) for i in range(6)] + [("B", i) for i in range(6)])
+            assert all(order.index(("F", i)) < order.index(("B", i)) for i in range(6))
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        pl.schedule("zb", 2, 2, 0)
+
+
+def test_split_stages_needs_layers_divisible_by_pp():
+    model = zero.mlp([4] * 7)  # 6 Linear layers
+    assert [len(s) for s in pl.split_stages(model, 3)] == [4, 4, 3]  # Linear, Tanh, Linear, Tanh | ... | Linear
+    with pytest.raises(ValueError, match=r"layers \(6\) must be divisible by pp=4"):
+        pl.split_stages(model, 4)
+
+
+def test_bubble_from_events():
+    # 2 stages, one micro-batch: stage 0 works 0-1 and 3-5, stage 1 works 1-3: step 5, busy 3 and 2
+    events = [[("F", 0, 0.0, 1.0), ("B", 0, 3.0, 5.0)], [("F", 0, 1.0, 2.0), ("B", 0, 2.0, 3.0)]]
+    got = pl.bubble(events)
+    assert got["step_s"] == 5.0 and got["busy_s"] == [3.0, 2.0] and got["bubble"] == pytest.approx(0.5)
+
+
+def pipelined(pp, kind, m):
+    comm = Comm.split([list(range(i, i + pp)) for i in range(0, dist.get_world_size(), pp)])
+    torch.manual_seed(5)
+    x, y = torch.randn(ROWS * m, HIDDEN), torch.randn(ROWS * m, HIDDEN)
+    ref = zero.mlp(SIZES)
+    F.mse_loss(ref(x), y).backward()          # one process, the whole batch
+    stage = pl.split_stages(zero.mlp(SIZES), pp)[comm.rank]
+    ref_stage = pl.split_stages(ref, pp)[comm.rank]
+    shape = (ROWS, HIDDEN)
+    out = pl.train_step(stage, comm, list(x.chunk(m)), list(y.chunk(m)), F.mse_loss, kind,
+                        io_shape=lambda i: (shape, shape))
+    err = max((a.grad - b.grad).abs().max().item() for a, b in zip(stage.parameters(), ref_stage.parameters()))
+    return comm.rank, err, out["peak_live"], len(out["events"]), dict(comm.sent)
+
+
+@pytest.mark.parametrize("kind", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("pp", [1, 2, 4])
+def test_pipelined_gradients_equal_one_process(cluster4, pp, kind):
+    m = 6
+    for s, err, peak, n_events, sent in cluster4.run(pipelined, pp, kind, m):
+        assert err < 1e-6, (pp, kind, s, err)
+        assert n_events == 2 * m
+        # live activations: GPipe holds every micro-batch, 1F1B at most p - s (the first stage: min(p, m))
+        assert peak == (m if kind == "gpipe" else min(pp - s, m))
+        if s == 0:
+            assert peak == plan.microbatches_in_flight(pp, m, kind)
+        # bytes: one activation forward (not the last stage), one gradient backward (not the first) per micro-batch
+        per_direction = m * ROWS * HIDDEN * 4
+        assert sent.get("send_activation", 0) == (per_direction if s < pp - 1 else 0)
+        assert sent.get("send_grad", 0) == (per_direction if s > 0 else 0)
+        if 0 < s < pp - 1:
+            assert sum(sent.values()) == plan.pp_bytes_per_rank(ROWS, 1, HIDDEN, m, act_bytes=4)
+
+
+def test_measure_bubble_gives_every_ranks_compute(cluster4):
+    events = cluster4.run(pl.measure_bubble, 3, "1f1b", hidden=8, microbatch_size=2, steps=1)
+    assert [sorted((op, i) for op, i, *_ in evs) for evs in events] == \
+        [sorted([("F", i) for i in range(3)] + [("B", i) for i in range(3)])] * 4
+    got = pl.bubble(events)
+    assert 0.0 <= got["bubble"] < 1.0 and all(b <= got["step_s"] for b in got["busy_s"])

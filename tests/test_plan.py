@@ -1,0 +1,239 @@
+"""commlib.plan against its published sources, hand-computed step times, the search, and bad input."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from commlib import cost, plan
+
+GPT3 = plan.Model(layers=96, hidden=12288, heads=96, seq=2048, vocab=51200)   # Brown et al. 2020, 175B
+LLAMA7B = plan.Model(layers=32, hidden=4096, heads=32, seq=4096, vocab=32000, ffn=11008 * 3 // 2)
+
+
+def test_plan_imports_no_torch():
+    code = "import sys, commlib.plan; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ------------------------------------------------------------------------ ZeRO (Rajbhandari et al. 2020)
+def test_zero_memory_figure_1():
+    # Figure 1: Psi = 7.5B, N_d = 64, K = 12: 120 GB, 31.4 GB, 16.6 GB, 1.9 GB per device
+    got = [plan.model_state_bytes(7.5e9, 64, stage) / 1e9 for stage in (0, 1, 2, 3)]
+    assert got == pytest.approx([120, 31.4, 16.6, 1.875], abs=0.05)
+    assert plan.model_state_breakdown(7.5e9) == {"params": 15e9, "grads": 15e9, "optimizer": 90e9}  # 2 + 2 + 12
+
+
+@pytest.mark.parametrize("psi, n", [(1e9, 8), (np.int64(3_000_000), np.int32(3)), (1e12, 1024)])
+def test_zero_memory_formulas(psi, n):
+    assert plan.model_state_bytes(psi, n, 0) == pytest.approx(16 * psi)
+    assert plan.model_state_bytes(psi, n, 1) == pytest.approx(4 * psi + 12 * psi / n)
+    assert plan.model_state_bytes(psi, n, 2) == pytest.approx(2 * psi + 14 * psi / n)
+    assert plan.model_state_bytes(psi, n, 3) == pytest.approx(16 * psi / n)
+
+
+def test_zero_communication_section_7():
+    psi, n = 1e9, 64
+    for stage in (0, 1, 2):  # baseline DP and ZeRO-1/2: 2 Psi (times (N-1)/N for a ring)
+        assert plan.dp_bytes_per_rank(psi, n, stage) == pytest.approx(2 * (n - 1) / n * psi * 2)
+    assert plan.dp_bytes_per_rank(psi, n, 3) == pytest.approx(3 * (n - 1) / n * psi * 2)  # 1.5x
+    # the same as a ring all-reduce of the fp16 gradients, priced by commlib.cost
+    assert plan.dp_bytes_per_rank(psi, n, 0) == pytest.approx(cost.bytes_sent_per_rank("all_reduce", 2 * psi, n))
+    assert plan.dp_bytes_per_rank(psi, 1, 3) == 0.0
+
+
+# ------------------------------------------------------------------------------------- Megatron
+def test_tensor_parallel_bytes_narayanan_2021():
+    b, s, h, t = 4, 2048, 12288, 8   # 8 bsh (t-1)/t per layer per micro-batch
+    assert plan.tp_bytes_per_rank(b, s, h, t) == pytest.approx(8 * b * s * h * (t - 1) / t * 2)
+    four_all_reduces = 4 * cost.bytes_sent_per_rank("all_reduce", b * s * h * 2, t)
+    sp = 4 * (cost.bytes_sent_per_rank("all_gather", b * s * h * 2, t) +
+              cost.bytes_sent_per_rank("reduce_scatter", b * s * h * 2, t))
+    assert plan.tp_bytes_per_rank(b, s, h, t) == pytest.approx(four_all_reduces)
+    assert plan.tp_bytes_per_rank(b, s, h, t, sequence_parallel=True) == pytest.approx(sp)
+    assert plan.tp_bytes_per_rank(b, s, h, 1) == 0.0
+
+
+def test_activation_memory_korthikanti_2022_table_2():
+    s, b, h, a, t = 2048, 1, 12288, 96, 8     # GPT-3 175B: 5as/h = 80
+    sbh = s * b * h
+    assert 5 * a * s / h == 80
+    act = lambda **kw: plan.activation_bytes_per_layer(s, b, h, a, **kw)  # noqa: E731
+    assert act() == pytest.approx(sbh * (34 + 80))                                   # no parallelism
+    assert act(tp=t) == pytest.approx(sbh * (10 + 24 / t + 80 / t))                 # tensor parallel
+    assert act(tp=t, sequence_parallel=True) == pytest.approx(sbh * (34 / t + 80 / t))
+    assert act(tp=t, recompute="selective") == pytest.approx(sbh * (10 + 24 / t))
+    assert act(tp=t, sequence_parallel=True, recompute="selective") == pytest.approx(sbh * 34 / t)
+    assert act(recompute="full") == 2 * sbh
+    # the paper's headline: SP + selective recomputation cut activation memory by about 5x against TP alone
+    assert act(tp=t) / act(tp=t, sequence_parallel=True, recompute="selective") == pytest.approx(5.4, abs=0.05)
+
+
+def test_flops_narayanan_2021_equation_3():
+    B, s, l, h, V = 8, GPT3.seq, GPT3.layers, GPT3.hidden, GPT3.vocab
+    assert GPT3.params == pytest.approx(175e9, rel=0.01)
+    # eq. (3) without its attention-score term s/(6h): 72 Bslh^2 (1 + V/(12lh)); recomputation 96 (1 + V/(16lh))
+    assert plan.step_flops(GPT3, B * s) == pytest.approx(72 * B * s * l * h ** 2 * (1 + V / (12 * l * h)))
+    assert plan.step_flops(GPT3, B * s, "full") == pytest.approx(96 * B * s * l * h ** 2 * (1 + V / (16 * l * h)))
+
+
+def test_moe_parameters_and_bytes():
+    moe = plan.Model(layers=2, hidden=8, heads=2, seq=4, vocab=10, experts=4, topk=2)
+    assert moe.expert_params == 2 * 4 * 2 * 8 * 32 and moe.params == moe.dense_params + moe.expert_params
+    assert moe.active_params == moe.dense_params + 2 * 2 * 2 * 8 * 32
+    # GShard-style: dispatch + combine, forward + backward, (ep-1)/ep of T k rows of h leave the rank
+    assert plan.ep_bytes_per_rank(1000, 8, 2, 4) == pytest.approx(4 * 1000 * 2 * 8 * 2 * 3 / 4)
+    assert plan.ep_bytes_per_rank(1000, 8, 2, 4, imbalance=3) == pytest.approx(2 * 4 * 1000 * 2 * 8 * 2 * 3 / 4)
+    assert plan.ep_bytes_per_rank(1000, 8, 2, 1) == 0.0
+
+
+# ------------------------------------------------------------------------------------ pipelines
+@pytest.mark.parametrize("p, m", [(2, 1), (4, 8), (8, 32), (np.int64(4), np.int64(16))])
+def test_pipeline_bubble_gpipe_and_1f1b(p, m):
+    want = (p - 1) / (m + p - 1)                       # GPipe (Huang et al. 2019): (K-1)/(M+K-1)
+    assert plan.pipeline_bubble(p, m, "gpipe") == plan.pipeline_bubble(p, m) == pytest.approx(want)
+    bubble = plan.pipeline_bubble(p, m)
+    assert bubble / (1 - bubble) == pytest.approx((p - 1) / m)     # Narayanan et al. 2021: t_pb / t_id
+    interleaved = plan.pipeline_bubble(p, m, "interleaved", chunks=2)
+    assert interleaved / (1 - interleaved) == pytest.approx((p - 1) / (2 * m))
+    assert plan.microbatches_in_flight(p, m, "gpipe") == m and plan.microbatches_in_flight(p, m) == min(p, m)
+
+
+def test_pipeline_point_to_point_bytes():
+    assert plan.pp_bytes_per_rank(2, 2048, 4096, 8) == 2 * 8 * 2 * 2048 * 4096 * 2   # bsh each way per micro-batch
+
+
+def test_init_broadcast_is_a_binomial_tree():
+    assert plan.init_broadcast_bytes(1000, 8) == 3000 and plan.init_broadcast_bytes(1000, 5) == 3000
+    assert plan.init_broadcast_bytes(1000, 1) == 0.0
+
+
+# ----------------------------------------------------------------------------------- step time
+TINY = plan.Model(layers=4, hidden=64, heads=4, seq=16, vocab=100)
+LINK = cost.Link("test", bandwidth=1e9, latency=1e-6, source="a round number for hand checks")
+
+
+def tiny_hw(nodes, gpus):
+    return plan.Hardware(nodes, gpus, gpu_memory=1e9, peak_flops=1e12, intra=LINK, inter=LINK)
+
+
+def test_one_gpu_step_is_its_compute():
+    e = plan.estimate(TINY, tiny_hw(1, 1), plan.Config(dp=1), global_batch=8, assume=plan.Assumptions(mfu=0.5))
+    assert e.step_s == pytest.approx(6 * TINY.params * 8 * 16 / (1e12 * 0.5))
+    assert e.fits and e.comm_bytes == {"dp": 0.0, "tp": 0.0, "pp": 0.0, "ep": 0.0}
+
+
+def test_data_parallel_step_adds_the_exposed_all_reduce():
+    hw, cfg = tiny_hw(1, 4), plan.Config(dp=4)
+    comp = 6 * TINY.params * 2 * 16 / (1e12 * 0.4)          # 2 sequences per GPU
+    ar = cost.collective_time("all_reduce", 2 * TINY.params, 4, LINK)
+    e = plan.estimate(TINY, hw, cfg, 8)
+    assert e.step_s == pytest.approx(comp + ar) and e.comm_bytes["dp"] == plan.dp_bytes_per_rank(TINY.params, 4)
+    half = plan.estimate(TINY, hw, cfg, 8, plan.Assumptions(dp_overlap=0.5))
+    assert half.times["dp_exposed"] == pytest.approx(ar - min(ar / 2, 2 / 3 * comp))
+    full = plan.estimate(TINY, hw, cfg, 8, plan.Assumptions(dp_overlap=1.0))  # hidden at most by backward
+    assert full.times["dp_exposed"] == pytest.approx(max(0.0, ar - 2 / 3 * comp))
+
+
+@pytest.mark.parametrize("zero_stage", [0, 1, 2, 3])
+def test_data_parallel_bytes_per_step_follow_zero(zero_stage):
+    hw = tiny_hw(1, 4)
+    one = plan.estimate(TINY, hw, plan.Config(dp=4, zero_stage=zero_stage), 8)
+    assert one.comm_bytes["dp"] == pytest.approx(plan.dp_bytes_per_rank(TINY.params, 4, zero_stage))
+    # with 2 micro-batches ZeRO-2 reduce-scatters twice, ZeRO-3 gathers and reduce-scatters twice
+    two = plan.estimate(TINY, hw, plan.Config(dp=4, zero_stage=zero_stage, microbatches=2), 8)
+    rs = cost.bytes_sent_per_rank("reduce_scatter", 2 * TINY.params, 4)
+    extra = {0: 0, 1: 0, 2: rs, 3: plan.dp_bytes_per_rank(TINY.params, 4, 3)}[zero_stage]
+    assert two.comm_bytes["dp"] == pytest.approx(one.comm_bytes["dp"] + extra)
+
+
+def test_pipeline_step_includes_the_bubble():
+    hw = tiny_hw(1, 2)
+    e = plan.estimate(TINY, hw, plan.Config(dp=1, pp=2, microbatches=4), 8)
+    p2p = cost.collective_time("sendrecv", 2 * 16 * 64 * 2, 2, LINK)     # a micro-batch of 2 x 16 x 64, 16-bit
+    per_mb = 6 * TINY.params * 2 * 16 / 2 / (1e12 * 0.4) + 2 * p2p
+    assert e.step_s == pytest.approx((4 + 2 - 1) * per_mb)
+    assert e.times["bubble"] / e.step_s == pytest.approx(plan.pipeline_bubble(2, 4))
+
+
+def test_tensor_parallel_memory_and_bytes():
+    hw = tiny_hw(1, 4)
+    e = plan.estimate(TINY, hw, plan.Config(dp=1, tp=4, microbatches=2), 8, plan.Assumptions(sequence_parallel=False))
+    assert e.comm_bytes["tp"] == 2 * TINY.layers * plan.tp_bytes_per_rank(4, 16, 64, 4)
+    assert e.memory["model_states"] == pytest.approx(16 * TINY.params / 4)
+    assert e.memory["activations"] == pytest.approx(TINY.layers * plan.activation_bytes_per_layer(
+        16, 4, 64, 4, tp=4, recompute="selective"))
+
+
+# --------------------------------------------------------------------------------------- search
+def test_seven_billion_does_not_fit_under_ddp_but_the_search_finds_what_does():
+    hw = plan.hardware("dgx_h100", 2)
+    assert plan.model_state_bytes(LLAMA7B.params) > hw.gpu_memory
+    fits, n = plan.search(LLAMA7B, hw, global_batch=64)
+    assert n > len(fits) > 0
+    assert [e.step_s for e in fits] == sorted(e.step_s for e in fits)
+    for e in fits:
+        c = e.config
+        assert c.dp * c.tp * c.pp == 16 and e.memory["total"] <= hw.gpu_memory and e.fits
+        assert not (c.tp == c.pp == 1 and c.zero_stage == 0)    # plain DDP needs 16 bytes per parameter
+        assert e.step_s == pytest.approx(plan.estimate(LLAMA7B, hw, c, 64).step_s)
+
+
+def test_search_over_experts():
+    moe = plan.Model(layers=4, hidden=256, heads=8, seq=128, vocab=1000, experts=8, topk=2)
+    fits, n = plan.search(moe, tiny_hw(2, 4), 16, plan.Assumptions())
+    assert {e.config.ep for e in fits} >= {1, 2}
+    assert all(e.config.dp % e.config.ep == 0 and (e.comm_bytes["ep"] > 0) == (e.config.ep > 1) for e in fits)
+
+
+@pytest.mark.parametrize("config, words", [
+    (plan.Config(dp=3, tp=1), "dp*tp*pp = 3*1*1 = 3 must equal the world size 4"),
+    (plan.Config(dp=1, tp=4, pp=1), None),
+    (plan.Config(dp=0, tp=4), "dp must be an int >= 1"),
+    (plan.Config(dp=2, tp=2, zero_stage=4), "zero_stage must be one of"),
+    (plan.Config(dp=4, microbatches=3), "global_batch (8) must be divisible by dp*microbatches=12"),
+    (plan.Config(dp=2, ep=2, tp=2), "ep=2 needs a model with experts"),
+])
+def test_bad_configurations_are_named(config, words):
+    if words is None:
+        plan.estimate(TINY, tiny_hw(1, 4), config, 8)
+        return
+    with pytest.raises(ValueError) as info:
+        plan.estimate(TINY, tiny_hw(1, 4), config, 8)
+    assert words in str(info.value)
+
+
+def test_sizes_that_do_not_divide_are_named():
+    odd = plan.Model(layers=3, hidden=60, heads=6, seq=8, vocab=10, experts=6)
+    hw = tiny_hw(1, 4)
+    with pytest.raises(ValueError, match=r"heads \(6\) must be divisible by tp=4"):
+        plan.estimate(odd, hw, plan.Config(dp=1, tp=4), 8)
+    with pytest.raises(ValueError, match=r"layers \(3\) must be divisible by pp=2"):
+        plan.estimate(odd, hw, plan.Config(dp=2, pp=2), 8)
+    with pytest.raises(ValueError, match=r"experts \(6\) must be divisible by ep=4"):
+        plan.estimate(odd, hw, plan.Config(dp=4, ep=4), 8)
+    with pytest.raises(ValueError, match=r"dp \(2\) must be divisible by ep=4"):
+        plan.estimate(plan.Model(4, 64, 4, 8, 10, experts=8), tiny_hw(1, 8), plan.Config(dp=2, tp=4, ep=4), 8)
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: plan.model_state_bytes(1e9, 0), "dp must be an int >= 1"),
+    (lambda: plan.model_state_bytes(1e9, 8, 5), "zero_stage must be one of"),
+    (lambda: plan.model_state_bytes(-1, 8), "params must be a finite number"),
+    (lambda: plan.dp_bytes_per_rank(1e9, 2.5), "dp must be an int"),
+    (lambda: plan.tp_bytes_per_rank(1, 1, 1, 0), "tp must be an int >= 1"),
+    (lambda: plan.pipeline_bubble(0, 4), "pp must be an int >= 1"),
+    (lambda: plan.pipeline_bubble(4, 4, "zb"), "schedule must be one of"),
+    (lambda: plan.pipeline_bubble(4, 4, "1f1b", chunks=2), "chunks > 1 needs schedule='interleaved'"),
+    (lambda: plan.activation_bytes_per_layer(8, 1, 64, 6, tp=4), r"heads (6) must be divisible by tp=4"),
+    (lambda: plan.activation_bytes_per_layer(8, 1, 64, 4, recompute="some"), "recompute must be one of"),
+    (lambda: plan.ep_bytes_per_rank(8, 8, 1, 2, imbalance=0.5), "imbalance must be a finite number >= 1"),
+    (lambda: plan.Assumptions(mfu=1.5), "mfu must be in (0, 1]"),
+    (lambda: plan.Assumptions(dp_overlap=-0.1), "dp_overlap must be in [0, 1]"),
+    (lambda: plan.hardware("dgx_z", 1), "name must be one of"),
+])
+def test_bad_inputs_are_named(call, words):
+    with pytest.raises((ValueError, TypeError)) as info:
+        call()
+    assert words in str(info.value)
