@@ -226,42 +226,70 @@ def _ring_position(ring: list[int] | None) -> tuple[list[int], int]:
     return ring, ring.index(r)
 
 
-def _ring_pass_(flat, sizes, op, msgs, phase, step0, start, ring=None, base=0) -> None:
-    """p-1 steps around `ring` (global ranks in ring order; None: all ranks) over the chunks of `sizes` that
-    start at flat[base], one per ring position. At step s the rank at position q sends chunk q+start-s to the
-    next position and receives chunk q+start-s-1 from the previous one: reducing it into its own copy (op
-    given: reduce-scatter) or storing it (op None: all-gather). Pipelined: chunks travel in segments, and a
-    segment received at step s is forwarded at step s+1 as soon as it has arrived (and been reduced), while
-    later segments are still on the wire."""
-    if _grouped(flat):  # NCCL: each step's receives and sends as one group; the stream orders the steps
-        _rings_grouped_(flat, [(ring, base, sizes)], op, msgs, phase, step0, start)
-        return
-    ring, q = _ring_position(ring)
-    p = len(ring)
-    off = [base + o for o in _offsets(sizes)]
-    right, left = ring[(q + 1) % p], ring[(q - 1) % p]
-    first_send = q + start
+def _ring_plans(flat, rings, op) -> list[tuple]:
+    """For each (ring, base, sizes): (p, right, left, first chunk sent, chunk offsets in flat, 2 receive buffers)."""
+    plans = []
+    for ring, base, sizes in rings:
+        ring, q = _ring_position(ring)
+        buffers = None if op is None else [torch.empty(max(sizes), dtype=flat.dtype, device=flat.device)
+                                           for _ in range(2)]  # step s receives into buffers[s % 2]
+        plans.append((len(ring), ring[(q + 1) % len(ring)], ring[(q - 1) % len(ring)], q,
+                      [base + o for o in _offsets(sizes)], buffers))
+    return plans
+
+
+def _rings_pass_(flat, rings, op, msgs, phase, step0, start) -> None:
+    """p-1 steps around each ring in `rings`, all at once: (ring = global ranks in ring order, None for all
+    ranks; base; sizes = its chunks, one per position, from flat[base]). At step s the rank at position q sends
+    chunk q+start-s to the next position and receives chunk q+start-s-1 from the previous one: reducing it into
+    its own copy (op given: reduce-scatter) or storing it (op None: all-gather). Chunks travel in segments.
+    Pipelined (Gloo): a segment received at step s is forwarded at step s+1 as soon as it has arrived (and
+    been reduced), while later segments are still on the wire; the rings take turns segment by segment.
+    Grouped (NCCL, or GROUP_P2P): each step's receives and sends of every ring are posted as one group, as
+    NCCL needs for a send/receive pair; the stream (NCCL) or the wait (Gloo) orders the steps."""
+    plans = _ring_plans(flat, rings, op)
     itemsize = flat.element_size()
-    buffers = None if op is None else [torch.empty(max(sizes), dtype=flat.dtype, device=flat.device)
-                                       for _ in range(2)]  # step s receives into buffers[s % 2]
-    pending: list = []  # the previous step's receives: (work, segment lo, hi, buffer view)
+    p = plans[0][0]
+    pending: list[list] = [[] for _ in plans]  # per ring, the previous step's receives: (work, lo, hi, buffer view)
     sends: list = []
     for s in range(p - 1):
-        send_c, recv_c = (first_send - s) % p, (first_send - s - 1) % p
-        incoming = []
-        for lo, hi in _segments(off[recv_c], off[recv_c + 1], itemsize):
-            dst = flat[lo:hi] if op is None else buffers[s % 2][lo - off[recv_c]:hi - off[recv_c]]
-            incoming.append((msgs.irecv(dst, left), lo, hi, dst))
-        for j, (lo, hi) in enumerate(_segments(off[send_c], off[send_c + 1], itemsize)):
-            if pending:  # this segment is what arrived last step: wait for it, reduce it, pass it on
-                work, plo, phi, buf = pending[j]
-                work.wait()
-                if op is not None:
-                    _reduce_into(flat[plo:phi], buf, op)
-            sends.append(msgs.isend(flat[lo:hi], right))
-            msgs.record(phase, step0 + s, flat[lo:hi], right, send_c, lo)
-        pending = incoming
-    for work, lo, hi, buf in pending:
+        incoming, outgoing = [], []  # per ring: (left, [(lo, hi, receive buffer view)]), [(lo, hi, right, chunk)]
+        for _, right, left, q, off, buffers in plans:
+            send_c, recv_c = (q + start - s) % p, (q + start - s - 1) % p
+            incoming.append((left, [(lo, hi, flat[lo:hi] if op is None else
+                                     buffers[s % 2][lo - off[recv_c]:hi - off[recv_c]])
+                                    for lo, hi in _segments(off[recv_c], off[recv_c + 1], itemsize)]))
+            outgoing.append([(lo, hi, right, send_c) for lo, hi in _segments(off[send_c], off[send_c + 1], itemsize)])
+        if _grouped(flat):
+            ops = [dist.P2POp(dist.irecv, view, left) for left, views in incoming for _, _, view in views]
+            for lo, hi, right, send_c in (seg for segs in outgoing for seg in segs):
+                ops.append(dist.P2POp(dist.isend, flat[lo:hi], right))
+                msgs.record(phase, step0 + s, flat[lo:hi], right, send_c, lo)
+            msgs.post_and_wait(ops)
+            if op is not None:
+                for lo, hi, view in (v for _, views in incoming for v in views):
+                    _reduce_into(flat[lo:hi], view, op)
+            continue
+        posted = [[] for _ in plans]  # in the senders' order: rings may join the same two ranks in the same direction
+        for j in range(max(len(views) for _, views in incoming)):
+            for i, (left, views) in enumerate(incoming):
+                if j < len(views):
+                    lo, hi, view = views[j]
+                    posted[i].append((msgs.irecv(view, left), lo, hi, view))
+        for j in range(max(map(len, outgoing))):  # segment j of every ring in turn
+            for i, segs in enumerate(outgoing):
+                if j >= len(segs):
+                    continue
+                lo, hi, right, send_c = segs[j]
+                if pending[i]:  # this segment is what arrived last step: wait for it, reduce it, pass it on
+                    work, plo, phi, buf = pending[i][j]
+                    work.wait()
+                    if op is not None:
+                        _reduce_into(flat[plo:phi], buf, op)
+                sends.append(msgs.isend(flat[lo:hi], right))
+                msgs.record(phase, step0 + s, flat[lo:hi], right, send_c, lo)
+        pending = posted
+    for work, lo, hi, buf in (w for ring in pending for w in ring):
         work.wait()
         if op is not None:
             _reduce_into(flat[lo:hi], buf, op)
@@ -269,46 +297,16 @@ def _ring_pass_(flat, sizes, op, msgs, phase, step0, start, ring=None, base=0) -
         work.wait()
 
 
-def _rings_grouped_(flat, rings, op, msgs, phase, step0, start) -> None:
-    """The steps of _ring_pass_ for several rings at once (one for the plain ring), each step's receives and
-    sends of every ring posted as one group, as NCCL needs for a send/receive pair; the stream (NCCL) or the
-    wait (Gloo) orders the steps. rings: (ring, base, sizes) for each ring this rank is in, all of one length."""
-    itemsize = flat.element_size()
-    plans = []
-    for ring, base, sizes in rings:
-        ring, q = _ring_position(ring)
-        buffers = None if op is None else [torch.empty(max(sizes), dtype=flat.dtype, device=flat.device)
-                                           for _ in range(2)]
-        plans.append((len(ring), ring[(q + 1) % len(ring)], ring[(q - 1) % len(ring)], q + start,
-                      [base + o for o in _offsets(sizes)], buffers))
-    p = plans[0][0]
-    for s in range(p - 1):
-        receives, sends, incoming = [], [], []
-        for _, right, left, first_send, off, buffers in plans:
-            send_c, recv_c = (first_send - s) % p, (first_send - s - 1) % p
-            for lo, hi in _segments(off[recv_c], off[recv_c + 1], itemsize):
-                buf = flat[lo:hi] if op is None else buffers[s % 2][lo - off[recv_c]:hi - off[recv_c]]
-                receives.append(dist.P2POp(dist.irecv, buf, left))
-                incoming.append((lo, hi, buf))
-            for lo, hi in _segments(off[send_c], off[send_c + 1], itemsize):
-                sends.append(dist.P2POp(dist.isend, flat[lo:hi], right))
-                msgs.record(phase, step0 + s, flat[lo:hi], right, send_c, lo)
-        msgs.post_and_wait(receives + sends)
-        if op is not None:
-            for lo, hi, buf in incoming:
-                _reduce_into(flat[lo:hi], buf, op)
-
-
 def _ring_reduce_scatter_(flat, sizes, op, msgs, step0=0, ring=None, base=0) -> None:
     """p-1 steps; at step s position q sends chunk q-s-1 on and adds chunk q-s-2 from its left into its own copy.
     Afterwards chunk q at position q holds the reduction over the ring."""
-    _ring_pass_(flat, sizes, op, msgs, "reduce_scatter", step0, -1, ring, base)
+    _rings_pass_(flat, [(ring, base, sizes)], op, msgs, "reduce_scatter", step0, -1)
 
 
 def _ring_all_gather_(flat, sizes, msgs, step0=0, ring=None, base=0) -> None:
     """p-1 steps; at step s position q forwards chunk q-s and stores chunk q-s-1 from its left in place.
     Starts with chunk q complete at position q; ends with every chunk everywhere."""
-    _ring_pass_(flat, sizes, None, msgs, "all_gather", step0, 0, ring, base)
+    _rings_pass_(flat, [(ring, base, sizes)], None, msgs, "all_gather", step0, 0)
 
 
 def ring_reduce_scatter(t: torch.Tensor, op: str = "sum", trace: Trace | None = None,

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from commlib.algorithms import (_DTYPE_CODE, _agree, _flat, _Messages, _offsets, _prepare, _ring_all_gather_,
-                                _ring_reduce_scatter_, _rings_grouped_, _write_back)
+                                _ring_reduce_scatter_, _rings_pass_, _write_back)
 from commlib.cost import shard_sizes
 from commlib.topology import multi_ring_orders
 from commlib.trace import Trace
@@ -67,9 +67,9 @@ def hierarchical_all_reduce(t: torch.Tensor, gpus_per_node: int, op: str = "sum"
 
 def multi_ring_all_reduce(t: torch.Tensor, gpus_per_node: int, op: str = "sum", trace: Trace | None = None,
                           check: bool = True) -> torch.Tensor:
-    """In place. g rings (topology.multi_ring_orders) run at once, ring c on slice c of t, every step of every
-    ring posted as one group: per rank the ring's 2(p-1)/p n bytes in 2(p-1) steps, but only 1/g of them
-    off-node, spread over the node's NICs: busbw up to k NICs' worth where the flat ring gets one."""
+    """In place. g rings (topology.multi_ring_orders) run at once, ring c on slice c of t: per rank the ring's
+    2(p-1)/p n bytes in 2(p-1) steps, but only 1/g of them off-node, spread over the node's NICs: busbw up
+    to k NICs' worth where the flat ring gets one."""
     nodes, g = _nodes("multi_ring_all_reduce", gpus_per_node)
     flat = _prepare("multi_ring_all_reduce", t, op, check, gpus_per_node=g)
     p = dist.get_world_size()
@@ -78,8 +78,8 @@ def multi_ring_all_reduce(t: torch.Tensor, gpus_per_node: int, op: str = "sum", 
         parts = shard_sizes(flat.numel(), g)
         starts = _offsets(parts)
         rings = [(order, starts[c], shard_sizes(parts[c], p)) for c, order in enumerate(multi_ring_orders(nodes, g))]
-        _rings_grouped_(flat, rings, op, msgs, "reduce_scatter", 0, -1)
-        _rings_grouped_(flat, rings, None, msgs, "all_gather", p - 1, 0)
+        _rings_pass_(flat, rings, op, msgs, "reduce_scatter", 0, -1)
+        _rings_pass_(flat, rings, None, msgs, "all_gather", p - 1, 0)
     if op == "avg":
         flat.div_(p)
     return _write_back(t, flat)
