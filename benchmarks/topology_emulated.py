@@ -65,21 +65,21 @@ def calibrate(sizes, repeats):
 
 
 def measure(sizes, repeats, bandwidth, latency, nics):
-    """-> ({(algorithm, size): [seconds per run]}, [(late_s, overslept_s, data_after_due, paced_s)]) on this rank."""
+    """-> ({(algorithm, size): [seconds per run]}, [(late_s, overslept_s, data_after_due, paced_s)]) on this rank.
+    Rounds interleave the algorithms and sizes, so a slow spell on a shared machine hits them all alike."""
     torch.set_num_threads(1)
-    times = {}
+    times = {(name, n): [] for n in sizes for name in RUNS}
     with topo.emulate(G, bandwidth, latency, nics) as net:
-        for n in sizes:
-            for name, (_, fn) in RUNS.items():
-                x = torch.ones(n // 4)
-                fn(x.clone())  # warm-up
-                times[(name, n)] = []
-                for _ in range(repeats):
-                    t = x.clone()
-                    dist.barrier()
-                    t0 = time.perf_counter()
-                    fn(t)
-                    times[(name, n)].append(time.perf_counter() - t0)
+        for name, n in times:  # warm-up
+            RUNS[name][1](torch.ones(n // 4))
+        net.log.clear()
+        for _ in range(repeats):
+            for name, n in times:
+                t = torch.ones(n // 4)
+                dist.barrier()
+                t0 = time.perf_counter()
+                RUNS[name][1](t)
+                times[(name, n)].append(time.perf_counter() - t0)
         log = [(m.late_s, m.overslept_s, m.data_at > m.due, m.due - m.posted) for m in net.log]
     return times, log
 

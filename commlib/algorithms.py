@@ -123,7 +123,7 @@ def _post_and_wait(ops: list) -> None:
 class _Messages:
     """The point-to-point layer every algorithm sends through: records sends in the trace (marking those that
     cross a node boundary when nodes of gpus_per_node ranks are known), skips empty messages on both sides,
-    and lets an emulated network (NETWORK) register each send and pace each receive."""
+    and lets an emulated network (NETWORK) register each message and pace its completion."""
 
     def __init__(self, algorithm: str, trace: Trace | None, gpus_per_node: int | None = None):
         self.algorithm, self.trace = algorithm, trace
@@ -139,9 +139,9 @@ class _Messages:
                                            None if g is None else self.rank // g != dst // g))
 
     def isend(self, buf: torch.Tensor, dst: int):
-        if self.net is not None:
-            self.net.on_send(dst, buf.numel() * buf.element_size())
-        return dist.isend(buf, dst=dst)
+        ticket = None if self.net is None else self.net.on_send(dst, buf.numel() * buf.element_size())
+        work = dist.isend(buf, dst=dst)
+        return work if ticket is None else _Paced(work, self.net, ticket)
 
     def irecv(self, buf: torch.Tensor, src: int):
         work = dist.irecv(buf, src=src)
@@ -149,19 +149,16 @@ class _Messages:
         return work if ticket is None else _Paced(work, self.net, ticket)
 
     def post_and_wait(self, ops: list) -> None:
-        """_post_and_wait, with the emulated network told of each send before and pacing each receive after."""
+        """_post_and_wait, with the emulated network told of each send and receive before, and pacing them after."""
         tickets = []
         if self.net is not None:
             for o in ops:
                 nbytes = o.tensor.numel() * o.tensor.element_size()
-                if o.op is dist.isend:
-                    self.net.on_send(o.peer, nbytes)
-                else:
-                    tickets.append(self.net.expect(o.peer, nbytes))
+                tickets.append(self.net.on_send(o.peer, nbytes) if o.op is dist.isend else self.net.expect(o.peer, nbytes))
         _post_and_wait(ops)
         for ticket in tickets:
             if ticket is not None:
-                self.net.deliver(ticket)
+                self.net.complete(ticket)
 
     def exchange(self, phase: str, step: int, send: torch.Tensor | None, dst: int | None,
                  recv: torch.Tensor | None, src: int | None, chunk: int | None = None, offset: int = 0) -> None:
@@ -176,28 +173,23 @@ class _Messages:
 
     def send(self, phase: str, step: int, buf: torch.Tensor, dst: int, chunk=None, offset: int = 0) -> None:
         if buf.numel():
-            if self.net is not None:
-                self.net.on_send(dst, buf.numel() * buf.element_size())
-            dist.send(buf, dst=dst)
+            self.isend(buf, dst).wait()
             self.record(phase, step, buf, dst, chunk, offset)
 
     def recv(self, buf: torch.Tensor, src: int) -> None:
         if buf.numel():
-            ticket = None if self.net is None else self.net.expect(src, buf.numel() * buf.element_size())
-            dist.recv(buf, src=src)
-            if ticket is not None:
-                self.net.deliver(ticket)
+            self.irecv(buf, src).wait()
 
 
 class _Paced:
-    """A receive's work whose wait() also waits until the emulated network would have delivered it."""
+    """A send's or receive's work whose wait() also waits until the emulated network would have completed it."""
 
     def __init__(self, work, net, ticket):
         self.work, self.net, self.ticket = work, net, ticket
 
     def wait(self):
         self.work.wait()
-        self.net.deliver(self.ticket)
+        self.net.complete(self.ticket)
         return True
 
 

@@ -90,12 +90,11 @@ class FluidNetwork:
                            2 * self._rail(src), 2 * self._rail(dst) + 1)
         return row
 
-    def find(self, src: int, dst: int, seq: int) -> int:
+    def find(self, src: int, dst: int, seq: int) -> int | None:
+        """The row of message `seq` from src to dst, or None once its receiver has freed it."""
         t = self.table
         rows = np.flatnonzero((t[:, STATE] != FREE) & (t[:, SRC] == src) & (t[:, DST] == dst) & (t[:, SEQ] == seq))
-        if not len(rows):
-            raise RuntimeError(f"message {seq} from rank {src} to rank {dst} is not in the emulated network")
-        return int(rows[0])
+        return int(rows[0]) if len(rows) else None
 
     def free(self, row: int) -> None:
         self.table[row, STATE] = FREE
@@ -230,40 +229,49 @@ class Emulator:
         nic = Link("emulated NIC", self.bandwidth, self.latency, "commlib.topology.emulate(): paced loopback")
         return Topology(self.nodes, self.gpus_per_node, intra, nic, self.nics_per_node)
 
-    def on_send(self, dst: int, nbytes: int) -> None:
-        """Called before a send is posted: enters it in the network if it leaves the node."""
-        if self.shared.net.crosses(self.rank, dst):
-            seq = self.sent.get(dst, 0)
-            self.sent[dst] = seq + 1
-            with self.shared.locked() as net:
-                net.add(self.rank, dst, seq, nbytes, self.clock())
+    def on_send(self, dst: int, nbytes: int):
+        """Called before a send is posted: enters it in the network if it leaves the node -> a ticket for
+        complete() (None if it stays inside)."""
+        if not self.shared.net.crosses(self.rank, dst):
+            return None
+        seq = self.sent.get(dst, 0)
+        self.sent[dst] = seq + 1
+        with self.shared.locked() as net:
+            net.add(self.rank, dst, seq, nbytes, self.clock())
+        return "send", self.rank, dst, seq, nbytes
 
     def expect(self, src: int, nbytes: int):
-        """Called when a receive is posted -> a ticket for deliver(), or None if it stays inside the node."""
+        """Called when a receive is posted -> a ticket for complete(), or None if it stays inside the node."""
         if not self.shared.net.crosses(src, self.rank):
             return None
         seq = self.received.get(src, 0)
         self.received[src] = seq + 1
-        return src, seq, nbytes
+        return "recv", src, self.rank, seq, nbytes
 
-    def deliver(self, ticket) -> None:
-        """Called once the receive's data is there: sleep until the network would have delivered it."""
-        src, seq, nbytes = ticket
+    def complete(self, ticket) -> None:
+        """Called once the real send or receive is done: sleep until the emulated one would be. A send is done
+        when its last byte has left the NIC; a receive when the message is delivered (latency later)."""
+        kind, src, dst, seq, nbytes = ticket
         data_at = self.clock()
         with self.shared.locked() as net:
-            row = net.find(src, self.rank, seq)
-            posted = float(net.table[row, POSTED])
-        while True:
+            row = net.find(src, dst, seq)
+            posted = float(net.table[row, POSTED]) if row is not None else data_at
+        if row is None and kind == "recv":
+            raise RuntimeError(f"message {seq} from rank {src} to rank {dst} is not in the emulated network")
+        while row is not None:  # a sent row the receiver has freed was delivered, so it has crossed
             now = self.clock()
             with self.shared.locked() as net:
-                due = net.due(row, now)
+                if kind == "send" and net.find(src, dst, seq) is None:
+                    break
+                due = net.due(row, now) - (net.latency if kind == "send" else 0.0)
             if due <= now:
                 break
             self.sleep(due - now)
-        released = self.clock()
-        with self.shared.locked() as net:
-            net.free(row)
-        self.log.append(PacedMessage(src, self.rank, nbytes, posted, due, data_at, released))
+        if kind == "recv":
+            released = self.clock()
+            with self.shared.locked() as net:
+                net.free(row)
+            self.log.append(PacedMessage(src, dst, nbytes, posted, due, data_at, released))
 
 
 def _shm_dir() -> str:

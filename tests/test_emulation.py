@@ -78,8 +78,7 @@ def test_rows_are_found_freed_and_bounded():
     row = n.add(0, 2, 7, 10, 0.0)
     assert n.find(0, 2, 7) == row
     n.free(row)
-    with pytest.raises(RuntimeError, match="message 7 from rank 0 to rank 2"):
-        n.find(0, 2, 7)
+    assert n.find(0, 2, 7) is None
     n.table[:, em.STATE] = em.DONE  # every row delivered but not yet freed by its receiver
     with pytest.raises(RuntimeError, match=f"{em.SLOTS} messages in flight"):
         n.add(0, 2, 8, 1, 0.0)
@@ -116,20 +115,23 @@ class Shared:
         yield self.net
 
 
-def test_the_receiver_sleeps_until_due_and_logs_it():
+def test_senders_wait_until_sent_and_receivers_until_delivered():
     clock, shared = FakeClock(), Shared(net())
     ranks = [em.Emulator(shared, r, 2, 1, B, LAT, clock=clock, sleep=clock.sleep) for r in range(4)]
-    ranks[0].on_send(2, 100)
-    ranks[1].on_send(3, 100)
-    ranks[0].on_send(1, 100)  # inside the node: not in the network
-    assert ranks[1].expect(0, 100) is None
-    ranks[2].deliver(ranks[2].expect(0, 100))
-    ranks[3].deliver(ranks[3].expect(1, 100))
+    to_2, to_3 = ranks[0].on_send(2, 100), ranks[1].on_send(3, 100)
+    assert ranks[0].on_send(1, 100) is None and ranks[1].expect(0, 100) is None  # inside the node: not paced
+    ranks[0].complete(to_2)
+    assert clock.t == pytest.approx(2.0)  # its last byte left at half the NIC: 100 bytes at 50 B/s
+    ranks[2].complete(ranks[2].expect(0, 100))
+    ranks[3].complete(ranks[3].expect(1, 100))
+    ranks[1].complete(to_3)  # its receiver has delivered (and freed) it already: nothing to wait for
     logged = [ranks[2].log[0], ranks[3].log[0]]
     assert [(m.src, m.dst, m.nbytes) for m in logged] == [(0, 2, 100), (1, 3, 100)]
     assert [m.due for m in logged] == pytest.approx([2.0 + LAT] * 2)  # they shared node 0's NIC
     assert [m.late_s for m in logged] == pytest.approx([0.0, 0.0]) and clock.t == pytest.approx(2.0 + LAT)
     assert (shared.net.table[:, em.STATE] == em.FREE).all()
+    with pytest.raises(RuntimeError, match="message 1 from rank 0 to rank 2 is not in the emulated network"):
+        ranks[2].complete(ranks[2].expect(0, 100))
 
 
 # --------------------------------------------------------------------------------- live ranks
