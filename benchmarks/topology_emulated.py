@@ -46,13 +46,14 @@ def calibrate(sizes, repeats):
     out = {}
     for n in sizes:
         a, b = torch.ones(n // 4), torch.empty(n // 4)
+        exchange = [dist.P2POp(dist.irecv, b, peer), dist.P2POp(dist.isend, a, peer)]
         for _ in range(2):  # warm-up
-            [w.wait() for w in dist.batch_isend_irecv([dist.P2POp(dist.irecv, b, peer), dist.P2POp(dist.isend, a, peer)])]
+            [w.wait() for w in dist.batch_isend_irecv(exchange)]
         out[n] = []
         for _ in range(repeats):
             dist.barrier()
             t0 = time.perf_counter()
-            [w.wait() for w in dist.batch_isend_irecv([dist.P2POp(dist.irecv, b, peer), dist.P2POp(dist.isend, a, peer)])]
+            [w.wait() for w in dist.batch_isend_irecv(exchange)]
             out[n].append(time.perf_counter() - t0)
     acc, inc = torch.ones(max(sizes) // 4), torch.ones(max(sizes) // 4)
     gamma = []
@@ -131,13 +132,15 @@ def main() -> None:
             late = sorted(m[0] for m in log)
             over = sorted(m[1] for m in log)
             q = lambda xs, f: xs[min(len(xs) - 1, int(f * len(xs)))]  # noqa: E731
-            print(f"  pacing over {len(log)} paced messages (median paced time {statistics.median(m[3] for m in log) * 1e3:.1f} ms): "
+            paced = statistics.median(m[3] for m in log)
+            print(f"  pacing over {len(log)} paced messages (median paced time {paced * 1e3:.1f} ms): "
                   f"overslept median {q(over, .5) * 1e3:.2f} ms, p95 {q(over, .95) * 1e3:.2f} ms; late median "
                   f"{q(late, .5) * 1e3:.2f} ms, p95 {q(late, .95) * 1e3:.2f} ms; "
                   f"loopback data after the due time: {sum(m[2] for m in log) / len(log):.0%} of messages")
         print("\nhierarchical speedup over the flat ring: measured vs model")
         for (nics, text), (measured, model) in speedups.items():
-            print(f"  {nics} NIC(s), {text:>4}: measured {measured:.2f}x, model {model:.2f}x, ratio {measured / model:.2f}")
+            print(f"  {nics} NIC(s), {text:>4}: measured {measured:.2f}x, model {model:.2f}x, "
+                  f"ratio {measured / model:.2f}")
     load1 = os.getloadavg()
     print(f"load average at the end: {load1[0]:.1f} {load1[1]:.1f} {load1[2]:.1f}")
 

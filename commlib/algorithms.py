@@ -154,7 +154,8 @@ class _Messages:
         if self.net is not None:
             for o in ops:
                 nbytes = o.tensor.numel() * o.tensor.element_size()
-                tickets.append(self.net.on_send(o.peer, nbytes) if o.op is dist.isend else self.net.expect(o.peer, nbytes))
+                sending = o.op is dist.isend
+                tickets.append(self.net.on_send(o.peer, nbytes) if sending else self.net.expect(o.peer, nbytes))
         _post_and_wait(ops)
         for ticket in tickets:
             if ticket is not None:

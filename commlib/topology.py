@@ -23,7 +23,11 @@ t >= 2(p-1)/p n / (k B_net), i.e. busbw = 2(p-1)/p n / t <= k B_net, independent
 GPU's own NVLink egress carries the (g-1)/g of its rings that stay inside: busbw <= g/(g-1) B_intra.
 On DGX H100 (8 NDR NICs, 48 GB/s achievable each): 384 GB/s; NVIDIA reports 365-380 (PUBLISHED).
 All-to-all cannot aggregate NICs that way: each GPU's own off-node bytes, (N-1)/N n, leave through
-its own NIC, so busbw ~ N/(N-1) (k/g) B_net (NVIDIA's formula, nccl-tests issue #130).
+its own NIC, so busbw ~ N/(N-1) (k/g) B_net (NVIDIA's formula, nccl-tests issue #130):
+
+    bulk          NCCL's all-to-all: every send and receive posted at once; time = the busiest NIC's bytes
+    pairwise      commlib's: p-1 steps in lockstep (rank r sends to r+s at step s), each as slow as its
+                  busiest NIC; on 2 nodes x 8 it pays a NIC step 15 times where bulk pays 8 steps' bytes
 
 Units: bytes, seconds, bytes/s per direction. nbytes follows nccl-tests: the full tensor for
 all_reduce, the gathered total for all_gather, the full input for reduce_scatter and all_to_all.

@@ -11,6 +11,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from test_algorithms import errors_of
+
 import commlib as cl
 from commlib import algorithms as alg
 from commlib import emulation as em
@@ -205,16 +207,9 @@ def nested():
 
 
 def emulate_errors():
-    errors = {}
-    cases = {"multiple": lambda: topo.emulate(3, 1e9).__enter__(),
-             "differ": lambda: topo.emulate(2, 1e9 * (1 + dist.get_rank())).__enter__(),
-             "nested": nested,
-             "nan": lambda: topo.emulate(2, float("nan")).__enter__()}
-    for name, call in cases.items():
-        try:
-            call()
-            errors[name] = None
-        except (ValueError, RuntimeError) as e:
-            errors[name] = f"{type(e).__name__}: {e}"
+    errors = errors_of({"multiple": lambda: topo.emulate(3, 1e9).__enter__(),
+                        "differ": lambda: topo.emulate(2, 1e9 * (1 + dist.get_rank())).__enter__(),
+                        "nested": nested,
+                        "nan": lambda: topo.emulate(2, float("nan")).__enter__()}, (ValueError, RuntimeError))
     errors["left set"] = alg.NETWORK is not None
     return errors

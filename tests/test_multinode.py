@@ -7,7 +7,7 @@ import cloudpickle
 import pytest
 import torch
 import torch.distributed as dist
-from test_algorithms import compare, data, reference
+from test_algorithms import compare, data, errors_of, reference
 
 import commlib as cl
 from commlib import algorithms as alg
@@ -94,7 +94,8 @@ def traced(nodes, g, numel, dtype):
     p = dist.get_world_size()
     alg.pairwise_all_to_all(torch.ones(numel // p * p, dtype=dtype), g, trace=tr)
     out["pairwise"] = tr
-    return {name: (sum(e.nbytes for e in tr.events if not e.inter_node), sum(e.nbytes for e in tr.events if e.inter_node),
+    return {name: (sum(e.nbytes for e in tr.events if not e.inter_node),
+                   sum(e.nbytes for e in tr.events if e.inter_node),
                    [(e.src, e.dst, e.inter_node) for e in tr.events]) for name, tr in out.items()}
 
 
@@ -108,7 +109,8 @@ def test_bytes_per_rank_intra_and_inter_equal_the_topology_formula(cluster, nume
         for name, op in [("hierarchical", "all_reduce"), ("multi_ring", "all_reduce"), ("pairwise", "all_to_all")]:
             n = (numel // p * p if op == "all_to_all" else numel) * itemsize
             want = topo.bytes_by_rank(op, n, shape, name, itemsize=itemsize)
-            assert [got[r][name][:2] for r in range(p)] == [(w["intra"], w["inter"]) for w in want], f"{name} {nodes}x{g}"
+            assert [got[r][name][:2] for r in range(p)] == [(w["intra"], w["inter"]) for w in want], \
+                f"{name} {nodes}x{g}"
             for src, dst, inter in (m for r in range(p) for m in got[r][name][2]):
                 assert inter == (src // g != dst // g)
                 if name == "hierarchical" and inter:
@@ -116,7 +118,6 @@ def test_bytes_per_rank_intra_and_inter_equal_the_topology_formula(cluster, nume
 
 
 def bad_inputs():
-    errors = {}
     r = dist.get_rank()
     cases = {
         "multiple": lambda: alg.hierarchical_all_reduce(torch.ones(4), 3),
@@ -126,13 +127,7 @@ def bad_inputs():
         "differ": lambda: alg.hierarchical_all_reduce(torch.ones(4), 2 if r == 0 else 4),
         "op": lambda: alg.multi_ring_all_reduce(torch.ones(4), 2, op="prod"),
     }
-    for name, call in cases.items():
-        try:
-            call()
-            errors[name] = None
-        except (ValueError, TypeError) as e:
-            errors[name] = f"{type(e).__name__}: {e}"
-    return errors
+    return errors_of(cases)
 
 
 def test_bad_inputs_are_named(cluster):
