@@ -14,11 +14,13 @@ alone, the alpha-beta model. Contention is not written into any algorithm: it co
 
 The mechanism: the sender enters each inter-node message in a table that all ranks share (a file in
 /dev/shm, memory-mapped, flock'ed), then posts the real send; the data crosses loopback at once. The
-receiver, once the data is there, sleeps until the table says the message would have been delivered.
-Pacing at the receiver hides the real loopback transfer under the paced time, as long as the emulated
-link is the slower one. Messages inside a node are not paced: loopback stands for NVLink.
+receiver, once the data is there, sleeps until the table says the message would have been delivered;
+a sender that waits for its send sleeps until the last byte would have left its NIC (so no rank runs
+ahead of its NIC). Pacing the completions hides the real loopback transfer under the paced time, as
+long as the emulated link is the slower one. Messages inside a node are not paced: loopback stands
+for NVLink. On a busy machine loopback itself can fall behind; PacedMessage.data_at shows when.
 
-Not paced: torch.distributed's own collectives (dist.all_reduce, dist.all_to_all_single, ...) and
+Linux and macOS (the lock is fcntl.flock). Not paced: torch.distributed's own collectives (dist.all_reduce, dist.all_to_all_single, ...) and
 anything else that does not go through commlib.algorithms' point-to-point layer. Gloo only: NCCL's calls
 return before the data moves, so the host cannot pace them.
 """

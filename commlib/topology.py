@@ -22,6 +22,8 @@ carries n/k and leaves each node once, so a node sends 2(p-1)/p n across its k N
 t >= 2(p-1)/p n / (k B_net), i.e. busbw = 2(p-1)/p n / t <= k B_net, independent of g and N. A
 GPU's own NVLink egress carries the (g-1)/g of its rings that stay inside: busbw <= g/(g-1) B_intra.
 On DGX H100 (8 NDR NICs, 48 GB/s achievable each): 384 GB/s; NVIDIA reports 365-380 (PUBLISHED).
+(On exactly 2 nodes NCCL picks its tree, which sends less across the network and can beat k B_net;
+NVIDIA benchmarks the network with NCCL_ALGO=Ring there: S. Jeaugey, nccl-tests issues #160, #196.)
 All-to-all cannot aggregate NICs that way: each GPU's own off-node bytes, (N-1)/N n, leave through
 its own NIC, so busbw ~ N/(N-1) (k/g) B_net (NVIDIA's formula, nccl-tests issue #130):
 
