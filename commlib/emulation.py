@@ -20,9 +20,9 @@ ahead of its NIC). Pacing the completions hides the real loopback transfer under
 long as the emulated link is the slower one. Messages inside a node are not paced: loopback stands
 for NVLink. On a busy machine loopback itself can fall behind; PacedMessage.data_at shows when.
 
-Linux and macOS (the lock is fcntl.flock). Not paced: torch.distributed's own collectives (dist.all_reduce, dist.all_to_all_single, ...) and
+Not paced: torch.distributed's own collectives (dist.all_reduce, dist.all_to_all_single, ...) and
 anything else that does not go through commlib.algorithms' point-to-point layer. Gloo only: NCCL's calls
-return before the data moves, so the host cannot pace them.
+return before the data moves, so the host cannot pace them. Linux and macOS (the lock is fcntl.flock).
 """
 
 from __future__ import annotations
