@@ -167,6 +167,7 @@ class _SharedFile:
     """A FluidNetwork whose table lives in a memory-mapped file every rank opens; flock serialises access."""
 
     def __init__(self, path: str, **network):
+        self.path = path
         self.fd = os.open(path, os.O_RDWR)
         self.map = mmap.mmap(self.fd, (SLOTS + 1) * 10 * 8)
         self.net = FluidNetwork(buffer=np.frombuffer(self.map, dtype=np.float64), **network)
