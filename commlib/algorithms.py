@@ -10,6 +10,8 @@ message this rank sends (who, to whom, which chunk, how many bytes).
     naive_all_reduce(t)         reduce to rank 0, then rank 0 sends the result to everyone
     tree_broadcast / tree_reduce / tree_all_reduce     binomial trees
     recursive_doubling_all_reduce / rabenseifner_all_reduce   (non-powers of two folded as in MPICH)
+    hierarchical_all_reduce / multi_ring_all_reduce / pairwise_all_to_all   nodes of gpus_per_node ranks
+                                (commlib.multinode; emulated slow links between nodes: topology.emulate)
 
 Before moving data, every rank checks (one tiny built-in all-gather) that all ranks passed the same
 numel, dtype and op; a mismatch raises the same ValueError on every rank instead of hanging.
@@ -35,10 +37,12 @@ from commlib.trace import Event, Trace, replay
 
 __all__ = ["Trace", "Event", "shard_sizes", "ring_all_reduce", "ring_reduce_scatter", "ring_all_gather",
            "naive_all_reduce", "tree_broadcast", "tree_reduce", "tree_all_reduce",
-           "recursive_doubling_all_reduce", "rabenseifner_all_reduce", "replay", "OPS", "DTYPES"]
+           "recursive_doubling_all_reduce", "rabenseifner_all_reduce", "replay", "OPS", "DTYPES",
+           "hierarchical_all_reduce", "multi_ring_all_reduce", "pairwise_all_to_all"]
 
 OPS = ("sum", "max", "min", "avg")
 GROUP_P2P: bool | None = None  # None: the ring posts each step as one group for CUDA tensors only; True/False force it
+NETWORK = None  # set by commlib.topology.emulate(): paces the messages that cross emulated node boundaries
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.int64)
 
 
@@ -117,16 +121,46 @@ def _post_and_wait(ops: list) -> None:
 
 
 class _Messages:
-    """isend/irecv with the bookkeeping: records sends in the trace, skips empty messages on both sides."""
+    """The point-to-point layer every algorithm sends through: records sends in the trace (marking those that
+    cross a node boundary when nodes of gpus_per_node ranks are known), skips empty messages on both sides,
+    and lets an emulated network (NETWORK) register each message and pace its completion."""
 
-    def __init__(self, algorithm: str, trace: Trace | None):
-        self.algorithm, self.trace = algorithm, trace
+    def __init__(self, algorithm: str, trace: Trace | None, gpus_per_node: int | None = None,
+                 segment_bytes: int | None = None):
+        self.algorithm, self.trace, self.segment_bytes = algorithm, trace, _check_segment(segment_bytes)
         self.rank = dist.get_rank()
+        self.net = NETWORK
+        self.gpus_per_node = gpus_per_node or (self.net.gpus_per_node if self.net is not None else None)
 
     def record(self, phase, step, buf, dst, chunk, offset):
         if self.trace is not None:
+            g = self.gpus_per_node
             self.trace.events.append(Event(self.algorithm, phase, step, self.rank, dst, chunk, offset,
-                                           buf.numel(), buf.numel() * buf.element_size()))
+                                           buf.numel(), buf.numel() * buf.element_size(),
+                                           None if g is None else self.rank // g != dst // g))
+
+    def isend(self, buf: torch.Tensor, dst: int):
+        ticket = None if self.net is None else self.net.on_send(dst, buf.numel() * buf.element_size())
+        work = dist.isend(buf, dst=dst)
+        return work if ticket is None else _Paced(work, self.net, ticket)
+
+    def irecv(self, buf: torch.Tensor, src: int):
+        work = dist.irecv(buf, src=src)
+        ticket = None if self.net is None else self.net.expect(src, buf.numel() * buf.element_size())
+        return work if ticket is None else _Paced(work, self.net, ticket)
+
+    def post_and_wait(self, ops: list) -> None:
+        """_post_and_wait, with the emulated network told of each send and receive before, and pacing them after."""
+        tickets = []
+        if self.net is not None:
+            for o in ops:
+                nbytes = o.tensor.numel() * o.tensor.element_size()
+                sending = o.op is dist.isend
+                tickets.append(self.net.on_send(o.peer, nbytes) if sending else self.net.expect(o.peer, nbytes))
+        _post_and_wait(ops)
+        for ticket in tickets:
+            if ticket is not None:
+                self.net.complete(ticket)
 
     def exchange(self, phase: str, step: int, send: torch.Tensor | None, dst: int | None,
                  recv: torch.Tensor | None, src: int | None, chunk: int | None = None, offset: int = 0) -> None:
@@ -137,16 +171,28 @@ class _Messages:
         if send is not None and send.numel():
             ops.append(dist.P2POp(dist.isend, send, dst))
             self.record(phase, step, send, dst, chunk, offset)
-        _post_and_wait(ops)
+        self.post_and_wait(ops)
 
     def send(self, phase: str, step: int, buf: torch.Tensor, dst: int, chunk=None, offset: int = 0) -> None:
         if buf.numel():
-            dist.send(buf, dst=dst)
+            self.isend(buf, dst).wait()
             self.record(phase, step, buf, dst, chunk, offset)
 
     def recv(self, buf: torch.Tensor, src: int) -> None:
         if buf.numel():
-            dist.recv(buf, src=src)
+            self.irecv(buf, src).wait()
+
+
+class _Paced:
+    """A send's or receive's work whose wait() also waits until the emulated network would have completed it."""
+
+    def __init__(self, work, net, ticket):
+        self.work, self.net, self.ticket = work, net, ticket
+
+    def wait(self):
+        self.work.wait()
+        self.net.complete(self.ticket)
+        return True
 
 
 def _offsets(sizes: list[int]) -> list[int]:
@@ -173,50 +219,79 @@ def _check_segment(segment_bytes) -> int | None:
     return segment_bytes
 
 
-def _ring_pass_(flat, sizes, op, msgs, phase, step0, first_send, segment_bytes=None) -> None:
-    """p-1 ring steps. At step s rank r sends chunk first_send - s to r+1 and receives chunk
-    first_send - s - 1 from r-1: reducing it into its own copy (op given: reduce-scatter) or storing
-    it (op None: all-gather). Pipelined: chunks travel in segments, and a segment received at step s
-    is forwarded at step s+1 as soon as it has arrived (and been reduced), while later segments are
-    still on the wire."""
-    p, r = dist.get_world_size(), dist.get_rank()
-    off = _offsets(sizes)
-    right, left = (r + 1) % p, (r - 1) % p
+def _ring_position(ring: list[int] | None) -> tuple[list[int], int]:
+    """(the ring as global ranks in ring order, this rank's position in it); None: all ranks in rank order."""
+    r = dist.get_rank()
+    if ring is None:
+        return list(range(dist.get_world_size())), r
+    return ring, ring.index(r)
+
+
+def _ring_plans(flat, rings, op) -> list[tuple]:
+    """For each (ring, base, sizes): (p, right, left, first chunk sent, chunk offsets in flat, 2 receive buffers)."""
+    plans = []
+    for ring, base, sizes in rings:
+        ring, q = _ring_position(ring)
+        buffers = None if op is None else [torch.empty(max(sizes), dtype=flat.dtype, device=flat.device)
+                                           for _ in range(2)]  # step s receives into buffers[s % 2]
+        plans.append((len(ring), ring[(q + 1) % len(ring)], ring[(q - 1) % len(ring)], q,
+                      [base + o for o in _offsets(sizes)], buffers))
+    return plans
+
+
+def _rings_pass_(flat, rings, op, msgs, phase, step0, start) -> None:
+    """p-1 steps around each ring in `rings`, all at once: (ring = global ranks in ring order, None for all
+    ranks; base; sizes = its chunks, one per position, from flat[base]). At step s the rank at position q sends
+    chunk q+start-s to the next position and receives chunk q+start-s-1 from the previous one: reducing it into
+    its own copy (op given: reduce-scatter) or storing it (op None: all-gather). Chunks travel in segments.
+    Pipelined (Gloo): a segment received at step s is forwarded at step s+1 as soon as it has arrived (and
+    been reduced), while later segments are still on the wire; the rings take turns segment by segment.
+    Grouped (NCCL, or GROUP_P2P): each step's receives and sends of every ring are posted as one group, as
+    NCCL needs for a send/receive pair; the stream (NCCL) or the wait (Gloo) orders the steps."""
+    plans = _ring_plans(flat, rings, op)
     itemsize = flat.element_size()
-    buffers = None if op is None else [torch.empty(max(sizes), dtype=flat.dtype, device=flat.device)
-                                       for _ in range(2)]  # step s receives into buffers[s % 2]
-    if _grouped(flat):  # NCCL: each step's receives and sends as one group; the stream orders the steps
-        for s in range(p - 1):
-            send_c, recv_c = (first_send - s) % p, (first_send - s - 1) % p
-            incoming = [(lo, hi, flat[lo:hi] if op is None else buffers[s % 2][lo - off[recv_c]:hi - off[recv_c]])
-                        for lo, hi in _segments(off[recv_c], off[recv_c + 1], itemsize, segment_bytes)]
-            ops = [dist.P2POp(dist.irecv, buf, left) for _, _, buf in incoming]
-            for lo, hi in _segments(off[send_c], off[send_c + 1], itemsize, segment_bytes):
-                ops.append(dist.P2POp(dist.isend, flat[lo:hi], right))
-                msgs.record(phase, step0 + s, flat[lo:hi], right, send_c, lo)
-            _post_and_wait(ops)
-            if op is not None:
-                for lo, hi, buf in incoming:
-                    _reduce_into(flat[lo:hi], buf, op)
-        return
-    pending: list = []  # the previous step's receives: (work, segment lo, hi, buffer view)
+    p = plans[0][0]
+    pending: list[list] = [[] for _ in plans]  # per ring, the previous step's receives: (work, lo, hi, buffer view)
     sends: list = []
     for s in range(p - 1):
-        send_c, recv_c = (first_send - s) % p, (first_send - s - 1) % p
-        incoming = []
-        for lo, hi in _segments(off[recv_c], off[recv_c + 1], itemsize, segment_bytes):
-            dst = flat[lo:hi] if op is None else buffers[s % 2][lo - off[recv_c]:hi - off[recv_c]]
-            incoming.append((dist.irecv(dst, src=left), lo, hi, dst))
-        for j, (lo, hi) in enumerate(_segments(off[send_c], off[send_c + 1], itemsize, segment_bytes)):
-            if pending:  # this segment is what arrived last step: wait for it, reduce it, pass it on
-                work, plo, phi, buf = pending[j]
-                work.wait()
-                if op is not None:
-                    _reduce_into(flat[plo:phi], buf, op)
-            sends.append(dist.isend(flat[lo:hi], dst=right))
-            msgs.record(phase, step0 + s, flat[lo:hi], right, send_c, lo)
-        pending = incoming
-    for work, lo, hi, buf in pending:
+        incoming, outgoing = [], []  # per ring: (left, [(lo, hi, receive buffer view)]), [(lo, hi, right, chunk)]
+        for _, right, left, q, off, buffers in plans:
+            send_c, recv_c = (q + start - s) % p, (q + start - s - 1) % p
+            incoming.append((left, [(lo, hi, flat[lo:hi] if op is None else
+                                     buffers[s % 2][lo - off[recv_c]:hi - off[recv_c]])
+                                    for lo, hi in _segments(off[recv_c], off[recv_c + 1], itemsize, msgs.segment_bytes)]))
+            outgoing.append([(lo, hi, right, send_c)
+                             for lo, hi in _segments(off[send_c], off[send_c + 1], itemsize, msgs.segment_bytes)])
+        if _grouped(flat):
+            ops = [dist.P2POp(dist.irecv, view, left) for left, views in incoming for _, _, view in views]
+            for lo, hi, right, send_c in (seg for segs in outgoing for seg in segs):
+                ops.append(dist.P2POp(dist.isend, flat[lo:hi], right))
+                msgs.record(phase, step0 + s, flat[lo:hi], right, send_c, lo)
+            msgs.post_and_wait(ops)
+            if op is not None:
+                for lo, hi, view in (v for _, views in incoming for v in views):
+                    _reduce_into(flat[lo:hi], view, op)
+            continue
+        posted = [[] for _ in plans]  # in the senders' order: rings may join the same two ranks in the same direction
+        for j in range(max(len(views) for _, views in incoming)):
+            for i, (left, views) in enumerate(incoming):
+                if j < len(views):
+                    lo, hi, view = views[j]
+                    posted[i].append((msgs.irecv(view, left), lo, hi, view))
+        for j in range(max(map(len, outgoing))):  # segment j of every ring in turn
+            for i, segs in enumerate(outgoing):
+                if j >= len(segs):
+                    continue
+                lo, hi, right, send_c = segs[j]
+                if pending[i]:  # this segment is what arrived last step: wait for it, reduce it, pass it on
+                    work, plo, phi, buf = pending[i][j]
+                    work.wait()
+                    if op is not None:
+                        _reduce_into(flat[plo:phi], buf, op)
+                sends.append(msgs.isend(flat[lo:hi], right))
+                msgs.record(phase, step0 + s, flat[lo:hi], right, send_c, lo)
+        pending = posted
+    for work, lo, hi, buf in (w for ring in pending for w in ring):
         work.wait()
         if op is not None:
             _reduce_into(flat[lo:hi], buf, op)
@@ -224,16 +299,16 @@ def _ring_pass_(flat, sizes, op, msgs, phase, step0, first_send, segment_bytes=N
         work.wait()
 
 
-def _ring_reduce_scatter_(flat, sizes, op, msgs, step0=0, segment_bytes=None) -> None:
-    """p-1 steps; at step s rank r sends chunk r-s-1 to r+1 and adds chunk r-s-2 from r-1 into its own copy.
-    Afterwards chunk r on rank r holds the reduction over all ranks."""
-    _ring_pass_(flat, sizes, op, msgs, "reduce_scatter", step0, dist.get_rank() - 1, segment_bytes)
+def _ring_reduce_scatter_(flat, sizes, op, msgs, step0=0, ring=None, base=0) -> None:
+    """p-1 steps; at step s position q sends chunk q-s-1 on and adds chunk q-s-2 from its left into its own copy.
+    Afterwards chunk q at position q holds the reduction over the ring."""
+    _rings_pass_(flat, [(ring, base, sizes)], op, msgs, "reduce_scatter", step0, -1)
 
 
-def _ring_all_gather_(flat, sizes, msgs, step0=0, segment_bytes=None) -> None:
-    """p-1 steps; at step s rank r forwards chunk r-s to r+1 and stores chunk r-s-1 from r-1 in place.
-    Starts with chunk r complete on rank r; ends with every chunk everywhere."""
-    _ring_pass_(flat, sizes, None, msgs, "all_gather", step0, dist.get_rank(), segment_bytes)
+def _ring_all_gather_(flat, sizes, msgs, step0=0, ring=None, base=0) -> None:
+    """p-1 steps; at step s position q forwards chunk q-s and stores chunk q-s-1 from its left in place.
+    Starts with chunk q complete at position q; ends with every chunk everywhere."""
+    _rings_pass_(flat, [(ring, base, sizes)], None, msgs, "all_gather", step0, 0)
 
 
 def ring_reduce_scatter(t: torch.Tensor, op: str = "sum", trace: Trace | None = None,
@@ -246,7 +321,7 @@ def ring_reduce_scatter(t: torch.Tensor, op: str = "sum", trace: Trace | None = 
     sizes = shard_sizes(flat.numel(), p)
     work = flat.clone()
     if p > 1 and flat.numel():
-        _ring_reduce_scatter_(work, sizes, op, _Messages("ring", trace), segment_bytes=segment_bytes)
+        _ring_reduce_scatter_(work, sizes, op, _Messages("ring", trace, segment_bytes=segment_bytes))
     off = _offsets(sizes)
     shard = work[off[r]:off[r + 1]].clone()
     return shard.div_(p) if op == "avg" else shard
@@ -268,7 +343,7 @@ def ring_all_gather(shard: torch.Tensor, trace: Trace | None = None, check: bool
     off = _offsets(sizes)
     out[off[r]:off[r + 1]] = flat
     if p > 1:
-        _ring_all_gather_(out, sizes, _Messages("ring", trace), segment_bytes=segment_bytes)
+        _ring_all_gather_(out, sizes, _Messages("ring", trace, segment_bytes=segment_bytes))
     if shard.dim() <= 1:
         return out
     return out.view(-1, *shard.shape[1:])
@@ -285,9 +360,9 @@ def ring_all_reduce(t: torch.Tensor, op: str = "sum", trace: Trace | None = None
     p = dist.get_world_size()
     if p > 1 and flat.numel():
         sizes = shard_sizes(flat.numel(), p)
-        msgs = _Messages("ring", trace)
-        _ring_reduce_scatter_(flat, sizes, op, msgs, segment_bytes=segment_bytes)
-        _ring_all_gather_(flat, sizes, msgs, step0=p - 1, segment_bytes=segment_bytes)
+        msgs = _Messages("ring", trace, segment_bytes=segment_bytes)
+        _ring_reduce_scatter_(flat, sizes, op, msgs)
+        _ring_all_gather_(flat, sizes, msgs, step0=p - 1)
     if op == "avg":
         flat.div_(p)
     return _write_back(t, flat)
@@ -465,3 +540,15 @@ def rabenseifner_all_reduce(t: torch.Tensor, op: str = "sum", trace: Trace | Non
     if op == "avg":
         flat.div_(p)
     return _write_back(t, flat)
+
+
+_MULTINODE = ("hierarchical_all_reduce", "multi_ring_all_reduce", "pairwise_all_to_all")
+
+
+def __getattr__(name: str):
+    """The collectives shaped by nodes live in commlib.multinode (it builds on this module's layer)."""
+    if name in _MULTINODE:
+        from commlib import multinode
+
+        return getattr(multinode, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

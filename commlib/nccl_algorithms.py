@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from commlib.algorithms import (_DTYPE_CODE, Trace, _agree, _check_segment, _flat, _Messages, _post_and_wait,
-                                _prepare, _reduce_into, _segments, _write_back)
+from commlib.algorithms import (_DTYPE_CODE, Trace, _agree, _check_segment, _flat, _Messages, _prepare, _reduce_into,
+                                _segments, _write_back)
 from commlib.cost import double_binary_tree, shard_sizes
 
 
@@ -84,7 +84,7 @@ def double_binary_tree_all_reduce(t: torch.Tensor, op: str = "sum", trace: Trace
                     for c in children:
                         ops.append(dist.P2POp(dist.isend, flat[a:b], c))
                         msgs.record("broadcast", tick, flat[a:b], c, None, a)
-            _post_and_wait(ops)
+            msgs.post_and_wait(ops)
             for a, b, buf in arrived:
                 _reduce_into(flat[a:b], buf[:b - a], op)
     if op == "avg":
@@ -118,5 +118,5 @@ def ring_broadcast(t: torch.Tensor, src: int = 0, trace: Trace | None = None, ch
                 a, b = segs[j]
                 ops.append(dist.P2POp(dist.isend, flat[a:b], (r + 1) % p))
                 msgs.record("broadcast", tick, flat[a:b], (r + 1) % p, None, a)
-            _post_and_wait(ops)
+            msgs.post_and_wait(ops)
     return _write_back(t, flat)

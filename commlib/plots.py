@@ -228,3 +228,30 @@ def segment_sweep(segment_bytes, measured_s, predicted_s, nbytes: int, bus_facto
     ax.set_title(f"one {nbytes >> 20} MiB all-reduce: smaller segments, lower bandwidth")
     ax.legend(fontsize=8)
     return ax
+
+
+def topology_busbw(topology, op: str = "all_reduce", sizes=None, ax=None):
+    """The model's busbw against message size for every algorithm of `op` on a commlib.topology.Topology, with
+    the two ceilings dashed: the node's NICs (k x one NIC) and one NIC."""
+    import numpy as np
+
+    from commlib import topology as topo
+
+    sizes = np.logspace(3, 10, 50) if sizes is None else np.asarray(sizes, dtype=float)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.6))
+    for algorithm in topo.ALGORITHMS[op]:
+        ax.plot(sizes, [topo.breakdown(op, n, topology, algorithm)["busbw_GBps"] for n in sizes], label=algorithm)
+    if topology.nodes > 1:
+        nic = topology.inter.bandwidth / 1e9
+        ax.axhline(nic * topology.nics_per_node, ls="--", c="gray", lw=1)
+        ax.text(sizes[0], nic * topology.nics_per_node, f" {topology.nics_per_node} NICs", va="bottom", fontsize=8)
+        ax.axhline(nic, ls=":", c="gray", lw=1)
+        ax.text(sizes[0], nic, " one NIC", va="bottom", fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("busbw (GB/s)")
+    ax.set_title(f"{op}: {topology.nodes} node(s) x {topology.gpus_per_node} GPUs, {topology.nics_per_node} NIC(s) "
+                 f"per node ({topology.intra.name} / {topology.inter.name})", fontsize=9.5)
+    ax.legend(fontsize=8)
+    return ax

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class Event:
     """One message: at `step` of `phase`, rank src sent numel elements (nbytes) starting at `offset`
-    of the flattened tensor to rank dst; `chunk` is the chunk index for chunked algorithms."""
+    of the flattened tensor to rank dst; `chunk` is the chunk index for chunked algorithms; inter_node
+    says whether it crossed a node boundary (None where the algorithm knows no nodes)."""
 
     algorithm: str
     phase: str
@@ -24,6 +25,7 @@ class Event:
     offset: int
     numel: int
     nbytes: int
+    inter_node: bool | None = None
 
 
 @dataclass

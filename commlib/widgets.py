@@ -133,3 +133,52 @@ def overlap_explorer() -> W.VBox:
         w.observe(update, names="value")
     update()
     return W.VBox([W.HBox([params, layers, backward]), W.HBox([link, p, grad_bytes]), cap, text, out])
+
+
+def topology_calculator(nbytes: float = 1e9) -> W.VBox:
+    """Pick a node type (or your own nodes, GPUs, links and NICs) and an op; see time and busbw per algorithm."""
+    from commlib import cost
+    from commlib import topology as topo
+
+    links = {name: link for name, link in cost.LINKS.items()}
+    links.update({f"{name} (achievable)": link for name, link in topo.ACHIEVABLE.items()})
+    node = W.Dropdown(options=["custom", *topo.PRESETS], value="dgx_h100", description="node")
+    achievable = W.Checkbox(value=True, description="NCCL's achievable speeds")
+    nodes = W.IntSlider(value=2, min=1, max=64, description="nodes")
+    gpus = W.IntSlider(value=8, min=1, max=16, description="GPUs/node")
+    nics = W.IntSlider(value=8, min=1, max=16, description="NICs/node")
+    intra = W.Dropdown(options=list(links), value="nvlink4", description="intra")
+    inter = W.Dropdown(options=list(links), value="ib_ndr", description="NIC")
+    op = W.Dropdown(options=list(topo.ALGORITHMS), value="all_reduce", description="op")
+    size = W.FloatLogSlider(value=nbytes, base=10, min=3, max=11, step=0.25, description="bytes n",
+                            readout_format=".3g")
+    text, out = W.HTML(), W.Output()
+
+    def chosen() -> topo.Topology:
+        if node.value == "custom":
+            return topo.Topology(nodes.value, gpus.value, links[intra.value], links[inter.value], nics.value)
+        return topo.preset(node.value, nodes.value, achievable=achievable.value)
+
+    def update(_=None):
+        for w in (gpus, nics, intra, inter):
+            w.disabled = node.value != "custom"
+        t = chosen()
+        rows = []
+        for algorithm in topo.ALGORITHMS[op.value]:
+            b = topo.breakdown(op.value, size.value, t, algorithm)
+            mb = {k: f"{v / 1e6:,.1f}" for k, v in b["bytes_per_rank"].items()}
+            rows.append(f"<tr><td>{algorithm}</td><td>{b['time_s'] * 1e3:,.3f} ms</td><td>{b['busbw_GBps']:,.1f}</td>"
+                        f"<td>{mb['intra']}</td><td>{mb['inter']}</td><td>{b['bottleneck']}</td></tr>")
+        head = ("<tr><th>algorithm</th><th>time</th><th>busbw GB/s</th><th>MB/rank intra</th><th>MB/rank inter</th>"
+                "<th>bottleneck</th></tr>")
+        note = topo.PRESETS[node.value][2] if node.value in topo.PRESETS else "your own node"
+        text.value = (f"<table>{head}{''.join(rows)}</table><p style='font-size:smaller'>{t.world_size} GPUs; "
+                      f"{t.intra.name}: {t.intra.bandwidth / 1e9:g} GB/s, NIC {t.inter.name}: "
+                      f"{t.inter.bandwidth / 1e9:g} GB/s per direction. {note}</p>")
+        _show(out, plots.topology_busbw(t, op.value).figure)
+
+    for w in (node, achievable, nodes, gpus, nics, intra, inter, op, size):
+        w.observe(update, names="value")
+    update()
+    return W.VBox([W.HBox([node, achievable, nodes]), W.HBox([gpus, nics, intra, inter]), W.HBox([op, size]),
+                   text, out])

@@ -290,7 +290,6 @@ def test_mismatched_ranks_raise_a_clear_error_not_a_hang(fn, words):
 
 
 def bad_inputs():
-    errors = {}
     cases = {
         "op": lambda: alg.ring_all_reduce(torch.ones(3), op="prod"),
         "avg_int": lambda: alg.ring_all_reduce(torch.ones(3, dtype=torch.int32), op="avg"),
@@ -299,11 +298,17 @@ def bad_inputs():
         "src": lambda: alg.tree_broadcast(torch.ones(3), src=5),
         "dst": lambda: alg.tree_reduce(torch.ones(3), dst=-1),
     }
+    return errors_of(cases)
+
+
+def errors_of(cases: dict, expected=(ValueError, TypeError)) -> dict:
+    """Call each case -> {name: 'ErrorType: message', or None if it raised nothing}."""
+    errors = {}
     for name, call in cases.items():
         try:
             call()
             errors[name] = None
-        except (ValueError, TypeError) as e:
+        except expected as e:
             errors[name] = f"{type(e).__name__}: {e}"
     return errors
 

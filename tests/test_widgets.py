@@ -106,3 +106,22 @@ def test_timeline_draws_forward_on_the_compute_row():
 
     ax = plots.timeline(overlap.simulate([0.01] * 2, [0.005] * 2, forward_s=0.02))
     assert len(ax.patches) == 5 and ax.get_yticklabels()[0].get_text() == "forward, backward"
+
+
+def test_topology_calculator_prices_every_algorithm():
+    from commlib import topology as topo
+
+    box = widgets.topology_calculator()
+    (node, achievable, nodes), (gpus, nics, intra, inter), (op, size) = (c.children for c in box.children[:3])
+    text, out = box.children[3], box.children[4]
+    nodes.value, size.value = 4, 1e9
+    want = topo.breakdown("all_reduce", 1e9, topo.preset("dgx_h100", 4, achievable=True), "multi_ring")
+    assert f"{want['busbw_GBps']:,.1f}" in text.value and len(out.outputs) == 1
+    assert gpus.disabled and "DGX BasePOD" in text.value
+    node.value, gpus.value, nics.value, intra.value, inter.value = "custom", 4, 1, "pcie4_x16", "eth100"
+    op.value = "all_to_all"
+    custom = topo.Topology(4, 4, "pcie4_x16", "eth100", 1)
+    assert f"{topo.collective_time('all_to_all', 1e9, custom, 'pairwise') * 1e3:,.3f} ms" in text.value
+    assert "bulk" in text.value and not gpus.disabled and len(out.outputs) == 1
+    ax = plots.topology_busbw(custom, "all_reduce", sizes=[1e6, 1e9])
+    assert [line.get_label() for line in ax.get_lines()[:4]] == list(topo.ALGORITHMS["all_reduce"])
