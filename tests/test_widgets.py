@@ -118,9 +118,9 @@ def test_topology_calculator_prices_every_algorithm():
     want = topo.breakdown("all_reduce", 1e9, topo.preset("dgx_h100", 4, achievable=True), "multi_ring")
     assert f"{want['busbw_GBps']:,.1f}" in text.value and len(out.outputs) == 1
     assert gpus.disabled and "DGX BasePOD" in text.value
-    node.value, gpus.value, nics.value, intra.value, inter.value = "custom", 4, 1, "pcie4_x16", "eth100"
+    node.value, gpus.value, nics.value, intra.value, inter.value = "custom", 4, 1, "pcie4_x16", "roce100"
     op.value = "all_to_all"
-    custom = topo.Topology(4, 4, "pcie4_x16", "eth100", 1)
+    custom = topo.Topology(4, 4, "pcie4_x16", "roce100", 1)
     assert f"{topo.collective_time('all_to_all', 1e9, custom, 'pairwise') * 1e3:,.3f} ms" in text.value
     assert "bulk" in text.value and not gpus.disabled and len(out.outputs) == 1
     ax = plots.topology_busbw(custom, "all_reduce", sizes=[1e6, 1e9])
