@@ -217,7 +217,7 @@ def test_keyboard_interrupt_kills_ranks_and_the_cluster_recovers(cluster4):
 def test_a_second_interrupt_while_ranks_are_killed_waits_until_all_are_dead(cluster4, monkeypatch):
     saved = signal.signal(signal.SIGINT, signal.default_int_handler)
     old = cluster4.pids
-    real_kill, calls = os.kill, []
+    real_kill, calls = os.killpg, []
 
     def kill_then_interrupt(pid, sig):  # Ctrl-C arrives right after the first rank was killed
         real_kill(pid, sig)
@@ -225,7 +225,7 @@ def test_a_second_interrupt_while_ranks_are_killed_waits_until_all_are_dead(clus
         if len(calls) == 1:
             signal.raise_signal(signal.SIGINT)
 
-    monkeypatch.setattr("commlib.cluster.os.kill", kill_then_interrupt)
+    monkeypatch.setattr("commlib.cluster.os.killpg", kill_then_interrupt)
     try:
         with pytest.raises(KeyboardInterrupt):
             cluster4._kill_ranks()
