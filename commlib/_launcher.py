@@ -34,6 +34,7 @@ from commlib._worker import command, recv, send
 
 ZYGOTE_EXIT_S = 1.0       # after "close", how long the zygote gets to kill the ranks before SIGKILL
 _EXIT_CODES_KEPT = 4096   # recent exit reports remembered (a few generations of the largest world)
+_POLL_S = 0.25           # while waiting for a connection, check this often that the zygote still runs
 _TMPDIR = re.compile(r"commlib-(\d+)-\w+")
 
 
@@ -97,14 +98,21 @@ class Launcher:
 
     # ------------------------------------------------------------------------------- connections
     def next_connection(self, deadline: float, what: str):
-        """The next authenticated connection and its hello message, or ClusterTimeout at deadline."""
+        """The next authenticated connection and its hello message; ClusterTimeout at deadline, or as
+        soon as the zygote has died (nobody else is coming then)."""
         from commlib.cluster import ClusterTimeout
 
         while True:
             try:
-                conn = self.listener.incoming.get(timeout=max(deadline - time.monotonic(), 0.001))
+                conn = self.listener.incoming.get(timeout=max(min(deadline - time.monotonic(), _POLL_S), 0.001))
             except queue.Empty:
-                raise ClusterTimeout(f"timed out waiting for {what}", []) from None
+                code = self.zygote.poll() if self.zygote is not None else None
+                if code is not None:
+                    raise ClusterTimeout(f"the rank launcher (zygote) ended ({code}) while waiting for {what}; "
+                                         f"see its error above", []) from None
+                if time.monotonic() >= deadline:
+                    raise ClusterTimeout(f"timed out waiting for {what}", []) from None
+                continue
             if conn.poll(max(deadline - time.monotonic(), 0.001)):
                 try:
                     return recv(conn), conn

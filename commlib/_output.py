@@ -22,6 +22,7 @@ import time
 
 STREAMS = ("stdout", "stderr")
 _CHUNK = 1 << 16
+_CHUNKS_PER_MESSAGE = 16
 
 
 class RankStreams:
@@ -29,45 +30,44 @@ class RankStreams:
 
     def __init__(self, conn, lock: threading.Lock, send_fn):
         self.conn, self.lock, self.send = conn, lock, send_fn
-        self.files, self._readers = {}, {}
+        self.files, self._readers, self._writers = {}, {}, {}
         for name in STREAMS:
             r, w = os.pipe()
             os.set_blocking(r, False)
-            self._readers[name] = r
-            self.files[name] = io.open(w, "w", buffering=1, encoding="utf-8", errors="backslashreplace")
+            self._readers[name], self._writers[name] = r, w  # w stays open: the pipe outlives a closed stream
+            self.files[name] = self._open(name)
         threading.Thread(target=self._pump, name="commlib-output", daemon=True).start()
 
+    def _open(self, name: str):
+        return io.open(os.dup(self._writers[name]), "w", buffering=1, encoding="utf-8", errors="backslashreplace")
+
     def install(self) -> None:
-        """Make them sys.stdout/sys.stderr (again: a task may have replaced them)."""
+        """Make them sys.stdout/sys.stderr again (a task may have replaced or closed them)."""
+        for name in STREAMS:
+            if self.files[name].closed:
+                self.files[name] = self._open(name)
         sys.stdout, sys.stderr = self.files["stdout"], self.files["stderr"]
 
     def _pump(self) -> None:
         fds = list(self._readers.values())
-        while fds:
+        while True:
             ready, _, _ = select.select(fds, [], [])
             with self.lock:
-                for fd in self._drain(ready):  # both ends closed (the task closed sys.stdout): stop watching
-                    fds.remove(fd)
+                self._drain(ready)
 
-    def _drain(self, fds=None) -> list[int]:
-        """Forward what the pipes hold now (call with the lock held). -> the pipes at end of file."""
-        ended = []
+    def _drain(self, fds=None) -> None:
+        """Forward what the pipes hold now, one message per stream (call with the lock held)."""
         for name, fd in self._readers.items():
             if fds is not None and fd not in fds:
                 continue
             chunks = []
-            while True:
+            for _ in range(_CHUNKS_PER_MESSAGE):  # bounded: a subprocess printing forever must not hold us here
                 try:
-                    data = os.read(fd, _CHUNK)
+                    chunks.append(os.read(fd, _CHUNK))  # never b"": we hold a write end ourselves
                 except BlockingIOError:
                     break
-                if not data:
-                    ended.append(fd)
-                    break
-                chunks.append(data)
             if chunks:
                 self.send(self.conn, ("out", name, b"".join(chunks)))
-        return ended
 
     def send_after_output(self, reply: bytes) -> None:
         """Send a task's reply once everything printed so far has gone out before it."""

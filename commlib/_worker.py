@@ -98,8 +98,11 @@ def rank_main(spec: dict, authkey: bytes) -> None:
     conn = Client((spec["host"], spec["port"]), authkey=authkey)
     send(conn, ("rank", spec["generation"], rank, os.getpid()))
     if hasattr(signal, "SIGUSR1"):  # the parent asks for a stack dump before killing a stuck rank
-        stack_file = open(os.path.join(spec["stack_dir"], f"rank{rank}.txt"), "w")
-        faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=False)
+        try:
+            stack_file = open(os.path.join(spec["stack_dir"], f"rank{rank}.txt"), "w")
+            faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=False)
+        except OSError:  # no temp folder: the timeout message just says less
+            pass
     try:
         import torch
         import torch.distributed as dist

@@ -205,3 +205,12 @@ def test_failed_host_is_a_value_error_and_leaves_no_temp_folder(private_tmp):
     with pytest.warns(UserWarning, match="no authentication"), pytest.raises(ValueError, match="host='10.255.255.1'"):
         cl.Cluster(world_size=1, host="10.255.255.1")  # an address of no interface here: nothing can listen
     assert temp_folders(private_tmp) == []
+
+
+def test_a_zygote_that_cannot_start_is_reported_at_once(monkeypatch, private_tmp):
+    monkeypatch.setattr(_launcher, "command", lambda *args: [sys.executable, "-c", "raise SystemExit(3)"])
+    t0 = time.monotonic()
+    with pytest.raises(cl.ClusterTimeout, match=r"zygote\) ended \(3\)"):
+        cl.Cluster(world_size=2, start_timeout=60)
+    assert time.monotonic() - t0 < 10, "not after start_timeout"
+    assert temp_folders(private_tmp) == []

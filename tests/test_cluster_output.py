@@ -38,6 +38,9 @@ def test_rank_stdout_is_a_real_text_stream(cluster4, capsys):
             assert f"[rank {r}] {line}\n" in out
         assert f"[rank {r}] to stderr\n" in err
     assert out.index("[rank 0] writelines b") < out.index("[rank 0] via fileno é")
+    cluster4.run(lambda: sys.stdout.close())  # a task may close it; the next task gets it back
+    assert cluster4.run(lambda: (print("after close"), sys.stdout.closed)[1]) == [False] * 4
+    assert "[rank 3] after close\n" in capsys.readouterr().out
 
 
 def print_from_a_thread_later(go: str, done: str):
