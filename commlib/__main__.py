@@ -2,20 +2,77 @@
 
     python -m commlib bench --op all_reduce --algorithm ring --world-size 4 --min-bytes 1K --max-bytes 64M
     torchrun --nproc-per-node=8 -m commlib bench --op all_reduce --algorithm builtin   # no --world-size
+    python -m commlib learner-copies OUT_DIR [NOTEBOOK ...]
+
+A bad argument ends it with exit code 2 and one line naming the argument, before anything starts
+(under torchrun, printed by rank 0 only).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
+
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _fail(message: str):
+    """Exit 2 with one line on stderr; under torchrun every rank exits, rank 0 alone says why."""
+    if os.environ.get("RANK", "0") == "0":
+        print(f"python -m commlib: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's own errors too: one line, no usage block
+        _fail(message)
+
+
+def size(text: str) -> int:
+    from commlib import bench
+
+    return bench.parse_size(text)
+
+
+def _bench_problem(args) -> str | None:
+    """What is wrong with the bench arguments (one line naming the argument), or None."""
+    from commlib import bench
+    from commlib.cluster import MAX_TIMEOUT_S, MAX_WORLD_SIZE, resolve_backend
+
+    if (args.op, args.algorithm) not in bench.IMPLEMENTATIONS:
+        return f"--algorithm for {args.op} must be one of {bench.algorithms_for(args.op)}, got {args.algorithm!r}"
+    checks = [("--min-bytes", args.min_bytes >= 1, "at least 1 byte", args.min_bytes),
+              ("--max-bytes", args.max_bytes >= args.min_bytes, f">= --min-bytes ({args.min_bytes})", args.max_bytes),
+              ("--factor", args.factor >= 2, "an int >= 2", args.factor),
+              ("--iters", args.iters >= 1, "an int >= 1", args.iters),
+              ("--warmup", args.warmup >= 0, "an int >= 0", args.warmup),
+              ("--repeats", args.repeats >= 1, "an int >= 1", args.repeats),
+              ("--timeout", math.isfinite(args.timeout) and 0 < args.timeout <= MAX_TIMEOUT_S,
+               f"seconds in (0, {MAX_TIMEOUT_S:.0f}]", args.timeout)]
+    for name, ok, allowed, value in checks:
+        if not ok:
+            return f"{name} must be {allowed}, got {value}"
+    if args.world_size is None:
+        if any(k not in os.environ for k in TORCHRUN_VARS):
+            return ("--world-size is needed outside torchrun (e.g. --world-size 4); "
+                    "or launch with: torchrun --nproc-per-node=N -m commlib bench ...")
+        return None
+    if not 1 <= args.world_size <= MAX_WORLD_SIZE:
+        return f"--world-size must be an int in [1, {MAX_WORLD_SIZE}], got {args.world_size}"
+    try:
+        resolve_backend(args.backend, args.world_size)
+    except ValueError as e:
+        return f"--backend {args.backend}: {e}"
+    return None
 
 
 def _parser() -> argparse.ArgumentParser:
     from commlib import bench
 
-    ap = argparse.ArgumentParser(prog="python -m commlib", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = _Parser(prog="python -m commlib", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
     b = sub.add_parser("bench", help="sweep a collective over message sizes (nccl-tests columns)")
     b.add_argument("--op", default="all_reduce", choices=bench.OPS)
@@ -25,8 +82,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--world-size", type=int, default=None,
                    help="start a local Cluster of this many ranks; omit under torchrun")
     b.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"))
-    b.add_argument("--min-bytes", default="1K", type=bench.parse_size, help="e.g. 512, 1K, 4M (default 1K)")
-    b.add_argument("--max-bytes", default="64M", type=bench.parse_size, help="default 64M")
+    b.add_argument("--min-bytes", default="1K", type=size, help="e.g. 512, 1K, 4M (default 1K)")
+    b.add_argument("--max-bytes", default="64M", type=size, help="default 64M")
     b.add_argument("--factor", default=2, type=int, help="size multiplier between rows (default 2)")
     b.add_argument("--dtype", default="float32", choices=tuple(bench.DTYPES))
     b.add_argument("--iters", default=20, type=int)
@@ -44,19 +101,22 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "learner-copies":
-        from commlib.teaching import learner_copies
+        from commlib.teaching import CopyError, learner_copies
 
-        for path in learner_copies(args.out_dir, args.notebooks or None):
+        try:
+            written = learner_copies(args.out_dir, args.notebooks or None)
+        except CopyError as e:
+            _fail(f"learner-copies: {e}")
+        for path in written:
             print(path)
         return 0
     from commlib import bench
 
     kwargs = dict(op=args.op, algorithm=args.algorithm, min_bytes=args.min_bytes, max_bytes=args.max_bytes,
                   dtype=args.dtype, iters=args.iters, warmup=args.warmup, factor=args.factor, repeats=args.repeats)
-    if (args.op, args.algorithm) not in bench.IMPLEMENTATIONS:
-        print(f"error: --algorithm for {args.op} must be one of {bench.algorithms_for(args.op)}", file=sys.stderr)
-        return 2
-    bench.sizes(args.min_bytes, args.max_bytes, args.factor)  # validate before starting anything
+    problem = _bench_problem(args)  # before starting anything
+    if problem:
+        _fail(problem)
     if args.world_size is not None:
         import commlib as cl
 
@@ -69,7 +129,10 @@ def main(argv: list[str] | None = None) -> int:
 
         from commlib.torchrun import init_from_env
 
-        rank, p = init_from_env(backend=args.backend)
+        try:
+            rank, p = init_from_env(backend=args.backend)
+        except ValueError as e:  # nccl without a GPU for this process
+            _fail(f"--backend {args.backend}: {e}")
         backend = dist.get_backend()
         rows = bench.sweep(**kwargs)
         dist.destroy_process_group()

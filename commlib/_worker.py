@@ -1,10 +1,12 @@
 """The processes behind a `Cluster`: a zygote that imports torch once, and the rank loop.
 
-The notebook kernel starts one zygote (`python -m commlib._worker HOST PORT`, authkey on stdin).
-The zygote imports torch, then creates ranks on request: by fork() on Linux, so a rank (re)starts
-in milliseconds instead of re-importing torch, or as fresh `python -m commlib._worker` processes
-elsewhere. Every process watches its parent and exits when it goes away, so killing the kernel
-(even with SIGKILL) leaves nothing behind.
+The notebook kernel starts one zygote (`python -m commlib._worker HOST PORT TMPDIR`, authkey on
+stdin). The zygote imports torch, then creates ranks on request: by fork() on Linux, so a rank
+(re)starts in milliseconds instead of re-importing torch, or as fresh `python -m commlib._worker`
+processes elsewhere. Each rank leads a session of its own, so whatever it starts (subprocesses,
+forks) is killed with it, as one process group. Every process watches its parent and ends when it
+goes away (a rank takes its group along; the zygote kills every rank's group and removes TMPDIR),
+so killing the kernel, even with SIGKILL, leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -13,23 +15,28 @@ import datetime
 import faulthandler
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
 import traceback
-from multiprocessing.connection import Client, Connection
+from multiprocessing.connection import Client, Connection, wait
 
 import cloudpickle
+
+from commlib._output import RankStreams
 
 WATCH_INTERVAL_S = 0.1
 USE_FORK = sys.platform.startswith("linux") and os.environ.get("COMMLIB_START_METHOD", "fork") == "fork"
 
 
 def send(conn: Connection, msg) -> None:
-    # Plain bytes: Connection.send would use torch's shared-memory reducers for tensors.
-    conn.send_bytes(cloudpickle.dumps(msg))
+    """One protocol message (tuples of str, int, bytes): plain pickle, once. Plain bytes, because
+    Connection.send would use torch's shared-memory reducers for tensors; the user's objects (fn,
+    results) are cloudpickled once, by the caller, into the bytes they travel in."""
+    conn.send_bytes(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def recv(conn: Connection):
@@ -51,33 +58,16 @@ def loopback_interface() -> str:
 
 
 def _exit_when_orphaned(parent_pid: int) -> None:
-    """Exit the process as soon as `parent_pid` is no longer our parent (it died)."""
+    """Once `parent_pid` is no longer our parent (it died), kill our process group: this rank and
+    everything it started (the rank leads its group, see _start_rank)."""
 
     def watch():
         while os.getppid() == parent_pid:
             time.sleep(WATCH_INTERVAL_S)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
         os._exit(70)
 
     threading.Thread(target=watch, name="commlib-orphan-watch", daemon=True).start()
-
-
-class _Forward:
-    """A stand-in for sys.stdout/sys.stderr inside a rank: forwards text to the notebook."""
-
-    def __init__(self, conn: Connection, lock: threading.Lock, stream: str):
-        self.conn, self.lock, self.stream = conn, lock, stream
-
-    def write(self, text: str) -> int:
-        if text:
-            with self.lock:
-                send(self.conn, ("out", self.stream, str(text)))
-        return len(text)
-
-    def flush(self) -> None:
-        pass
-
-    def isatty(self) -> bool:
-        return False
 
 
 def process_group_backend(backend: str) -> str:
@@ -108,16 +98,21 @@ def rank_main(spec: dict, authkey: bytes) -> None:
     conn = Client((spec["host"], spec["port"]), authkey=authkey)
     send(conn, ("rank", spec["generation"], rank, os.getpid()))
     if hasattr(signal, "SIGUSR1"):  # the parent asks for a stack dump before killing a stuck rank
-        stack_file = open(os.path.join(spec["stack_dir"], f"rank{rank}.txt"), "w")
-        faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=False)
+        try:
+            stack_file = open(os.path.join(spec["stack_dir"], f"rank{rank}.txt"), "w")
+            faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=False)
+        except OSError:  # no temp folder: the timeout message just says less
+            pass
     try:
         import torch
         import torch.distributed as dist
 
         torch.set_num_threads(1)  # N ranks share the machine's cores
-        iface = loopback_interface()
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", iface)
-        os.environ.setdefault("NCCL_SOCKET_IFNAME", iface)
+        if spec["loopback"]:  # loopback wins over a preset GLOO/NCCL_SOCKET_IFNAME: only an explicit host moves us
+            iface = loopback_interface()
+            os.environ["GLOO_SOCKET_IFNAME"] = iface
+            os.environ["NCCL_SOCKET_IFNAME"] = iface
+            os.environ.pop("NCCL_COMM_ID", None)  # NCCL's bootstrap root would listen at that address
         store = dist.TCPStore(spec["host"], spec["store_port"], None, False,
                               datetime.timedelta(seconds=spec["start_timeout"]))
         store = dist.PrefixStore(f"generation{spec['generation']}", store)
@@ -132,8 +127,8 @@ def rank_main(spec: dict, authkey: bytes) -> None:
         return
     send(conn, ("ready",))
 
-    lock = threading.Lock()
-    out, err = _Forward(conn, lock, "stdout"), _Forward(conn, lock, "stderr")
+    # From here on, whatever this process prints (threads that outlive a task included) is forwarded.
+    streams = RankStreams(conn, threading.Lock(), send)
     while True:
         try:
             msg = recv(conn)
@@ -143,8 +138,7 @@ def rank_main(spec: dict, authkey: bytes) -> None:
             dist.destroy_process_group()
             return
         _, task, payload = msg
-        saved = sys.stdout, sys.stderr
-        sys.stdout, sys.stderr = out, err
+        streams.install()
         try:
             fn, args, kwargs = pickle.loads(payload)
             result = fn(*args, **kwargs)
@@ -155,11 +149,8 @@ def rank_main(spec: dict, authkey: bytes) -> None:
             except Exception as e:
                 raise TypeError(f"the value returned by the function cannot be pickled: {e!r}") from e
         except BaseException as e:
-            reply = cloudpickle.dumps(("err", task, user_traceback(e)))
-        finally:
-            sys.stdout, sys.stderr = saved
-        with lock:
-            conn.send_bytes(reply)
+            reply = pickle.dumps(("err", task, user_traceback(e)), protocol=pickle.HIGHEST_PROTOCOL)
+        streams.send_after_output(reply)
 
 
 def user_traceback(exc: BaseException) -> str:
@@ -170,14 +161,19 @@ def user_traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
-def _start_rank(spec: dict, authkey: bytes, zygote_conn: Connection) -> int:
+def _start_rank(spec: dict, authkey: bytes, zygote_conn: Connection, wakeup: tuple[int, int]) -> int:
+    """Start one rank as the leader of a new session (so of its own process group) -> its pid."""
     if USE_FORK:
         pid = os.fork()
         if pid == 0:  # the rank
             code = 0
             try:
+                os.setsid()
                 zygote_conn.close()
+                signal.set_wakeup_fd(-1)
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                for fd in wakeup:
+                    os.close(fd)
                 rank_main(dict(spec, watch_pid=os.getppid()), authkey)
             except BaseException:
                 traceback.print_exc()
@@ -185,57 +181,95 @@ def _start_rank(spec: dict, authkey: bytes, zygote_conn: Connection) -> int:
             finally:
                 os._exit(code)
         return pid
-    proc = subprocess.Popen(command("rank"), stdin=subprocess.PIPE)
+    proc = subprocess.Popen(command("rank"), stdin=subprocess.PIPE, start_new_session=True)
     proc.stdin.write(authkey.hex().encode() + b"\n" + cloudpickle.dumps(dict(spec, watch_pid=os.getpid())))
     proc.stdin.close()
     return proc.pid
 
 
-def zygote_main(host: str, port: int, authkey: bytes) -> None:
-    """Import torch once, then start ranks on request and report how they exit."""
+def zygote_main(host: str, port: int, authkey: bytes, tmpdir: str | None = None) -> None:
+    """Import torch once, then start ranks on request, kill them when told, report how they exit.
+    Sleeps in one wait() on the parent's connection and a SIGCHLD wake-up pipe: exits are reported
+    as they happen, and the parent's death is noticed within WATCH_INTERVAL_S."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.getppid()
     import torch  # noqa: F401  (the point of the zygote: ranks inherit the imported module)
     import torch.distributed  # noqa: F401
 
+    wake_r, wake_w = os.pipe()
+    for fd in (wake_r, wake_w):
+        os.set_blocking(fd, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # a handler, so SIGCHLD writes to wake_w
     conn = Client((host, port), authkey=authkey)
     send(conn, ("zygote", os.getpid()))
     children: set[int] = set()
+    parent_gone = True
     try:
         while os.getppid() == parent:
             for pid in list(children):
-                code = _poll_child(pid)
+                code = _reap(pid)
                 if code is not None:
                     children.discard(pid)
                     send(conn, ("exit", pid, code))
-            if not conn.poll(WATCH_INTERVAL_S):
+            ready = wait([conn, wake_r], timeout=WATCH_INTERVAL_S)
+            if wake_r in ready:
+                while True:
+                    try:
+                        if not os.read(wake_r, 512):
+                            break
+                    except BlockingIOError:
+                        break
+            if conn not in ready:
                 continue
             msg = recv(conn)
             if msg[0] == "start":
                 for spec in msg[1]:
-                    children.add(_start_rank(spec, authkey, conn))
+                    children.add(_start_rank(spec, authkey, conn, (wake_r, wake_w)))
+            elif msg[0] == "kill":
+                for pid in children:
+                    _kill_group(pid)
             elif msg[0] == "close":
+                parent_gone = False
                 break
     except (EOFError, OSError):
         pass  # the parent is gone
     finally:
         for pid in children:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _kill_group(pid)
         for pid in children:
-            _poll_child(pid, block=True)
+            _reap(pid, block=True)
+        if parent_gone and tmpdir:  # nobody else will remove it now
+            shutil.rmtree(tmpdir, ignore_errors=True)
 
 
-def _poll_child(pid: int, block: bool = False):
-    """Exit code of a child (negative: killed by that signal), or None while it runs."""
+def _kill_group(pid: int) -> None:
+    """SIGKILL a rank and everything it started. Only for a child not yet reaped: until then its pid
+    (and so the group id) cannot belong to anyone else."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _reap(pid: int, block: bool = False):
+    """Exit code of a child (negative: killed by that signal), or None while it runs. A rank that ended
+    by itself may leave processes it started: its group is killed before the rank is reaped."""
+    if hasattr(os, "waitid"):
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | (0 if block else os.WNOHANG)) is None:
+                return None
+        except ChildProcessError:
+            return -1
+        _kill_group(pid)
     try:
         done, status = os.waitpid(pid, 0 if block else os.WNOHANG)
     except ChildProcessError:
         return -1
     if done == 0:
         return None
+    if not hasattr(os, "waitid"):
+        _kill_group(pid)  # reaped first here: a small window in which the pid could be reused
     return os.waitstatus_to_exitcode(status)
 
 
@@ -249,7 +283,8 @@ def main(argv: list[str]) -> None:
         authkey = bytes.fromhex(sys.stdin.buffer.readline().decode().strip())
         rank_main(pickle.loads(sys.stdin.buffer.read()), authkey)
         return
-    host, port = argv[1], int(argv[2])
+    host, port, tmpdir = argv[1], int(argv[2]), (argv[3] if len(argv) > 3 else None)
     authkey = bytes.fromhex(sys.stdin.readline().strip())
-    zygote_main(host, port, authkey)
+    zygote_main(host, port, authkey, tmpdir)
+    os._exit(0)  # the ranks are dead and reaped; skip tearing torch down, so close() returns sooner
 

@@ -9,38 +9,40 @@ What ranks print is shown labelled '[rank r]': grouped in rank order when run() 
 Ranks start once (a zygote imports torch, then forks them) and stay up between run() calls.
 A rank that raises -> RankError; no answer in `timeout` seconds -> ClusterTimeout; either way the
 ranks are killed and restarted, so the next run() works. Everything listens on 127.0.0.1 only,
-on ports the OS picks.
+on ports the OS picks, unless `host` says otherwise (with a warning).
+The processes, the listener and the temp folder live in _launcher.py; rank output in _output.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
+import ipaddress
 import math
 import os
-import queue
-import secrets
-import shutil
+import pickle
 import signal
 import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
+import warnings
 import weakref
-from multiprocessing.connection import Listener, wait
+from multiprocessing.connection import wait
 from numbers import Real
 
 import cloudpickle
 
-from commlib._worker import command, recv, send
+from commlib._launcher import Launcher
+from commlib._output import RankOutput
 
 BACKENDS = ("auto", "gloo", "nccl")
 OUTPUT_MODES = ("ordered", "live")
 MAX_WORLD_SIZE = 64
+MAX_TIMEOUT_S = 1e6     # ~11.6 days; poll() overflows past ~24.8 days and torch's store clocks before that
 _ERROR_GRACE_S = 0.25   # after one rank fails, how long to collect the others' errors
 _WAIT_SLICE_S = 0.25    # wake at least this often, so a pending Ctrl-C is handled promptly
+_EXIT_REPORT_S = 1.0    # how long to wait for the zygote's report of how a dead rank ended
+_STILL_PRINTING_S = 1.0  # output this recent at a timeout: forwarding it may be what took the time
 _PG_TIMEOUT_MARGIN_S = 30.0  # torch's own collective timeout stays behind ours: we report first
 
 
@@ -62,10 +64,11 @@ class ClusterTimeout(TimeoutError):
 
 
 class RankDied(RankError, ClusterTimeout):
-    """A rank process ended (killed, crashed) instead of answering: both a RankError and a ClusterTimeout."""
+    """A rank process ended (killed, crashed) instead of answering: both a RankError and a ClusterTimeout.
+    It left no Python traceback; remote_traceback holds one line saying how it ended."""
 
     def __init__(self, rank: int, message: str):
-        RankError.__init__(self, rank, message)
+        RankError.__init__(self, rank, message, f"RankDied: {message}")
         self.ranks = [rank]
 
 
@@ -89,9 +92,27 @@ def resolve_backend(backend: str, world_size: int) -> str:
 def _check_seconds(name: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, Real):
         raise TypeError(f"{name} must be a number of seconds (int or float), got {type(value).__name__}")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    if not (math.isfinite(value) and 0 < value <= MAX_TIMEOUT_S):
+        raise ValueError(f"{name} must be a number of seconds in (0, {MAX_TIMEOUT_S:.0f}], got {value!r}")
     return float(value)
+
+
+def check_host(host) -> bool:
+    """-> True for a loopback host. Bad values: TypeError/ValueError naming `host`. Any other host
+    (0.0.0.0, a LAN address) is the user's explicit choice: allowed, with a warning about the exposure."""
+    if not isinstance(host, str) or not host:
+        raise TypeError(f"host must be an address string such as '127.0.0.1', got {host!r}")
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)}
+    except (OSError, UnicodeError, ValueError) as e:
+        raise ValueError(f"host must be an IPv4 address or a name of this machine, such as '127.0.0.1' "
+                         f"(the default), got {host!r} ({e})") from None
+    if all(ipaddress.ip_address(a).is_loopback for a in addresses):
+        return True
+    warnings.warn(f"Cluster(host={host!r}) listens on {', '.join(sorted(addresses))}, not only on this machine's "
+                  f"loopback: anyone who can reach it can connect to the rendezvous store, which has no "
+                  f"authentication. Leave host='127.0.0.1' unless you mean it.", UserWarning, stacklevel=3)
+    return False
 
 
 def _describe_exit(code: int | None) -> str:
@@ -106,7 +127,12 @@ def _describe_exit(code: int | None) -> str:
 
 
 class Cluster:
-    """N local ranks (torch.distributed over Gloo, or NCCL with one GPU each) kept alive for run()."""
+    """N local ranks (torch.distributed over Gloo, or NCCL with one GPU each) kept alive for run().
+
+    One function at a time: run() or restart() called from a second thread while another thread's
+    run() is in progress raises RuntimeError at once (it does not queue behind it). close() works
+    from any thread; the run() in progress then ends with RankDied.
+    """
 
     def __init__(self, world_size: int = 4, backend: str = "auto", timeout: float = 60.0,
                  start_timeout: float = 120.0, host: str = "127.0.0.1", output: str = "ordered"):
@@ -117,19 +143,21 @@ class Cluster:
         self.timeout = timeout
         self.start_timeout = _check_seconds("start_timeout", start_timeout)
         self.output = output
-        if not isinstance(host, str) or not host:
-            raise TypeError(f"host must be an address string such as '127.0.0.1', got {host!r}")
+        self._loopback = check_host(host)
         self.world_size = world_size
         self.backend = resolve_backend(backend, world_size)
         self.host = host
         self._closed = False
+        self._busy = threading.Lock()
         self._generation = 0
         self._task = 0
         self._ranks: list | None = None     # per rank: (conn, pid) of the current generation
-        self._exit_codes: dict[int, int] = {}
-        self._state = _State(host)
-        self._finalizer = weakref.finalize(self, self._state.shutdown)
+        self._state: Launcher | None = None
+        self._finalizer = None
         try:
+            with _interrupts_held():  # once the launcher exists, its finalizer must exist too
+                self._state = Launcher(host)
+                self._finalizer = weakref.finalize(self, self._state.shutdown)
             self._start_ranks()
         except BaseException:
             self.close()
@@ -166,37 +194,47 @@ class Cluster:
             payload = cloudpickle.dumps((fn, args, kwargs))
         except Exception as e:
             raise TypeError(f"cannot send fn and its arguments to the ranks (pickling failed): {e!r}") from e
-        if self._ranks is None:
-            self._start_ranks()
-        self._task += 1
-        try:
-            for rank, (conn, _) in enumerate(self._ranks):
-                try:
-                    send(conn, ("run", self._task, payload))
-                except OSError:
-                    pass  # a dead rank shows up as EOF in _collect
-            return self._collect(self._task, getattr(fn, "__name__", "fn"))
-        except BaseException:  # RankError, ClusterTimeout, KeyboardInterrupt: start over next time
-            self._kill_ranks()
-            raise
+        with self._one_at_a_time("run"):
+            if self._ranks is None:
+                self._start_ranks()
+            self._task += 1
+            ranks = self._ranks
+            try:
+                message = pickle.dumps(("run", self._task, payload), protocol=pickle.HIGHEST_PROTOCOL)
+                for conn, _ in ranks:
+                    try:
+                        conn.send_bytes(message)
+                    except OSError:
+                        pass  # a dead rank shows up as EOF in _collect
+                return self._collect(ranks, self._task, getattr(fn, "__name__", "fn"))
+            except BaseException:  # RankError, ClusterTimeout, KeyboardInterrupt: start over next time
+                self._kill_ranks()
+                raise
 
     def restart(self) -> None:
         """Kill every rank and start a fresh set (a new default process group)."""
-        self._kill_ranks()
-        self._start_ranks()
+        if self._closed:
+            raise RuntimeError("this Cluster is closed; create a new one")
+        with self._one_at_a_time("restart"):
+            self._kill_ranks()
+            self._start_ranks()
 
     @property
     def pids(self) -> list[int]:
         """Process id of each rank (empty while the ranks are being restarted)."""
-        return [pid for _, pid in self._ranks] if self._ranks else []
+        ranks = self._ranks
+        return [pid for _, pid in ranks] if ranks else []
 
     def close(self) -> None:
-        """Stop every rank and the zygote. Safe to call twice."""
+        """Stop every rank, what they started, and the zygote; remove the temp folder. Safe to call twice.
+        A Ctrl-C meanwhile waits until this is done (about a second at most)."""
         if self._closed:
             return
         self._closed = True
-        self._kill_ranks()
-        self._finalizer()
+        with _interrupts_held():
+            self._kill_ranks()
+            if self._finalizer is not None:
+                self._finalizer()
 
     def __enter__(self) -> "Cluster":
         return self
@@ -209,36 +247,45 @@ class Cluster:
         return f"Cluster(world_size={self.world_size}, backend={self.backend!r}, timeout={self.timeout}, {state})"
 
     # ---------------------------------------------------------------------------------- private
+    @contextlib.contextmanager
+    def _one_at_a_time(self, what: str):
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError(f"Cluster.{what}() called while another thread's run() is in progress: "
+                               f"a Cluster runs one function at a time (wait for it, or use a second Cluster)")
+        try:
+            yield
+        finally:
+            self._busy.release()
+
     def _start_ranks(self) -> None:
-        st = self._state
-        st.ensure_zygote(self.start_timeout)
+        launcher = self._state
+        launcher.ensure_zygote(self.start_timeout)
         self._generation += 1
         specs = [dict(rank=r, world_size=self.world_size, backend=self.backend, host=self.host,
-                      port=st.port, store_port=st.store_port, generation=self._generation,
-                      start_timeout=self.start_timeout, pg_timeout=self.timeout + _PG_TIMEOUT_MARGIN_S,
-                      stack_dir=st.tmpdir, sys_path=list(sys.path))
+                      loopback=self._loopback, port=launcher.port, store_port=launcher.store_port,
+                      generation=self._generation, start_timeout=self.start_timeout,
+                      pg_timeout=self.timeout + _PG_TIMEOUT_MARGIN_S, stack_dir=launcher.tmpdir,
+                      sys_path=list(sys.path))
                  for r in range(self.world_size)]
-        send(st.zygote_conn, ("start", specs))
+        launcher.start(specs)
         deadline = time.monotonic() + self.start_timeout
         ranks: list = [None] * self.world_size
         try:
             while any(x is None for x in ranks):
-                hello, conn = st.next_connection(deadline, f"{self.world_size} ranks to start")
+                hello, conn = launcher.next_connection(deadline, f"{self.world_size} ranks to start")
                 if hello[0] == "rank" and hello[1] == self._generation:
                     ranks[hello[2]] = (conn, hello[3])
                 else:
                     conn.close()  # a straggler from a generation we already gave up on
             self._ranks = ranks
             for rank, (conn, pid) in enumerate(ranks):
-                remaining = deadline - time.monotonic()
-                if not conn.poll(max(remaining, 0)):
+                if not conn.poll(max(deadline - time.monotonic(), 0)):
                     raise ClusterTimeout(f"rank {rank} did not initialise torch.distributed within "
                                          f"start_timeout={self.start_timeout} s", [rank])
                 try:
-                    msg = recv(conn)
+                    msg = pickle.loads(conn.recv_bytes())
                 except (EOFError, OSError):
-                    raise RankDied(rank, f"rank {rank} (pid {pid}) died while starting: "
-                                   f"{_describe_exit(self._wait_exit_code(pid))}") from None
+                    raise self._died(rank, pid, "while starting", deadline) from None
                 if msg[0] == "err":
                     raise RankError(rank, f"rank {rank} failed to start:\n{msg[2]}", msg[2])
         except BaseException:
@@ -246,11 +293,11 @@ class Cluster:
             self._kill_ranks()
             raise
 
-    def _collect(self, task: int, name: str) -> list:
-        conns = {conn: rank for rank, (conn, _) in enumerate(self._ranks)}
+    def _collect(self, ranks: list, task: int, name: str) -> list:
+        conns = {conn: rank for rank, (conn, _) in enumerate(ranks)}
         results: dict[int, object] = {}
         errors: dict[int, RankError] = {}
-        lines = _RankOutput(live=self.output == "live")
+        lines = RankOutput(live=self.output == "live")
         deadline = time.monotonic() + self.timeout
         first_error_at = None
         try:
@@ -263,21 +310,26 @@ class Cluster:
                 for conn in wait(pending, timeout=min(limit - now, _WAIT_SLICE_S)):
                     rank = conns[conn]
                     try:
-                        msg = recv(conn)
+                        data = conn.recv_bytes()
                     except (EOFError, OSError):
-                        pid = self._ranks[rank][1]
-                        errors[rank] = RankDied(rank, f"rank {rank} (pid {pid}) died while running "
-                                                f"{name}(): {_describe_exit(self._wait_exit_code(pid))}")
+                        errors[rank] = self._died(rank, ranks[rank][1], f"while running {name}()", deadline)
                     else:
-                        if msg[0] == "out":
-                            lines.write(rank, msg[1], msg[2])
-                            continue
-                        if msg[1] != task:
-                            continue
-                        if msg[0] == "ok":
-                            results[rank] = msg[2]
+                        try:
+                            msg = pickle.loads(data)
+                        except Exception as e:  # e.g. a class only the rank could import, a __reduce__ that fails here
+                            why = f"{type(e).__name__}: {e}"
+                            errors[rank] = RankError(rank, f"rank {rank} returned a value from {name}() that cannot "
+                                                     f"be unpickled in this process: {why}", why)
                         else:
-                            errors[rank] = RankError(rank, f"rank {rank} raised in {name}():\n{msg[2]}", msg[2])
+                            if msg[0] == "out":
+                                lines.write(rank, msg[1], msg[2])
+                                continue
+                            if msg[1] != task:
+                                continue
+                            if msg[0] == "ok":
+                                results[rank] = msg[2]
+                            else:
+                                errors[rank] = RankError(rank, f"rank {rank} raised in {name}():\n{msg[2]}", msg[2])
                     if rank in errors and first_error_at is None:
                         first_error_at = time.monotonic()
         finally:
@@ -292,14 +344,28 @@ class Cluster:
             raise err
         if len(results) < self.world_size:
             stuck = [r for r in range(self.world_size) if r not in results]
-            raise ClusterTimeout(self._timeout_message(name, stuck), stuck)
+            now = time.monotonic()
+            printing = [r for r in stuck if now - lines.last_at.get(r, -math.inf) < _STILL_PRINTING_S
+                        or ranks[r][0].poll(0)]
+            raise ClusterTimeout(self._timeout_message(ranks, name, stuck, printing), stuck)
         return [results[r] for r in range(self.world_size)]
 
-    def _timeout_message(self, name: str, stuck: list[int]) -> str:
+    def _died(self, rank: int, pid: int, when: str, deadline: float) -> RankDied:
+        code = self._state.exit_code(pid, max(0.0, min(_EXIT_REPORT_S, deadline - time.monotonic())))
+        how = _describe_exit(code)
+        if code is None and not self._state.zygote_alive():
+            how += " (the rank launcher, the zygote, died: the next run() starts a new one)"
+        return RankDied(rank, f"rank {rank} (pid {pid}) died {when}: {how}")
+
+    def _timeout_message(self, ranks: list, name: str, stuck: list[int], printing: list[int]) -> str:
         """Say which ranks hung and where: each stuck rank dumps its Python stack before it is killed."""
-        msg = (f"{name}() got no answer from rank(s) {stuck} within timeout={self.timeout} s "
-               f"(a collective some rank never joined? a send without a matching recv?). "
-               f"The ranks are restarted on the next run().")
+        msg = f"{name}() got no answer from rank(s) {stuck} within timeout={self.timeout} s "
+        if printing:
+            msg += (f"while rank(s) {printing} were still printing: forwarding their output took the time "
+                    f"(print less, or raise the timeout).")
+        else:
+            msg += "(a collective some rank never joined? a send without a matching recv?)."
+        msg += " The ranks are restarted on the next run()."
         if not hasattr(signal, "SIGUSR1"):
             return msg
         paths = {}
@@ -307,7 +373,7 @@ class Cluster:
             path = os.path.join(self._state.tmpdir, f"rank{rank}.txt")
             paths[rank] = (path, os.path.getsize(path) if os.path.exists(path) else 0)
             try:
-                os.kill(self._ranks[rank][1], signal.SIGUSR1)
+                os.kill(ranks[rank][1], signal.SIGUSR1)
             except ProcessLookupError:
                 pass
         time.sleep(0.2)
@@ -321,28 +387,25 @@ class Cluster:
             if stack:
                 frames = [ln.strip() for ln in stack.splitlines()
                           if ln.strip().startswith("File") and "commlib/_worker.py" not in ln
-                          and '"<string>"' not in ln]
+                          and "commlib/_output.py" not in ln and '"<string>"' not in ln]
                 msg += f"\n  rank {rank} was waiting in (innermost first):\n    " + "\n    ".join(frames[:6])
         return msg
 
-    def _wait_exit_code(self, pid: int, wait_s: float = 1.0) -> int | None:
-        deadline = time.monotonic() + wait_s
-        while pid not in self._exit_codes and time.monotonic() < deadline:
-            self._state.poll_zygote(self._exit_codes, 0.05)
-        return self._exit_codes.get(pid)
-
     def _kill_ranks(self) -> None:
-        if not self._ranks:
-            self._ranks = None
-            return
+        """SIGKILL every rank's process group (the rank and all it started), and have the zygote do the
+        same for any rank we never heard from (a start cut short)."""
         with _interrupts_held():  # a second Ctrl-C must not leave some ranks alive and forgotten
-            for conn, pid in self._ranks:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            ranks, self._ranks = self._ranks, None
+            if ranks is None:  # none running (an empty list: a start was cut short, the zygote may have some)
+                return
+            for conn, pid in ranks:
+                if self._state.exit_code(pid, 0) is None:  # not reaped yet, so the group id is still its
+                    try:
+                        os.killpg(pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
                 conn.close()
-            self._ranks = None
+            self._state.kill_all()
 
 
 @contextlib.contextmanager
@@ -364,133 +427,3 @@ def _interrupts_held():
                 previous(signal.SIGINT, held[0])  # Python's default handler raises KeyboardInterrupt here
             elif previous == signal.SIG_DFL:
                 os.kill(os.getpid(), signal.SIGINT)
-
-
-class _RankOutput:
-    """Print what ranks print, whole lines labelled '[rank r]': as they come (live) or by rank at flush."""
-
-    def __init__(self, live: bool):
-        self.live = live
-        self.partial: dict[tuple[int, str], str] = {}
-        self.held: dict[tuple[int, str], list[str]] = {}
-
-    def write(self, rank: int, stream: str, text: str) -> None:
-        *full, rest = (self.partial.get((rank, stream), "") + text).split("\n")
-        self.partial[(rank, stream)] = rest
-        for line in full:
-            self._emit(rank, stream, line)
-
-    def _emit(self, rank: int, stream: str, line: str) -> None:
-        if self.live:
-            print(f"[rank {rank}] {line}", file=sys.stdout if stream == "stdout" else sys.stderr)
-        else:
-            self.held.setdefault((rank, stream), []).append(line)
-
-    def flush(self) -> None:
-        for (rank, stream), rest in self.partial.items():
-            if rest:
-                self._emit(rank, stream, rest)
-        self.partial.clear()
-        for rank, stream in sorted(self.held):
-            out = sys.stdout if stream == "stdout" else sys.stderr
-            print("".join(f"[rank {rank}] {line}\n" for line in self.held[rank, stream]), end="", file=out)
-        self.held.clear()
-
-
-class _State:
-    """What outlives rank restarts: the listener, the rendezvous store, the zygote, a temp dir.
-
-    Kept apart from Cluster so weakref.finalize can shut it down when the Cluster is collected
-    or the interpreter exits.
-    """
-
-    def __init__(self, host: str):
-        import torch.distributed as dist
-
-        self.authkey = secrets.token_bytes(32)
-        self.tmpdir = tempfile.mkdtemp(prefix="commlib-")
-        self.listener = Listener((host, 0), authkey=self.authkey)
-        self.port = self.listener.address[1]
-        self.incoming: queue.Queue = queue.Queue()
-        threading.Thread(target=self._accept, name="commlib-accept", daemon=True).start()
-        # The rendezvous store of torch.distributed, on a socket we bound ourselves: host only.
-        self.store_socket = socket.create_server((host, 0))
-        self.store_port = self.store_socket.getsockname()[1]
-        self.store = dist.TCPStore(host, self.store_port, None, True, datetime.timedelta(seconds=300),
-                                   wait_for_workers=False, master_listen_fd=self.store_socket.fileno())
-        self.zygote: subprocess.Popen | None = None
-        self.zygote_conn = None
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn = self.listener.accept()
-            except OSError:  # listener closed
-                return
-            except Exception:  # a peer that failed authentication
-                continue
-            self.incoming.put(conn)
-
-    def next_connection(self, deadline: float, what: str):
-        """The next authenticated connection and its hello message, or ClusterTimeout at deadline."""
-        while True:
-            try:
-                conn = self.incoming.get(timeout=max(deadline - time.monotonic(), 0.001))
-            except queue.Empty:
-                raise ClusterTimeout(f"timed out waiting for {what}", []) from None
-            if conn.poll(max(deadline - time.monotonic(), 0.001)):
-                try:
-                    return recv(conn), conn
-                except (EOFError, OSError):
-                    pass
-            conn.close()
-
-    def ensure_zygote(self, start_timeout: float) -> None:
-        if self.zygote is not None and self.zygote.poll() is None:
-            return
-        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-        pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env["PYTHONPATH"] = os.pathsep.join([pkg_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        self.zygote = subprocess.Popen(command(self.listener.address[0], str(self.port)),
-                                       stdin=subprocess.PIPE, env=env)
-        self.zygote.stdin.write(self.authkey.hex().encode() + b"\n")
-        self.zygote.stdin.close()
-        deadline = time.monotonic() + start_timeout
-        while True:
-            hello, conn = self.next_connection(deadline, "the rank launcher (zygote) to start")
-            if hello[0] == "zygote" and hello[1] == self.zygote.pid:
-                self.zygote_conn = conn
-                return
-            conn.close()
-
-    def poll_zygote(self, exit_codes: dict, timeout: float) -> None:
-        """Read the zygote's reports of rank exits into exit_codes (pid -> code)."""
-        conn = self.zygote_conn
-        try:
-            while conn is not None and conn.poll(timeout):
-                msg = recv(conn)
-                if msg[0] == "exit":
-                    exit_codes[msg[1]] = msg[2]
-                timeout = 0
-        except (EOFError, OSError):
-            self.zygote_conn = None
-
-    def shutdown(self) -> None:
-        if self.zygote is not None:
-            try:
-                send(self.zygote_conn, ("close",))
-            except (OSError, AttributeError, ValueError):
-                pass
-            try:
-                self.zygote.wait(5)
-            except subprocess.TimeoutExpired:
-                self.zygote.kill()
-                self.zygote.wait(5)
-            self.zygote = None
-        if self.zygote_conn is not None:
-            self.zygote_conn.close()
-            self.zygote_conn = None
-        self.listener.close()
-        self.store_socket.close()
-        self.store = None
-        shutil.rmtree(self.tmpdir, ignore_errors=True)

@@ -119,3 +119,61 @@ def test_run_sweep_with_repeats(cluster4):
     assert [r["nbytes"] for r in rows] == [1024, 2048] and all(r["wrong"] == 0 for r in rows)
     with pytest.raises(ValueError, match="repeats"):
         bench.run_sweep(cluster4, repeats=0)
+
+
+def bench_cli_in_process(monkeypatch, *args, env=None) -> tuple[int, str, str]:
+    """main(["bench", ...]) here, outside torchrun unless env says otherwise; starting a Cluster is a failure."""
+    import contextlib
+    import io
+
+    import commlib as cl
+    from commlib.__main__ import TORCHRUN_VARS, main
+
+    for k in TORCHRUN_VARS + ("LOCAL_RANK",):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in (env or {}).items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(cl, "Cluster", lambda *a, **k: pytest.fail("a Cluster was started"))
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(["bench", *args])
+        except SystemExit as e:
+            code = e.code
+    return code, out.getvalue(), err.getvalue()
+
+
+OUT_OF_RANGE = [  # (arguments after `bench`, the argument the error must name)
+    (["--world-size", "2", "--min-bytes", "0"], "--min-bytes"),
+    (["--world-size", "2", "--min-bytes", "4K", "--max-bytes", "1K"], "--max-bytes"),
+    (["--world-size", "2", "--min-bytes", "lots"], "--min-bytes"),
+    (["--world-size", "2", "--factor", "1"], "--factor"),
+    (["--world-size", "0"], "--world-size"),
+    (["--world-size", "65"], "--world-size"),
+    (["--world-size", "2", "--iters", "0"], "--iters"),
+    (["--world-size", "2", "--warmup", "-1"], "--warmup"),
+    (["--world-size", "2", "--repeats", "0"], "--repeats"),
+    (["--world-size", "2", "--timeout", "0"], "--timeout"),
+    (["--world-size", "2", "--timeout", "nan"], "--timeout"),
+    (["--world-size", "2", "--timeout", "1e10"], "--timeout"),
+    ([], "--world-size"),  # missing, outside torchrun
+    (["--world-size", "2", "--backend", "nccl"], "--backend"),
+]
+
+
+@pytest.mark.parametrize("args, name", OUT_OF_RANGE, ids=[" ".join(a) or "no-world-size" for a, _ in OUT_OF_RANGE])
+def test_cli_out_of_range_values_exit_2_with_one_line_naming_the_argument(monkeypatch, args, name):
+    import torch
+
+    if "nccl" in args and torch.cuda.device_count() >= 2:
+        pytest.skip("this machine has GPUs: nccl is valid")
+    code, out, err = bench_cli_in_process(monkeypatch, *args)
+    assert code == 2 and out == "", (code, out, err)
+    assert len(err.splitlines()) == 1 and name in err and "Traceback" not in err, err
+
+
+def test_cli_errors_under_torchrun_are_printed_by_rank_0_only(monkeypatch):
+    env = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    for rank, lines in (("0", 1), ("1", 0)):
+        code, out, err = bench_cli_in_process(monkeypatch, "--factor", "1", env=dict(env, RANK=rank))
+        assert code == 2 and out == "" and len(err.splitlines()) == lines, (rank, err)

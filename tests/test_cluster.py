@@ -2,11 +2,13 @@
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+import warnings
 
 import cloudpickle
 import psutil
@@ -217,7 +219,7 @@ def test_keyboard_interrupt_kills_ranks_and_the_cluster_recovers(cluster4):
 def test_a_second_interrupt_while_ranks_are_killed_waits_until_all_are_dead(cluster4, monkeypatch):
     saved = signal.signal(signal.SIGINT, signal.default_int_handler)
     old = cluster4.pids
-    real_kill, calls = os.kill, []
+    real_kill, calls = os.killpg, []
 
     def kill_then_interrupt(pid, sig):  # Ctrl-C arrives right after the first rank was killed
         real_kill(pid, sig)
@@ -225,7 +227,7 @@ def test_a_second_interrupt_while_ranks_are_killed_waits_until_all_are_dead(clus
         if len(calls) == 1:
             signal.raise_signal(signal.SIGINT)
 
-    monkeypatch.setattr("commlib.cluster.os.kill", kill_then_interrupt)
+    monkeypatch.setattr("commlib.cluster.os.killpg", kill_then_interrupt)
     try:
         with pytest.raises(KeyboardInterrupt):
             cluster4._kill_ranks()
@@ -325,7 +327,13 @@ def test_ranks_started_without_fork(monkeypatch):
     (dict(timeout=float("nan")), ValueError, "timeout"),
     (dict(timeout="5"), TypeError, "timeout"),
     (dict(start_timeout=0), ValueError, "start_timeout"),
+    (dict(timeout=1e10), ValueError, "timeout"),           # past what poll() and torch's store can wait
+    (dict(start_timeout=1e7), ValueError, "start_timeout"),
     (dict(output="quiet"), ValueError, "output"),
+    (dict(host=""), TypeError, "host"),
+    (dict(host=5), TypeError, "host"),
+    (dict(host="256.1.1.1"), ValueError, "host"),
+    (dict(host="no such host"), ValueError, "host"),
 ])
 def test_invalid_arguments_are_rejected_before_anything_starts(kwargs, exc, words):
     with pytest.raises(exc, match=None) as info:
@@ -347,3 +355,100 @@ def test_nccl_groups_keep_gloo_for_cpu_tensors():
     assert process_group_backend("gloo") == "gloo"
 
 
+
+
+def only_in_this_rank():
+    """An object whose class lives in a module only this rank has imported."""
+    import types
+
+    module = types.ModuleType("commlib_test_module_only_in_the_rank")
+    module.__file__ = "/nowhere/commlib_test_module_only_in_the_rank.py"  # importable-looking: pickled by reference
+    exec("class Thing:\n    pass\n", module.__dict__)
+    sys.modules[module.__name__] = module
+    return module.Thing()
+
+
+def _refuse_to_load():
+    raise RuntimeError("this object cannot be rebuilt here")
+
+
+class LoadsBadly:
+    def __reduce__(self):
+        return (_refuse_to_load, ())
+
+
+class DumpsBadly:
+    def __reduce__(self):
+        raise RuntimeError("no pickling for you")
+
+
+@pytest.mark.parametrize("fn, words", [
+    (only_in_this_rank, "No module named 'commlib_test_module_only_in_the_rank'"),
+    (lambda: LoadsBadly() if dist.get_rank() == 1 else 0, "cannot be rebuilt here"),
+    (lambda: DumpsBadly() if dist.get_rank() == 1 else 0, "no pickling for you"),
+], ids=["class-only-the-rank-imported", "reduce-fails-on-load", "reduce-raises"])
+def test_results_the_parent_cannot_unpickle_are_rank_errors_naming_the_rank(cluster4, fn, words):
+    with pytest.raises(cl.RankError) as info:
+        cluster4.run(fn)
+    assert info.value.rank in (0, 1) and f"rank {info.value.rank}" in str(info.value)
+    assert words in str(info.value) and words in info.value.remote_traceback.strip().splitlines()[-1]
+    assert cluster4.run(dist.get_rank) == [0, 1, 2, 3]
+
+
+def test_rank_died_carries_a_one_line_remote_traceback(cluster4):
+    os.kill(cluster4.pids[2], signal.SIGKILL)
+    with pytest.raises(cl.RankDied) as info:
+        cluster4.run(dist.get_rank)
+    last = info.value.remote_traceback.strip().splitlines()[-1]  # what the exercise checkers show
+    assert "rank 2" in last and "SIGKILL" in last
+
+
+def wait_for_file(path: str) -> int:
+    open(f"{path}.started{dist.get_rank()}", "w").close()
+    deadline = time.monotonic() + 20
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return dist.get_rank()
+
+
+def test_run_from_a_second_thread_is_refused_while_one_runs(cluster4, tmp_path):
+    go = str(tmp_path / "go")
+    results = []
+    first = threading.Thread(target=lambda: results.append(cluster4.run(wait_for_file, go)))
+    first.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not all(os.path.exists(f"{go}.started{r}") for r in range(4)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for call in (lambda: cluster4.run(dist.get_rank), cluster4.restart):
+            with pytest.raises(RuntimeError, match="another thread's run"):
+                call()
+    finally:
+        open(go, "w").close()
+        first.join(30)
+    assert results == [[0, 1, 2, 3]]
+    assert cluster4.run(dist.get_rank) == [0, 1, 2, 3]
+
+
+def test_preset_socket_interface_variables_do_not_move_ranks_off_loopback(monkeypatch):
+    others = [name for name, addrs in psutil.net_if_addrs().items()
+              if any(a.family == socket.AF_INET and not a.address.startswith("127.") for a in addrs)]
+    if not others:
+        pytest.skip("this machine has no non-loopback IPv4 interface to point the variables at")
+    for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        monkeypatch.setenv(var, others[0])
+    with cl.Cluster(world_size=2, timeout=20) as c:
+        assert c.run(rank_and_sum, 1.0) == [(0, 2, 3.0), (1, 2, 3.0)]
+        listening = [conn for p in c.pids for conn in psutil.Process(p).net_connections(kind="inet")
+                     if conn.status == psutil.CONN_LISTEN]
+        assert listening and {conn.laddr.ip for conn in listening} == {"127.0.0.1"}
+
+
+def test_a_host_beyond_loopback_is_allowed_only_explicitly_and_warned():
+    with pytest.warns(UserWarning, match=r"host='0\.0\.0\.0'.*no authentication"):
+        c = cl.Cluster(world_size=1, timeout=20, host="0.0.0.0")
+    with c:
+        assert c.run(rank_and_sum, 1.0) == [(0, 1, 1.0)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cl.cluster.check_host("localhost") is True  # loopback by name: no warning

@@ -69,3 +69,83 @@ def test_command_line(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in tmp_path.glob("*.ipynb")) == [p.name for p in NOTEBOOKS]
     assert [p.name for p in (tmp_path / "assets").iterdir()] == ["knowledge_map.svg"]
+
+
+def learner_copies_cli(*args) -> tuple[int, str, str]:
+    """`python -m commlib learner-copies ...` in this process -> (exit code, stdout, stderr)."""
+    import contextlib
+    import io
+
+    from commlib.__main__ import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(["learner-copies", *map(str, args)])
+        except SystemExit as e:
+            code = e.code
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_learner_copies_never_write_over_their_inputs(tmp_path):
+    source = tmp_path / "course"
+    source.mkdir()
+    nb = source / NOTEBOOKS[0].name
+    nb.write_bytes(NOTEBOOKS[0].read_bytes())
+    for out in (source, tmp_path / "course" / ".." / "course"):  # the folder of the inputs, however it is written
+        code, stdout, stderr = learner_copies_cli(out, nb)
+        assert code == 2 and stdout == "" and len(stderr.splitlines()) == 1, stderr
+        assert "never overwrite" in stderr and "Traceback" not in stderr
+        assert nb.read_bytes() == NOTEBOOKS[0].read_bytes(), "the source notebook is untouched"
+
+
+def _unwritable(tmp_path):
+    """A folder nobody may write into (root ignores permission bits: use sysfs there)."""
+    import os
+
+    if os.geteuid() != 0:
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        return locked / "handout"
+    if Path("/sys/kernel").is_dir():
+        return Path("/sys/kernel/commlib-handout")  # sysfs refuses mkdir, even to root
+    pytest.skip("running as root without sysfs: no folder here is unwritable to root")
+
+
+@pytest.mark.parametrize("case", ["missing", "not-json", "wrong-format", "a-list", "a-folder", "output-is-a-file",
+                                  "output-under-a-file", "output-unwritable", "same-name-twice"])
+def test_bad_inputs_and_outputs_give_one_line_and_exit_2(tmp_path, case):
+    good = tmp_path / "good.ipynb"
+    good.write_bytes(NOTEBOOKS[0].read_bytes())
+    out, inputs, words = tmp_path / "handout", [good], None
+    if case == "missing":
+        inputs, words = [tmp_path / "nope.ipynb"], "no such file"
+    elif case == "not-json":
+        (tmp_path / "x.ipynb").write_text("{ not json")
+        inputs, words = [good, tmp_path / "x.ipynb"], "not JSON"
+    elif case == "wrong-format":
+        (tmp_path / "x.ipynb").write_text(json.dumps({"nbformat": 3, "worksheets": []}))
+        inputs, words = [tmp_path / "x.ipynb"], "nbformat 4"
+    elif case == "a-list":
+        (tmp_path / "x.ipynb").write_text("[1, 2]")
+        inputs, words = [tmp_path / "x.ipynb"], "nbformat 4"
+    elif case == "a-folder":
+        (tmp_path / "dir.ipynb").mkdir()
+        inputs, words = [tmp_path / "dir.ipynb"], "is a folder"
+    elif case == "output-is-a-file":
+        out, words = tmp_path / "good.ipynb", "must be a folder"
+        inputs = [NOTEBOOKS[0]]
+    elif case == "output-under-a-file":
+        out, words = tmp_path / "good.ipynb" / "handout", "cannot write"
+    elif case == "output-unwritable":
+        out, words = _unwritable(tmp_path), "cannot write"
+    elif case == "same-name-twice":
+        (tmp_path / "b").mkdir()
+        (tmp_path / "b" / "good.ipynb").write_bytes(good.read_bytes())
+        inputs, words = [good, tmp_path / "b" / "good.ipynb"], "two inputs are named good.ipynb"
+    code, stdout, stderr = learner_copies_cli(out, *inputs)
+    assert code == 2 and stdout == "", (code, stdout, stderr)
+    assert len(stderr.splitlines()) == 1 and "Traceback" not in stderr, stderr
+    assert words in stderr, stderr
+    assert not (out.is_dir() and any(out.iterdir())), "nothing written when an input is bad"
+    assert good.read_bytes() == NOTEBOOKS[0].read_bytes()
