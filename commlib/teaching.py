@@ -7,6 +7,9 @@ drop a "Solutions" heading left with nothing under it, and clear every output an
 so learners start from a clean notebook. Images that a notebook links by a relative path (the knowledge
 map in ../assets/) are copied into OUT_DIR/assets/ and the links changed to match, so the copies work
 wherever OUT_DIR is. Plain JSON: no Jupyter needed to run it.
+
+The book built without solutions (`python3 course.py book --no-solutions`) drops the same cells
+(drop_solutions) but keeps every other output: the committed outputs are its content.
 """
 
 from __future__ import annotations
@@ -28,20 +31,19 @@ def is_solution(cell) -> bool:
     return SOLUTION_TAG in cell.get("metadata", {}).get("tags", [])
 
 
-def strip_solutions(nb: dict) -> dict:
-    """A copy of the notebook (nbformat 4 as a dict) without solution cells, without a heading that only
-    introduced them ("### Solutions"), and without outputs."""
-    kept = []
-    for cell in nb["cells"]:
-        if is_solution(cell):
-            continue
-        if cell["cell_type"] == "markdown" and re.fullmatch(r"\s*#+\s*Solutions\s*", _source(cell), re.I):
-            continue
-        cell = dict(cell)
-        if cell["cell_type"] == "code":
-            cell["outputs"], cell["execution_count"] = [], None
-        kept.append(cell)
+def drop_solutions(nb: dict) -> dict:
+    """A copy of the notebook (nbformat 4 as a dict) without solution cells and without a heading that only
+    introduced them ("### Solutions"); the other cells keep their outputs (the book shows them)."""
+    kept = [cell for cell in nb["cells"] if not is_solution(cell) and not (
+        cell["cell_type"] == "markdown" and re.fullmatch(r"\s*#+\s*Solutions\s*", _source(cell), re.I))]
     return {**nb, "cells": kept}
+
+
+def strip_solutions(nb: dict) -> dict:
+    """drop_solutions, and every output and execution count cleared: what a learner starts from."""
+    cells = [dict(c, outputs=[], execution_count=None) if c["cell_type"] == "code" else dict(c)
+             for c in drop_solutions(nb)["cells"]]
+    return {**nb, "cells": cells}
 
 
 _IMAGE = re.compile(r"(!\[[^\]]*\]\()([^)\s]+)(\))")  # ![alt](path)
