@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
-SRC = ROOT / "build" / "book-src"
+WORK = ROOT / "build"  # staged sources (book-src/) and Sphinx's cache (book-doctrees/)
 VENDOR = ROOT / "build" / "book-vendor"
 DEFAULT_OUT = ROOT / "build" / "book"
 
@@ -56,8 +56,9 @@ def fetch_vendor(vendor: Path = VENDOR) -> Path:
     if npm is None:
         raise SystemExit("the book's pages load MathJax and the ipywidgets HTML manager from the book itself; "
                          "fetching them once needs npm (Debian: apt-get install npm; or Node.js from nodejs.org)")
-    shutil.rmtree(static, ignore_errors=True)
-    with tempfile.TemporaryDirectory() as tmp:
+    vendor.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=vendor) as tmp:
+        fresh = Path(tmp) / "static"  # filled, then moved into place: a concurrent build never sees half of it
         for name, (version, integrity, patterns, target) in PINNED.items():
             proc = subprocess.run([npm, "pack", f"{name}@{version}", "--pack-destination", tmp, "--json",
                                    "--silent"], capture_output=True, text=True, timeout=300)
@@ -72,9 +73,11 @@ def fetch_vendor(vendor: Path = VENDOR) -> Path:
                 for member in tar.getmembers():
                     inner = member.name.split("/", 1)[1]  # npm tarballs hold package/...
                     if member.isfile() and _kept(inner, patterns):
-                        dest = static / target / inner.removeprefix("es5/").removeprefix("dist/")
+                        dest = fresh / target / inner.removeprefix("es5/").removeprefix("dist/")
                         dest.parent.mkdir(parents=True, exist_ok=True)
                         dest.write_bytes(tar.extractfile(member).read())
+        shutil.rmtree(static, ignore_errors=True)
+        fresh.rename(static)
     stamp.write_text(pins)
     return static
 
@@ -86,7 +89,7 @@ def _write_if_changed(path: Path, data: bytes) -> None:
         path.write_bytes(data)
 
 
-def stage(src: Path = SRC, solutions: bool = True) -> list[str]:
+def stage(src: Path, solutions: bool = True) -> list[str]:
     """Lay out the book's sources in src/: index.md, notebooks/NN_*.ipynb, assets/; -> the chapters' names."""
     from commlib import teaching
 
@@ -110,13 +113,14 @@ def stage(src: Path = SRC, solutions: bool = True) -> list[str]:
     return [p.stem for p in notebooks]
 
 
-def build(out: Path = DEFAULT_OUT, solutions: bool = True, quiet: bool = True) -> Path:
-    """Build the book into out/ (-> out/index.html). Raises RuntimeError with Sphinx's output if it fails."""
+def build(out: Path = DEFAULT_OUT, solutions: bool = True, work: Path = WORK, strict: bool = False) -> Path:
+    """Build the book into out/ (-> out/index.html); strict: Sphinx's warnings are errors (the tests build so).
+    Raises RuntimeError with Sphinx's output if it fails."""
     fetch_vendor()
-    stage(SRC, solutions)
+    stage(Path(work) / "book-src", solutions)
     out = Path(out)
-    cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-c", str(BOOK), "-d", str(ROOT / "build" / "book-doctrees"),
-           "--keep-going", "-T", *(["-q"] if quiet else []), str(SRC), str(out)]
+    cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-c", str(BOOK), "-d", str(Path(work) / "book-doctrees"),
+           "--keep-going", "-T", "-q", *(["-W"] if strict else []), str(Path(work) / "book-src"), str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"sphinx-build failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
