@@ -54,7 +54,7 @@ def fetch_vendor(vendor: Path = VENDOR) -> Path:
         return static
     npm = shutil.which("npm")
     if npm is None:
-        raise SystemExit("the book's pages load MathJax and the ipywidgets HTML manager from the book itself; "
+        raise RuntimeError("the book's pages load MathJax and the ipywidgets HTML manager from the book itself; "
                          "fetching them once needs npm (Debian: apt-get install npm; or Node.js from nodejs.org)")
     vendor.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=vendor) as tmp:
@@ -63,12 +63,12 @@ def fetch_vendor(vendor: Path = VENDOR) -> Path:
             proc = subprocess.run([npm, "pack", f"{name}@{version}", "--pack-destination", tmp, "--json",
                                    "--silent"], capture_output=True, text=True, timeout=300)
             if proc.returncode != 0:
-                raise SystemExit(f"npm pack {name}@{version} failed:\n{proc.stderr[-2000:]}")
+                raise RuntimeError(f"npm pack {name}@{version} failed:\n{proc.stderr[-2000:]}")
             tgz = Path(tmp) / json.loads(proc.stdout)[0]["filename"]
             data = tgz.read_bytes()
             got = "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
             if got != integrity:
-                raise SystemExit(f"{name}@{version}: the tarball's hash {got} is not the pinned {integrity}")
+                raise RuntimeError(f"{name}@{version}: the tarball's hash {got} is not the pinned {integrity}")
             with tarfile.open(fileobj=io.BytesIO(data)) as tar:
                 for member in tar.getmembers():
                     inner = member.name.split("/", 1)[1]  # npm tarballs hold package/...
@@ -95,7 +95,7 @@ def stage(src: Path, solutions: bool = True) -> list[str]:
 
     notebooks = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
     if not notebooks:
-        raise SystemExit("no numbered notebooks in notebooks/")
+        raise RuntimeError("no numbered notebooks in notebooks/")
     wanted = {src / "index.md": (BOOK / "index.md").read_bytes()}
     for path in notebooks:
         data = path.read_bytes()
@@ -135,7 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT.relative_to(ROOT)})")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    index = build(args.out, solutions=not args.no_solutions)
+    try:
+        index = build(args.out, solutions=not args.no_solutions)
+    except RuntimeError as e:
+        print(f"book: {e}", file=sys.stderr)
+        return 1
     print(f"book built in {time.perf_counter() - t0:.1f} s ({'without' if args.no_solutions else 'with'} solutions): "
           f"{index}\npublish the folder {index.parent} as it is (any static web server; see the README)")
     return 0
