@@ -55,7 +55,7 @@ def fetch_vendor(vendor: Path = VENDOR) -> Path:
     npm = shutil.which("npm")
     if npm is None:
         raise RuntimeError("the book's pages load MathJax and the ipywidgets HTML manager from the book itself; "
-                         "fetching them once needs npm (Debian: apt-get install npm; or Node.js from nodejs.org)")
+                           "fetching them once needs npm (Debian: apt-get install npm; or Node.js from nodejs.org)")
     vendor.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=vendor) as tmp:
         fresh = Path(tmp) / "static"  # filled, then moved into place: a concurrent build never sees half of it
@@ -76,8 +76,12 @@ def fetch_vendor(vendor: Path = VENDOR) -> Path:
                         dest = fresh / target / inner.removeprefix("es5/").removeprefix("dist/")
                         dest.parent.mkdir(parents=True, exist_ok=True)
                         dest.write_bytes(tar.extractfile(member).read())
-        shutil.rmtree(static, ignore_errors=True)
-        fresh.rename(static)
+        shutil.rmtree(static, ignore_errors=True)  # files of other pins
+        try:
+            fresh.rename(static)
+        except OSError:
+            if not static.is_dir():
+                raise  # else a concurrent build put the same (hash-checked) files there first
     stamp.write_text(pins)
     return static
 
