@@ -10,11 +10,13 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import cloudpickle
 import psutil
 import pytest
 
 import commlib as cl
 
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # fixtures ship their rank functions by value
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import course  # noqa: E402  (the repository's course.py: `course.py lab` and the tests share its command line)
@@ -38,6 +40,23 @@ def wait_gone(pids, within_s: float = 15.0) -> list[int]:
             return []
         time.sleep(0.05)
     return [p for p in pids if alive(p)]
+
+
+def _ring_all_reduce_trace():
+    """Inside a rank: the messages this rank sends in a ring all-reduce of 10 elements."""
+    import torch
+
+    from commlib import algorithms as alg
+
+    tr = alg.Trace()
+    alg.ring_all_reduce(torch.ones(10), trace=tr)
+    return tr.events
+
+
+@pytest.fixture(scope="module")
+def ring_traces(cluster4):
+    """The traces of a real ring all-reduce on cluster4, one list of Events per rank."""
+    return cluster4.run(_ring_all_reduce_trace)
 
 
 @pytest.fixture(scope="module")
