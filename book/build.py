@@ -29,14 +29,17 @@ WORK = ROOT / "build"  # staged sources (book-src/) and Sphinx's cache (book-doc
 VENDOR = ROOT / "build" / "book-vendor"
 DEFAULT_OUT = ROOT / "build" / "book"
 
-# npm package -> (version, integrity as npm reports it, files kept: path prefixes inside the package, target folder)
+# npm package -> (version, integrity as npm reports it, files kept: path prefixes or patterns inside the package,
+# folder under static/)
 PINNED = {
-    "mathjax": ("3.2.2", "sha512-Bt+SSVU8eBG27zChVewOicYs7Xsdt40qm4+UpHyX7k0/O9NliPc+x77k1/FEsPsjKPZGJvtRZM1vO+geW0OhGw==",
-                ("LICENSE", "es5/tex-chtml.js", "es5/input/tex/extensions/", "es5/output/chtml/", "es5/ui/",
-                 "es5/a11y/", "es5/sre/mathmaps/base.json", "es5/sre/mathmaps/en.json"), "mathjax"),
-    "@jupyter-widgets/html-manager": ("1.0.15", "sha512-5thBIV6ymNgmPVOHvzx+gGy8ZSKmSazhtGw4/c4xJDVzRhG9PTeQsRjF3FUTopvFi//SABeNz1yp47bCrJ3CQA==",
-                                      ("dist/embed.js", "dist/embed.js.LICENSE.txt", "dist/*.woff", "dist/*.woff2",
-                                       "dist/*.ttf", "dist/*.eot", "dist/*.svg"), "html-manager"),
+    "mathjax": (
+        "3.2.2", "sha512-Bt+SSVU8eBG27zChVewOicYs7Xsdt40qm4+UpHyX7k0/O9NliPc+x77k1/FEsPsjKPZGJvtRZM1vO+geW0OhGw==",
+        ("LICENSE", "es5/tex-chtml.js", "es5/input/tex/extensions/", "es5/output/chtml/", "es5/ui/", "es5/a11y/",
+         "es5/sre/mathmaps/base.json", "es5/sre/mathmaps/en.json"), "mathjax"),
+    "@jupyter-widgets/html-manager": (
+        "1.0.15", "sha512-5thBIV6ymNgmPVOHvzx+gGy8ZSKmSazhtGw4/c4xJDVzRhG9PTeQsRjF3FUTopvFi//SABeNz1yp47bCrJ3CQA==",
+        ("dist/embed.js", "dist/embed.js.LICENSE.txt", "dist/*.woff", "dist/*.woff2", "dist/*.ttf", "dist/*.eot",
+         "dist/*.svg"), "html-manager"),
 }
 
 
@@ -135,8 +138,10 @@ def build(out: Path = DEFAULT_OUT, solutions: bool = True, work: Path = WORK, st
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--no-solutions", action="store_true", help="leave out the cells tagged 'solution' (as learner copies do)")
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT.relative_to(ROOT)})")
+    ap.add_argument("--no-solutions", action="store_true",
+                    help="leave out the cells tagged 'solution' (as learner copies do)")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                    help=f"output folder (default {DEFAULT_OUT.relative_to(ROOT)})")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     try:

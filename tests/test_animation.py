@@ -1,4 +1,5 @@
-"""commlib.animation: one frame per step of a real ring all-reduce, drawn from its trace, in a player that needs no network."""
+"""commlib.animation: one frame per step of a real ring all-reduce, drawn from its trace, in a player that
+needs no network."""
 
 import re
 
