@@ -31,7 +31,7 @@ html_favicon = "_static/favicon.svg"
 html_context = {"default_mode": "auto"}  # light or dark as the reader's system says
 html_last_updated_fmt = None
 html_theme_options = {
-    "home_page_in_toc": True,
+    "home_page_in_toc": False,  # the title above the chapters leads home
     "show_toc_level": 2,
     "use_download_button": True,  # the page's .ipynb, to run it
     "announcement": ("Run this page live: <code>python3 course.py lab</code> &nbsp;·&nbsp; "
