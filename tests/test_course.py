@@ -47,3 +47,14 @@ def test_the_running_lab_serves_the_assets_only_with_its_token_and_only_on_loopb
     assert _get(base, "/api/contents")[0] == 403
     listening = [c.laddr.ip for c in psutil.Process(proc.pid).net_connections("inet") if c.status == psutil.CONN_LISTEN]
     assert listening and set(listening) == {"127.0.0.1"}, listening
+
+
+def test_lab_as_root_says_why_it_allows_root(monkeypatch, capsys):
+    ran = []
+    monkeypatch.setattr(course, "ensure_env", lambda: None)
+    monkeypatch.setattr(course, "running_as_root", lambda: True)
+    monkeypatch.setattr(course.subprocess, "run", lambda cmd, cwd: ran.append(cmd) or type("R", (), {"returncode": 0}))
+    assert course.main(["lab", "--no-browser"]) == 0
+    assert ran == [course.lab_command(course.PY, ROOT, ["--no-browser"])] and "--allow-root" in ran[0]
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and "root" in out[0] and "127.0.0.1" in out[0] and "token" in out[0]
