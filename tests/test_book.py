@@ -109,8 +109,9 @@ def _figures_in(path: Path) -> tuple[int, int]:
 
 
 _IMAGES_LOADED = """() => Promise.all([...document.images].map(i => new Promise(ok => {
-    if (i.complete) return ok(); i.addEventListener('load', ok); i.addEventListener('error', ok); })))
-    .then(() => [...document.images].filter(i => i.naturalWidth === 0).map(i => i.src.slice(0, 120)))"""
+    if (i.complete) return ok();
+    i.addEventListener('load', ok); i.addEventListener('error', ok); setTimeout(ok, 15000); })))
+    .then(() => [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src.slice(0, 120)))"""
 
 _PAGE_STATE = """() => {
   const article = document.querySelector('article') || document.body;
@@ -150,7 +151,8 @@ def _visit(browser, site: str, name: str) -> dict:
 
     page.route("**/*", local_only)
     try:
-        response = page.goto(f"{site}/{name}", wait_until="load")
+        # search.html is opened with a query, once: a second navigation would abort the first one's requests
+        response = page.goto(f"{site}/{name}" + ("?q=allreduce" if name == "search.html" else ""), wait_until="load")
         if response.status != 200:
             problems.append(f"HTTP {response.status}: {name}")
         found = None
@@ -164,14 +166,15 @@ def _visit(browser, site: str, name: str) -> dict:
                     'script[type="application/vnd.jupyter.widget-view+json"]')]
                     .every(s => s.parentElement.querySelector('.widget-subarea'))""", timeout=30_000)
             if name == "search.html":  # the search box works offline: a word from the course finds pages
-                page.goto(f"{site}/search.html?q=allreduce", wait_until="load")
                 page.wait_for_function("() => document.querySelectorAll('#search-results li').length > 0",
                                        timeout=30_000)
                 found = page.locator("#search-results li").count()
         except PlaywrightTimeout as e:
             problems.append(f"timed out: {str(e).splitlines()[0]}")
         state = page.evaluate(_PAGE_STATE)
-        state.update(problems=problems, offsite=offsite, broken=page.evaluate(_IMAGES_LOADED), found=found)
+        broken = page.evaluate(_IMAGES_LOADED)
+        # copies: closing the page below may still cancel a request, which is not the page's fault
+        state.update(problems=list(problems), offsite=list(offsite), broken=broken, found=found)
         return state
     finally:
         page.screenshot(path=str(OUT / (name.replace("/", "_").removesuffix(".html") + ".png")), full_page=True)
