@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Set up the course and open it, or run every test. Needs only Python >= 3.10 with venv and pip.
+"""Set up the course and open it, run every test, or build it as a static book. Needs only Python >= 3.10
+with venv and pip (the book also needs npm once, to fetch MathJax and the widget manager).
 
     python3 course.py lab     # create .venv, install, open the course in JupyterLab
     python3 course.py test    # create .venv, install, run the unit tests and nbval of every notebook
+    python3 course.py book    # create .venv, install, build the book into build/book (--no-solutions: without them)
 
-Extra arguments are passed on (to jupyter lab or to pytest). The environment is rebuilt only when
-requirements.txt or pyproject.toml change.
+Extra arguments are passed on (to jupyter lab, to pytest, or to book/build.py). The environment is rebuilt
+only when requirements.txt or pyproject.toml change.
 """
 
 import hashlib
@@ -42,14 +44,32 @@ def ensure_env() -> None:
     STAMP.write_text(_fingerprint())
 
 
+def running_as_root() -> bool:
+    return getattr(os, "geteuid", lambda: -1)() == 0
+
+
+def lab_command(python, root: Path = ROOT, extra=()) -> list[str]:
+    """The JupyterLab command line of `course.py lab` (tests/test_browser.py starts the same one on a copy).
+
+    Serves root (the notebooks link ../assets/), opens its first numbered notebook, listens on 127.0.0.1
+    only, with Jupyter's token; as root it adds --allow-root (containers and cloud VMs often run as root)."""
+    first = min(Path(root).glob("notebooks/[0-9]*.ipynb"), default=None)
+    return [str(python), "-m", "jupyter", "lab", "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={root}",
+            *(["--allow-root"] if running_as_root() else []), *([str(first)] if first else []), *extra]
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("lab", "test"):
+    if not argv or argv[0] not in ("lab", "test", "book"):
         print(__doc__)
         return 2
     ensure_env()
     if argv[0] == "lab":
-        cmd = [str(PY), "-m", "jupyter", "lab", "--ServerApp.ip=127.0.0.1",
-               str(ROOT / "notebooks" / "00_start_here.ipynb"), *argv[1:]]
+        if running_as_root():
+            print("course.py: running as root, so JupyterLab starts with --allow-root; it still listens only on "
+                  "127.0.0.1 and asks for its token", flush=True)
+        cmd = lab_command(PY, ROOT, argv[1:])
+    elif argv[0] == "book":
+        cmd = [str(PY), str(ROOT / "book" / "build.py"), *argv[1:]]
     else:
         cmd = [str(PY), "-m", "pytest", *argv[1:]]
     return subprocess.run(cmd, cwd=ROOT).returncode

@@ -10,6 +10,9 @@ wherever OUT_DIR is. Plain JSON: no Jupyter needed to run it.
 
 It never writes over an input (OUT_DIR must not hold the notebooks it copies) and reads every input
 before writing anything. What stops it is a CopyError: one line naming the path.
+
+The book built without solutions (`python3 course.py book --no-solutions`) drops the same cells
+(drop_solutions) but keeps every other output: the committed outputs are its content.
 """
 
 from __future__ import annotations
@@ -35,20 +38,19 @@ def is_solution(cell) -> bool:
     return SOLUTION_TAG in cell.get("metadata", {}).get("tags", [])
 
 
-def strip_solutions(nb: dict) -> dict:
-    """A copy of the notebook (nbformat 4 as a dict) without solution cells, without a heading that only
-    introduced them ("### Solutions"), and without outputs."""
-    kept = []
-    for cell in nb["cells"]:
-        if is_solution(cell):
-            continue
-        if cell["cell_type"] == "markdown" and re.fullmatch(r"\s*#+\s*Solutions\s*", _source(cell), re.I):
-            continue
-        cell = dict(cell)
-        if cell["cell_type"] == "code":
-            cell["outputs"], cell["execution_count"] = [], None
-        kept.append(cell)
+def drop_solutions(nb: dict) -> dict:
+    """A copy of the notebook (nbformat 4 as a dict) without solution cells and without a heading that only
+    introduced them ("### Solutions"); the other cells keep their outputs (the book shows them)."""
+    kept = [cell for cell in nb["cells"] if not is_solution(cell) and not (
+        cell["cell_type"] == "markdown" and re.fullmatch(r"\s*#+\s*Solutions\s*", _source(cell), re.I))]
     return {**nb, "cells": kept}
+
+
+def strip_solutions(nb: dict) -> dict:
+    """drop_solutions, and every output and execution count cleared: what a learner starts from."""
+    cells = [dict(c, outputs=[], execution_count=None) if c["cell_type"] == "code" else dict(c)
+             for c in drop_solutions(nb)["cells"]]
+    return {**nb, "cells": cells}
 
 
 _IMAGE = re.compile(r"(!\[[^\]]*\]\()([^)\s]+)(\))")  # ![alt](path)

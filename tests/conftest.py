@@ -1,11 +1,25 @@
 import contextlib
+import os
+import secrets
+import shutil
 import socket
+import subprocess
+import sys
 import time
+import urllib.error
+import urllib.request
+from pathlib import Path
 
+import cloudpickle
 import psutil
 import pytest
 
 import commlib as cl
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # fixtures ship their rank functions by value
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+import course  # noqa: E402  (the repository's course.py: `course.py lab` and the tests share its command line)
 
 
 def alive(pid: int) -> bool:
@@ -16,8 +30,9 @@ def alive(pid: int) -> bool:
         return False
 
 
-def wait_gone(pids, within_s: float = 5.0) -> list[int]:
-    """The pids still alive after within_s seconds."""
+def wait_gone(pids, within_s: float = 15.0) -> list[int]:
+    """The pids still alive after within_s seconds (returns as soon as all are gone: a generous bound costs
+    nothing when they go, and keeps a loaded machine from failing the test)."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         left = [p for p in pids if alive(p)]
@@ -25,6 +40,23 @@ def wait_gone(pids, within_s: float = 5.0) -> list[int]:
             return []
         time.sleep(0.05)
     return [p for p in pids if alive(p)]
+
+
+def _ring_all_reduce_trace():
+    """Inside a rank: the messages this rank sends in a ring all-reduce of 10 elements."""
+    import torch
+
+    from commlib import algorithms as alg
+
+    tr = alg.Trace()
+    alg.ring_all_reduce(torch.ones(10), trace=tr)
+    return tr.events
+
+
+@pytest.fixture(scope="module")
+def ring_traces(cluster4):
+    """The traces of a real ring all-reduce on cluster4, one list of Events per rank."""
+    return cluster4.run(_ring_all_reduce_trace)
 
 
 @pytest.fixture(scope="module")
@@ -50,3 +82,98 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop a server and every process it started (kernels, and their ranks), leaving none behind."""
+    try:
+        children = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []
+    proc.terminate()
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    for child in children:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
+    assert wait_gone([c.pid for c in children], 10) == []
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory):
+    """JupyterLab started as `course.py lab` starts it (course.lab_command), serving a copy of notebooks/ and
+    assets/ (runs never touch the originals), on a port the OS picks, with a token. -> (base URL, token, root)."""
+    root = tmp_path_factory.mktemp("lab")
+    shutil.copytree(ROOT / "notebooks", root / "notebooks", ignore=shutil.ignore_patterns("traces", ".ipynb_checkpoints"))
+    shutil.copytree(ROOT / "assets", root / "assets")  # what the notebooks link (../assets/)
+    settings = root / "user-settings" / "@jupyterlab" / "notebook-extension"
+    settings.mkdir(parents=True)
+    (settings / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')  # every cell in the DOM
+    token = secrets.token_hex(16)
+    for attempt in range(3):  # free_port() can lose its port to another process before the server binds it
+        port = free_port()
+        log_path = root / f"lab-{attempt}.log"
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(course.lab_command(sys.executable, root, [
+                "--no-browser", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+                f"--IdentityProvider.token={token}", "--LabApp.expose_app_in_browser=True",
+                f"--LabApp.user_settings_dir={root / 'user-settings'}"]), stdout=log, stderr=subprocess.STDOUT, cwd=root)
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:  # ready: the API answers an authenticated request (not merely: the port accepts connections)
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except (OSError, urllib.error.URLError):
+                time.sleep(0.2)
+        else:
+            text = log_path.read_text()
+            if proc.poll() is not None and "is not available" in text:
+                continue
+            _stop(proc)
+            raise RuntimeError(f"jupyter lab did not start within 120 s:\n{text[-3000:]}")
+        break
+    else:
+        raise RuntimeError(f"jupyter lab found no free port in 3 tries:\n{log_path.read_text()[-2000:]}")
+    try:
+        yield base, token, root, proc
+    finally:
+        _stop(proc)
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+def browser_skip_mark():
+    """The mark of a browser test module: skipped, with the reason, without Debian's chromium or playwright, or
+    with COMMLIB_SKIP_BROWSER=1; under COMMLIB_REQUIRE_BROWSER=1 (CI) a missing browser is an error instead."""
+    reason = None
+    if os.environ.get("COMMLIB_SKIP_BROWSER") == "1":
+        reason = "COMMLIB_SKIP_BROWSER=1"
+    elif CHROMIUM is None:
+        reason = "no chromium on PATH (Debian: apt-get install chromium)"
+    else:
+        try:
+            import playwright.sync_api  # noqa: F401
+        except ImportError:
+            reason = "playwright is not installed (pip install -r requirements.txt)"
+    if reason and reason != "COMMLIB_SKIP_BROWSER=1" and os.environ.get("COMMLIB_REQUIRE_BROWSER") == "1":
+        raise RuntimeError(f"COMMLIB_REQUIRE_BROWSER=1 but {reason}")
+    return pytest.mark.skipif(reason is not None, reason=f"browser test skipped: {reason}")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Debian chromium driven by Playwright (no browser download), one per test module."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()

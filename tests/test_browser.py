@@ -1,100 +1,26 @@
 """End to end: every notebook run in JupyterLab in headless Chromium (Debian's chromium, driven by Playwright).
 
-Asserts per notebook: every code cell ran and none produced an error; every ipywidgets view rendered
-(no "Loading widget...", no missing model); one control per widget changes what the widget shows.
+JupyterLab is started by the command line `course.py lab` uses (conftest's `lab` fixture, course.lab_command),
+so what the course serves is what the test sees. Asserts per notebook: every image and link in its
+rendered markdown loads; "run all" finished (its own promise resolved, every code cell has an execution
+count, the kernel is idle) and no cell produced an error; every ipywidgets view rendered (no "Loading
+widget...", no missing model); one control per widget changes what the widget shows.
 Screenshots go to test-output/browser/. Skip locally with COMMLIB_SKIP_BROWSER=1; .ci/run sets
 COMMLIB_REQUIRE_BROWSER=1, which turns a missing browser into a failure instead of a skip.
 """
 
 import json
-import os
 import re
-import secrets
-import shutil
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import free_port
+from conftest import browser_skip_mark
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-REQUIRED = os.environ.get("COMMLIB_REQUIRE_BROWSER") == "1"
 OUT = ROOT / "test-output" / "browser"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
-
-
-def _why_skip() -> str | None:
-    if os.environ.get("COMMLIB_SKIP_BROWSER") == "1":
-        return "COMMLIB_SKIP_BROWSER=1"
-    if CHROMIUM is None:
-        return "no chromium on PATH (Debian: apt-get install chromium)"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "playwright is not installed (pip install -r requirements.txt)"
-    return None
-
-
-reason = _why_skip()
-if reason and REQUIRED and reason != "COMMLIB_SKIP_BROWSER=1":
-    raise RuntimeError(f"COMMLIB_REQUIRE_BROWSER=1 but {reason}")
-pytestmark = pytest.mark.skipif(reason is not None, reason=f"browser test skipped: {reason}")
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    """JupyterLab on 127.0.0.1 with a token, serving a copy of notebooks/ and assets/ (runs never touch the originals)."""
-    root = tmp_path_factory.mktemp("lab")
-    shutil.copytree(ROOT / "notebooks", root / "notebooks", ignore=shutil.ignore_patterns("traces", ".ipynb_checkpoints"))
-    shutil.copytree(ROOT / "assets", root / "assets")
-    settings = root / "user-settings" / "@jupyterlab" / "notebook-extension"
-    settings.mkdir(parents=True)
-    (settings / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')  # every cell in the DOM
-    port, token = free_port(), secrets.token_hex(16)
-    log = open(root / "lab.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-                             f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-                             f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
-                             f"--LabApp.user_settings_dir={root / 'user-settings'}", "--allow-root"],
-                            stdout=log, stderr=subprocess.STDOUT, cwd=root)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"jupyter lab exited: {(root / 'lab.log').read_text()[-2000:]}")
-                time.sleep(0.3)
-        else:
-            raise RuntimeError("jupyter lab did not start within 60 s")
-        yield base, token, root
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+pytestmark = browser_skip_mark()
 
 
 def _widget_state(view) -> str:
@@ -124,42 +50,81 @@ def _interact(page, view) -> str:
     return "button"
 
 
+CURRENT = "window.jupyterapp.shell.currentWidget"
+
+
+def _check_markdown_images_and_links(page, panel) -> list[str]:
+    """Every image in the rendered markdown loads; every local link answers 200; every #anchor exists. -> problems."""
+    problems = []
+    images = panel.locator(".jp-RenderedMarkdown img")
+    for i in range(images.count()):
+        img = images.nth(i)
+        img.scroll_into_view_if_needed()
+        try:  # an image is loaded once complete with a width; a broken one is complete with none
+            img.evaluate("""i => new Promise((ok, fail) => {
+                const done = () => i.naturalWidth > 0 ? ok() : fail(new Error('broken'));
+                if (i.complete) done(); else { i.addEventListener('load', done); i.addEventListener('error', done); }
+                setTimeout(() => fail(new Error('not loaded within 15 s')), 15000); })""")
+        except Exception as e:
+            problems.append(f"image {img.get_attribute('src')}: {str(e).splitlines()[0]}")
+    for link in panel.locator(".jp-RenderedMarkdown a[href]").all():
+        href = link.evaluate("a => a.href")  # resolved by JupyterLab, as the reader's click would be
+        raw = link.get_attribute("href")
+        if raw.startswith("#"):  # JupyterLab marks headings with data-jupyter-id
+            found = panel.evaluate("""(p, a) => [...p.querySelectorAll('[id], [data-jupyter-id]')]
+                .some(e => e.id === a || e.dataset.jupyterId === a)""", raw[1:])
+            if not found:
+                problems.append(f"link {raw}: no such anchor")
+        elif href.startswith(page.url.split("/lab")[0]):
+            status = page.request.get(href).status
+            if status != 200:
+                problems.append(f"link {raw} -> {href}: HTTP {status}")
+        # other hosts (https://...) are not reachable from CI and not checked
+    return problems
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs_in_the_browser(lab, browser, path):
-    base, token, root = lab
+    base, token, root, _ = lab
     OUT.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     try:
+        served = page.request.get(f"{base}/api/contents/notebooks/{path.name}?content=0&token={token}").status
+        assert served == 200, f"JupyterLab does not serve notebooks/{path.name} (HTTP {served}): is its root the repository's?"
         # a workspace of its own, reset: only this notebook open (a restored workspace would reopen the others)
         page.goto(f"{base}/lab/workspaces/{path.stem}/tree/notebooks/{path.name}?token={token}&reset",
                   wait_until="domcontentloaded")
-        page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget "
-                               "&& window.jupyterapp.shell.currentWidget.sessionContext "
-                               "&& window.jupyterapp.shell.currentWidget.sessionContext.session "
-                               "&& window.jupyterapp.shell.currentWidget.sessionContext.session.kernel", timeout=90_000)
-        page.wait_for_function("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
-                               timeout=90_000)
-        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
-        # done when no prompt shows [*] or [ ] pending and the kernel is idle, twice in a row
-        page.wait_for_function("""() => {
-            const busy = [...document.querySelectorAll('.jp-InputPrompt')].some(p => /\\[\\*\\]/.test(p.textContent));
-            const k = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
-            if (busy || k.status !== 'idle') { window.__quiet = 0; return false; }
-            window.__quiet = (window.__quiet || 0) + 1; return window.__quiet > 3;
-        }""", polling=500, timeout=240_000)
-        page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
-        page.wait_for_timeout(1500)
+        page.wait_for_function(f"() => window.jupyterapp && {CURRENT} && {CURRENT}.sessionContext "
+                               f"&& {CURRENT}.sessionContext.session && {CURRENT}.sessionContext.session.kernel "
+                               f"&& {CURRENT}.sessionContext.session.kernel.status === 'idle' "
+                               f"&& {CURRENT}.context.isReady", timeout=90_000)
+        panel = page.locator("#" + page.evaluate(f"() => {CURRENT}.id"))
+        problems = _check_markdown_images_and_links(page, panel)
+        assert problems == [], f"{path.name}: broken images or links in the rendered markdown: {problems}"
+
+        # Run all, exactly: clear every execution count first, so that a count seen later is this run's; wait for
+        # run-all's own promise (it resolves when the last cell's reply is in); then every code cell must have a
+        # count and the kernel must be idle.
+        page.evaluate(f"() => {CURRENT}.content.widgets.forEach(c => c.model.type === 'code' && c.model.clearExecution())")
+        finished = page.evaluate("""() => Promise.race([
+            window.jupyterapp.commands.execute('notebook:run-all-cells'),
+            new Promise((_, fail) => setTimeout(() => fail(new Error('run all did not finish within 240 s')), 240000))])""")
+        state = page.evaluate(f"""() => ({{kernel: {CURRENT}.sessionContext.session.kernel.status,
+            missing: {CURRENT}.content.widgets.filter(c => c.model.type === 'code' && c.model.executionCount === null)
+                     .map(c => c.model.sharedModel.getSource().slice(0, 60)),
+            errors: {CURRENT}.content.widgets.filter(c => c.model.type === 'code').flatMap(c =>
+                     c.model.outputs.toJSON().filter(o => o.output_type === 'error').map(o => o.ename + ': ' + o.evalue))}})""")
+        assert state["errors"] == [], f"{path.name}: cells failed: {state['errors']}"
+        assert finished is True and state["missing"] == [], f"{path.name}: code cells that did not run: {state['missing']}"
+        page.wait_for_function(f"() => {CURRENT}.sessionContext.session.kernel.status === 'idle'", timeout=30_000)
+        page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")  # resolves once written
 
         saved = json.loads((root / "notebooks" / path.name).read_text())
         code = [c for c in saved["cells"] if c["cell_type"] == "code"]
-        assert all(c["execution_count"] is not None for c in code), "some code cells did not run"
-        failed = [(c["source"][:1], o.get("ename"), o.get("evalue")) for c in code for o in c["outputs"]
-                  if o["output_type"] == "error"]
-        assert failed == [], failed
+        assert all(c["execution_count"] is not None for c in code), "the saved notebook has code cells that did not run"
 
-        panel = page.locator("#" + page.evaluate("() => window.jupyterapp.shell.currentWidget.id"))
         shown = "\n".join(panel.locator(".jp-OutputArea-output").all_inner_texts())
         for bad in ("Loading widget", "Error displaying widget", "model not found"):
             assert bad not in shown, f"a widget failed to render: {bad!r}"
@@ -180,4 +145,6 @@ def test_notebook_runs_in_the_browser(lab, browser, path):
         assert not [e for e in errors if not re.search(r"ResizeObserver", e)], errors
     finally:
         page.screenshot(path=str(OUT / f"{path.stem}.png"), full_page=True)
+        # the kernel goes with the page: its Cluster ranks must not outlive this test
+        page.evaluate(f"() => window.jupyterapp && {CURRENT} && {CURRENT}.sessionContext && {CURRENT}.sessionContext.shutdown()")
         page.close()

@@ -86,8 +86,9 @@ def test_live_profile_of_a_ddp_step(tmp_path):
 def test_small_chunks_cost_more_and_async_without_wait_times_nothing():
     with cl.Cluster(world_size=2, timeout=120) as c:
         small = c.run(pf.time_in_chunks, 1 << 20, 4 << 10)[0]
-        big = c.run(pf.time_in_chunks, 1 << 20, 1 << 20)[0]
-        launch = c.run(pf.time_async, 8 << 20, False)[0]
+        # the side that must be smaller is the best of three runs: a stall of a loaded machine only adds time
+        big = min(c.run(pf.time_in_chunks, 1 << 20, 1 << 20)[0] for _ in range(3))
+        launch = min(c.run(pf.time_async, 8 << 20, False)[0] for _ in range(3))
         waited = c.run(pf.time_async, 8 << 20, True)[0]
     # 256 all-reduces of 4 KiB vs 1 of 1 MiB: at least 256 latencies against one. Not a speed test: the
     # factor asserted (3x) is far below what any machine shows (hundreds of microseconds x 255).

@@ -33,6 +33,19 @@ def test_strip_solutions_on_a_constructed_notebook():
     assert len(nb["cells"]) == 5 and nb["cells"][1]["outputs"]  # the original is untouched
 
 
+def test_drop_solutions_keeps_the_other_outputs():
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "code", "metadata": {}, "source": "x = 1", "outputs": [{"output_type": "stream"}],
+         "execution_count": 3},
+        {"cell_type": "markdown", "metadata": {}, "source": "## Solutions"},
+        {"cell_type": "code", "metadata": {"tags": ["solution"]}, "source": "answer = 42", "outputs": [],
+         "execution_count": 4},
+    ]}
+    out = teaching.drop_solutions(nb)
+    assert out["cells"] == nb["cells"][:1] and out["cells"][0]["execution_count"] == 3  # the book shows it as run
+    assert len(nb["cells"]) == 3
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_every_chapter_has_solutions_and_learner_copies_drop_them(tmp_path, path):
     original = cells_of(path)

@@ -1,12 +1,16 @@
 """The rank functions run unchanged under torchrun, as under a Cluster."""
 
 import ast
+import contextlib
 import os
 import re
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 import commlib as cl
@@ -57,24 +61,42 @@ def test_init_from_env_nccl_needs_a_gpu_per_process(monkeypatch):
 
 def two_nodes(*script: str, timeout: float = 240) -> list[subprocess.CompletedProcess]:
     """Two torchrun processes on 127.0.0.1 acting as two nodes of 2 ranks each (c10d rendezvous)."""
-    endpoint = f"127.0.0.1:{free_port()}"
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={n}",
-                               "--nproc-per-node=2", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
-                               "--rdzv-id=commlib-test", *script],
-                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for n in (0, 1)]
-    out = []
-    try:
-        for p in procs:
-            stdout, stderr = p.communicate(timeout=timeout)
-            out.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    for attempt in range(3):  # free_port() can lose its port to another process before node 0 binds it
+        out = _two_nodes_once(f"127.0.0.1:{free_port()}", script, timeout)
+        if not any("address already in use" in r.stderr.lower() for r in out):
+            return out
     return out
+
+
+def _two_nodes_once(endpoint: str, script, timeout: float) -> list[subprocess.CompletedProcess]:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    with tempfile.TemporaryDirectory() as tmp:
+        # output to files, not pipes: reading one node's pipes while the other's fill up could deadlock both
+        files = [(open(f"{tmp}/{n}.out", "w+"), open(f"{tmp}/{n}.err", "w+")) for n in (0, 1)]
+        procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={n}",
+                                   "--nproc-per-node=2", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
+                                   "--rdzv-id=commlib-test", *script],
+                                  cwd=ROOT, env=env, stdout=files[n][0], stderr=files[n][1], text=True)
+                 for n in (0, 1)]
+        deadline = time.monotonic() + timeout
+        try:
+            for p in procs:
+                p.wait(max(deadline - time.monotonic(), 0.1))
+        finally:
+            for p in procs:  # on a timeout: torchrun and the ranks it started, none left behind
+                if p.poll() is None:
+                    tree = psutil.Process(p.pid).children(recursive=True)
+                    p.kill()
+                    p.wait()
+                    for child in tree:
+                        with contextlib.suppress(psutil.NoSuchProcess):
+                            child.kill()
+        out = []
+        for p, (stdout, stderr) in zip(procs, files):
+            stdout.seek(0), stderr.seek(0)
+            out.append(subprocess.CompletedProcess(p.args, p.returncode, stdout.read(), stderr.read()))
+            stdout.close(), stderr.close()
+        return out
 
 
 def test_two_nodes_run_the_example_and_the_bench():

@@ -1,28 +1,14 @@
 """commlib.widgets and commlib.plots: the stepper shows the state of the step the slider is on."""
 
-import sys
-
-import cloudpickle
 import matplotlib
 
 matplotlib.use("Agg")
-import torch  # noqa: E402
-
 from commlib import algorithms as alg  # noqa: E402
 from commlib import plots, widgets  # noqa: E402
 
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-
-def ring_events():
-    tr = alg.Trace()
-    alg.ring_all_reduce(torch.ones(8), trace=tr)
-    return tr.events
-
-
-def test_ring_stepper_follows_the_slider(cluster4):
-    p = cluster4.world_size
-    traces = cluster4.run(ring_events)
+def test_ring_stepper_follows_the_slider(cluster4, ring_traces):
+    p, traces = cluster4.world_size, ring_traces
     box = widgets.ring_stepper(traces, p)
     play, slider = box.children[0].children
     out = box.children[1]
@@ -32,9 +18,8 @@ def test_ring_stepper_follows_the_slider(cluster4):
     assert len(out.outputs) == 1  # replaced, not appended
 
 
-def test_ring_step_titles_and_arrows(cluster4):
-    p = cluster4.world_size
-    traces = cluster4.run(ring_events)
+def test_ring_step_titles_and_arrows(cluster4, ring_traces):
+    p, traces = cluster4.world_size, ring_traces
     states = alg.replay(traces, p)
     ax = plots.ring_step(states, traces, 1, p)
     assert ax.get_title().startswith(f"step 1/{2 * (p - 1)}: reduce-scatter")

@@ -1,0 +1,158 @@
+"""Build the course as a static book from the committed notebooks, never running them.
+
+    python book/build.py [--no-solutions] [--out DIR]     # default out: build/book (git-ignored)
+
+Steps: fetch the pinned JavaScript the pages load (MathJax, the ipywidgets HTML manager) once, with npm,
+into build/book-vendor/ (checked against pinned sha512 hashes); stage index.md, the numbered
+notebooks (in file-name order, solutions dropped with --no-solutions, by commlib.teaching's rule) and
+assets/ into build/book-src/; run Sphinx with MyST-NB (book/conf.py, execution off).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import io
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"
+WORK = ROOT / "build"  # staged sources (book-src/) and Sphinx's cache (book-doctrees/)
+VENDOR = ROOT / "build" / "book-vendor"
+DEFAULT_OUT = ROOT / "build" / "book"
+
+# npm package -> (version, integrity as npm reports it, files kept: path prefixes or patterns inside the package,
+# folder under static/)
+PINNED = {
+    "mathjax": (
+        "3.2.2", "sha512-Bt+SSVU8eBG27zChVewOicYs7Xsdt40qm4+UpHyX7k0/O9NliPc+x77k1/FEsPsjKPZGJvtRZM1vO+geW0OhGw==",
+        ("LICENSE", "es5/tex-chtml.js", "es5/input/tex/extensions/", "es5/output/chtml/", "es5/ui/", "es5/a11y/",
+         "es5/sre/mathmaps/base.json", "es5/sre/mathmaps/en.json"), "mathjax"),
+    "@jupyter-widgets/html-manager": (
+        "1.0.15", "sha512-5thBIV6ymNgmPVOHvzx+gGy8ZSKmSazhtGw4/c4xJDVzRhG9PTeQsRjF3FUTopvFi//SABeNz1yp47bCrJ3CQA==",
+        ("dist/embed.js", "dist/embed.js.LICENSE.txt", "dist/*.woff", "dist/*.woff2", "dist/*.ttf", "dist/*.eot",
+         "dist/*.svg"), "html-manager"),
+}
+
+
+def _kept(name: str, patterns) -> bool:
+    from fnmatch import fnmatch
+
+    return any(name.startswith(p) if p.endswith("/") else fnmatch(name, p) for p in patterns)
+
+
+def fetch_vendor(vendor: Path = VENDOR) -> Path:
+    """The pinned npm packages' files the pages load, under vendor/static/ (fetched once; -> that folder)."""
+    static, stamp = vendor / "static", vendor / "pinned.json"
+    pins = json.dumps({k: v[:2] for k, v in PINNED.items()}, sort_keys=True)
+    if stamp.exists() and stamp.read_text() == pins and static.is_dir():
+        return static
+    npm = shutil.which("npm")
+    if npm is None:
+        raise RuntimeError("the book's pages load MathJax and the ipywidgets HTML manager from the book itself; "
+                           "fetching them once needs npm (Debian: apt-get install npm; or Node.js from nodejs.org)")
+    vendor.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=vendor) as tmp:
+        fresh = Path(tmp) / "static"  # filled, then moved into place: a concurrent build never sees half of it
+        for name, (version, integrity, patterns, target) in PINNED.items():
+            proc = subprocess.run([npm, "pack", f"{name}@{version}", "--pack-destination", tmp, "--json",
+                                   "--silent"], capture_output=True, text=True, timeout=300)
+            if proc.returncode != 0:
+                raise RuntimeError(f"npm pack {name}@{version} failed:\n{proc.stderr[-2000:]}")
+            tgz = Path(tmp) / json.loads(proc.stdout)[0]["filename"]
+            data = tgz.read_bytes()
+            got = "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
+            if got != integrity:
+                raise RuntimeError(f"{name}@{version}: the tarball's hash {got} is not the pinned {integrity}")
+            with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+                for member in tar.getmembers():
+                    inner = member.name.split("/", 1)[1]  # npm tarballs hold package/...
+                    if member.isfile() and _kept(inner, patterns):
+                        dest = fresh / target / inner.removeprefix("es5/").removeprefix("dist/")
+                        dest.parent.mkdir(parents=True, exist_ok=True)
+                        dest.write_bytes(tar.extractfile(member).read())
+        shutil.rmtree(static, ignore_errors=True)  # files of other pins
+        try:
+            fresh.rename(static)
+        except OSError:
+            if not static.is_dir():
+                raise  # else a concurrent build put the same (hash-checked) files there first
+    stamp.write_text(pins)
+    return static
+
+
+def _write_if_changed(path: Path, data: bytes) -> None:
+    """Unchanged sources keep their mtime, so that Sphinx rereads only what changed."""
+    if not (path.exists() and path.read_bytes() == data):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+
+def stage(src: Path, solutions: bool = True) -> list[str]:
+    """Lay out the book's sources in src/: index.md, notebooks/NN_*.ipynb, assets/; -> the chapters' names."""
+    from commlib import teaching
+
+    notebooks = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
+    if not notebooks:
+        raise RuntimeError("no numbered notebooks in notebooks/")
+    wanted = {src / "index.md": (BOOK / "index.md").read_bytes()}
+    for path in notebooks:
+        data = path.read_bytes()
+        if not solutions:
+            nb = teaching.drop_solutions(json.loads(data))
+            data = (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode()
+        wanted[src / "notebooks" / path.name] = data
+    for path in sorted((ROOT / "assets").glob("*")):
+        if path.is_file() and path.suffix != ".py":
+            wanted[src / "assets" / path.name] = path.read_bytes()
+    for old in [p for p in src.rglob("*") if p.is_file() and p not in wanted] if src.exists() else []:
+        old.unlink()  # a renamed or removed notebook leaves no stale chapter
+    for path, data in wanted.items():
+        _write_if_changed(path, data)
+    return [p.stem for p in notebooks]
+
+
+def build(out: Path = DEFAULT_OUT, solutions: bool = True, work: Path = WORK, strict: bool = False) -> Path:
+    """Build the book into out/ (-> out/index.html); strict: Sphinx's warnings are errors (the tests build so).
+    Raises RuntimeError with Sphinx's output if it fails."""
+    fetch_vendor()
+    stage(Path(work) / "book-src", solutions)
+    out = Path(out)
+    cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-c", str(BOOK), "-d", str(Path(work) / "book-doctrees"),
+           "--keep-going", "-T", "-q", *(["-W"] if strict else []), str(Path(work) / "book-src"), str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"sphinx-build failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    if proc.stderr.strip():
+        print(proc.stderr, file=sys.stderr, end="")  # Sphinx's warnings
+    return out / "index.html"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--no-solutions", action="store_true",
+                    help="leave out the cells tagged 'solution' (as learner copies do)")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                    help=f"output folder (default {DEFAULT_OUT.relative_to(ROOT)})")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    try:
+        index = build(args.out, solutions=not args.no_solutions)
+    except RuntimeError as e:
+        print(f"book: {e}", file=sys.stderr)
+        return 1
+    print(f"book built in {time.perf_counter() - t0:.1f} s ({'without' if args.no_solutions else 'with'} solutions): "
+          f"{index}\npublish the folder {index.parent} as it is (any static web server; see the README)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""Sphinx configuration of the book: MyST-NB renders the committed notebooks without running them.
+
+book/build.py stages the sources (index.md, notebooks/, assets/) and fetches the JavaScript the pages
+load (MathJax, the widget manager) into build/book-vendor/static, served from the book itself: no page
+loads anything from a CDN.
+"""
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+project = "commlib"
+html_title = "commlib: communication overhead in distributed training"
+extensions = ["myst_nb", "sphinx.ext.mathjax"]
+myst_enable_extensions = ["dollarmath", "amsmath"]  # $...$ and $$...$$ as JupyterLab renders them
+myst_heading_anchors = 3
+
+nb_execution_mode = "off"  # the committed outputs are the content; nbval checks that they are current
+nb_merge_streams = True
+# ipywidgets: the saved widget state (notebook metadata) rendered by @jupyter-widgets/html-manager's embed.js,
+# which renders the standard widgets without require.js or a CDN
+nb_ipywidgets_js = {"html-manager/embed.js": {}}
+
+mathjax_path = "mathjax/tex-chtml.js"  # MathJax 3, relative to _static
+
+html_theme = "sphinx_book_theme"
+html_static_path = [str(ROOT / "build" / "book-vendor" / "static"), "_static"]
+html_css_files = ["commlib-book.css"]
+html_js_files = [("widgets-mathjax.js", {"defer": "defer", "priority": 900})]  # after MathJax (priority 500)
+html_favicon = "_static/favicon.svg"
+html_context = {"default_mode": "auto"}  # light or dark as the reader's system says
+html_last_updated_fmt = None
+html_theme_options = {
+    "home_page_in_toc": False,  # the title above the chapters leads home
+    "show_toc_level": 2,
+    "use_download_button": True,  # the page's .ipynb, to run it
+    "announcement": ("Run this page live: <code>python3 course.py lab</code> &nbsp;·&nbsp; "
+                     "run every test: <code>python3 course.py test</code>"),
+}

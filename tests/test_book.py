@@ -1,0 +1,261 @@
+"""The book (book/build.py, `python3 course.py book`): built from the committed notebooks, served on 127.0.0.1, every
+page opened in headless Chromium (Debian's, driven by Playwright, as tests/test_browser.py does).
+
+Asserts per page: it loads with no console error, no failed request and no request off this machine (MathJax
+and the widget manager are served by the book); every image loads, and every figure the notebook holds is
+on its page; every widget view rendered from its saved state; the math rendered; both commands that run
+the course live are on it; every internal link and #anchor resolves. The ring animation is on a page and
+steps. Screenshots go to test-output/book/. Without chromium the browser tests skip as test_browser.py's do.
+"""
+
+import functools
+import http.server
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import browser_skip_mark
+
+from book import build as book
+from commlib import teaching
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
+PAGES = ["index.html", *(f"notebooks/{p.stem}.html" for p in NOTEBOOKS), "genindex.html", "search.html"]
+OUT = ROOT / "test-output" / "book"
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/svg+xml", "image/gif")
+browser_test = browser_skip_mark()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The book built once for this module, warnings as errors. -> its folder."""
+    try:
+        book.fetch_vendor()
+    except RuntimeError as e:  # no npm, or no network on a first build: a laptop may lack them, CI may not
+        if os.environ.get("COMMLIB_REQUIRE_BROWSER") == "1":
+            raise
+        pytest.skip(f"the book cannot fetch its JavaScript: {e}")
+    work = tmp_path_factory.mktemp("book")
+    book.build(work / "html", work=work, strict=True)
+    return work / "html"
+
+
+@pytest.fixture(scope="module")
+def site(built):
+    """The built book served on 127.0.0.1, on a port the OS picks (bound before anyone asks: no race). -> base URL."""
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    class Server(http.server.ThreadingHTTPServer):
+        def handle_error(self, request, client_address):
+            pass  # a page closed while a file was still on its way: the browser's business, not an error here
+
+    server = Server(("127.0.0.1", 0), functools.partial(Quiet, directory=str(built)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def test_one_page_per_notebook_in_file_order(built):
+    pages = sorted(str(p.relative_to(built)) for p in built.rglob("*.html") if not p.is_relative_to(built / "_static"))
+    assert pages == sorted(PAGES)
+    index = (built / "index.html").read_text()
+    positions = [index.index(f'href="notebooks/{p.stem}.html"') for p in NOTEBOOKS]
+    assert positions == sorted(positions), "the chapters are not in file-name order"
+
+
+def test_without_solutions_the_book_drops_exactly_the_solution_cells(tmp_path):
+    chapters = book.stage(tmp_path, solutions=False)
+    assert chapters == [p.stem for p in NOTEBOOKS]
+    for path in NOTEBOOKS:
+        original = json.loads(path.read_text())
+        staged = json.loads((tmp_path / "notebooks" / path.name).read_text())
+        assert not any(teaching.is_solution(c) for c in staged["cells"])
+        assert staged["cells"] == teaching.drop_solutions(original)["cells"]  # outputs kept: they are the content
+        assert len(staged["cells"]) < len(original["cells"])
+    assert (tmp_path / "assets" / "knowledge_map.svg").is_file() and (tmp_path / "index.md").is_file()
+    book.stage(tmp_path, solutions=True)  # and back: the solutions return
+    assert (tmp_path / "notebooks" / NOTEBOOKS[0].name).read_bytes() == NOTEBOOKS[0].read_bytes()
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_widget_view_has_its_saved_state(path):
+    import nbformat
+
+    from tools.run_notebooks import unsaved_widget_views
+
+    assert unsaved_widget_views(nbformat.read(path, as_version=4)) == [], \
+        "re-run it with tools/run_notebooks.py, which saves the widgets' state the book shows"
+
+
+def _figures_in(path: Path) -> tuple[int, int]:
+    """(image outputs that the book shows as <img>, images linked in markdown) of a notebook."""
+    nb = json.loads(path.read_text())
+    outputs = sum(1 for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])
+                  if any(t in o.get("data", {}) for t in IMAGE_TYPES)
+                  and not {"text/html", "application/vnd.jupyter.widget-view+json"} & set(o["data"]))
+    markdown = sum(teaching._source(c).count("![") for c in nb["cells"] if c["cell_type"] == "markdown")
+    return outputs, markdown
+
+
+_IMAGES_LOADED = """() => Promise.all([...document.images].map(i => new Promise(ok => {
+    if (i.complete) return ok();
+    i.addEventListener('load', ok); i.addEventListener('error', ok); setTimeout(ok, 15000); })))
+    .then(() => [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src.slice(0, 120)))"""
+
+_PAGE_STATE = """() => {
+  const article = document.querySelector('article') || document.body;
+  const imgs = sel => [...article.querySelectorAll(sel)].filter(i => !i.closest('.jupyter-widgets, .commlib-animation'));
+  return {
+    text: document.body.innerText,
+    ids: [...document.querySelectorAll('[id]')].map(e => e.id),
+    links: [...document.querySelectorAll('a[href]')].map(a => a.href),
+    outputImages: imgs('.cell_output img').length,
+    markdownImages: imgs('img').length - imgs('.cell_output img').length,
+    views: [...document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]')].map(s =>
+      (s.parentElement.querySelector('.widget-subarea .jupyter-widgets') ? '' : 'not rendered: ') +
+      (s.parentElement.innerText.match(/(Error displaying widget|Loading widget)[^\\n]*/) || [''])[0]),
+    math: [...document.querySelectorAll('.math')].map(m =>
+      !m.querySelector('mjx-container') ? 'not typeset: ' + m.textContent.slice(0, 60)
+      : m.querySelector('mjx-merror') ? 'error: ' + m.textContent.slice(0, 60) : ''),
+    animations: document.querySelectorAll('.commlib-animation').length,
+  };
+}"""
+
+def _visit(browser, site: str, name: str) -> dict:
+    """Open one page, wait for MathJax and the widgets, record what went wrong and what it shows; screenshot it."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    problems, offsite = [], []
+    page.on("console", lambda m: m.type == "error" and problems.append(f"console: {m.text}"))
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("requestfailed", lambda r: r.url not in offsite and problems.append(f"request failed: {r.url} {r.failure}"))
+    page.on("response", lambda r: r.status >= 400 and problems.append(f"HTTP {r.status}: {r.url}"))
+
+    def local_only(route):
+        if route.request.url.startswith((site, "data:", "blob:")):
+            return route.continue_()
+        offsite.append(route.request.url)
+        return route.abort()
+
+    page.route("**/*", local_only)
+    try:
+        # search.html is opened with a query, once: a second navigation would abort the first one's requests
+        response = page.goto(f"{site}/{name}" + ("?q=allreduce" if name == "search.html" else ""), wait_until="load")
+        if response.status != 200:
+            problems.append(f"HTTP {response.status}: {name}")
+        found = None
+        try:  # a wait that runs out is this page's problem: the other pages are still visited
+            if page.evaluate("() => !!document.querySelector('.math')"):  # MathJax typesets after load
+                page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise",
+                                       timeout=30_000)
+                page.evaluate("() => MathJax.startup.promise")
+            if page.evaluate("() => !!document.querySelector('script[type=\"application/vnd.jupyter.widget-state+json\"]')"):
+                page.wait_for_function("""() => [...document.querySelectorAll(
+                    'script[type="application/vnd.jupyter.widget-view+json"]')]
+                    .every(s => s.parentElement.querySelector('.widget-subarea'))""", timeout=30_000)
+            if name == "search.html":  # the search box works offline: a word from the course finds pages
+                page.wait_for_function("() => document.querySelectorAll('#search-results li').length > 0",
+                                       timeout=30_000)
+                found = page.locator("#search-results li").count()
+        except PlaywrightTimeout as e:
+            problems.append(f"timed out: {str(e).splitlines()[0]}")
+        state = page.evaluate(_PAGE_STATE)
+        broken = page.evaluate(_IMAGES_LOADED)
+        # copies: closing the page below may still cancel a request, which is not the page's fault
+        state.update(problems=list(problems), offsite=list(offsite), broken=broken, found=found)
+        return state
+    finally:
+        page.screenshot(path=str(OUT / (name.replace("/", "_").removesuffix(".html") + ".png")), full_page=True)
+        page.close()
+
+
+@pytest.fixture(scope="module")
+def seen(site, browser):
+    """Every page of the book opened once in Chromium. -> page name -> what _visit recorded."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    return {name: _visit(browser, site, name) for name in PAGES}
+
+
+@browser_test
+@pytest.mark.parametrize("name", PAGES)
+def test_page_in_the_browser(seen, name):
+    state = seen[name]
+    assert state["offsite"] == [], f"the page asked for something off this machine: {state['offsite']}"
+    assert state["problems"] == [] and state["broken"] == [], state["problems"] + [f"broken image: {b}" for b in state["broken"]]
+    assert "python3 course.py lab" in state["text"] and "python3 course.py test" in state["text"]
+    assert [v for v in state["views"] if v] == [], "widget views that did not render from their saved state"
+    assert [m for m in state["math"] if m] == [], "math that MathJax did not typeset"
+    if name.startswith("notebooks/"):
+        outputs, markdown = _figures_in(ROOT / "notebooks" / (Path(name).stem + ".ipynb"))
+        assert (state["outputImages"], state["markdownImages"]) == (outputs, markdown), \
+            "the page does not show every figure of its notebook (output images, markdown images)"
+    if name == "search.html":
+        assert (state["found"] or 0) >= 2, "searching the book for 'allreduce' found fewer than 2 pages"
+
+
+@browser_test
+def test_every_internal_link_and_anchor_resolves(seen, site):
+    import urllib.parse
+    import urllib.request
+
+    bad, checked = [], {}
+    for name, state in seen.items():
+        for link in state["links"]:
+            if not link.startswith(site + "/"):
+                continue  # links to other sites: not reachable from CI, not checked
+            target, _, anchor = link.removeprefix(site + "/").partition("#")
+            target = (target or name).split("?")[0]
+            if target == "" or target.endswith("/"):
+                target += "index.html"
+            if target in seen:
+                if anchor and urllib.parse.unquote(anchor) not in seen[target]["ids"]:
+                    bad.append(f"{name}: {link} (no such anchor)")
+            elif target not in checked:
+                try:
+                    with urllib.request.urlopen(f"{site}/{target}", timeout=30) as r:
+                        checked[target] = r.status
+                except OSError as e:
+                    checked[target] = str(e)
+            if checked.get(target, 200) != 200:
+                bad.append(f"{name}: {link} ({checked[target]})")
+    assert bad == [], bad
+
+
+@browser_test
+def test_the_ring_animation_is_in_the_book_and_steps(seen, site, browser):
+    animated = [name for name, state in seen.items() if state["animations"]]
+    assert animated, ("no page of the book shows the ring animation (commlib.animation.ring_all_reduce): "
+                      "chapter 1 should display it below the ring stepper")
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        page.goto(f"{site}/{animated[0]}", wait_until="load")
+        anim = page.locator(".commlib-animation").first
+        anim.scroll_into_view_if_needed()
+        frames = int(anim.locator("input[type=range]").get_attribute("max")) + 1
+        assert frames >= 3 and anim.get_attribute("data-frame") == "0"
+        img = anim.locator("img")
+        seen = [(img.get_attribute("src"), img.get_attribute("alt"))]
+        for k in range(1, frames):  # step through every frame: each is a new picture with its own caption
+            anim.locator("[data-go=next]").click()
+            assert anim.get_attribute("data-frame") == str(k)
+            seen.append((img.get_attribute("src"), img.get_attribute("alt")))
+        assert len(set(seen)) == frames and seen[-1][1].startswith(f"step {frames - 1}/{frames - 1}")
+        anim.locator("[data-go=back]").click()
+        anim.locator("[data-go=play]").click()  # and it plays by itself, to the last step
+        page.wait_for_function("f => document.querySelector('.commlib-animation').dataset.frame === String(f)",
+                               arg=frames - 1, timeout=15_000)
+        anim.screenshot(path=str(OUT / "ring_animation.png"))
+    finally:
+        page.close()
