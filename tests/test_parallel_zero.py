@@ -152,3 +152,18 @@ def test_bad_inputs_are_named(cluster4):
     assert "only nn.Linear layers" in errors[1]
     assert "impl must be one of" in errors[2]
     assert "whole world" in errors[3]
+
+
+def test_written_out_adam_is_torchs_bit_for_bit():
+    torch.manual_seed(0)
+    ours = [torch.nn.Parameter(torch.randn(50)) for _ in range(3)]
+    theirs = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+    a, b = zero.Adam(ours, lr=1e-2, betas=(0.8, 0.99), eps=1e-6), torch.optim.Adam(theirs, lr=1e-2, betas=(0.8, 0.99),
+                                                                                   eps=1e-6)
+    for _ in range(20):
+        for p, q in zip(ours, theirs):
+            p.grad = torch.randn(50)
+            q.grad = p.grad.clone()
+        a.step()
+        b.step()
+    assert all(torch.equal(p, q) for p, q in zip(ours, theirs))
