@@ -23,6 +23,7 @@ from numbers import Integral, Real
 
 from commlib import cost
 from commlib.machine import GPUS, Hardware, collective_s, group_shape, group_topology, hardware, p2p_s  # noqa: F401
+from commlib.models import MODELS, Model  # noqa: F401
 
 STATE_BYTES = (2, 2, 12)   # ZeRO paper, mixed-precision Adam: fp16 params, fp16 grads, fp32 params+m+v (K = 12)
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
@@ -163,48 +164,11 @@ def step_flops(model: "Model", tokens, recompute="none") -> float:
     n = _num("tokens", tokens)
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
-    extra = 2 * (model.active_params - model.vocab * model.hidden) * n if recompute == "full" else 0.0
+    extra = 2 * (model.active_params - model.embedding_params) * n if recompute == "full" else 0.0
     return 6 * model.active_params * n + extra
 
 
-# ----------------------------------------------------------------------- a model and a cluster
-@dataclass(frozen=True)
-class Model:
-    """A GPT-style decoder: layers x (attention 4h^2 + MLP 2h*ffn, or `experts` MLPs of which each token
-    uses topk) + embeddings vocab*h. Biases and LayerNorms are left out (under 0.1% at these sizes)."""
-
-    layers: int
-    hidden: int
-    heads: int
-    seq: int
-    vocab: int = 50257
-    ffn: int = 0          # 0: 4 * hidden
-    experts: int = 0      # 0: a dense MLP
-    topk: int = 1
-
-    @property
-    def mlp_params(self) -> int:
-        return 2 * self.hidden * (self.ffn or 4 * self.hidden)
-
-    @property
-    def expert_params(self) -> int:
-        return self.layers * self.experts * self.mlp_params
-
-    @property
-    def dense_params(self) -> int:
-        mlp = 0 if self.experts else self.mlp_params
-        return self.layers * (4 * self.hidden ** 2 + mlp) + self.vocab * self.hidden
-
-    @property
-    def params(self) -> int:
-        return self.dense_params + self.expert_params
-
-    @property
-    def active_params(self) -> int:
-        """Parameters one token goes through: the FLOPs count 6 * active_params per token."""
-        return self.dense_params + self.layers * min(self.topk, self.experts) * self.mlp_params
-
-
+# ----------------------------------------------------------------------- what a step assumes
 @dataclass(frozen=True)
 class Assumptions:
     """What the step time takes for granted. mfu: share of peak FLOP/s the math reaches. dp_overlap: share of
@@ -325,7 +289,7 @@ def _estimate(model, hw, c, global_batch, a, b) -> Estimate:
     states = model_state_bytes(dense, d, c.zero_stage) + model_state_bytes(experts, d // c.ep, c.zero_stage)
     act = layers * microbatches_in_flight(p, m, a.schedule) * \
         activation_bytes_per_layer(s, b, h, model.heads, t, sp, a.recompute)
-    layer_params = (model.params - model.vocab * h) / model.layers / t
+    layer_params = (model.params - model.embedding_params) / model.layers / t
     gathered = (2 if a.zero3_prefetch else 1) * 2 * layer_params if c.zero_stage == 3 else 0.0
     memory = {"model_states": states, "activations": act, "zero3_gathered": gathered}
     memory["total"] = states + act + gathered
