@@ -84,6 +84,17 @@ def sharded_training(stage: int, prefetch: bool = False, reference=None, partiti
     return result
 
 
+def phase_counts(phases: dict) -> dict:
+    """{phase: "3 all_gather + 3 reduce_scatter"} from sharded_training's phases ("-" for none)."""
+    out = {}
+    for name, calls in phases.items():
+        kinds: dict[str, int] = {}
+        for kind, _ in calls:
+            kinds[kind] = kinds.get(kind, 0) + 1
+        out[name] = " + ".join(f"{n} {k}" for k, n in kinds.items()) or "-"
+    return out
+
+
 # ------------------------------------------------------------------------------ tensor parallel
 def tensor_parallel_block(t: int, sequence_parallel: bool = False, impl: str = "commlib", seq: int = 8,
                           batch: int = 2, hidden: int = 16, heads: int = 4) -> dict:
