@@ -276,5 +276,6 @@ def pipeline_timeline(events_by_rank, ax=None, title: str = "", unit: float = 1.
     ax.set_yticks(range(p), [f"stage {s}" for s in reversed(range(p))])
     ax.set_xlabel(xlabel)
     got = bubble(events_by_rank)
-    ax.set_title(title or f"{p} stages, step {got['step_s'] * unit:.3g}, idle {got['bubble']:.0%}", fontsize=9.5)
+    name = {1e3: " ms", 1e6: " µs"}.get(unit, "")
+    ax.set_title(title or f"{p} stages, step {got['step_s'] * unit:.3g}{name}, idle {got['bubble']:.0%}", fontsize=9.5)
     return ax

@@ -79,3 +79,16 @@ def test_format_estimate_names_what_is_exposed():
     assert f"{e.times['dp_exposed'] * 1e3:,.1f} ms exposed of {e.times['dp'] * 1e3:,.1f} ms" in html
     assert html.count("on the critical path") == 2            # TP and PP (no experts)
     assert "8 ranks on 2 nodes, 4 per node" in html           # DP behind tp = 2: one pipeline stage, 16 GPUs
+
+
+def test_pipeline_timeline_draws_every_event_and_the_bubble():
+    from commlib import plots
+    from commlib.parallel import pipeline as pl
+
+    events = pl.simulate("1f1b", 3, 5)
+    ax = plots.pipeline_timeline(events)
+    assert len(ax.patches) == 3 * 2 * 5                           # a bar per forward and per backward
+    assert ax.get_title() == f"3 stages, step {(5 + 2) * 3:g}, idle {2 / 7:.0%}"
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["stage 2", "stage 1", "stage 0"]
+    ax = plots.pipeline_timeline([[(op, i, s / 1e3, e / 1e3) for op, i, s, e in evs] for evs in events], unit=1e3)
+    assert ax.get_title().startswith("3 stages, step 21 ms")
