@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class Model:
     """A GPT-style decoder: layers x (attention + MLP 2h*ffn, or `experts` MLPs of which each token uses topk)
-    + embeddings vocab*h (twice if not tied). Attention: q and output h^2 each, k and v h^2 kv_heads/heads each (4h^2 for multi-head
-    attention, kv_heads = 0; fewer with grouped-query attention). A gated MLP (SwiGLU: three h x f matrices)
-    is ffn = 3f/2. Biases and LayerNorms are left out (under 0.1% at these sizes)."""
+    + embeddings vocab*h (twice if not tied). Attention: q and output h^2 each, k and v h^2 kv_heads/heads
+    each (4h^2 for multi-head attention, kv_heads = 0; less with grouped-query attention). A gated MLP
+    (SwiGLU: three h x f matrices) is ffn = 3f/2. Biases and LayerNorms are left out (under 0.1% here)."""
 
     layers: int
     hidden: int

@@ -9,9 +9,9 @@ Sources, each formula beside its function:
   GPipe     Huang et al. 2019;  MoE: Shazeer et al. 2017, Lepikhin et al. 2020 (GShard)
 Ranks are laid out as Megatron does: tensor-parallel ranks adjacent (inside a node), then data-parallel,
 then pipeline stages; expert parallelism splits the data-parallel ranks (ep divides dp). Collectives are
-priced on the machine's topology.Topology by commlib.machine: each group where its ranks sit (TP inside a
-node; DP, EP and PP across nodes once they span them), all-reduce and its halves as NCCL's multi-ring, all-to-all
-limited by each GPU's NIC.
+priced on the machine's topology.Topology by commlib.machine: each group where its ranks sit (TP inside
+a node; DP, EP and PP across nodes once they span them), all-reduce and its halves as NCCL's multi-ring,
+all-to-all limited by each GPU's NIC. The model's shape and published presets live in commlib.models.
 """
 
 from __future__ import annotations
