@@ -12,7 +12,7 @@ import os
 import statistics
 import time
 
-from commlib import plan
+from commlib import machine, plan
 
 MODELS = {
     "7B dense": plan.Model(layers=32, hidden=4096, heads=32, seq=4096, vocab=32000, ffn=11008 * 3 // 2),
@@ -33,7 +33,7 @@ def main() -> None:
             hw = plan.hardware("dgx_h100", nodes)
             rates = {"cold": [], "warm": []}
             for _ in range(a.rounds):
-                plan._ring_s.cache_clear()
+                machine.clear_cache()
                 for kind in ("cold", "warm"):
                     t0 = time.perf_counter()
                     fits, n = plan.search(model, hw, a.global_batch)

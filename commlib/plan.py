@@ -8,20 +8,22 @@ Sources, each formula beside its function:
   SP        Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models", 2022
   GPipe     Huang et al. 2019;  MoE: Shazeer et al. 2017, Lepikhin et al. 2020 (GShard)
 Ranks are laid out as Megatron does: tensor-parallel ranks adjacent (inside a node), then data-parallel,
-then pipeline stages; expert parallelism splits the data-parallel ranks (ep divides dp). The price of a
-collective is one small function, collective_s(): TP on the intra-node link, groups that span nodes on the
-inter-node link (cost.collective_time, ring; one NIC per GPU).
+then pipeline stages; expert parallelism splits the data-parallel ranks (ep divides dp). Collectives are
+priced on the machine's topology.Topology by commlib.machine: each group where its ranks sit (TP inside
+a node; DP, EP and PP across nodes once they span them), all-reduce and its halves as NCCL's multi-ring,
+all-to-all limited by each GPU's NIC. The model's shape and published presets live in commlib.models.
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from dataclasses import dataclass, field
 from numbers import Integral, Real
 
 from commlib import cost
+from commlib.machine import GPUS, Hardware, collective_s, group_shape, group_topology, hardware, p2p_s  # noqa: F401
+from commlib.models import MODELS, Model  # noqa: F401
 
 STATE_BYTES = (2, 2, 12)   # ZeRO paper, mixed-precision Adam: fp16 params, fp16 grads, fp32 params+m+v (K = 12)
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
@@ -162,83 +164,17 @@ def step_flops(model: "Model", tokens, recompute="none") -> float:
     n = _num("tokens", tokens)
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
-    extra = 2 * (model.active_params - model.vocab * model.hidden) * n if recompute == "full" else 0.0
+    extra = 2 * (model.active_params - model.embedding_params) * n if recompute == "full" else 0.0
     return 6 * model.active_params * n + extra
 
 
-# ----------------------------------------------------------------------- a model and a cluster
-@dataclass(frozen=True)
-class Model:
-    """A GPT-style decoder: layers x (attention 4h^2 + MLP 2h*ffn, or `experts` MLPs of which each token
-    uses topk) + embeddings vocab*h. Biases and LayerNorms are left out (under 0.1% at these sizes)."""
-
-    layers: int
-    hidden: int
-    heads: int
-    seq: int
-    vocab: int = 50257
-    ffn: int = 0          # 0: 4 * hidden
-    experts: int = 0      # 0: a dense MLP
-    topk: int = 1
-
-    @property
-    def mlp_params(self) -> int:
-        return 2 * self.hidden * (self.ffn or 4 * self.hidden)
-
-    @property
-    def expert_params(self) -> int:
-        return self.layers * self.experts * self.mlp_params
-
-    @property
-    def dense_params(self) -> int:
-        mlp = 0 if self.experts else self.mlp_params
-        return self.layers * (4 * self.hidden ** 2 + mlp) + self.vocab * self.hidden
-
-    @property
-    def params(self) -> int:
-        return self.dense_params + self.expert_params
-
-    @property
-    def active_params(self) -> int:
-        """Parameters one token goes through: the FLOPs count 6 * active_params per token."""
-        return self.dense_params + self.layers * min(self.topk, self.experts) * self.mlp_params
-
-
-@dataclass(frozen=True)
-class Hardware:
-    """nodes x gpus_per_node GPUs; intra: the link inside a node, inter: each GPU's NIC across nodes."""
-
-    nodes: int
-    gpus_per_node: int
-    gpu_memory: float            # bytes
-    peak_flops: float            # dense 16-bit FLOP/s per GPU
-    intra: cost.Link = cost.LINKS["nvlink4"]
-    inter: cost.Link = cost.LINKS["ib_ndr"]
-
-    @property
-    def world(self) -> int:
-        return self.nodes * self.gpus_per_node
-
-
-HARDWARE = {  # per node; datasheets: A100 SXM 312 TFLOPS, H100 SXM 989 TFLOPS dense BF16; 80 GB each
-    "dgx_a100": dict(gpus_per_node=8, gpu_memory=80e9, peak_flops=312e12, intra=cost.LINKS["nvlink3"],
-                     inter=cost.LINKS["ib_hdr"]),
-    "dgx_h100": dict(gpus_per_node=8, gpu_memory=80e9, peak_flops=989e12, intra=cost.LINKS["nvlink4"],
-                     inter=cost.LINKS["ib_ndr"]),
-}
-
-
-def hardware(name: str, nodes: int) -> Hardware:
-    if name not in HARDWARE:
-        raise ValueError(f"name must be one of {tuple(HARDWARE)}, got {name!r}")
-    return Hardware(nodes=_int("nodes", nodes), **HARDWARE[name])
-
-
+# ----------------------------------------------------------------------- what a step assumes
 @dataclass(frozen=True)
 class Assumptions:
     """What the step time takes for granted. mfu: share of peak FLOP/s the math reaches. dp_overlap: share of
     the data-parallel (and ZeRO) communication hidden behind backward, which caps it (2/3 of compute).
-    TP, EP and PP communication sits on the critical path (exposed). imbalance: EP load imbalance."""
+    TP, EP and PP communication sits on the critical path (exposed). imbalance: EP load imbalance.
+    all_to_all: how EP's all-to-alls run, "bulk" (NCCL) or "pairwise" (commlib.algorithms)."""
 
     mfu: float = 0.4
     dp_overlap: float = 0.0
@@ -248,6 +184,7 @@ class Assumptions:
     recompute: str = "selective"
     sequence_parallel: bool = True
     zero3_prefetch: bool = True
+    all_to_all: str = "bulk"
 
     def __post_init__(self):
         if not (isinstance(self.mfu, Real) and 0 < self.mfu <= 1):
@@ -259,6 +196,8 @@ class Assumptions:
             raise ValueError(f"schedule must be 'gpipe' or '1f1b', got {self.schedule!r}")
         if self.recompute not in RECOMPUTE:
             raise ValueError(f"recompute must be one of {RECOMPUTE}, got {self.recompute!r}")
+        if self.all_to_all not in ("bulk", "pairwise"):
+            raise ValueError(f"all_to_all must be 'bulk' or 'pairwise', got {self.all_to_all!r}")
 
 
 @dataclass(frozen=True)
@@ -271,6 +210,17 @@ class Config:
     microbatches: int = 1
 
 
+def groups(hw: Hardware, config: Config) -> dict:
+    """Where each kind of traffic runs: {kind: (ranks in a group, stride, nodes it spans, members per node)}
+    for tp, dp (dense weights), ep, dp_experts and pp (the stage boundary that crosses nodes, if any)."""
+    c = config
+    out = {"tp": (c.tp, 1), "dp": (c.dp, c.tp), "ep": (c.ep, c.tp), "dp_experts": (c.dp // c.ep, c.tp * c.ep)}
+    out = {k: (n, stride, *group_shape(hw, n, stride)) for k, (n, stride) in out.items()}
+    cross = c.pp > 1 and hw.nodes > 1  # the stages tile the world, so some boundary crosses once it spans nodes
+    out["pp"] = (2 if c.pp > 1 else 1, c.tp * c.dp, 2 if cross else 1, 1 if cross or c.pp == 1 else 2)
+    return out
+
+
 @dataclass
 class Estimate:
     """One configuration: memory per GPU, bytes per rank per step by kind, seconds by part, the step."""
@@ -281,20 +231,6 @@ class Estimate:
     times: dict = field(default_factory=dict)
     step_s: float = 0.0
     fits: bool = False
-
-
-def collective_s(op: str, nbytes: float, group: int, crosses_nodes: bool, hw: Hardware) -> float:
-    """The price of one collective of nbytes over a group of `group` ranks: on the intra-node link if the
-    group sits in one node, else on the inter-node link (ring; one NIC per GPU). The one place to swap in a
-    topology-aware price."""
-    if group == 1 or nbytes == 0:
-        return 0.0
-    return _ring_s(op, nbytes, group, hw.inter if crosses_nodes else hw.intra)
-
-
-@functools.lru_cache(maxsize=65536)
-def _ring_s(op: str, nbytes: float, group: int, link: cost.Link) -> float:
-    return cost.collective_time(op, nbytes, group, link)
 
 
 # ------------------------------------------------------------------------------------- estimate
@@ -345,7 +281,7 @@ def estimate(model: Model, hw: Hardware, config: Config, global_batch: int,
 
 def _estimate(model, hw, c, global_batch, a, b) -> Estimate:
     t, p, d, m, s, h = c.tp, c.pp, c.dp, c.microbatches, model.seq, model.hidden
-    gpn, ab = hw.gpus_per_node, a.act_bytes
+    ab = a.act_bytes
     layers = model.layers // p
     sp = a.sequence_parallel and t > 1
     # memory: model states (expert parameters shard over ep, their ZeRO over dp/ep), activations, gathers
@@ -353,30 +289,27 @@ def _estimate(model, hw, c, global_batch, a, b) -> Estimate:
     states = model_state_bytes(dense, d, c.zero_stage) + model_state_bytes(experts, d // c.ep, c.zero_stage)
     act = layers * microbatches_in_flight(p, m, a.schedule) * \
         activation_bytes_per_layer(s, b, h, model.heads, t, sp, a.recompute)
-    layer_params = (model.params - model.vocab * h) / model.layers / t
+    layer_params = (model.params - model.embedding_params) / model.layers / t
     gathered = (2 if a.zero3_prefetch else 1) * 2 * layer_params if c.zero_stage == 3 else 0.0
     memory = {"model_states": states, "activations": act, "zero3_gathered": gathered}
     memory["total"] = states + act + gathered
     comp = step_flops(model, b * s, a.recompute) / (t * p) / (hw.peak_flops * a.mfu)  # one micro-batch, one stage
     # per micro-batch on one stage: TP (4 all-reduces, or AG + RS, of bsh per layer), EP, PP point-to-point
     bsh = b * s * h * ab
-    tp_cross = t > gpn
-    tp_s = layers * 4 * collective_s("all_reduce", bsh, t, tp_cross, hw)
+    tp_s = layers * 4 * collective_s("all_reduce", bsh, t, 1, hw)
     moe = layers if model.experts else 0
-    ep_cross = t * c.ep > gpn
-    ep_s = moe * 2 * (1 + a.imbalance) * collective_s("all_to_all", bsh * model.topk, c.ep, ep_cross, hw)
-    pp_s = 2 * collective_s("sendrecv", bsh, 2, t * d * 2 > gpn, hw) if p > 1 else 0.0
+    ep_s = moe * 2 * (1 + a.imbalance) * collective_s("all_to_all", bsh * model.topk, c.ep, t, hw, a.all_to_all)
+    pp_s = 2 * p2p_s(bsh, hw.nodes > 1, hw) if p > 1 else 0.0  # stages tile the world: one boundary crosses nodes
     per_mb = comp + tp_s + ep_s + pp_s
     pipeline = (m + p - 1) * per_mb  # = m * per_mb / (1 - pipeline_bubble(p, m)): the bubble is (p-1) per_mb
     # data parallel: once per step, or per micro-batch where ZeRO must (see DP_COLLECTIVES)
-    dp_cross = t * d > gpn
     dp_s, dp_bytes = 0.0, 0.0
     for op, per_step, per_microbatch in DP_COLLECTIVES[c.zero_stage]:
         n = per_step + per_microbatch * m
-        for params, group in ((dense, d), (experts, d // c.ep)):
+        for params, group, stride in ((dense, d, t), (experts, d // c.ep, t * c.ep)):
             if group > 1 and params:
-                dp_s += n * collective_s(op, 2 * params, group, dp_cross, hw)
-                dp_bytes += n * cost.bytes_sent_per_rank(op, 2 * params, group)
+                dp_s += n * collective_s(op, 2 * params, group, stride, hw)
+                dp_bytes += n * (2 if op == "all_reduce" else 1) * (group - 1) / group * 2 * params  # rings
     exposed_dp = dp_s - min(a.dp_overlap * dp_s, 2 / 3 * m * comp)  # only backward can hide it
     step = pipeline + exposed_dp
     comm = {"dp": dp_bytes,

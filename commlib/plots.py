@@ -255,3 +255,27 @@ def topology_busbw(topology, op: str = "all_reduce", sizes=None, ax=None):
                  f"per node ({topology.intra.name} / {topology.inter.name})", fontsize=9.5)
     ax.legend(fontsize=8)
     return ax
+
+
+def pipeline_timeline(events_by_rank, ax=None, title: str = "", unit: float = 1.0, xlabel: str = "time"):
+    """Gantt chart of a pipelined step: one row per stage (stage 0 on top), forwards light and backwards dark,
+    each labelled with its micro-batch; the gaps are the bubble. events_by_rank: [(op, i, start, end)] per
+    stage, as parallel.pipeline.train_step records them or pipeline.simulate computes them."""
+    from commlib.parallel.pipeline import bubble
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 0.45 * len(events_by_rank) + 0.9))
+    t0 = min(e[2] for evs in events_by_rank for e in evs)
+    p = len(events_by_rank)
+    for s, evs in enumerate(events_by_rank):
+        for op, i, start, end in evs:
+            left, width = (start - t0) * unit, (end - start) * unit
+            ax.barh(p - 1 - s, width, left=left, height=0.7, color=f"C{i % 10}", alpha=0.45 if op == "F" else 0.9,
+                    edgecolor="black", lw=0.5)
+            ax.text(left + width / 2, p - 1 - s, f"{op}{i}", ha="center", va="center", fontsize=7)
+    ax.set_yticks(range(p), [f"stage {s}" for s in reversed(range(p))])
+    ax.set_xlabel(xlabel)
+    got = bubble(events_by_rank)
+    name = {1e3: " ms", 1e6: " µs"}.get(unit, "")
+    ax.set_title(title or f"{p} stages, step {got['step_s'] * unit:.3g}{name}, idle {got['bubble']:.0%}", fontsize=9.5)
+    return ax

@@ -182,3 +182,127 @@ def topology_calculator(nbytes: float = 1e9) -> W.VBox:
     update()
     return W.VBox([W.HBox([node, achievable, nodes]), W.HBox([gpus, nics, intra, inter]), W.HBox([op, size]),
                    text, out])
+
+
+# ------------------------------------------------------------------------------------ the planner
+def _gb(nbytes: float) -> str:
+    return f"{nbytes / 1e9:,.2f} GB"
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:,.1f} ms"
+
+
+def _where(size: int, nodes: int, per_node: int) -> str:
+    if size == 1:
+        return "-"
+    if nodes == 1:
+        return f"{size} ranks in one node"
+    return f"{size} ranks on {nodes} nodes, {per_node} per node"
+
+
+def format_estimate(e, hw) -> str:
+    """A plan.Estimate as HTML: the verdict, memory per GPU, each kind of communication (bytes per rank per
+    step, time, where its group sits), and the step."""
+    from commlib import plan
+
+    c, m, t = e.config, e.memory, e.times
+    verdict = (f"<b style='color:#2a7'>fits</b>: {_gb(m['total'])} of {_gb(hw.gpu_memory)} per GPU" if e.fits else
+               f"<b style='color:#c33'>does not fit</b>: {_gb(m['total'])} &gt; {_gb(hw.gpu_memory)} per GPU")
+    head = (f"<p>{verdict}. dp {c.dp} x tp {c.tp} x pp {c.pp} = {c.dp * c.tp * c.pp} GPUs, ep {c.ep}, "
+            f"{f'ZeRO-{c.zero_stage}' if c.zero_stage else 'no ZeRO'}, {c.microbatches} micro-batch(es).</p>")
+    rows = "".join(f"<tr><td>{k}</td><td style='text-align:right'>{_gb(m[k])}</td></tr>"
+                   for k in ("model_states", "activations", "zero3_gathered", "total"))
+    where = plan.groups(hw, c)
+    exposed = {"dp": f"{_ms(t['dp_exposed'])} exposed of {_ms(t['dp'])}", "tp": "on the critical path",
+               "ep": "on the critical path", "pp": "on the critical path"}
+    comm = "".join(f"<tr><td>{k}</td><td style='text-align:right'>{_gb(e.comm_bytes[k])}</td>"
+                   f"<td>{_where(*where[k][:1], *where[k][2:])}</td><td>{exposed[k] if e.comm_bytes[k] else '-'}"
+                   f"</td></tr>" for k in ("dp", "tp", "pp", "ep"))
+    step = (f"<p><b>step {e.step_s:,.3f} s</b> = compute {_ms(t['compute'])} + TP {_ms(t['tp'])} + EP {_ms(t['ep'])}"
+            f" + PP {_ms(t['pp'])} + bubble {_ms(t['bubble'])} + exposed DP {_ms(t['dp_exposed'])}</p>")
+    return (head + f"<table><tr><th>memory per GPU</th><th></th></tr>{rows}</table>"
+            "<table><tr><th>traffic</th><th>bytes per rank per step</th><th>group</th><th>overlap</th></tr>"
+            f"{comm}</table>" + step)
+
+
+def planner(model: str = "llama2_7b", node: str = "dgx_h100", nodes: int = 2, global_batch: int = 64) -> W.VBox:
+    """Model shape, cluster (a topology preset) and configuration in; memory per GPU, communication by kind,
+    step time and a verdict (fits / does not fit) out. 'fastest that fits' runs plan.search."""
+    from commlib import plan
+    from commlib import topology as topo
+
+    style = {"description_width": "initial"}
+    preset = W.Dropdown(options=[*plan.MODELS, "custom"], value=model, description="model")
+    shape = {k: W.IntText(description=k, layout=W.Layout(width="150px"), style=style)
+             for k in ("layers", "hidden", "heads", "seq", "vocab", "ffn", "experts", "topk")}
+    machine = W.Dropdown(options=list(topo.PRESETS), value=node, description="node")
+    n_nodes = W.IntSlider(value=nodes, min=1, max=64, description="nodes")
+    achievable = W.Checkbox(value=True, description="NCCL's achievable speeds", style=style)
+    powers = [1, 2, 4, 8, 16, 32, 64]
+    tp, pp, ep = (W.Dropdown(options=powers, value=1, description=k, layout=W.Layout(width="150px"))
+                  for k in ("tp", "pp", "ep"))
+    zero = W.ToggleButtons(options=[0, 1, 2, 3], value=0, description="ZeRO", style={"button_width": "40px"})
+    micro = W.IntText(value=1, description="micro-batches", style=style, layout=W.Layout(width="170px"))
+    batch = W.IntText(value=global_batch, description="global batch", style=style, layout=W.Layout(width="170px"))
+    mfu = W.FloatSlider(value=0.4, min=0.05, max=1.0, step=0.05, description="MFU")
+    hide = W.FloatSlider(value=0.0, min=0.0, max=1.0, step=0.1, description="DP overlap", style=style)
+    recompute = W.Dropdown(options=list(plan.RECOMPUTE), value="selective", description="recompute", style=style)
+    search = W.Button(description="fastest that fits")
+    out, found = W.HTML(), W.HTML()
+    busy = [False]
+
+    def fill(_=None):
+        if preset.value in plan.MODELS:
+            busy[0] = True
+            for k, w in shape.items():
+                w.value = getattr(plan.MODELS[preset.value], k)
+            busy[0] = False
+        update()
+
+    def chosen():
+        hw = plan.hardware(machine.value, n_nodes.value, achievable=achievable.value)
+        base = plan.MODELS.get(preset.value)
+        kw = {k: w.value for k, w in shape.items()}
+        extra = {} if base is None else {"kv_heads": base.kv_heads, "tied": base.tied}
+        assume = plan.Assumptions(mfu=mfu.value, dp_overlap=hide.value, recompute=recompute.value)
+        return plan.Model(**kw, **extra), hw, assume
+
+    def update(_=None):
+        if busy[0]:
+            return
+        try:
+            m, hw, assume = chosen()
+            if hw.world % (tp.value * pp.value):
+                raise ValueError(f"tp*pp = {tp.value * pp.value} must divide the {hw.world} GPUs")
+            c = plan.Config(hw.world // (tp.value * pp.value), tp.value, pp.value, ep.value, zero.value, micro.value)
+            out.value = format_estimate(plan.estimate(m, hw, c, batch.value, assume), hw) + \
+                f"<p style='font-size:smaller'>{m.params / 1e9:.2f}B parameters; {hw.world} GPUs: {hw.topology}</p>"
+        except (ValueError, TypeError) as err:
+            out.value = f"<b>{err}</b>"
+
+    def best(_=None):
+        try:
+            m, hw, assume = chosen()
+            fits, n = plan.search(m, hw, batch.value, assume)
+        except (ValueError, TypeError) as err:
+            found.value = f"<b>{err}</b>"
+            return
+        rows = "".join(f"<tr><td>{e.config.dp}</td><td>{e.config.tp}</td><td>{e.config.pp}</td><td>{e.config.ep}</td>"
+                       f"<td>{e.config.zero_stage}</td><td>{e.config.microbatches}</td><td>{e.step_s:,.3f} s</td>"
+                       f"<td>{_gb(e.memory['total'])}</td></tr>" for e in fits[:5])
+        found.value = (f"<p>{len(fits)} of {n} configurations fit; the fastest:</p><table><tr><th>dp</th><th>tp</th>"
+                       f"<th>pp</th><th>ep</th><th>ZeRO</th><th>micro-batches</th><th>step</th><th>memory</th></tr>"
+                       f"{rows}</table>" if fits else f"<p>none of {n} configurations fits.</p>")
+
+    preset.observe(fill, names="value")
+    for w in (*shape.values(), machine, n_nodes, achievable, tp, pp, ep, zero, micro, batch, mfu, hide, recompute):
+        w.observe(update, names="value")
+    for w in shape.values():
+        w.observe(lambda change: None if busy[0] else setattr(preset, "value", "custom"), names="value")
+    search.on_click(best)
+    fill()
+    keys = list(shape)
+    return W.VBox([W.HBox([preset, *[shape[k] for k in keys[:3]]]), W.HBox([shape[k] for k in keys[3:]]),
+                   W.HBox([machine, n_nodes, achievable]), W.HBox([tp, pp, ep, micro, batch]), zero,
+                   W.HBox([mfu, hide, recompute]), out, W.HBox([search]), found])

@@ -4,11 +4,9 @@ import sys
 
 import cloudpickle
 import pytest
-import torch
-import torch.distributed as dist
 
 from commlib import plan
-from commlib.parallel import Comm
+from commlib.parallel import Comm, live
 from commlib.parallel import experts as ex
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -17,26 +15,8 @@ T, H, E = 12, 8, 8   # tokens per rank, hidden, experts; T * k * f / ep whole fo
 
 
 def moe_both_ways(ep, topk, impl, imbalance=None):
-    comm = Comm.split([list(range(i, i + ep)) for i in range(0, dist.get_world_size(), ep)], impl)
-    dense = ex.MoE(H, E, topk, ffn=16, seed=0)
-    par = ex.ExpertParallelMoE(dense, comm)
-    torch.manual_seed(3)
-    x, g = torch.randn(ep, T, H), torch.randn(ep, T, H)   # every group rank's tokens, known to all
-    idx = None
-    if imbalance is not None:
-        idx = torch.stack([ex.skewed_routing(T, topk, E, ep, r, imbalance) for r in range(ep)])
-    xd = x.reshape(-1, H).clone().requires_grad_()
-    yd = dense(xd, None if idx is None else idx.reshape(-1, topk))
-    (yd * g.reshape(-1, H)).sum().backward()
-    r = comm.rank
-    xl = x[r].clone().requires_grad_()
-    y = par(xl, None if idx is None else idx[r])
-    (y * g[r]).sum().backward()
-    mine = slice(r * T, (r + 1) * T)
-    zero = lambda p: p.grad if p.grad is not None else torch.zeros_like(p)  # an expert no token picked
-    errors = {"output": (y - yd[mine]).abs().max().item(), "input grad": (xl.grad - xd.grad[mine]).abs().max().item(),
-              "expert grads": max((zero(a) - zero(b)).abs().max().item() for a, b in par.pairs(dense))}
-    return errors, dict(comm.sent)
+    r = live.expert_parallel(ep, topk, impl, imbalance, tokens=T, hidden=H, experts=E)
+    return r["errors"], r["sent"]
 
 
 @pytest.mark.parametrize("topk", [1, 2])

@@ -4,12 +4,9 @@ import sys
 
 import cloudpickle
 import pytest
-import torch
-import torch.distributed as dist
-import torch.nn.functional as F
 
 from commlib import plan
-from commlib.parallel import Comm, zero
+from commlib.parallel import live, zero
 from commlib.parallel import pipeline as pl
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -48,18 +45,8 @@ def test_bubble_from_events():
 
 
 def pipelined(pp, kind, m):
-    comm = Comm.split([list(range(i, i + pp)) for i in range(0, dist.get_world_size(), pp)])
-    torch.manual_seed(5)
-    x, y = torch.randn(ROWS * m, HIDDEN), torch.randn(ROWS * m, HIDDEN)
-    ref = zero.mlp(SIZES)
-    F.mse_loss(ref(x), y).backward()          # one process, the whole batch
-    stage = pl.split_stages(zero.mlp(SIZES), pp)[comm.rank]
-    ref_stage = pl.split_stages(ref, pp)[comm.rank]
-    shape = (ROWS, HIDDEN)
-    out = pl.train_step(stage, comm, list(x.chunk(m)), list(y.chunk(m)), F.mse_loss, kind,
-                        io_shape=lambda i: (shape, shape))
-    err = max((a.grad - b.grad).abs().max().item() for a, b in zip(stage.parameters(), ref_stage.parameters()))
-    return comm.rank, err, out["peak_live"], len(out["events"]), dict(comm.sent)
+    r = live.pipelined(pp, kind, m, rows=ROWS, hidden=HIDDEN, layers=len(SIZES) - 1)
+    return r["stage"], r["err"], r["peak_live"], len(r["events"]), r["sent"]
 
 
 @pytest.mark.parametrize("kind", ["gpipe", "1f1b"])
@@ -87,3 +74,13 @@ def test_measure_bubble_gives_every_ranks_compute(cluster4):
         [sorted([("F", i) for i in range(3)] + [("B", i) for i in range(3)])] * 4
     got = pl.bubble(events)
     assert 0.0 <= got["bubble"] < 1.0 and all(b <= got["step_s"] for b in got["busy_s"])
+
+
+@pytest.mark.parametrize("kind", pl.SCHEDULES)
+@pytest.mark.parametrize("p, m", [(1, 3), (2, 1), (4, 4), (4, 8), (3, 5)])
+def test_ideal_stages_idle_for_the_bubble(kind, p, m):
+    events = pl.simulate(kind, p, m, forward_s=1.0, backward_s=2.0)
+    got = pl.bubble(events)
+    assert got["step_s"] == (m + p - 1) * 3.0                   # (m + p - 1)(t_f + t_b)
+    assert got["bubble"] == pytest.approx(plan.pipeline_bubble(p, m, kind))
+    assert [[(op, i) for op, i, *_ in evs] for evs in events] == [pl.schedule(kind, p, m, s) for s in range(p)]

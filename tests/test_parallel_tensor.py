@@ -5,10 +5,9 @@ import sys
 import cloudpickle
 import pytest
 import torch
-import torch.distributed as dist
 
 from commlib import plan
-from commlib.parallel import Comm
+from commlib.parallel import Comm, live
 from commlib.parallel import tensor as tp
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -17,22 +16,8 @@ S, B, H, HEADS = 8, 2, 16, 4
 
 
 def block_both_ways(t, sequence_parallel, impl):
-    comm = Comm.split([list(range(i, i + t)) for i in range(0, dist.get_world_size(), t)], impl)
-    dense = tp.Block(H, HEADS, seed=0)
-    par = tp.ParallelBlock(dense, comm, sequence_parallel=sequence_parallel)
-    torch.manual_seed(1)
-    x, gy = torch.randn(S, B, H), torch.randn(S, B, H)
-    xd = x.clone().requires_grad_()
-    yd = dense(xd)
-    (yd * gy).sum().backward()
-    part = (lambda v: tp.split_sequence(v, comm)) if sequence_parallel else (lambda v: v)
-    xl = part(x).clone().requires_grad_()
-    y = par(xl)
-    (y * part(gy)).sum().backward()
-    par.sync_replicated_grads()
-    errors = {"output": (y - part(yd)).abs().max().item(), "input grad": (xl.grad - part(xd.grad)).abs().max().item(),
-              "param grads": max((loc.grad - cut(den.grad)).abs().max().item() for loc, den, cut in par.pairs())}
-    return errors, dict(comm.sent)
+    r = live.tensor_parallel_block(t, sequence_parallel, impl, seq=S, batch=B, hidden=H, heads=HEADS)
+    return r["errors"], r["sent"]
 
 
 @pytest.mark.parametrize("sequence_parallel", [False, True])

@@ -9,39 +9,27 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from commlib import cost, plan
-from commlib.parallel import Comm, zero
+from commlib.parallel import Comm, live, zero
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-SIZES = [16, 32, 32, 8]            # every layer's weight + bias count divides by 4 (even shards at p = 4)
+SIZES, BATCH, STEPS, LR = live.SIZES, live.BATCH, live.STEPS, live.LR   # 12 rows split evenly over 1, 2, 3, 4
 PARAMS = 16 * 32 + 32 + 32 * 32 + 32 + 32 * 8 + 8
 UNITS = [16 * 32 + 32, 32 * 32 + 32, 32 * 8 + 8]
-BATCH, STEPS, LR = 12, 3, 1e-2     # 12 rows split evenly over 1, 2, 3 and 4 ranks
 VARIANTS = [(0, False), (1, False), (2, False), (3, False), (3, True)]
+REFERENCE = zero.reference_adam(zero.mlp(SIZES), live.batches(), F.mse_loss, lr=LR)   # one process, torch's Adam
 
 
 def batches():
-    torch.manual_seed(123)
-    return [(torch.randn(BATCH, SIZES[0]), torch.randn(BATCH, SIZES[-1])) for _ in range(STEPS)]
+    return live.batches()
 
 
-def train_every_stage(partition, impl):
-    """On each rank: every (stage, prefetch) on its group; -> {variant: (p, max error, sent, memory)}."""
-    data = batches()
-    ref = zero.reference_adam(zero.mlp(SIZES), data, F.mse_loss, lr=LR)
+def train_every_stage(partition, impl, reference):
+    """On each rank: every (stage, prefetch) on its group; -> {variant: (p, rank, max error, sent, memory)}."""
     out = {}
     for stage, prefetch in VARIANTS:
-        comm = Comm.split(partition, impl)
-        sdp = zero.ShardedDataParallel(zero.mlp(SIZES), comm, stage, lr=LR, prefetch=prefetch)
-        rows = BATCH // comm.size
-        for x, y in data:
-            lo = comm.rank * rows
-            F.mse_loss(sdp(x[lo:lo + rows]), y[lo:lo + rows]).backward()
-            memory = sdp.memory()
-            sdp.step()
-        sent = dict(comm.sent)
-        err = max((a - b).abs().max().item() for a, b in zip(sdp.parameters(), ref))
-        out[(stage, prefetch)] = (comm.size, comm.rank, err, sent, memory)
+        r = live.sharded_training(stage, prefetch, reference, partition, impl)
+        out[(stage, prefetch)] = (r["p"], r["rank"], r["err"], r["sent"], r["memory"])
     return out
 
 
@@ -51,7 +39,7 @@ def train_every_stage(partition, impl):
     ([[0, 1], [2, 3]], "torch"),        # p = 2
 ])
 def test_sharded_adam_equals_one_process(cluster4, partition, impl):
-    for rank, result in enumerate(cluster4.run(train_every_stage, partition, impl)):
+    for rank, result in enumerate(cluster4.run(train_every_stage, partition, impl, REFERENCE)):
         for (stage, prefetch), (p, r, err, sent, memory) in result.items():
             assert err < 1e-6, (rank, p, stage, prefetch, err)
             # the bytes: what a ring sends, shard by shard (uneven at p = 3), once per unit per step
@@ -72,7 +60,7 @@ def test_sharded_adam_equals_one_process(cluster4, partition, impl):
 
 
 def test_bytes_and_memory_equal_the_plan_at_p4(cluster4):
-    result = cluster4.run(train_every_stage, [[0, 1, 2, 3]], "commlib")
+    result = cluster4.run(train_every_stage, [[0, 1, 2, 3]], "commlib", REFERENCE)
     for (stage, prefetch), (p, _, _, sent, memory) in result[2].items():
         assert sum(sent.values()) == STEPS * plan.dp_bytes_per_rank(PARAMS, 4, stage, grad_bytes=4)
         want = plan.model_state_breakdown(PARAMS, 4, stage, param_bytes=4, grad_bytes=4, optimizer_bytes=8)
@@ -152,3 +140,48 @@ def test_bad_inputs_are_named(cluster4):
     assert "only nn.Linear layers" in errors[1]
     assert "impl must be one of" in errors[2]
     assert "whole world" in errors[3]
+
+
+def test_written_out_adam_is_torchs_bit_for_bit():
+    torch.manual_seed(0)
+    ours = [torch.nn.Parameter(torch.randn(50)) for _ in range(3)]
+    theirs = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+    a, b = zero.Adam(ours, lr=1e-2, betas=(0.8, 0.99), eps=1e-6), torch.optim.Adam(theirs, lr=1e-2, betas=(0.8, 0.99),
+                                                                                   eps=1e-6)
+    for _ in range(20):
+        for p, q in zip(ours, theirs):
+            p.grad = torch.randn(50)
+            q.grad = p.grad.clone()
+        a.step()
+        b.step()
+    assert all(torch.equal(p, q) for p, q in zip(ours, theirs))
+
+
+def every_stage_once():
+    return {(s, f): live.sharded_training(s, f) for s, f in VARIANTS}
+
+
+def test_each_stage_communicates_in_its_phase(cluster4):
+    from collections import Counter
+    units = len(UNITS)
+    want = {0: ({}, {}, {"all_reduce": units}),
+            1: ({}, {}, {"reduce_scatter": units, "all_gather": units}),
+            2: ({}, {"reduce_scatter": units}, {"all_gather": units}),
+            3: ({"all_gather": units}, {"all_gather": units, "reduce_scatter": units}, {})}
+    for result in cluster4.run(every_stage_once):
+        for (stage, prefetch), r in result.items():
+            got = tuple(dict(Counter(kind for kind, _ in r["phases"][ph])) for ph in ("forward", "backward", "step"))
+            assert got == want[stage], (stage, prefetch, got)
+        # with prefetch the next unit's gather is issued before the current unit's reduce-scatter
+        assert [k for k, _ in result[(3, True)]["phases"]["backward"]][:3] == ["all_gather", "all_gather",
+                                                                                "reduce_scatter"]
+
+
+def test_start_broadcast_gives_everyone_rank0s_weights(cluster4):
+    out = cluster4.run(live.start_broadcast)
+    nbytes = out[0]["nbytes"]
+    assert nbytes == 4 * PARAMS and len({o["before"] for o in out}) == 4
+    assert all(o["err"] == 0.0 and o["after"] == out[0]["before"] for o in out)
+    assert [o["sent"] for o in out] == [2 * nbytes, nbytes, 0, 0]          # binomial tree: 0 -> 1, then 0 -> 2, 1 -> 3
+    assert [o["sent"] for o in out] == cost.bytes_sent_by_rank("broadcast", nbytes, 4, "tree")
+    assert out[0]["sent"] == plan.init_broadcast_bytes(nbytes, 4)

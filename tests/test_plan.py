@@ -237,3 +237,86 @@ def test_bad_inputs_are_named(call, words):
     with pytest.raises((ValueError, TypeError)) as info:
         call()
     assert words in str(info.value)
+
+
+# ------------------------------------------------------------------------ pricing on the topology
+from commlib import machine  # noqa: E402
+from commlib import topology as topo  # noqa: E402
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter", "all_gather"])
+@pytest.mark.parametrize("name, nodes", [("dgx_h100", 1), ("dgx_h100", 4), ("dgx_a100", 2)])
+def test_a_world_group_costs_what_topology_says(op, name, nodes):
+    hw, n = plan.hardware(name, nodes), 3e9
+    assert hw.topology == topo.preset(name, nodes)
+    assert plan.collective_s(op, n, hw.world, 1, hw) == topo.collective_time(op, n, hw.topology, "multi_ring")
+
+
+def test_all_to_all_is_priced_per_gpu_nic():
+    hw, n = plan.hardware("dgx_h100", 2), 1e9
+    for algorithm in ("bulk", "pairwise"):
+        assert plan.collective_s("all_to_all", n, 16, 1, hw, algorithm) == \
+            topo.collective_time("all_to_all", n, hw.topology, algorithm)
+    # every GPU's (N-1)/N n off-node bytes leave through its own 50 GB/s NIC: the node's 8 NICs do not add up
+    b = topo.breakdown("all_to_all", n, hw.topology, "bulk")
+    assert b["inter_s"] == pytest.approx(n / 2 / 50e9)
+    with pytest.raises(ValueError, match="all_to_all must be one of"):
+        plan.collective_s("all_to_all", n, 16, 1, hw, "ring")
+
+
+def test_groups_are_priced_where_their_ranks_sit():
+    hw, n = plan.hardware("dgx_h100", 4), 1e9
+    nvlink, ndr = cost.LINKS["nvlink4"], cost.LINKS["ib_ndr"]
+    # tensor parallel, 8 adjacent ranks: one node, a ring on NVLink
+    assert plan.group_shape(hw, 8, 1) == (1, 8)
+    assert plan.collective_s("all_reduce", n, 8, 1, hw) == pytest.approx(
+        topo.collective_time("all_reduce", n, topo.Topology(1, 8, nvlink, ndr), "flat_ring"))
+    assert plan.collective_s("all_reduce", n, 8, 1, hw) == pytest.approx(14 * (0.6e-6 + n / 8 / 450e9))
+    # data parallel behind tp = 8: one rank per node, 4 nodes, one NIC each: a flat ring on InfiniBand
+    assert plan.group_shape(hw, 4, 8) == (4, 1)
+    assert plan.collective_s("all_reduce", n, 4, 8, hw) == pytest.approx(6 * (5e-6 + n / 4 / 50e9))
+    # data parallel behind tp = 2: 4 ranks per node on 4 nodes; the 4 rings leave through 4 NICs
+    assert plan.group_shape(hw, 16, 2) == (4, 4)
+    assert plan.collective_s("all_reduce", n, 16, 2, hw) == topo.collective_time(
+        "all_reduce", n, topo.Topology(4, 4, nvlink, ndr, 4), "multi_ring")
+    bw = topo.breakdown("all_reduce", n, topo.Topology(4, 4, nvlink, ndr, 4), "multi_ring")["busbw_GBps"]
+    assert bw == pytest.approx(4 * 50, rel=0.02)     # four NICs' worth (less the latency), not one
+
+
+def test_fewer_nics_than_gpus_share_them():
+    hw = plan.Hardware(2, 8, 80e9, 1e15, "nvlink4", "ib_ndr", nics_per_node=2)
+    assert hw.nic_share.bandwidth == 50e9 * 2 / 8
+    for op in ("all_reduce", "all_gather"):
+        assert plan.collective_s(op, 1e9, 16, 1, hw) == pytest.approx(
+            topo.collective_time(op, 1e9, hw.topology, "multi_ring"))
+    assert plan.collective_s("all_to_all", 1e9, 16, 1, hw) == pytest.approx(
+        topo.collective_time("all_to_all", 1e9, hw.topology, "bulk"))
+
+
+def test_estimate_prices_each_kind_on_its_group():
+    hw = plan.hardware("dgx_h100", 4)
+    c = plan.Config(dp=4, tp=8, microbatches=2)
+    e = plan.estimate(LLAMA7B, hw, c, 16, plan.Assumptions(zero3_prefetch=False))
+    dense = LLAMA7B.params / 8
+    assert e.times["dp"] == pytest.approx(plan.collective_s("all_reduce", 2 * dense, 4, 8, hw))
+    b = 16 // (4 * 2)
+    bsh = b * LLAMA7B.seq * LLAMA7B.hidden * 2
+    assert e.times["tp"] == pytest.approx(2 * LLAMA7B.layers * 4 * plan.collective_s("all_reduce", bsh, 8, 1, hw))
+    assert plan.groups(hw, c)["dp"] == (4, 8, 4, 1) and plan.groups(hw, c)["tp"] == (8, 1, 1, 8)
+    piped = plan.groups(hw, plan.Config(dp=2, tp=2, pp=8))["pp"]
+    assert piped == (2, 4, 2, 1)     # some stage boundary crosses nodes
+    assert plan.groups(plan.hardware("dgx_h100", 1), plan.Config(dp=2, pp=4))["pp"] == (2, 2, 1, 2)
+
+
+def test_machines_from_presets_and_bad_machines():
+    b200 = plan.hardware("dgx_b200", 2, achievable=True)
+    assert b200.gpu_memory == 180e9 and b200.peak_flops == 2250e12 and b200.inter == topo.ACHIEVABLE["ib_ndr"]
+    assert plan.Hardware.from_topology(b200.topology, 1, 1).topology == b200.topology
+    with pytest.raises(ValueError, match="gpu_memory must be a finite number > 0"):
+        plan.Hardware(1, 8, 0, 1e15)
+    with pytest.raises(ValueError, match="nodes must be an int >= 1"):
+        plan.Hardware(0, 8, 80e9, 1e15)
+    with pytest.raises(TypeError, match="topology must be a topology.Topology"):
+        plan.Hardware.from_topology("dgx", 1, 1)
+    with pytest.raises(ValueError, match="all_to_all must be 'bulk' or 'pairwise'"):
+        plan.Assumptions(all_to_all="ring")

@@ -5,6 +5,7 @@
     tensor.py    Megatron tensor parallelism (f/g operators), and its sequence-parallel variant
     pipeline.py  GPipe and 1F1B over point-to-point; live activations; the measured bubble
     experts.py   a mixture-of-experts layer: top-k routing, all-to-all dispatch and combine
+    live.py      the runs chapter 7 shows (and the tests check): each parallelism beside its reference
 
 commlib.plan prices the same communication in closed form; tests hold the two equal.
 """

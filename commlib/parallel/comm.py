@@ -6,6 +6,7 @@ Every parallelism in this package talks through a Comm, so each run ends with a 
     comm = Comm()                          # the whole world
     comm = Comm.split([[0, 1], [2, 3]])    # every rank calls it; each gets the Comm of its own group
     comm.all_reduce(t); comm.sent          # Counter({'all_reduce': 2(p-1)/p * t.nbytes})
+    comm.log                               # [(kind, bytes), ...]: every call in order
 
 impl="commlib" runs commlib.algorithms (ring reduce-scatter / all-gather / all-reduce, binomial
 broadcast) and counts the messages they really sent (their Trace); it needs the whole world as the
@@ -70,6 +71,7 @@ class Comm:
         self.rank = self.ranks.index(dist.get_rank())
         self.sent: Counter = Counter()    # kind -> bytes this rank sent
         self.calls: Counter = Counter()   # kind -> number of calls
+        self.log: list[tuple[str, int]] = []   # (kind, bytes sent) of every call, in order
 
     @classmethod
     def split(cls, partition: list[list[int]], impl: str = "torch") -> "Comm":
@@ -88,10 +90,12 @@ class Comm:
     def reset(self) -> None:
         self.sent.clear()
         self.calls.clear()
+        self.log.clear()
 
     def _count(self, kind: str, nbytes: float) -> None:
         self.sent[kind] += int(nbytes)
         self.calls[kind] += 1
+        self.log.append((kind, int(nbytes)))
 
     def _ring_bytes(self, op: str, numel: int, itemsize: int) -> int:
         return int(cost.bytes_sent_by_rank(op, numel * itemsize, self.size, "ring", itemsize)[self.rank])

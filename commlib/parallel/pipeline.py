@@ -38,6 +38,34 @@ def schedule(kind: str, pp: int, microbatches: int, stage: int) -> list[tuple[st
     return order + [("B", i) for i in range(m - warmup, m)]
 
 
+def simulate(kind: str, pp: int, microbatches: int, forward_s: float = 1.0, backward_s: float = 2.0) -> list:
+    """The schedule on ideal stages (every forward forward_s, every backward backward_s, free messages): each
+    stage runs its ops in order, F(s, i) once F(s-1, i) is done, B(s, i) once B(s+1, i) is. -> the compute
+    events of every stage, as train_step records them: [[(op, i, start, end)] per stage]."""
+    orders = [schedule(kind, pp, microbatches, s) for s in range(pp)]
+    done: dict[tuple[str, int, int], float] = {}
+    events: list[list] = [[] for _ in range(pp)]
+    clock, nxt = [0.0] * pp, [0] * pp
+    while any(n < len(o) for n, o in zip(nxt, orders)):
+        progressed = False
+        for s in range(pp):
+            if nxt[s] == len(orders[s]):
+                continue
+            op, i = orders[s][nxt[s]]
+            dep = ("F", s - 1, i) if op == "F" and s > 0 else ("B", s + 1, i) if op == "B" and s < pp - 1 else None
+            if dep is not None and dep not in done:
+                continue
+            start = max(clock[s], done.get(dep, 0.0))
+            end = start + (forward_s if op == "F" else backward_s)
+            done[(op, s, i)], clock[s] = end, end
+            events[s].append((op, i, start, end))
+            nxt[s] += 1
+            progressed = True
+        if not progressed:
+            raise AssertionError("the schedule deadlocks")  # schedule() never makes one
+    return events
+
+
 def split_stages(model: torch.nn.Sequential, pp: int) -> list[torch.nn.Sequential]:
     """Cut a Sequential into pp stages of equal numbers of nn.Linear layers (each with what follows it)."""
     starts = [i for i, m in enumerate(model) if isinstance(m, torch.nn.Linear)]

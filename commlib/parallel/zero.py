@@ -60,6 +60,30 @@ def broadcast_parameters(module: torch.nn.Module, comm: Comm) -> int:
     return total
 
 
+class Adam:
+    """Adam (Kingma & Ba 2015, algorithm 1) computed as torch.optim.Adam's defaults do (torch/optim/adam.py,
+    single-tensor path, no weight decay): m = lerp(m, g, 1-b1); v = b2 v + (1-b2) g^2;
+    p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). Written out because a process's first
+    torch.optim optimizer imports torch._dynamo (about a second per rank); the tests hold it to torch's."""
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8):
+        self.params, self.lr, self.betas, self.eps = list(params), lr, betas, eps
+        self.state = [(torch.zeros_like(p), torch.zeros_like(p)) for p in self.params]
+        self.t = 0
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.t += 1
+        b1, b2 = self.betas
+        for p, (m, v) in zip(self.params, self.state):
+            if p.grad is None:
+                continue
+            m.lerp_(p.grad, 1 - b1)
+            v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            denom = (v.sqrt() / (1 - b2 ** self.t) ** 0.5).add_(self.eps)
+            p.addcdiv_(m, denom, value=-self.lr / (1 - b1 ** self.t))
+
+
 class _Unit:
     """One nn.Linear: its flat parameters (full or this rank's shard), its gradient, its gathers."""
 
@@ -167,7 +191,7 @@ class ShardedDataParallel:
             if isinstance(m, torch.nn.Linear):
                 self._slot[i] = _Unit(m, len(self.units), self)
                 self.units.append(self._slot[i])
-        self.optimizer = torch.optim.Adam([u.shard for u in self.units], lr=lr, betas=betas, eps=eps)
+        self.optimizer = Adam([u.shard for u in self.units], lr=lr, betas=betas, eps=eps)
         self.gathered = 0        # full-parameter elements held right now (stage 3)
         self.peak_gathered = 0
 
@@ -241,11 +265,13 @@ def torch_fsdp2(model: torch.nn.Sequential, comm: Comm | None = None) -> torch.n
 
 
 def reference_adam(model: torch.nn.Module, batches, loss_fn, lr: float = 1e-3, betas=(0.9, 0.999),
-                   eps: float = 1e-8) -> list[torch.Tensor]:
-    """The single-process run the sharded ones must match: Adam on the whole batch (all ranks' data)."""
-    opt = torch.optim.Adam(model.parameters(), lr=lr, betas=betas, eps=eps)
+                   eps: float = 1e-8, optimizer=None) -> list[torch.Tensor]:
+    """The single-process run the sharded ones must match: Adam on the whole batch (all ranks' data).
+    optimizer: torch.optim.Adam (the default) or Adam above, which computes the same bits without the import."""
+    opt = (optimizer or torch.optim.Adam)(list(model.parameters()), lr=lr, betas=betas, eps=eps)
     for x, y in batches:
-        opt.zero_grad()
+        for p in model.parameters():
+            p.grad = None
         loss_fn(model(x), y).backward()
         opt.step()
     return [p.detach().clone() for p in model.parameters()]

@@ -1,0 +1,78 @@
+"""The model a plan trains: a GPT-style decoder's shape, its parameter counts, and published models.
+
+Pure Python. Presets carry their source; plan.step_flops turns a shape into FLOPs per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Model:
+    """A GPT-style decoder: layers x (attention + MLP 2h*ffn, or `experts` MLPs of which each token uses topk)
+    + embeddings vocab*h (twice if not tied). Attention: q and output h^2 each, k and v h^2 kv_heads/heads
+    each (4h^2 for multi-head attention, kv_heads = 0; less with grouped-query attention). A gated MLP
+    (SwiGLU: three h x f matrices) is ffn = 3f/2. Biases and LayerNorms are left out (under 0.1% here)."""
+
+    layers: int
+    hidden: int
+    heads: int
+    seq: int
+    vocab: int = 50257
+    ffn: int = 0          # 0: 4 * hidden
+    experts: int = 0      # 0: a dense MLP
+    topk: int = 1
+    kv_heads: int = 0     # 0: heads (multi-head attention)
+    tied: bool = True     # one vocab x h matrix for the input embedding and the output layer (GPT); Llama has two
+    name: str = field(default="", compare=False)
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden * (1 if self.tied else 2)
+
+    @property
+    def attention_params(self) -> int:
+        h = self.hidden
+        return 2 * h * h + 2 * h * (h * (self.kv_heads or self.heads) // self.heads)
+
+    @property
+    def mlp_params(self) -> int:
+        return 2 * self.hidden * (self.ffn or 4 * self.hidden)
+
+    @property
+    def expert_params(self) -> int:
+        return self.layers * self.experts * self.mlp_params
+
+    @property
+    def dense_params(self) -> int:
+        mlp = 0 if self.experts else self.mlp_params
+        return self.layers * (self.attention_params + mlp) + self.embedding_params
+
+    @property
+    def params(self) -> int:
+        return self.dense_params + self.expert_params
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token goes through: the FLOPs count 6 * active_params per token."""
+        return self.dense_params + self.layers * min(self.topk, self.experts) * self.mlp_params
+
+
+MODELS = {  # name: (shape, source)
+    "gpt3_1.3b": Model(24, 2048, 24, 2048, 50257, name="GPT-3 XL 1.3B"),
+    "llama2_7b": Model(32, 4096, 32, 4096, 32000, ffn=11008 * 3 // 2, tied=False, name="Llama-2 7B"),
+    "llama2_13b": Model(40, 5120, 40, 4096, 32000, ffn=13824 * 3 // 2, tied=False, name="Llama-2 13B"),
+    "gpt3_175b": Model(96, 12288, 96, 2048, 51200, name="GPT-3 175B"),
+    "mixtral_8x7b": Model(32, 4096, 32, 4096, 32000, ffn=14336 * 3 // 2, experts=8, topk=2, kv_heads=8,
+                          tied=False, name="Mixtral 8x7B"),
+}
+SOURCES = {
+    "gpt3_1.3b": "Brown et al. 2020, 'Language Models are Few-Shot Learners', table 2.1 (GPT-3 XL)",
+    "llama2_7b": "Touvron et al. 2023, 'Llama 2', and its config.json: 32 layers, hidden 4096, 32 heads, SwiGLU 11008, "
+                 "vocabulary 32000, context 4096; untied embeddings (6.74B parameters)",
+    "llama2_13b": "Touvron et al. 2023, 'Llama 2', and its config.json: 40 layers, hidden 5120, 40 heads, SwiGLU 13824",
+    "gpt3_175b": "Brown et al. 2020, table 2.1; vocabulary padded to 51200 as in Narayanan et al. 2021",
+    "mixtral_8x7b": "Jiang et al. 2024, 'Mixtral of Experts', table 1: 32 layers, hidden 4096, 32 heads, 8 KV heads, "
+                    "SwiGLU 14336, 8 experts, top-2 (46.7B parameters, 12.9B active)",
+}

@@ -1,0 +1,171 @@
+"""The chapter's live runs, inside ranks: each parallelism next to its single-process reference.
+
+Every function runs on every rank of a Cluster (or under torchrun) and returns plain data: the largest
+difference to the reference, the bytes this rank sent per kind (Comm.sent), and what chapter 7 shows
+(the order of the collectives, per-rank shapes, memory, live activations). The tests of commlib.parallel
+run the same functions.
+
+    start_broadcast        what DDP sends when it starts                        broadcast
+    sharded_training       DDP and ZeRO-1/2/3 with Adam, a few steps            all-reduce / reduce-scatter, all-gather
+    tensor_parallel_block  a Megatron transformer layer, TP or SP               all-reduce / all-gather, reduce-scatter
+    pipelined              GPipe or 1F1B over point-to-point                    send / recv
+    expert_parallel        a top-k MoE layer, experts spread over the ranks     all-to-all
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from commlib.parallel import experts as ex
+from commlib.parallel import pipeline as pl
+from commlib.parallel import tensor as tp
+from commlib.parallel import zero
+from commlib.parallel.comm import Comm
+
+SIZES = [16, 32, 32, 8]     # the ZeRO toy MLP: every unit's weight + bias count divides by 4
+BATCH, STEPS, LR = 12, 3, 1e-2
+
+
+def _groups(size: int) -> list[list[int]]:
+    return [list(range(i, i + size)) for i in range(0, dist.get_world_size(), size)]
+
+
+def _err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a - b).abs().max().item()
+
+
+# ------------------------------------------------------------------------------ start-up broadcast
+def start_broadcast(impl: str = "commlib") -> dict:
+    """Every rank initialises the MLP from its own seed, then broadcast_parameters gives everyone rank 0's.
+    -> first weight before and after, bytes broadcast, bytes this rank sent, largest difference to rank 0's."""
+    torch.manual_seed(dist.get_rank())
+    model = zero.mlp(SIZES, seed=dist.get_rank())
+    before = model[0].weight[0, 0].item()
+    comm = Comm(impl=impl)
+    nbytes = zero.broadcast_parameters(model, comm)
+    mine = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    rank0 = torch.cat([p.detach().reshape(-1) for p in zero.mlp(SIZES, seed=0).parameters()])
+    return {"before": before, "after": model[0].weight[0, 0].item(), "nbytes": nbytes,
+            "sent": comm.sent.get("broadcast", 0), "err": _err(mine, rank0)}
+
+
+# ---------------------------------------------------------------------------------- ZeRO / FSDP
+def batches(steps: int = STEPS, batch: int = BATCH, sizes=SIZES) -> list:
+    """The same (x, y) batches on every rank and in the reference: rank r of p trains on rows r*batch/p..."""
+    torch.manual_seed(123)
+    return [(torch.randn(batch, sizes[0]), torch.randn(batch, sizes[-1])) for _ in range(steps)]
+
+
+def sharded_training(stage: int, prefetch: bool = False, reference=None, partition=None, impl: str = "commlib",
+                     sizes=SIZES, steps: int = STEPS, batch: int = BATCH, lr: float = LR) -> dict:
+    """`steps` Adam steps of ShardedDataParallel (stage 0-3) on this rank's rows of batches(); reference: the
+    parameters of the one-process run (zero.reference_adam) to compare with. -> {p, rank, err, sent, memory
+    (between backward and step), phases: the collectives of the last step's forward, backward and step,
+    [(kind, bytes)] each}."""
+    comm = Comm.split(partition, impl) if partition else Comm(impl=impl)
+    sdp = zero.ShardedDataParallel(zero.mlp(sizes), comm, stage, lr=lr, prefetch=prefetch)
+    rows = batch // comm.size
+    lo = comm.rank * rows
+    for x, y in batches(steps, batch, sizes):
+        marks = [len(comm.log)]
+        out = sdp(x[lo:lo + rows])
+        marks.append(len(comm.log))
+        F.mse_loss(out, y[lo:lo + rows]).backward()
+        marks.append(len(comm.log))
+        memory = sdp.memory()
+        sdp.step()
+        marks.append(len(comm.log))
+    phases = {name: comm.log[a:b] for name, a, b in zip(("forward", "backward", "step"), marks, marks[1:])}
+    result = {"p": comm.size, "rank": comm.rank, "sent": dict(comm.sent), "memory": memory, "phases": phases}
+    if reference is not None:
+        result["err"] = max(_err(a, b) for a, b in zip(sdp.parameters(), reference))
+    return result
+
+
+def phase_counts(phases: dict) -> dict:
+    """{phase: "3 all_gather + 3 reduce_scatter"} from sharded_training's phases ("-" for none)."""
+    out = {}
+    for name, calls in phases.items():
+        kinds: dict[str, int] = {}
+        for kind, _ in calls:
+            kinds[kind] = kinds.get(kind, 0) + 1
+        out[name] = " + ".join(f"{n} {k}" for k, n in kinds.items()) or "-"
+    return out
+
+
+# ------------------------------------------------------------------------------ tensor parallel
+def tensor_parallel_block(t: int, sequence_parallel: bool = False, impl: str = "commlib", seq: int = 8,
+                          batch: int = 2, hidden: int = 16, heads: int = 4) -> dict:
+    """A transformer layer on [seq, batch, hidden] split over groups of t ranks, forward and backward, next to
+    the dense layer. -> {errors: output, input grad, param grads; sent; shapes: this rank's weights; x_shape}."""
+    comm = Comm.split(_groups(t), impl) if t < dist.get_world_size() else Comm(impl=impl)
+    dense = tp.Block(hidden, heads, seed=0)
+    par = tp.ParallelBlock(dense, comm, sequence_parallel=sequence_parallel)
+    torch.manual_seed(1)
+    x, gy = torch.randn(seq, batch, hidden), torch.randn(seq, batch, hidden)
+    xd = x.clone().requires_grad_()
+    yd = dense(xd)
+    (yd * gy).sum().backward()
+    part = (lambda v: tp.split_sequence(v, comm)) if sequence_parallel else (lambda v: v)
+    xl = part(x).clone().requires_grad_()
+    y = par(xl)
+    (y * part(gy)).sum().backward()
+    par.sync_replicated_grads()
+    errors = {"output": _err(y, part(yd)), "input grad": _err(xl.grad, part(xd.grad)),
+              "param grads": max(_err(loc.grad, cut(den.grad)) for loc, den, cut in par.pairs())}
+    shapes = {name: tuple(getattr(par, name).weight.shape) for name in ("qkv", "proj", "fc1", "fc2")}
+    return {"errors": errors, "sent": dict(comm.sent), "shapes": shapes, "x_shape": tuple(xl.shape)}
+
+
+# ------------------------------------------------------------------------------------- pipeline
+def pipelined(pp: int, kind: str, microbatches: int, rows: int = 4, hidden: int = 16, layers: int = 4) -> dict:
+    """An MLP of `layers` Linear layers cut into pp stages, one pipelined step (GPipe or 1F1B) over m
+    micro-batches of `rows` rows, next to one process on the whole batch. -> {stage, err (largest gradient
+    difference), peak_live (micro-batches held at once), events, sent}."""
+    comm = Comm.split(_groups(pp)) if pp < dist.get_world_size() else Comm()
+    torch.manual_seed(5)
+    x, y = torch.randn(rows * microbatches, hidden), torch.randn(rows * microbatches, hidden)
+    ref = zero.mlp([hidden] * (layers + 1))
+    F.mse_loss(ref(x), y).backward()
+    stage = pl.split_stages(zero.mlp([hidden] * (layers + 1)), pp)[comm.rank]
+    ref_stage = pl.split_stages(ref, pp)[comm.rank]
+    shape = (rows, hidden)
+    out = pl.train_step(stage, comm, list(x.chunk(microbatches)), list(y.chunk(microbatches)), F.mse_loss, kind,
+                        io_shape=lambda i: (shape, shape))
+    err = max(_err(a.grad, b.grad) for a, b in zip(stage.parameters(), ref_stage.parameters()))
+    return {"stage": comm.rank, "err": err, "peak_live": out["peak_live"], "events": out["events"],
+            "sent": dict(comm.sent)}
+
+
+# ------------------------------------------------------------------------------------- experts
+def expert_parallel(ep: int, topk: int, impl: str = "commlib", imbalance=None, tokens: int = 12, hidden: int = 8,
+                    experts: int = 8) -> dict:
+    """A top-k MoE layer whose experts are spread over groups of ep ranks, each rank bringing `tokens` tokens,
+    next to the one-process layer on all of them; imbalance: skewed_routing's (rank 0's experts draw that
+    many times the balanced traffic), None: the router decides. -> {errors, sent, received: token copies
+    this rank's experts processed}."""
+    comm = Comm.split(_groups(ep), impl) if ep < dist.get_world_size() else Comm(impl=impl)
+    dense = ex.MoE(hidden, experts, topk, ffn=16, seed=0)
+    par = ex.ExpertParallelMoE(dense, comm)
+    torch.manual_seed(3)
+    x, g = torch.randn(ep, tokens, hidden), torch.randn(ep, tokens, hidden)   # every group rank's tokens
+    idx = None
+    if imbalance is not None:
+        idx = torch.stack([ex.skewed_routing(tokens, topk, experts, ep, r, imbalance) for r in range(ep)])
+    xd = x.reshape(-1, hidden).clone().requires_grad_()
+    yd = dense(xd, None if idx is None else idx.reshape(-1, topk))
+    (yd * g.reshape(-1, hidden)).sum().backward()
+    r = comm.rank
+    xl = x[r].clone().requires_grad_()
+    y = par(xl, None if idx is None else idx[r])
+    (y * g[r]).sum().backward()
+    mine = slice(r * tokens, (r + 1) * tokens)
+    grad = lambda p: p.grad if p.grad is not None else torch.zeros_like(p)  # noqa: E731  (an expert no token picked)
+    errors = {"output": _err(y, yd[mine]), "input grad": _err(xl.grad, xd.grad[mine]),
+              "expert grads": max(_err(grad(a), grad(b)) for a, b in par.pairs(dense))}
+    picks = (idx.reshape(-1) if idx is not None else dense.route(x.reshape(-1, hidden))[0].reshape(-1))
+    per = experts // ep
+    received = int(((picks >= r * per) & (picks < (r + 1) * per)).sum())
+    return {"errors": errors, "sent": dict(comm.sent), "received": received}
