@@ -357,6 +357,21 @@ class Cluster:
             how += " (the rank launcher, the zygote, died: the next run() starts a new one)"
         return RankDied(rank, f"rank {rank} (pid {pid}) died {when}: {how}")
 
+    @staticmethod
+    def _await_dumps(paths: dict, deadline: float) -> None:
+        """Wait until every rank's stack dump has appeared past its old size and stopped growing (faulthandler
+        writes it from a signal handler; on a loaded machine that can take a while), or until the deadline."""
+        def size(path):
+            return os.path.getsize(path) if os.path.exists(path) else 0
+
+        last = {rank: -1 for rank in paths}
+        while time.monotonic() < deadline:
+            now = {rank: size(path) for rank, (path, _) in paths.items()}
+            if all(now[r] > offset and now[r] == last[r] for r, (_, offset) in paths.items()):
+                return
+            last = now
+            time.sleep(0.05)
+
     def _timeout_message(self, ranks: list, name: str, stuck: list[int], printing: list[int]) -> str:
         """Say which ranks hung and where: each stuck rank dumps its Python stack before it is killed."""
         msg = f"{name}() got no answer from rank(s) {stuck} within timeout={self.timeout} s "
@@ -376,7 +391,7 @@ class Cluster:
                 os.kill(ranks[rank][1], signal.SIGUSR1)
             except ProcessLookupError:
                 pass
-        time.sleep(0.2)
+        self._await_dumps(paths, deadline=time.monotonic() + 2.0)
         for rank, (path, offset) in paths.items():
             try:
                 with open(path) as f:
