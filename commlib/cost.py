@@ -317,7 +317,7 @@ def breakdown(op: str, nbytes: float, world_size: int, link: Link | str, algorit
     call = link.call_latency if messages else 0.0
     terms = {"latency_s": call + messages * link.latency, "bandwidth_s": nb * link.beta, "reduction_s": reduced * g}
     total = sum(terms.values())
-    algbw = nbytes / total / 1e9 if total > 0 else float("inf")
+    algbw = float(nbytes) / total / 1e9 if total > 0 else float("inf")  # numpy sizes give Python floats too
     return {**terms, "time_s": total,
             "bytes_per_rank": bytes_sent_per_rank(op, nbytes, world_size, algorithm),
             "algbw_GBps": algbw, "busbw_GBps": algbw * bus_factor(op, world_size),

@@ -181,6 +181,7 @@ def test_invalid_inputs_name_the_value(call, exc, words):
 def test_numpy_numbers_are_accepted_wherever_python_numbers_are():
     want = cost.collective_time("all_reduce", N, 4, LINK, gamma=G)
     assert cost.collective_time("all_reduce", np.float32(N), np.int64(4), LINK, gamma=np.float64(G)) == want
+    assert cost.breakdown("all_reduce", np.float32(N), np.int64(4), LINK) == cost.breakdown("all_reduce", N, 4, LINK)
     assert cost.bytes_sent_by_rank("broadcast", np.float64(N), np.int32(4), "tree", itemsize=np.int64(4),
                                    root=np.int8(1)) == cost.bytes_sent_by_rank("broadcast", N, 4, "tree", 4, 1)
     assert cost.pipelined_ring_time("all_reduce", N, np.int64(4), LINK, np.float32(4096)) == \
