@@ -11,10 +11,10 @@ Pure Python and numpy: no torch here.
 from __future__ import annotations
 
 import math
-from numbers import Integral, Real
 
 import numpy as np
 
+from commlib import _validate as check
 from commlib.links import LINKS, PUBLISHED, Link, Published  # noqa: F401  (re-exported: cost.LINKS, cost.Link)
 from commlib.schedules import (_binomial_children, _dbtree_sent, binary_tree, double_binary_tree,  # noqa: F401
                                fold_to_power_of_two, halving_ranges, tree_height)
@@ -49,29 +49,21 @@ FAMILY = {
 
 
 # ------------------------------------------------------------------------------- validation
-def _check_op(op: str, algorithm: str) -> None:
-    if op not in OPS:
+def _check_op(op: str, algorithm: str, name: str = "algorithm") -> None:
+    if not isinstance(op, str) or op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
+        raise ValueError(f"{name} must be one of {ALGORITHMS}, got {algorithm!r}")
     if algorithm not in PAIRS[op]:
-        raise ValueError(f"no algorithm {algorithm!r} for {op}; choose one of {PAIRS[op]}")
+        raise ValueError(f"no {name} {algorithm!r} for {op}; choose one of {PAIRS[op]}")
 
 
 def _check_p(world_size) -> int:
-    if isinstance(world_size, bool) or not isinstance(world_size, Integral):
-        raise TypeError(f"world_size must be an int >= 1, got {type(world_size).__name__}")
-    if world_size < 1:
-        raise ValueError(f"world_size must be an int >= 1, got {world_size}")
-    return int(world_size)
+    return check.integer("world_size", world_size, low=1)
 
 
 def _check_nbytes(nbytes) -> float:
-    if isinstance(nbytes, bool) or not isinstance(nbytes, Real):
-        raise TypeError(f"nbytes must be a number of bytes >= 0, got {type(nbytes).__name__}")
-    if not (math.isfinite(nbytes) and nbytes >= 0):
-        raise ValueError(f"nbytes must be a finite number of bytes >= 0, got {nbytes!r}")
-    return float(nbytes)
+    return check.number("nbytes", nbytes, low=0, unit="bytes")
 
 
 def _check_pow2(op: str, algorithm: str, p: int) -> None:
@@ -89,15 +81,14 @@ def _validated(op: str, nbytes, world_size, algorithm: str) -> tuple[int, float]
 
 
 def is_power_of_two(p: int) -> bool:
+    p = check.integer("p", p)
     return p >= 1 and p & (p - 1) == 0
 
 
 def shard_sizes(numel: int, world_size: int) -> list[int]:
     """Split numel elements into world_size shards as evenly as possible, the first numel % p one larger."""
     p = _check_p(world_size)
-    if isinstance(numel, bool) or not isinstance(numel, Integral) or numel < 0:
-        raise ValueError(f"numel must be an int >= 0, got {numel!r}")
-    q, r = divmod(int(numel), p)
+    q, r = divmod(check.integer("numel", numel, low=0), p)
     return [q + 1 if i < r else q for i in range(p)]
 
 
@@ -109,6 +100,8 @@ def bytes_sent_by_rank(op: str, nbytes: float, world_size: int, algorithm: str =
     Shards are whole elements of `itemsize` bytes (shard_sizes of nbytes / itemsize elements).
     """
     p, n = _validated(op, nbytes, world_size, algorithm)
+    itemsize = check.integer("itemsize", itemsize, low=1)
+    root = check.integer("root", root, low=0, high=p - 1)
     if p == 1:
         return [0.0]
     numel = int(round(n / itemsize))
@@ -299,9 +292,7 @@ def _link(link) -> Link:
 
 
 def _gamma(gamma) -> float:
-    if isinstance(gamma, bool) or not isinstance(gamma, Real) or not gamma >= 0:
-        raise ValueError(f"gamma must be seconds per byte >= 0, got {gamma!r}")
-    return float(gamma)
+    return check.number("gamma", gamma, low=0, unit="seconds per byte")
 
 
 def collective_time(op: str, nbytes: float, world_size: int, link: Link | str,
@@ -326,7 +317,7 @@ def breakdown(op: str, nbytes: float, world_size: int, link: Link | str, algorit
     call = link.call_latency if messages else 0.0
     terms = {"latency_s": call + messages * link.latency, "bandwidth_s": nb * link.beta, "reduction_s": reduced * g}
     total = sum(terms.values())
-    algbw = nbytes / total / 1e9 if total > 0 else float("inf")
+    algbw = float(nbytes) / total / 1e9 if total > 0 else float("inf")  # numpy sizes give Python floats too
     return {**terms, "time_s": total,
             "bytes_per_rank": bytes_sent_per_rank(op, nbytes, world_size, algorithm),
             "algbw_GBps": algbw, "busbw_GBps": algbw * bus_factor(op, world_size),
@@ -343,9 +334,7 @@ def pipelined_ring_time(op: str, nbytes: float, world_size: int, link: Link | st
     if op not in ("all_reduce", "reduce_scatter", "all_gather"):
         raise ValueError(f"op must be all_reduce, reduce_scatter or all_gather for a pipelined ring, got {op!r}")
     p, n = _validated(op, nbytes, world_size, "ring")
-    if isinstance(segment_bytes, bool) or not isinstance(segment_bytes, Real) or not segment_bytes > 0 \
-            or not math.isfinite(segment_bytes):
-        raise ValueError(f"segment_bytes must be a finite number of bytes > 0, got {segment_bytes!r}")
+    segment_bytes = check.number("segment_bytes", segment_bytes, low=0, strict=True, unit="bytes")
     link, g = _link(link), _gamma(gamma)
     if p == 1 or n == 0:
         return 0.0
@@ -362,6 +351,8 @@ def crossover_bytes(op: str, algorithm_a: str, algorithm_b: str, world_size: int
     """The size n at which two algorithms take equal time (both are a + n*slope in n), or None if they never
     cross for n > 0. Below it, the one with fewer messages wins; above it, the one with fewer bytes."""
     link, g = _link(link), _gamma(gamma)
+    _check_op(op, algorithm_a, "algorithm_a")
+    _check_op(op, algorithm_b, "algorithm_b")
     ma, ba, ra = critical_path(op, 1.0, world_size, algorithm_a)  # per-byte coefficients at n = 1
     mb, bb, rb = critical_path(op, 1.0, world_size, algorithm_b)
     d_fixed = (mb - ma) * link.latency
@@ -378,14 +369,20 @@ def fit_alpha_beta(nbytes_list, seconds_list, iterations: int = 20) -> tuple[flo
     Sizes span decades, so residuals are taken relative to t (a plain least-squares fit would ignore
     the small messages that determine alpha); outliers are down-weighted (Huber, IRLS); alpha, beta >= 0.
     """
-    n = np.asarray(nbytes_list, dtype=float)
-    t = np.asarray(seconds_list, dtype=float)
+    iterations = check.integer("iterations", iterations, low=1)
+    n, t = _as_floats("nbytes_list", nbytes_list), _as_floats("seconds_list", seconds_list)
     if n.ndim != 1 or n.shape != t.shape:
         raise ValueError(f"nbytes_list and seconds_list must be 1-D and of equal length, got {n.shape} and {t.shape}")
+    if not (np.all(np.isfinite(n)) and np.all(n >= 0)):
+        raise ValueError("nbytes_list must hold finite sizes in bytes >= 0")
+    if not (np.all(np.isfinite(t)) and np.all(t > 0)):
+        raise ValueError("seconds_list must hold finite times in seconds > 0")
     if len(n) < 2 or len(np.unique(n)) < 2:
         raise ValueError("fit_alpha_beta needs at least two different sizes")
-    if not (np.all(np.isfinite(n)) and np.all(n >= 0) and np.all(np.isfinite(t)) and np.all(t > 0)):
-        raise ValueError("sizes must be finite and >= 0, times finite and > 0")
+    # Fit in units of the largest size and time: the relative residuals do not change, and times of any
+    # magnitude (even subnormal ones) stay far from overflow in 1/t.
+    n_unit, t_unit = float(n.max()), float(t.max())
+    n, t = n / n_unit, t / t_unit
     w = np.ones_like(t)
     alpha = beta = 0.0
     for _ in range(iterations):
@@ -399,5 +396,12 @@ def fit_alpha_beta(nbytes_list, seconds_list, iterations: int = 20) -> tuple[flo
         r = (alpha + n * beta - t) / t
         scale = 1.4826 * np.median(np.abs(r - np.median(r))) or 1e-12
         k = 1.345 * scale
-        w = np.where(np.abs(r) <= k, 1.0, k / np.abs(r))
-    return float(alpha), float(beta)
+        w = k / np.maximum(np.abs(r), k)  # Huber: 1 within k, k/|r| beyond
+    return float(alpha) * t_unit, float(beta) * t_unit / n_unit
+
+
+def _as_floats(name: str, values) -> np.ndarray:
+    try:
+        return np.asarray(values, dtype=float)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a list of numbers") from None

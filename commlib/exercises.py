@@ -1,55 +1,21 @@
 """Checkers for the notebooks' exercises: each returns a Verdict, and rejects wrong answers with a hint.
 
-A checker never raises on a wrong or missing answer (the notebook keeps running); it says what is
-wrong. `Verdict.ok` is what tests assert on.
+A checker never raises on a wrong, odd or missing answer (the notebook keeps running); it says what is
+wrong (commlib.answers reads the answer). `Verdict.ok` is what tests assert on. A nonsensical parameter,
+the notebook author's, is a ValueError/TypeError naming it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from numbers import Real
-
-
-@dataclass(frozen=True)
-class Verdict:
-    ok: bool
-    message: str
-
-    def __repr__(self) -> str:
-        return ("Correct. " if self.ok else "Not yet. ") + self.message
-
-    def __bool__(self) -> bool:
-        return self.ok
-
-
-def _missing(answer) -> Verdict | None:
-    if answer is None or answer is Ellipsis:
-        return Verdict(False, "Replace the None (or ...) with your answer, then run the cell again.")
-    return None
-
-
-def _number_problem(answer, name: str) -> Verdict | None:
-    """What keeps `answer` from being checked as a number (missing, or not a number), or None."""
-    missing = _missing(answer)
-    if missing is not None:
-        return missing
-    if isinstance(answer, bool) or not isinstance(answer, Real):
-        return Verdict(False, f"{name} should be a number, got {type(answer).__name__}.")
-    return None
-
-
-def _function_problem(fn) -> Verdict | None:
-    if fn is None or fn is Ellipsis:
-        return _missing(fn)
-    if not callable(fn):
-        return Verdict(False, f"pass your function itself (no parentheses), got {type(fn).__name__}.")
-    return None
-
+from commlib import _validate as check
+from commlib.answers import (Verdict, _choice, _close, _function_problem, _missing, _number,  # noqa: F401
+                             _number_problem, _run_on_ranks, _values)
 
 # ------------------------------------------------------------------------------ chapter 0
 def ch0_all_reduce_value(answer, world_size: int = 4) -> Verdict:
     """Each rank r holds r + 1; after all_reduce(SUM) every rank holds 1 + 2 + ... + p = p(p+1)/2."""
-    bad = _number_problem(answer, "the value")
+    world_size = check.integer("world_size", world_size, low=1)
+    answer, bad = _number(answer, "the value")
     if bad is not None:
         return bad
     expected = world_size * (world_size + 1) / 2
@@ -68,17 +34,20 @@ def ch0_rank_max(cluster, fn) -> Verdict:
     bad = _function_problem(fn)
     if bad is not None:
         return bad
-    from commlib.cluster import ClusterTimeout, RankError
-
     p = cluster.world_size
     expected = max((3 * r) % p for r in range(p))
-    try:
-        got = cluster.run(fn)
-    except RankError as e:
-        return Verdict(False, f"rank {e.rank} raised: {e.remote_traceback.strip().splitlines()[-1]}")
-    except ClusterTimeout:
-        return Verdict(False, "it never finished: does every rank call the same collective?")
-    values = [float(g.item() if hasattr(g, "item") else g) for g in got]
+    got, bad = _run_on_ranks(cluster, fn, hang="does every rank call the same collective?")
+    if bad is not None:
+        return bad
+    values = []
+    for rank, g in enumerate(got):
+        if g is None:
+            return Verdict(False, f"rank {rank} returned None: end your function with return (the maximum, "
+                                  "as a number or a one-element tensor).")
+        x, bad = _number(g, f"the result of rank {rank}")
+        if bad is not None:
+            return bad
+        values.append(float(x))
     if values == [expected] * p:
         return Verdict(True, f"every rank returned {expected}.")
     own = [float((3 * r) % p) for r in range(p)]
@@ -94,10 +63,10 @@ def ch1_ring_bytes(answer, nbytes: float, world_size: int) -> Verdict:
     """Bytes each rank sends in a ring all-reduce of nbytes on p ranks: 2(p-1)/p * nbytes."""
     from commlib import cost
 
-    bad = _number_problem(answer, "the number of bytes")
+    n, p = check.number("nbytes", nbytes, low=0, unit="bytes"), check.integer("world_size", world_size, low=1)
+    answer, bad = _number(answer, "the number of bytes")
     if bad is not None:
         return bad
-    n, p = nbytes, world_size
     want = cost.bytes_sent_per_rank("all_reduce", n, p, "ring")
     close = lambda x: abs(answer - x) <= 1e-6 * max(abs(x), 1)  # noqa: E731
     if close(want):
@@ -148,39 +117,38 @@ def ch1_ring_all_gather(cluster, fn) -> Verdict:
         return bad
     import torch
 
-    from commlib.cluster import ClusterTimeout, RankError
-
     for label, lengths in (("equal shards", lambda q: 3), ("shards of different lengths", lambda q: q + 1)):
-        try:
-            out = cluster.run(_run_p2p_only, fn, lengths)
-        except RankError as e:
-            return Verdict(False, f"with {label}, rank {e.rank} raised: {e.remote_traceback.strip().splitlines()[-1]}")
-        except ClusterTimeout as e:
-            return Verdict(False, f"with {label}, ranks {e.ranks} never finished: does every send have a matching "
-                                  "recv, posted in an order that cannot deadlock (isend + irecv, then wait)?")
+        out, bad = _run_on_ranks(cluster, _run_p2p_only, fn, lengths, context=f"with {label}, ",
+                                 hang="does every send have a matching recv, posted in an order that cannot "
+                                      "deadlock (isend + irecv, then wait)?")
+        if bad is not None:
+            return bad
         for rank, (got, want) in enumerate(out):
             if not isinstance(got, torch.Tensor):
-                return Verdict(False, f"return the gathered tensor; rank {rank} returned {type(got).__name__}.")
-            if got.shape != want.shape or not torch.equal(got, want):
-                return Verdict(False, f"with {label}, rank {rank} returned {got.tolist()}, expected {want.tolist()}. "
+                end = " (does your function end with return?)" if got is None else ""
+                return Verdict(False, f"return the gathered tensor; rank {rank} returned {type(got).__name__}{end}.")
+            try:
+                same = got.shape == want.shape and torch.equal(got, want)
+            except Exception as e:  # a meta, sparse or complex tensor
+                return Verdict(False, f"with {label}, rank {rank} returned a {got.dtype} tensor on {got.device} "
+                                      f"that cannot be compared with the expected one ({type(e).__name__}).")
+            if not same:
+                return Verdict(False, f"with {label}, rank {rank} returned {_values(got)}, expected {_values(want)}. "
                                       "Is each received chunk stored at the offset of the rank it came from?")
     return Verdict(True, "every rank ends with all shards in rank order, for equal and unequal shard lengths.")
 
 
 # ------------------------------------------------------------------------------ chapter 2
-def _close(a: float, b: float, rel: float = 0.02) -> bool:
-    return abs(a - b) <= rel * abs(b)
-
-
 def ch2_ring_time(answer, nbytes: float, world_size: int, link) -> Verdict:
     """Seconds for a ring all_reduce: c + 2(p-1) alpha + 2(p-1)/p n / B, with B per direction (no gamma)."""
     from commlib import cost
 
-    bad = _number_problem(answer, "the time in seconds")
+    link = cost._link(link)
+    n, p = check.number("nbytes", nbytes, low=0, unit="bytes"), check.integer("world_size", world_size, low=1)
+    a, bw, c = link.latency, link.bandwidth, link.call_latency
+    answer, bad = _number(answer, "the time in seconds")
     if bad is not None:
         return bad
-    link = cost._link(link)
-    p, n, a, bw, c = world_size, nbytes, link.latency, link.bandwidth, link.call_latency
     want = cost.collective_time("all_reduce", n, p, link, "ring")
     band = 2 * (p - 1) / p * n / bw
     if _close(answer, want):
@@ -205,11 +173,13 @@ def ch2_ring_time(answer, nbytes: float, world_size: int, link) -> Verdict:
 
 def ch2_busbw(answer, nbytes: float, time_s: float, world_size: int) -> Verdict:
     """nccl-tests busbw in GB/s for all_reduce: n / t / 1e9 * 2(p-1)/p."""
-    bad = _number_problem(answer, "the bus bandwidth in GB/s")
+    nbytes = check.number("nbytes", nbytes, low=0, unit="bytes")
+    time_s = check.number("time_s", time_s, low=0, strict=True, unit="seconds")
+    p = check.integer("world_size", world_size, low=1)
+    answer, bad = _number(answer, "the bus bandwidth in GB/s")
     if bad is not None:
         return bad
     algbw = nbytes / time_s / 1e9
-    p = world_size
     want = algbw * 2 * (p - 1) / p
     if _close(answer, want):
         return Verdict(True, f"algbw = n/t = {algbw:.3g} GB/s; busbw = algbw · 2(p-1)/p = {want:.3g} GB/s.")
@@ -226,13 +196,14 @@ def ch2_fastest(answer, op: str, nbytes: float, world_size: int, link) -> Verdic
     """Name the algorithm the alpha-beta model says is fastest for this op, size, p and link."""
     from commlib import cost
 
-    bad = _missing(answer)
-    if bad is not None:
-        return bad
+    if not isinstance(op, str) or op not in cost.PAIRS:
+        raise ValueError(f"op must be one of {tuple(cost.PAIRS)}, got {op!r}")
+    world_size = check.integer("world_size", world_size, low=1)
     options = [a for a in cost.PAIRS[op]
                if (op, a) not in cost.POWER_OF_TWO_ONLY or cost.is_power_of_two(world_size)]
-    if answer not in options:
-        return Verdict(False, f"choose one of {options}.")
+    answer, bad = _choice(answer, options)
+    if bad is not None:
+        return bad
     times = {a: cost.collective_time(op, nbytes, world_size, link, a) for a in options}
     best = min(times, key=times.get)
     if answer == best or times[answer] <= times[best] * 1.0001:
@@ -246,16 +217,10 @@ def ch2_fastest(answer, op: str, nbytes: float, world_size: int, link) -> Verdic
 # ------------------------------------------------------------------------------ chapter 4
 def ch4_overflow_world_size(answer, value: float = 3000.0) -> Verdict:
     """The smallest number of ranks whose fp16 sum of `value` (one per rank) overflows."""
-    import torch
-
-    from commlib import precision
-
-    bad = _number_problem(answer, "the number of ranks")
+    p = _fp16_overflow_ranks(value)
+    answer, bad = _number(answer, "the number of ranks")
     if bad is not None:
         return bad
-    p = 2
-    while not torch.isinf(precision.simulate_reduction([torch.tensor([value])] * p, "fp16", "sequential")).any():
-        p += 1
     if answer == p:
         return Verdict(True, f"{p} x {value:g} = {p * value:g} > 65504 (fp16's max): the sum is inf, although the "
                              f"mean, {value:g}, fits easily.")
@@ -266,14 +231,34 @@ def ch4_overflow_world_size(answer, value: float = 3000.0) -> Verdict:
     return Verdict(False, "the sum of p copies passes fp16's largest finite value, 65504, at which p?")
 
 
+def _fp16_overflow_ranks(value) -> int:
+    """The smallest p whose sequential fp16 sum of p copies of value is inf: precision.simulate_reduction's
+    "sequential" order (each hop rounds to fp16), one hop at a time. A value whose running sum stops growing
+    (swamping: it is under half a unit in the last place of the sum) never overflows: ValueError."""
+    import torch
+
+    check.number("value", value, low=0, strict=True)
+    v = torch.tensor(value, dtype=torch.float16)
+    if not torch.isfinite(v) or v == 0:
+        raise ValueError(f"value must be a number > 0 that fp16 represents (<= 65504, >= 6e-8), got {value!r}")
+    total, p = v, 1
+    while torch.isfinite(total):
+        grown = v + total
+        if grown == total:
+            raise ValueError(f"value must be large enough for an fp16 sum of copies to overflow: with value={value!r} "
+                             f"the running sum stops at {float(total):g} (swamping)")
+        total, p = grown, p + 1
+    return p
+
+
 def ch4_predivide_factor(answer, world_size: int = 32) -> Verdict:
     """FSDP's gradient predivide factor for world_size."""
     from commlib import precision
 
-    bad = _number_problem(answer, "the factor")
+    f = precision.predivide_factor(world_size)
+    answer, bad = _number(answer, "the factor")
     if bad is not None:
         return bad
-    f = precision.predivide_factor(world_size)
     if answer == f:
         return Verdict(True, f"f = {f}: divide by {f} before the sum and by {world_size}/{f} = {world_size / f:g} after.")
     if answer == world_size:
@@ -289,11 +274,10 @@ def ch4_safe_strategy(answer, world_size: int = 64) -> Verdict:
     ~1e-6 than casting to fp16 does, while sending 2 bytes per value."""
     from commlib import precision
 
-    bad = _missing(answer)
+    world_size = check.integer("world_size", world_size, low=1)
+    answer, bad = _choice(answer, precision.STRATEGIES)
     if bad is not None:
         return bad
-    if answer not in precision.STRATEGIES:
-        return Verdict(False, f"choose one of {precision.STRATEGIES}.")
     big = precision.experiment(world_size, 3000.0, answer)
     small = precision.experiment(world_size, 1e-6, answer)
     base = precision.experiment(world_size, 1e-6, "fp32_accumulate")["flushed_to_zero"]
@@ -315,10 +299,13 @@ def ch6_overlapped_step(answer, compute_s: float = 0.100, comm_s: float = 0.080,
     equal buckets and overlapped on one communication stream."""
     from commlib import overlap
 
-    bad = _number_problem(answer, "the step time in seconds")
+    buckets = check.integer("buckets", buckets, low=1)
+    compute_s = check.number("compute_s", compute_s, low=0, unit="seconds")
+    comm_s = check.number("comm_s", comm_s, low=0, unit="seconds")
+    tl = overlap.simulate([compute_s / buckets] * buckets, [comm_s / buckets] * buckets)
+    answer, bad = _number(answer, "the step time in seconds")
     if bad is not None:
         return bad
-    tl = overlap.simulate([compute_s / buckets] * buckets, [comm_s / buckets] * buckets)
     want = tl.total_s
     if _close(answer, want, 0.01):
         return Verdict(True, f"{compute_s * 1e3:g} ms of backward, then the last bucket's {comm_s / buckets * 1e3:g} ms "
@@ -337,12 +324,14 @@ def ch6_best_bucket(answer, params: float = 1e8, layers: int = 96, backward_s: f
     """Which bucket cap (MiB) among `options` gives the shortest overlapped step for this model and cluster?"""
     from commlib import overlap
 
-    bad = _missing(answer)
+    layers = check.integer("layers", layers, low=1)
+    options = check.numbers("options", options, low=0, strict=True, unit="MiB", item="bucket cap")
+    options = [int(o) if o.is_integer() else o for o in options]
+    answer, bad = _choice(answer, options, "MiB")
     if bad is not None:
         return bad
-    if answer not in options:
-        return Verdict(False, f"choose one of {list(options)} (MiB).")
-    per_layer = params * bytes_per_param / layers
+    per_layer = check.number("params", params, low=0) * check.number("bytes_per_param", bytes_per_param, low=0) / layers
+    backward_s = check.number("backward_s", backward_s, low=0, unit="seconds")
 
     def step(cap):
         c, m, _ = overlap.buckets_from_layers([per_layer] * layers, [backward_s / layers] * layers, world_size, link,
@@ -365,7 +354,9 @@ def ch8_chunked_time(answer, total_bytes: float, chunk_bytes: float, world_size:
     """Seconds to all-reduce total_bytes as total_bytes/chunk_bytes separate ring all-reduces."""
     from commlib import cost
 
-    bad = _number_problem(answer, "the time in seconds")
+    total_bytes = check.number("total_bytes", total_bytes, low=0, unit="bytes")
+    chunk_bytes = check.number("chunk_bytes", chunk_bytes, low=0, strict=True, unit="bytes")
+    answer, bad = _number(answer, "the time in seconds")
     if bad is not None:
         return bad
     count = total_bytes / chunk_bytes
@@ -387,7 +378,9 @@ def ch8_chunked_time(answer, total_bytes: float, chunk_bytes: float, world_size:
 
 def ch8_exposed(answer, compute_s: float, comm_s: float, overlapped_s: float) -> Verdict:
     """Exposed communication (s) from a profile: communication that ran with no compute beside it."""
-    bad = _number_problem(answer, "the exposed time in seconds")
+    compute_s, comm_s, overlapped_s = (check.number(name, v, low=0, unit="seconds") for name, v in
+                                       (("compute_s", compute_s), ("comm_s", comm_s), ("overlapped_s", overlapped_s)))
+    answer, bad = _number(answer, "the exposed time in seconds")
     if bad is not None:
         return bad
     want = comm_s - overlapped_s

@@ -15,9 +15,9 @@ whose per-hop latencies are larger (3.4 us NVLink, 14 us network) but no longer 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from numbers import Real
+
+from commlib import _validate as check
 
 _TUNING = "NCCL 2.30.7 src/graph/tuning.cc (LL protocol, Ring)"
 
@@ -34,14 +34,12 @@ class Link:
     call_latency: float = 0.0
 
     def __post_init__(self):
-        if not isinstance(self.name, str):
-            raise TypeError(f"Link name must be a str, got {type(self.name).__name__}")
-        for field, value, low in (("bandwidth", self.bandwidth, "> 0"), ("latency", self.latency, ">= 0"),
-                                  ("call_latency", self.call_latency, ">= 0")):
-            if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) \
-                    or not (value > 0 if low == "> 0" else value >= 0):
-                raise ValueError(f"Link {field} must be a finite number {low} "
-                                 f"({'bytes/s' if field == 'bandwidth' else 'seconds'}), got {value!r}")
+        for field in ("name", "source"):
+            if not isinstance(getattr(self, field), str):
+                raise TypeError(f"Link {field} must be a str, got {type(getattr(self, field)).__name__}")
+        check.number("Link bandwidth", self.bandwidth, low=0, strict=True, unit="bytes/s")
+        check.number("Link latency", self.latency, low=0, unit="seconds")
+        check.number("Link call_latency", self.call_latency, low=0, unit="seconds")
 
     @property
     def beta(self) -> float:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from numbers import Real
 
+from commlib import _validate as check
 from commlib import cost
 
 DDP_BUCKET_CAP_MB = 25.0     # torch DDP's default bucket_cap_mb (MiB)
@@ -61,23 +61,14 @@ class Timeline:
         return 0.0 if comm == 0 else max(0.0, (comm - self.exposed_comm_s) / comm)  # measured: no -0.001
 
 
-def _seconds_list(name: str, values) -> list[float]:
-    values = list(values)
-    if not values:
-        raise ValueError(f"{name} must list at least one bucket")
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, Real) or not v >= 0:
-            raise ValueError(f"{name} must hold seconds >= 0, got {v!r}")
-    return [float(v) for v in values]
-
-
 def simulate(compute_s, comm_s, overlap: bool = True, forward_s: float = 0.0) -> Timeline:
     """Per bucket, in order of readiness: compute_s[i] of backward produces bucket i, comm_s[i] all-reduces it.
     One communication stream. overlap=False starts the first all-reduce only when backward has finished.
     forward_s: the forward pass before backward (an event of kind "forward", bucket -1). It produces no
     gradients, so this step's all-reduces cannot overlap with it."""
-    compute, comm = _seconds_list("compute_s", compute_s), _seconds_list("comm_s", comm_s)
-    forward = _seconds_list("forward_s", [forward_s])[0]
+    compute = check.numbers("compute_s", compute_s, low=0, unit="seconds", item="bucket")
+    comm = check.numbers("comm_s", comm_s, low=0, unit="seconds", item="bucket")
+    forward = check.number("forward_s", forward_s, low=0, unit="seconds")
     if len(compute) != len(comm):
         raise ValueError(f"compute_s and comm_s need one entry per bucket, got {len(compute)} and {len(comm)}")
     events, t, ready = ([Event("forward", -1, 0.0, forward)] if forward else []), forward, []
@@ -98,8 +89,8 @@ def _first_cap(bucket_cap_mb, first_bucket_mb) -> tuple[float, float]:
     cap (torch/nn/parallel/distributed.py, _BucketCapacityConfig, torch 2.13); an explicit cap applies to
     every bucket, the first included."""
     for name, v in (("bucket_cap_mb", bucket_cap_mb), ("first_bucket_mb", first_bucket_mb)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, Real) or not 0 < v < float("inf")):
-            raise ValueError(f"{name} must be a number of MiB > 0 (or None for torch DDP's default), got {v!r}")
+        if v is not None:
+            check.number(name, v, low=0, strict=True, unit="MiB (or None for torch DDP's default)")
     cap = DDP_BUCKET_CAP_MB if bucket_cap_mb is None else float(bucket_cap_mb)
     if first_bucket_mb is not None:
         return float(first_bucket_mb), cap
@@ -114,8 +105,12 @@ def make_buckets(param_bytes, bucket_cap_mb: float | None = None, first_bucket_m
     bucket's cap is 1 MiB with the default bucket_cap_mb (25 MiB), else bucket_cap_mb like the others.
     -> lists of parameter indices, the first bucket (first to be all-reduced) first."""
     first, cap = _first_cap(bucket_cap_mb, first_bucket_mb)
+    param_bytes = check.numbers("param_bytes", param_bytes, low=0, unit="bytes", item="parameter")
     n = len(param_bytes)
-    order = list(reversed(range(n))) if order is None else [int(i) for i in order]
+    if order is None:
+        order = list(reversed(range(n)))
+    else:
+        order = [check.integer(f"order[{k}]", i) for k, i in enumerate(check.listed("order", order, "parameter index"))]
     if sorted(order) != list(range(n)):
         raise ValueError(f"order must list every parameter index 0..{n - 1} once, got {order}")
     buckets, current, size, limit = [], [], 0.0, first * 2**20
@@ -136,6 +131,8 @@ def buckets_from_layers(param_bytes, backward_s, world_size: int, link, bucket_c
     """Layers in forward order (gradient bytes, backward seconds) -> per bucket, in order of readiness:
     (backward seconds that produce it, all-reduce seconds from the cost model, bytes). The buckets are
     DDP's from the second iteration on (its first iteration reduces everything as one bucket)."""
+    param_bytes = check.numbers("param_bytes", param_bytes, low=0, unit="bytes", item="layer")
+    backward_s = check.numbers("backward_s", backward_s, low=0, unit="seconds", item="layer")
     if len(param_bytes) != len(backward_s):
         raise ValueError(f"param_bytes and backward_s need one entry per layer, got {len(param_bytes)} and {len(backward_s)}")
     compute, comm, sizes = [], [], []

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import torch
 
+from commlib import _validate as check
 from commlib.cost import shard_sizes
 
 STRATEGIES = ("fp16", "fp32_accumulate", "predivide", "ddp_default", "pre_post_divide", "bf16")
@@ -34,8 +35,7 @@ ORDERS = ("ring", "tree", "sequential")
 
 def predivide_factor(world_size: int) -> int:
     """FSDP's gradient predivide factor: double f while p % f == 0 and p / f > f (p=8 -> 4, p=16 -> 4)."""
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
+    world_size = check.integer("world_size", world_size, low=1)
     f = 1
     while world_size % f == 0 and world_size / f > f:
         f *= 2
@@ -62,10 +62,18 @@ def _plan(strategy: str, p: int):
 
 
 def _check(grads, strategy: str, order: str) -> list[torch.Tensor]:
-    if order not in ORDERS:
+    if not isinstance(order, str) or order not in ORDERS:
         raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
-    if strategy not in STRATEGIES:
+    _check_strategy(strategy)
+    return _check_grads(grads)
+
+
+def _check_strategy(strategy: str) -> None:
+    if not isinstance(strategy, str) or strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+
+
+def _check_grads(grads) -> list[torch.Tensor]:
     if not isinstance(grads, (list, tuple)) or not grads or not all(isinstance(g, torch.Tensor) for g in grads):
         raise TypeError("grads must be a non-empty list of tensors, one per rank")
     if any(g.shape != grads[0].shape for g in grads):
@@ -132,7 +140,15 @@ def exact_mean(grads) -> torch.Tensor:
 
 
 def report(result: torch.Tensor, grads) -> dict:
-    """How a reduced mean compares with the exact one: inf/nan count, values flushed to zero, errors."""
+    """How a reduced mean compares with the exact one: inf/nan count, values flushed to zero, errors.
+    result has the shape of each rank's gradient."""
+    _check_grads(grads)
+    shape = grads[0].shape
+    if not isinstance(result, torch.Tensor):
+        raise TypeError(f"result must be a tensor (the reduced mean), got {type(result).__name__}")
+    if result.shape != shape:
+        raise ValueError(f"result must have the shape of each rank's gradient, {tuple(shape)}, "
+                         f"got {tuple(result.shape)}")
     exact = exact_mean(grads).reshape(-1)
     r = result.detach().to(torch.float64).reshape(-1)
     finite = torch.isfinite(r)
@@ -151,6 +167,9 @@ def report(result: torch.Tensor, grads) -> dict:
 
 def sequential_sum_of_ones(count: int, dtype=torch.float16) -> float:
     """1 + 1 + ... (count times) with every partial sum rounded to dtype: fp16 stalls at 2048 (swamping)."""
+    count = check.integer("count", count, low=0)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
     one = torch.ones((), dtype=dtype)
     acc = torch.zeros((), dtype=dtype)
     for _ in range(count):
@@ -200,9 +219,10 @@ def data_parallel_grads(world_size: int, magnitude: float, numel: int = 4096, sp
                         seed: int = 0) -> list[torch.Tensor]:
     """Gradients as data parallelism produces them: one shared direction plus per-rank noise,
     g_r = magnitude * (d + spread * noise_r), d and noise standard normal. Their sum grows like p."""
-    if not (isinstance(magnitude, (int, float)) and magnitude > 0):
-        raise ValueError(f"magnitude must be a number > 0, got {magnitude!r}")
-    g = torch.Generator().manual_seed(seed)
+    world_size, numel = check.integer("world_size", world_size, low=1), check.integer("numel", numel, low=1)
+    magnitude = check.number("magnitude", magnitude, low=0, strict=True)
+    spread = check.number("spread", spread, low=0)
+    g = torch.Generator().manual_seed(check.integer("seed", seed))
     d = torch.randn(numel, generator=g, dtype=torch.float64)
     return [(magnitude * (d + spread * torch.randn(numel, generator=g, dtype=torch.float64))).float()
             for _ in range(world_size)]
@@ -217,6 +237,12 @@ def experiment(world_size: int, magnitude: float, strategy: str, order: str = "r
 
 def error_vs_world_size(world_sizes, magnitude: float, strategies=STRATEGIES, numel: int = 4096) -> dict:
     """strategy -> list of (share of values lost to inf/nan/zero, mean relative error of the rest), per p."""
+    world_sizes = [check.integer(f"world_sizes[{i}]", p, low=1)
+                   for i, p in enumerate(check.listed("world_sizes", world_sizes, "world size"))]
+    for s in check.listed("strategies", strategies, "strategy"):
+        _check_strategy(s)
+    check.number("magnitude", magnitude, low=0, strict=True)
+    numel = check.integer("numel", numel, low=1)
     out = {}
     for s in strategies:
         rows = []

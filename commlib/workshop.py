@@ -8,7 +8,7 @@ commlib.exercises does for chapters 0-8, and name the likely mistake.
 
 from __future__ import annotations
 
-from commlib.exercises import Verdict, _close, _missing, _number_problem
+from commlib.answers import Verdict, _choice, _close, _number
 
 MODEL = {"name": "a Llama-2-7B-sized model", "layers": 32, "grad_bytes": 2}
 CLUSTERS = {  # name -> (ranks, link): a ring is as fast as its slowest link, per direction
@@ -73,10 +73,10 @@ def check_comm_time(answer, cluster: str) -> Verdict:
     """Seconds for one ring all-reduce of the workshop model's BF16 gradients on `cluster`."""
     from commlib import cost
 
-    bad = _number_problem(answer, "the time in seconds")
+    p, link = _cluster(cluster)
+    answer, bad = _number(answer, "the time in seconds")
     if bad is not None:
         return bad
-    p, link = _cluster(cluster)
     n = params() * MODEL["grad_bytes"]
     want = comm_s(cluster)
     bw = cost.LINKS[link].bandwidth
@@ -93,7 +93,7 @@ def check_comm_time(answer, cluster: str) -> Verdict:
 
 def check_backward_time(answer) -> Verdict:
     """Seconds of backward per step for the workshop model and step (STEP)."""
-    bad = _number_problem(answer, "the time in seconds")
+    answer, bad = _number(answer, "the time in seconds")
     if bad is not None:
         return bad
     want = backward_s()
@@ -109,7 +109,8 @@ def check_backward_time(answer) -> Verdict:
 
 def check_exposed(answer, cluster: str) -> Verdict:
     """Exposed communication (s) per step on `cluster` with DDP's default buckets, one tensor after another."""
-    bad = _number_problem(answer, "the exposed time in seconds")
+    _cluster(cluster)
+    answer, bad = _number(answer, "the exposed time in seconds")
     if bad is not None:
         return bad
     want = exposed_s(cluster)
@@ -126,11 +127,10 @@ def check_exposed(answer, cluster: str) -> Verdict:
 
 def check_best_bucket(answer, cluster: str, options=(25, 400, 1600, 6400)) -> Verdict:
     """Which bucket cap (MiB) gives the shortest overlapped step for the workshop model on `cluster`?"""
-    bad = _missing(answer)
+    _cluster(cluster)
+    answer, bad = _choice(answer, list(options), "MiB")
     if bad is not None:
         return bad
-    if answer not in options:
-        return Verdict(False, f"choose one of {list(options)} (MiB).")
     steps = {cap: timeline(cluster, cap).total_s for cap in options}
     best = min(steps.values())
     listing = ", ".join(f"{cap} MiB: {t * 1e3:.1f} ms" for cap, t in steps.items())

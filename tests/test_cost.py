@@ -126,11 +126,86 @@ def test_fit_recovers_alpha_beta_despite_noise_and_outliers():
     (lambda: cost.fit_alpha_beta([1, 1], [1e-3, 2e-3]), ValueError, "two different sizes"),
     (lambda: cost.fit_alpha_beta([1, 2], [1e-3]), ValueError, "equal length"),
     (lambda: cost.shard_sizes(-1, 4), ValueError, "numel"),
+    # bytes_sent_by_rank: the element size and the root
+    (lambda: cost.bytes_sent_by_rank("all_reduce", N, 4, itemsize=0), ValueError, "itemsize must be an int >= 1"),
+    (lambda: cost.bytes_sent_by_rank("all_reduce", N, 4, itemsize=-4), ValueError, "itemsize must be an int >= 1"),
+    (lambda: cost.bytes_sent_by_rank("all_reduce", N, 4, itemsize="4"), TypeError, "itemsize"),
+    (lambda: cost.bytes_sent_by_rank("all_reduce", N, 4, itemsize=2.5), TypeError, "itemsize"),
+    (lambda: cost.bytes_sent_by_rank("broadcast", N, 4, "tree", root=4), ValueError, "root must be an int >= 0 and <= 3"),
+    (lambda: cost.bytes_sent_by_rank("broadcast", N, 4, "tree", root=-1), ValueError, "root must be"),
+    (lambda: cost.bytes_sent_by_rank("reduce", N, 4, "ring", root=1.0), TypeError, "root"),
+    # gamma, nbytes and world_size: NaN, infinity, ints beyond float, wrong types
+    (lambda: cost.collective_time("all_reduce", N, 4, LINK, gamma=math.inf), ValueError, "gamma must be a finite"),
+    (lambda: cost.collective_time("all_reduce", N, 4, LINK, gamma=math.nan), ValueError, "gamma"),
+    (lambda: cost.collective_time("all_reduce", N, 4, LINK, gamma="0"), TypeError, "gamma"),
+    (lambda: cost.pipelined_ring_time("all_reduce", N, 4, LINK, 4096, gamma=math.inf), ValueError, "gamma"),
+    (lambda: cost.crossover_bytes("all_reduce", "ring", "tree", 8, LINK, gamma=math.inf), ValueError, "gamma"),
+    (lambda: cost.collective_time("all_reduce", 10**400, 4, LINK), ValueError, "nbytes must be a finite"),
+    (lambda: cost.collective_time("all_reduce", math.inf, 4, LINK), ValueError, "nbytes"),
+    (lambda: cost.collective_time("all_reduce", "1e6", 4, LINK), TypeError, "nbytes"),
+    (lambda: cost.collective_time("all_reduce", N, True, LINK), TypeError, "world_size"),
+    (lambda: cost.is_power_of_two(2.5), TypeError, "p must be an int"),
+    # crossover_bytes and pipelined_ring_time name the argument that is wrong
+    (lambda: cost.crossover_bytes("all_reduce", "ring", "butterfly", 8, LINK), ValueError, "algorithm_b must be"),
+    (lambda: cost.crossover_bytes("all_reduce", "scatter_allgather", "ring", 8, LINK), ValueError,
+     "no algorithm_a 'scatter_allgather'"),
+    (lambda: cost.crossover_bytes("all_reduce", "ring", "tree", 0, LINK), ValueError, "world_size"),
+    (lambda: cost.pipelined_ring_time("all_reduce", N, 4, LINK, math.nan), ValueError, "segment_bytes"),
+    (lambda: cost.pipelined_ring_time("all_reduce", N, 4, LINK, "4K"), TypeError, "segment_bytes"),
+    (lambda: cost.collective_time(["all_reduce"], N, 4, LINK), ValueError, "op must be one of"),
+    # fit_alpha_beta: iterations and degenerate sizes or times
+    (lambda: cost.fit_alpha_beta([1, 2], [1e-3, 2e-3], iterations=0), ValueError, "iterations must be an int >= 1"),
+    (lambda: cost.fit_alpha_beta([1, 2], [1e-3, 2e-3], iterations=2.0), TypeError, "iterations"),
+    (lambda: cost.fit_alpha_beta([1, 2], [1e-3, math.nan]), ValueError, "seconds_list must hold finite"),
+    (lambda: cost.fit_alpha_beta([1, 2], [1e-3, math.inf]), ValueError, "seconds_list"),
+    (lambda: cost.fit_alpha_beta([1, 2], [1e-3, 0.0]), ValueError, "seconds_list must hold finite times in seconds > 0"),
+    (lambda: cost.fit_alpha_beta([1, 2], [1e-3, -1e-3]), ValueError, "seconds_list"),
+    (lambda: cost.fit_alpha_beta([1, -2], [1e-3, 2e-3]), ValueError, "nbytes_list must hold finite sizes"),
+    (lambda: cost.fit_alpha_beta([1, math.inf], [1e-3, 2e-3]), ValueError, "nbytes_list"),
+    (lambda: cost.fit_alpha_beta(["1K", "2K"], [1e-3, 2e-3]), TypeError, "nbytes_list must be a list of numbers"),
+    (lambda: cost.fit_alpha_beta([1, 2], [1e-3, None]), ValueError, "seconds_list"),
+    # Link: every field
+    (lambda: cost.Link("x", math.inf, 1e-6), ValueError, "Link bandwidth must be a finite number of bytes/s > 0"),
+    (lambda: cost.Link("x", 1e9, 1e-6, call_latency=math.nan), ValueError, "Link call_latency"),
+    (lambda: cost.Link("x", "1e9", 1e-6), TypeError, "Link bandwidth"),
+    (lambda: cost.Link("x", 1e9, True), TypeError, "Link latency"),
+    (lambda: cost.Link("x", 1e9, 1e-6, source=None), TypeError, "Link source must be a str"),
+    (lambda: cost.Link(None, 1e9, 1e-6), TypeError, "Link name must be a str"),
 ])
 def test_invalid_inputs_name_the_value(call, exc, words):
     with pytest.raises(exc, match=None) as info:
         call()
     assert words in str(info.value)
+
+
+def test_numpy_numbers_are_accepted_wherever_python_numbers_are():
+    want = cost.collective_time("all_reduce", N, 4, LINK, gamma=G)
+    assert cost.collective_time("all_reduce", np.float32(N), np.int64(4), LINK, gamma=np.float64(G)) == want
+    assert cost.breakdown("all_reduce", np.float32(N), np.int64(4), LINK) == cost.breakdown("all_reduce", N, 4, LINK)
+    assert cost.bytes_sent_by_rank("broadcast", np.float64(N), np.int32(4), "tree", itemsize=np.int64(4),
+                                   root=np.int8(1)) == cost.bytes_sent_by_rank("broadcast", N, 4, "tree", 4, 1)
+    assert cost.pipelined_ring_time("all_reduce", N, np.int64(4), LINK, np.float32(4096)) == \
+        cost.pipelined_ring_time("all_reduce", N, 4, LINK, 4096)
+    assert cost.crossover_bytes("all_reduce", "ring", "recursive_doubling", np.int64(8), LINK) == \
+        cost.crossover_bytes("all_reduce", "ring", "recursive_doubling", 8, LINK)
+    assert cost.shard_sizes(np.int64(10), np.int16(4)) == [3, 3, 2, 2] and cost.is_power_of_two(np.int64(8))
+    assert cost.Link("np", np.float32(1e9), np.float64(1e-6)).beta == pytest.approx(1e-9)
+    n = np.array([1e3, 1e5, 1e7])
+    assert cost.fit_alpha_beta(n, 1e-5 + n * 1e-9, iterations=np.int64(5)) == pytest.approx((1e-5, 1e-9))
+
+
+def test_fit_with_identical_times_is_all_latency():
+    alpha, beta = cost.fit_alpha_beta([1e3, 1e5, 1e7], [2e-3] * 3)
+    assert alpha == pytest.approx(2e-3) and 0 <= beta * 1e7 < 1e-12
+
+
+def test_fit_does_not_depend_on_the_units():
+    n = np.logspace(3, 8, 12)
+    t = (50e-6 + n * 2e-9) * np.random.default_rng(1).lognormal(0, 0.05, n.size)
+    alpha, beta = cost.fit_alpha_beta(n, t)
+    for scale in (1e-300, 1e-12, 1e12):  # subnormal or huge times: no overflow in 1/t, the same fit
+        a, b = cost.fit_alpha_beta(n, t * scale)
+        assert a == pytest.approx(alpha * scale, rel=1e-9) and b == pytest.approx(beta * scale, rel=1e-9)
 
 
 def test_shard_sizes():

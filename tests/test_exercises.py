@@ -3,12 +3,15 @@
 import sys
 
 import cloudpickle
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
 
+from commlib import cost as ex_cost
 from commlib import exercises as ex
 from conftest import timeout_of
+from odd_answers import ODD_ANSWERS, verdict_failures
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -224,3 +227,173 @@ def test_ch8_checkers():
     assert ex.ch8_exposed(0.020, 0.080, 0.050, 0.030).ok
     assert "overlapped part" in ex.ch8_exposed(0.050, 0.080, 0.050, 0.030).message
     assert "busy time" in ex.ch8_exposed(0.100, 0.080, 0.050, 0.030).message
+
+
+# ------------------------------------------------------------------ odd answers: a Verdict, never an exception
+# Every checker, with the parameters its notebook passes (grep "exercises.ch" notebooks/*.ipynb).
+ANSWER_CHECKERS = {
+    "ch0_all_reduce_value": lambda a: ex.ch0_all_reduce_value(a, world_size=4),
+    "ch1_ring_bytes": lambda a: ex.ch1_ring_bytes(a, nbytes=100e6, world_size=8),
+    "ch2_ring_time": lambda a: ex.ch2_ring_time(a, nbytes=1e6, world_size=8, link=ex_cost.LINKS["ib_hdr"]),
+    "ch2_busbw": lambda a: ex.ch2_busbw(a, nbytes=1e9, time_s=0.010, world_size=8),
+    "ch2_fastest": lambda a: ex.ch2_fastest(a, "all_reduce", 8e3, 8, "ib_ndr"),
+    "ch4_overflow_world_size": lambda a: ex.ch4_overflow_world_size(a, value=3000.0),
+    "ch4_predivide_factor": lambda a: ex.ch4_predivide_factor(a, world_size=32),
+    "ch4_safe_strategy": lambda a: ex.ch4_safe_strategy(a, world_size=64),
+    "ch6_overlapped_step": lambda a: ex.ch6_overlapped_step(a, compute_s=0.100, comm_s=0.080, buckets=10),
+    "ch6_best_bucket": lambda a: ex.ch6_best_bucket(a),
+    "ch8_chunked_time": lambda a: ex.ch8_chunked_time(a, total_bytes=16 << 20, chunk_bytes=4096, world_size=8,
+                                                      link="ib_ndr"),
+    "ch8_exposed": lambda a: ex.ch8_exposed(a, compute_s=0.080, comm_s=0.050, overlapped_s=0.030),
+}
+FUNCTION_CHECKERS = ("ch0_rank_max", "ch1_ring_all_gather")  # their answers are functions: below
+
+
+def test_every_checker_is_in_the_odd_answer_tables():
+    public = {name for name in dir(ex) if name.startswith(("ch", "check")) and callable(getattr(ex, name))}
+    assert public == set(ANSWER_CHECKERS) | set(FUNCTION_CHECKERS)
+
+
+@pytest.mark.parametrize("name", ANSWER_CHECKERS)
+def test_odd_answers_get_a_verdict_never_an_exception(name):
+    assert verdict_failures(ANSWER_CHECKERS[name], ODD_ANSWERS) == []
+
+
+def test_bucket_choices_take_numpy_and_reject_odd_numbers():
+    assert ex.ch6_best_bucket(np.int64(25)).ok and ex.ch6_best_bucket(25.0).ok
+    assert "choose one of [1, 4, 25, 100, 400, 1600] (MiB): the answer should be a finite" in \
+        ex.ch6_best_bucket(float("nan")).message
+    assert "not an array of shape (2,)" in ex.ch6_best_bucket(np.array([25, 100])).message
+
+
+# Parameters are the notebook author's: a nonsensical one is a clear error naming it, and never a hang.
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("call, exc, words", [
+    (lambda: ex.ch4_overflow_world_size(22, value=0), ValueError, "value must be"),
+    (lambda: ex.ch4_overflow_world_size(22, value=float("nan")), ValueError, "value must be"),
+    (lambda: ex.ch4_overflow_world_size(22, value=-3000.0), ValueError, "value must be"),
+    (lambda: ex.ch4_overflow_world_size(22, value=1.0), ValueError, "value must be large enough"),  # swamps at 2048
+    (lambda: ex.ch4_overflow_world_size(22, value=16.0), ValueError, "value must be large enough"),
+    (lambda: ex.ch4_overflow_world_size(22, value=1e-9), ValueError, "value must be"),  # 0 in fp16
+    (lambda: ex.ch4_overflow_world_size(22, value=1e6), ValueError, "value must be"),   # inf in fp16
+    (lambda: ex.ch4_overflow_world_size(22, value="3000"), TypeError, "value must be"),
+    (lambda: ex.ch0_all_reduce_value(10, world_size=0), ValueError, "world_size"),
+    (lambda: ex.ch1_ring_bytes(1.5e6, nbytes=-1, world_size=4), ValueError, "nbytes"),
+    (lambda: ex.ch2_busbw(15.0, nbytes=1e9, time_s=0, world_size=8), ValueError, "time_s"),
+    (lambda: ex.ch2_fastest("ring", "allreduce", 8e3, 8, "ib_ndr"), ValueError, "op must be one of"),
+    (lambda: ex.ch2_fastest("ring", "all_reduce", 8e3, 2.5, "ib_ndr"), TypeError, "world_size"),
+    (lambda: ex.ch4_predivide_factor(8, world_size=0), ValueError, "world_size"),
+    (lambda: ex.ch4_safe_strategy("bf16", world_size=0), ValueError, "world_size"),
+    (lambda: ex.ch6_overlapped_step(0.108, buckets=0), ValueError, "buckets"),
+    (lambda: ex.ch6_overlapped_step(0.108, compute_s="0.1"), TypeError, "compute_s"),
+    (lambda: ex.ch6_best_bucket(25, layers=0), ValueError, "layers"),
+    (lambda: ex.ch6_best_bucket(25, options=(25, "big")), TypeError, "options[1]"),
+    (lambda: ex.ch8_chunked_time(1.0, 16 << 20, 0, 8, "ib_ndr"), ValueError, "chunk_bytes"),
+    (lambda: ex.ch8_exposed(0.02, compute_s=0.08, comm_s=float("nan"), overlapped_s=0.03), ValueError, "comm_s"),
+])
+def test_bad_parameters_name_the_parameter(call, exc, words):
+    with pytest.raises(exc) as info:
+        call()
+    assert words in str(info.value)
+
+
+@pytest.mark.parametrize("value", [17.0, 100.0, 1000.5, 3000.0, 40000.0, 65504.0])
+def test_overflow_count_is_the_simulated_sequential_fp16_sum(value):
+    from commlib import precision
+
+    p = ex._fp16_overflow_ranks(value)
+    overflows = lambda q: bool(torch.isinf(  # noqa: E731
+        precision.simulate_reduction([torch.tensor([value])] * q, "fp16", "sequential")).any())
+    assert overflows(p) and not overflows(p - 1)
+    assert ex.ch4_overflow_world_size(p, value=value).ok
+
+
+# The function checkers: answers that are functions doing odd things on the ranks.
+def returns_none(*_):
+    return None
+
+
+def returns_text(*_):
+    return "3"
+
+
+def returns_several(*_):
+    return torch.arange(3.0)
+
+
+def returns_array(*_):
+    return np.arange(3)
+
+
+def returns_huge(*_):
+    return 10**400
+
+
+def returns_nan(*_):
+    return float("nan")
+
+
+def returns_list(*_):
+    return [torch.zeros(1)]
+
+
+def returns_lock(*_):
+    import threading
+
+    return threading.Lock()  # cannot be pickled back to the parent
+
+
+def returns_meta(*_):
+    return torch.empty(12, device="meta")
+
+
+def returns_2d(*_):
+    return torch.zeros(3, 4)
+
+
+def returns_complex(*_):
+    return torch.zeros(12, dtype=torch.complex64)
+
+
+def rank_1_dies(*_):
+    import os
+
+    if dist.get_rank() == 1:
+        os._exit(3)
+    return 3.0
+
+
+def takes_two_arguments(a, b):
+    return a
+
+
+class Returner:  # callable: calling it makes an instance
+    pass
+
+
+ODD_FUNCTIONS = [(f.__name__, f) for f in (returns_none, returns_text, returns_several, returns_array, returns_huge,
+                                           returns_nan, returns_list, returns_lock, returns_meta, returns_2d,
+                                           returns_complex, rank_1_dies, takes_two_arguments, Returner)]
+ODD_FUNCTIONS += [("print", print), ("lambda", lambda *_: None)]
+ODD_FUNCTIONS += [(label, a) for label, a in ODD_ANSWERS if not callable(a)][::6]  # not functions at all
+
+
+@pytest.mark.parametrize("name", FUNCTION_CHECKERS)
+def test_odd_functions_get_a_verdict_never_an_exception(cluster4, name):
+    check = getattr(ex, name)
+    with timeout_of(cluster4, 10):
+        assert verdict_failures(lambda fn: check(cluster4, fn), ODD_FUNCTIONS) == []
+    assert check(cluster4, right_max if name == "ch0_rank_max" else right_all_gather).ok  # the cluster still works
+
+
+def test_function_checkers_name_what_went_wrong(cluster4):
+    assert "rank 0 returned None: end your function with return" in ex.ch0_rank_max(cluster4, returns_none).message
+    assert "the result of rank 0 should be one number, got a tensor of shape (3,)" in \
+        ex.ch0_rank_max(cluster4, returns_several).message
+    assert "the result of rank 0 is far too large" in ex.ch0_rank_max(cluster4, returns_huge).message
+    v = ex.ch0_rank_max(cluster4, rank_1_dies)
+    assert not v.ok and "rank 1" in v.message and "died" in v.message
+    v = ex.ch1_ring_all_gather(cluster4, rank_1_dies)
+    assert not v.ok and v.message.startswith("with equal shards, rank 1") and "died" in v.message
+    assert "rank 0 returned a torch.float32 tensor on meta" in ex.ch1_ring_all_gather(cluster4, returns_meta).message
+    assert "(12 values, shape (3, 4))" in ex.ch1_ring_all_gather(cluster4, returns_2d).message

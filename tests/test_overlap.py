@@ -66,11 +66,62 @@ def test_buckets_like_torch_ddp():
     (lambda: overlap.make_buckets([1], bucket_cap_mb=float("nan")), "bucket_cap_mb"),
     (lambda: overlap.make_buckets([1, 2], order=[0, 0]), "order must list every parameter"),
     (lambda: overlap.buckets_from_layers([1, 2], [0.1], 2, "nvlink4"), "one entry per layer"),
+    # sizes and times that are negative, NaN or infinite, and empty lists
+    (lambda: overlap.simulate([0.1, float("inf")], [0.1, 0.1]), "compute_s[1] must be a finite number of seconds >= 0"),
+    (lambda: overlap.simulate([0.1], [float("nan")]), "comm_s[0] must be a finite number of seconds"),
+    (lambda: overlap.simulate([0.1], [float("-inf")]), "comm_s[0]"),
+    (lambda: overlap.simulate([0.1], [0.1], forward_s=float("inf")), "forward_s must be a finite number of seconds"),
+    (lambda: overlap.simulate([0.1], [0.1], forward_s=float("nan")), "forward_s"),
+    (lambda: overlap.simulate([0.1], [0.1], forward_s=-0.01), "forward_s"),
+    (lambda: overlap.simulate([0.1], []), "comm_s must list at least one bucket"),
+    (lambda: overlap.make_buckets([]), "param_bytes must list at least one parameter"),
+    (lambda: overlap.make_buckets([MiB, -MiB]), "param_bytes[1] must be a finite number of bytes >= 0"),
+    (lambda: overlap.make_buckets([float("nan")]), "param_bytes[0]"),
+    (lambda: overlap.make_buckets([float("inf")]), "param_bytes[0]"),
+    (lambda: overlap.make_buckets([1], bucket_cap_mb=float("inf")), "bucket_cap_mb"),
+    (lambda: overlap.make_buckets([1], first_bucket_mb=-1), "first_bucket_mb"),
+    (lambda: overlap.make_buckets([1, 2], order=[]), "order must list at least one parameter index"),
+    (lambda: overlap.buckets_from_layers([], [], 2, "nvlink4"), "param_bytes must list at least one layer"),
+    (lambda: overlap.buckets_from_layers([MiB, MiB], [0.01, -0.01], 2, "nvlink4"), "backward_s[1]"),
+    (lambda: overlap.buckets_from_layers([MiB, MiB], [0.01, float("nan")], 2, "nvlink4"), "backward_s[1]"),
+    (lambda: overlap.buckets_from_layers([MiB, float("inf")], [0.01, 0.01], 2, "nvlink4"), "param_bytes[1]"),
+    (lambda: overlap.buckets_from_layers([MiB], [0.01], 0, "nvlink4"), "world_size"),
+    (lambda: overlap.buckets_from_layers([MiB], [0.01], 2, "nvlink4", gamma=float("inf")), "gamma"),
 ])
 def test_bad_inputs(call, words):
     with pytest.raises(ValueError) as info:
         call()
     assert words in str(info.value)
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: overlap.simulate(0.1, 0.1), "compute_s must be a list"),
+    (lambda: overlap.simulate("0.1", [0.1]), "compute_s must be a list"),
+    (lambda: overlap.simulate([0.1], [None]), "comm_s[0] must be a finite number"),
+    (lambda: overlap.simulate([0.1], [0.1], forward_s="0"), "forward_s"),
+    (lambda: overlap.make_buckets([1, 2], order=["a", "b"]), "order[0] must be an int"),
+    (lambda: overlap.make_buckets([1, 2], order=[1.5, 0]), "order[0] must be an int"),
+    (lambda: overlap.make_buckets([1, True]), "param_bytes[1]"),
+    (lambda: overlap.buckets_from_layers(7, [0.1], 2, "nvlink4"), "param_bytes must be a list"),
+])
+def test_wrong_types(call, words):
+    with pytest.raises(TypeError) as info:
+        call()
+    assert words in str(info.value)
+
+
+def test_numpy_numbers_and_arrays_are_accepted():
+    import numpy as np
+
+    tl = overlap.simulate(np.array([0.01, 0.02], dtype=np.float32), [np.float64(0.015)] * 2, forward_s=np.float32(0.01))
+    assert tl.total_s == pytest.approx(overlap.simulate([0.01, 0.02], [0.015] * 2, forward_s=0.01).total_s)
+    sizes = np.full(6, 3 * MiB, dtype=np.int64)
+    assert overlap.make_buckets(sizes, bucket_cap_mb=np.float32(5), order=np.array([2, 5, 4, 3, 1, 0])) == \
+        [[2, 5], [4, 3], [1, 0]]
+    assert overlap.buckets_from_layers(sizes, np.full(6, 0.01), np.int64(8), "nvlink4", bucket_cap_mb=5) == \
+        overlap.buckets_from_layers([3 * MiB] * 6, [0.01] * 6, 8, "nvlink4", bucket_cap_mb=5)
+    layers = (n for n in [MiB, MiB])  # any iterable of sizes
+    assert overlap.buckets_from_layers(layers, (0.01, 0.01), 2, "nvlink4")[2] == [MiB, MiB]  # 1 MiB first bucket
 
 
 def make_model():

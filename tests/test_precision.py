@@ -125,6 +125,57 @@ def test_bad_inputs(kwargs, exc, words):
     assert words in str(info.value)
 
 
+@pytest.mark.parametrize("call, exc, words", [
+    (lambda: pr.predivide_factor(0), ValueError, "world_size must be an int >= 1"),
+    (lambda: pr.predivide_factor(8.0), TypeError, "world_size"),
+    (lambda: pr.data_parallel_grads(0, 1.0), ValueError, "world_size must be an int >= 1"),
+    (lambda: pr.data_parallel_grads(-2, 1.0), ValueError, "world_size"),
+    (lambda: pr.data_parallel_grads(4, 1.0, numel=-1), ValueError, "numel must be an int >= 1"),
+    (lambda: pr.data_parallel_grads(4, 1.0, numel=0), ValueError, "numel"),
+    (lambda: pr.data_parallel_grads(4, float("inf")), ValueError, "magnitude must be a finite number > 0"),
+    (lambda: pr.data_parallel_grads(4, float("nan")), ValueError, "magnitude"),
+    (lambda: pr.data_parallel_grads(4, 0.0), ValueError, "magnitude"),
+    (lambda: pr.data_parallel_grads(4, 10**400), ValueError, "magnitude"),
+    (lambda: pr.data_parallel_grads(4, "big"), TypeError, "magnitude"),
+    (lambda: pr.data_parallel_grads(4, 1.0, spread=float("nan")), ValueError, "spread"),
+    (lambda: pr.data_parallel_grads(4, 1.0, seed=0.5), TypeError, "seed"),
+    (lambda: pr.experiment(0, 1.0, "fp16"), ValueError, "world_size"),
+    (lambda: pr.experiment(8, float("inf"), "fp16"), ValueError, "magnitude"),
+    (lambda: pr.experiment(8, 1.0, "fp16", numel=-5), ValueError, "numel"),
+    (lambda: pr.error_vs_world_size([2, 0], 1.0), ValueError, "world_sizes[1] must be an int >= 1"),
+    (lambda: pr.error_vs_world_size([], 1.0), ValueError, "world_sizes must list at least one"),
+    (lambda: pr.error_vs_world_size([2], 1.0, numel=0), ValueError, "numel"),
+    (lambda: pr.error_vs_world_size([2], float("inf")), ValueError, "magnitude"),
+    (lambda: pr.error_vs_world_size([2], 1.0, strategies=["fp8"]), ValueError, "strategy must be one of"),
+    (lambda: pr.report(torch.ones(3), [torch.ones(4)] * 2), ValueError, "result must have the shape"),
+    (lambda: pr.report(torch.ones(1), [torch.ones(4)] * 2), ValueError, "result must have the shape"),  # broadcasts
+    (lambda: pr.report(torch.ones(4), [torch.ones(4), torch.ones(5)]), ValueError, "same shape"),
+    (lambda: pr.report([1.0] * 4, [torch.ones(4)] * 2), TypeError, "result must be a tensor"),
+    (lambda: pr.report(torch.ones(4), []), TypeError, "grads must be a non-empty list"),
+    (lambda: pr.sequential_sum_of_ones(-1), ValueError, "count must be an int >= 0"),
+    (lambda: pr.sequential_sum_of_ones(2.5), TypeError, "count"),
+    (lambda: pr.sequential_sum_of_ones(3, torch.int32), TypeError, "dtype must be a floating-point"),
+])
+def test_invalid_inputs_name_the_parameter(call, exc, words):
+    with pytest.raises(exc) as info:
+        call()
+    assert words in str(info.value)
+
+
+def test_numpy_numbers_are_accepted():
+    import numpy as np
+
+    assert pr.predivide_factor(np.int64(16)) == 4
+    grads = pr.data_parallel_grads(np.int64(4), np.float32(10.0), numel=np.int32(16), spread=np.float64(0.5),
+                                   seed=np.int64(3))
+    assert all(torch.equal(a, b) for a, b in zip(grads, pr.data_parallel_grads(4, 10.0, 16, 0.5, 3)))
+    assert pr.experiment(np.int64(8), np.float64(1e-6), "bf16", numel=np.int64(64)) == \
+        pr.experiment(8, 1e-6, "bf16", numel=64)
+    assert pr.error_vs_world_size(np.array([2, 4]), np.float32(1000.0), ["fp16"], numel=np.int64(64)) == \
+        pr.error_vs_world_size([2, 4], 1000.0, ["fp16"], numel=64)
+    assert pr.sequential_sum_of_ones(np.int64(3000)) == 2048.0
+
+
 def rank_grad(seed, scale, numel):
     g = torch.Generator().manual_seed(seed * 100 + dist.get_rank())
     return torch.randn(numel, generator=g) * scale

@@ -1,9 +1,12 @@
 """commlib.workshop: the chapter 9 scenario's numbers, and checkers that accept them and name the usual mistakes."""
 
+import numpy as np
 import pytest
+import torch
 
 from commlib import cost
 from commlib import workshop as ws
+from odd_answers import ODD_ANSWERS, verdict_failures
 
 
 def test_the_model_is_llama_2_7b():
@@ -38,3 +41,31 @@ def test_workshop_checkers():
 def test_missing_answers_are_not_errors():
     assert not ws.check_backward_time(None) and "Replace the None" in ws.check_backward_time(None).message
     assert "choose one of" in ws.check_best_bucket(30, list(ws.CLUSTERS)[0]).message
+
+
+# Every checker of the workshop, with the arguments notebooks/09_workshop.ipynb passes.
+NVLINK, INFINIBAND = list(ws.CLUSTERS)
+CHECKERS = {
+    "check_comm_time": [lambda a: ws.check_comm_time(a, NVLINK), lambda a: ws.check_comm_time(a, INFINIBAND)],
+    "check_backward_time": [ws.check_backward_time],
+    "check_exposed": [lambda a: ws.check_exposed(a, INFINIBAND)],
+    "check_best_bucket": [lambda a: ws.check_best_bucket(a, INFINIBAND)],
+}
+
+
+def test_every_checker_is_in_the_odd_answer_table():
+    assert {name for name in dir(ws) if name.startswith(("ch", "check")) and callable(getattr(ws, name))} == set(CHECKERS)
+
+
+@pytest.mark.parametrize("name", CHECKERS)
+def test_odd_answers_get_a_verdict_never_an_exception(name):
+    for check in CHECKERS[name]:
+        assert verdict_failures(check, ODD_ANSWERS) == []
+
+
+def test_numpy_and_tensor_answers_are_numbers():
+    assert ws.check_backward_time(np.float32(ws.backward_s())).ok
+    assert ws.check_exposed(torch.tensor(ws.exposed_s(INFINIBAND)), INFINIBAND).ok
+    assert ws.check_best_bucket(np.int64(25), INFINIBAND).ok
+    assert "far too large" in ws.check_comm_time(10**400, NVLINK).message
+    assert "one of them, not an array of shape (2,)" in ws.check_best_bucket(np.array([25, 400]), INFINIBAND).message

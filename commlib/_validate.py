@@ -1,0 +1,70 @@
+"""Argument checks shared by the pure modules (cost, links, overlap, precision) and the exercise checkers.
+
+Each returns the value as a plain Python int or float, or raises a TypeError (not a number at all) or a
+ValueError (a number out of range) whose message names the parameter and the allowed values. numpy
+integers count as ints and numpy floats as numbers; bools count as neither.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+
+
+def _bounds(low, high, strict_low: bool) -> str:
+    parts = []
+    if low is not None:
+        parts.append(f"{'>' if strict_low else '>='} {low:g}")
+    if high is not None:
+        parts.append(f"<= {high:g}")
+    return " " + " and ".join(parts) if parts else ""
+
+
+def shown(value) -> str:
+    """repr(value), cut short (an int of 400 digits, a long list)."""
+    r = repr(value)
+    return r if len(r) <= 60 else r[:50] + f"... ({len(r)} characters)"
+
+
+def integer(name: str, value, low: int | None = None, high: int | None = None) -> int:
+    """value as an int in [low, high] (either bound optional)."""
+    allowed = f"an int{_bounds(low, high, False)}"
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise TypeError(f"{name} must be {allowed}, got {type(value).__name__}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise ValueError(f"{name} must be {allowed}, got {shown(value)}")
+    return int(value)
+
+
+def number(name: str, value, low: float | None = None, strict: bool = False, unit: str = "",
+           finite: bool = True) -> float:
+    """value as a float >= low (> low if strict), finite unless finite=False; NaN never passes."""
+    allowed = f"a {'finite ' if finite else ''}number{' of ' + unit if unit else ''}{_bounds(low, None, strict)}"
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{name} must be {allowed}, got {type(value).__name__}")
+    try:
+        v = float(value)
+    except OverflowError:  # a Python int beyond float's range
+        v = math.inf if value > 0 else -math.inf
+    if math.isnan(v) or (finite and math.isinf(v)) or (low is not None and (v <= low if strict else v < low)):
+        raise ValueError(f"{name} must be {allowed}, got {shown(value)}")
+    return v
+
+
+def listed(name: str, values, item: str = "entry") -> list:
+    """values (a list, tuple, array or other iterable, but not a string) as a non-empty list."""
+    if isinstance(values, (str, bytes)):
+        raise TypeError(f"{name} must be a list, got {type(values).__name__}")
+    try:
+        values = list(values)
+    except TypeError:
+        raise TypeError(f"{name} must be a list, got {type(values).__name__}") from None
+    if not values:
+        raise ValueError(f"{name} must list at least one {item}")
+    return values
+
+
+def numbers(name: str, values, low: float | None = None, strict: bool = False, unit: str = "",
+            item: str = "entry") -> list[float]:
+    """A non-empty list of numbers, each checked as number() does (name[i] in the message)."""
+    return [number(f"{name}[{i}]", v, low, strict, unit) for i, v in enumerate(listed(name, values, item))]
