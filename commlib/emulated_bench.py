@@ -17,6 +17,7 @@ benchmarks/topology_emulated.py runs the full sweep and writes benchmarks/topolo
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
@@ -150,6 +151,16 @@ def run(cluster, sizes=(4 << 20,), ratio: float = 8.0, latency: float = 1e-3, ni
             "intra": {"bandwidth": intra.bandwidth, "latency": intra.latency}, "gamma": gamma,
             "nic": {"bandwidth": nic.bandwidth, "latency": latency}, "rows": rows, "builtin": builtin,
             "pacing": pacing}
+
+
+COMMITTED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks",
+                         "topology_emulated.json")
+
+
+def load_committed(path: str = COMMITTED) -> dict:
+    """The result benchmarks/topology_emulated.py --json saved (in a source checkout of commlib)."""
+    with open(path) as f:
+        return json.load(f)
 
 
 def format_result(result: dict) -> str:
