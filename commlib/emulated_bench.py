@@ -137,12 +137,13 @@ def run(cluster, sizes=(4 << 20,), ratio: float = 8.0, latency: float = 1e-3, ni
                 rows.append({"nics": k, "algorithm": name, "op": op, "nbytes": n,
                              "measured_s": slowest_rank_median([o[0][(name, n)] for o in out]),
                              "model_s": topo.collective_time(op, n, model, name, gamma=gamma)})
-            builtin.append({"nics": k, "nbytes": n, "measured_s": slowest_rank_median([o[0][("builtin", n)] for o in out])})
+            builtin.append({"nics": k, "nbytes": n,
+                            "measured_s": slowest_rank_median([o[0][("builtin", n)] for o in out])})
         log = [m for o in out for m in o[1]]
+        late, overslept = [m[0] for m in log], [m[1] for m in log]
         pacing.append({"nics": k, "messages": len(log), "paced_median_s": statistics.median(m[3] for m in log),
-                       "late_median_s": _quantile([m[0] for m in log], .5), "late_p95_s": _quantile([m[0] for m in log], .95),
-                       "overslept_median_s": _quantile([m[1] for m in log], .5),
-                       "overslept_p95_s": _quantile([m[1] for m in log], .95),
+                       "late_median_s": _quantile(late, .5), "late_p95_s": _quantile(late, .95),
+                       "overslept_median_s": _quantile(overslept, .5), "overslept_p95_s": _quantile(overslept, .95),
                        "data_after_due": sum(m[2] for m in log) / len(log)})
     return {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor(),
                         "torch": torch.__version__, "load_start": load0, "load_end": os.getloadavg(),
@@ -167,10 +168,10 @@ def format_result(result: dict) -> str:
     """The measured/model table, the hierarchical-over-flat speedups and the pacing error, as text."""
     size = lambda n: f"{n / 2**20:g}M"  # noqa: E731
     m = result["machine"]
-    lines = [f"{result['world_size']} ranks as {result['world_size'] // result['gpus_per_node']} nodes x "
-             f"{result['gpus_per_node']}; intra (loopback, fitted) {result['intra']['bandwidth'] / 1e9:.2f} GB/s, "
-             f"alpha {result['intra']['latency'] * 1e6:.0f} us; emulated NIC {result['nic']['bandwidth'] / 1e9:.3f} GB/s "
-             f"(1/{result['ratio']:g}), latency {result['nic']['latency'] * 1e3:g} ms; gamma "
+    p, g, intra, nic = result["world_size"], result["gpus_per_node"], result["intra"], result["nic"]
+    lines = [f"{p} ranks as {p // g} nodes x {g}; intra (loopback, fitted) {intra['bandwidth'] / 1e9:.2f} GB/s, "
+             f"alpha {intra['latency'] * 1e6:.0f} us; emulated NIC {nic['bandwidth'] / 1e9:.3f} GB/s "
+             f"(1/{result['ratio']:g}), latency {nic['latency'] * 1e3:g} ms; gamma "
              f"{result['gamma'] * 1e9:.2f} ns/B; median of {result['repeats']}, slowest rank",
              f"machine: {m['cpus']} cores, load {m['load_start'][0]:.1f} at start, {m['load_end'][0]:.1f} at the end",
              f"{'NICs':>4} {'algorithm':>13} {'size':>5} {'measured':>9} {'model':>9} {'measured/model':>15}"]
@@ -187,10 +188,12 @@ def format_result(result: dict) -> str:
     for b in result["builtin"]:
         flat = by[(b["nics"], b["nbytes"], "flat_ring")]
         lines.append(f"dist.all_reduce under the same emulation ({b['nics']} NIC(s), {size(b['nbytes'])}): "
-                     f"{b['measured_s'] * 1e3:.1f} ms, the paced flat ring {flat['measured_s'] * 1e3:.1f} ms: not paced")
+                     f"{b['measured_s'] * 1e3:.1f} ms, the paced flat ring {flat['measured_s'] * 1e3:.1f} ms: "
+                     "not paced")
     for q in result["pacing"]:
         lines.append(f"pacing, {q['nics']} NIC(s): {q['messages']} messages (median paced time "
                      f"{q['paced_median_s'] * 1e3:.1f} ms); receivers went on late by a median "
                      f"{q['late_median_s'] * 1e3:.2f} ms (p95 {q['late_p95_s'] * 1e3:.2f} ms), of which the wake-up "
-                     f"{q['overslept_median_s'] * 1e3:.2f} ms; loopback data after the due time: {q['data_after_due']:.0%}")
+                     f"{q['overslept_median_s'] * 1e3:.2f} ms; loopback data after the due time: "
+                     f"{q['data_after_due']:.0%}")
     return "\n".join(lines)

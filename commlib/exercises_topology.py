@@ -63,7 +63,8 @@ def ch3_multi_ring_busbw(answer, nodes: int = 2, gpus_per_node: int = 8, nics_pe
         return Verdict(False, "that is one NIC: the flat ring's bound, one ring leaving each node through one NIC. "
                               "NCCL's rings (channels) leave the node through different NICs.")
     if k != g and _close(value, g * nic):
-        return Verdict(False, f"count the NICs, not the GPUs: this node has {k} NICs for {g} GPUs, so rings share them.")
+        return Verdict(False, f"count the NICs, not the GPUs: this node has {k} NICs for {g} GPUs, so rings "
+                              "share them.")
     if _any_close(value, (link, nvlink)):
         return Verdict(False, "that is the NVLink bound; compare it with what the node's NICs can carry together. "
                               "The smaller one is the limit.")
@@ -117,8 +118,9 @@ def ch3_hierarchical_inter_bytes(answer, nodes: int = 4, gpus_per_node: int = 8,
     want = topo.bytes_per_rank("all_reduce", nbytes, t, "hierarchical")["inter"]
     nn, g, p, n = t.nodes, t.gpus_per_node, t.world_size, nbytes
     if _close(value, want):
-        return Verdict(True, f"after the reduce-scatter in the node each GPU holds a shard of n/g = {n / g / 1e6:g} MB, "
-                             f"and all-reduces it across {nn} nodes: 2(N-1)/N x n/g = {want / 1e6:g} MB.")
+        return Verdict(True, f"after the reduce-scatter in the node each GPU holds a shard of n/g = "
+                             f"{n / g / 1e6:g} MB, and all-reduces it across {nn} nodes: 2(N-1)/N x n/g = "
+                             f"{want / 1e6:g} MB.")
     if _close(value, 2 * (nn - 1) / nn * n):
         return Verdict(False, "across nodes each GPU all-reduces only its shard, n/g, not the whole tensor.")
     if _close(value, (nn - 1) / nn * n / g):

@@ -27,7 +27,7 @@ def test_numpy_numbers_are_numbers():
     assert ex.ch3_multi_ring_busbw(np.float64(200.0)).ok and ex.ch3_hierarchical_inter_bytes(np.int64(187_500_000)).ok
 
 
-@pytest.mark.parametrize("answer, ok, hint", [
+@pytest.mark.parametrize("checker, answer, ok, hint", [(ex.ch3_multi_ring_busbw, *case) for case in [
     (200, True, "min(4 NICs x 50 GB/s, 8/7 x 450 GB/s) = 200 GB/s"),
     (50, False, "one NIC: the flat ring's bound"),
     (400, False, "count the NICs, not the GPUs"),
@@ -36,9 +36,25 @@ def test_numpy_numbers_are_numbers():
     (200 / 1.875, False, "Give busbw"),
     (1600, False, "not bits"),
     (123, False, "take the smaller"),
-])
-def test_ch3_multi_ring_busbw(answer, ok, hint):
-    v = ex.ch3_multi_ring_busbw(answer)
+]] + [(ex.ch3_all_to_all_time, *case) for case in [
+    (0.015, True, "750 MB to other nodes"),
+    (0.75e9 / 400e9, False, "cannot add up a node's NICs"),
+    (31 / 32 * 1e9 / 50e9, False, "only the bytes for GPUs on other nodes"),
+    (1e9 / 50e9, False, "only the bytes for GPUs on other nodes"),
+    (0.03, False, "each byte once"),
+    (15, False, "not milliseconds"),
+    (0.5, False, "its own NIC's"),
+]] + [(ex.ch3_hierarchical_inter_bytes, *case) for case in [
+    (187.5e6, True, "2(N-1)/N x n/g = 187.5 MB"),
+    (1.5e9, False, "only its shard"),
+    (93.75e6, False, "that is one phase"),
+    (2 * 31 / 32 * 1e9, False, "every byte of a flat ring"),
+    (2 * 31 / 32 * 1e9 / 8, False, "multi-ring's off-node bytes"),
+    (1.75e9, False, "inside its node"),
+    (1.0, False, "three phases"),
+]])
+def test_each_mistake_gets_its_hint(checker, answer, ok, hint):
+    v = checker(answer)
     assert v.ok is ok and hint in v.message
 
 
@@ -50,34 +66,6 @@ def test_multi_ring_bound_is_the_models_busbw_at_large_sizes():
         t = topo.Topology(nodes, g, zero(intra), zero(inter), k)
         busbw = topo.breakdown("all_reduce", 1e12, t, "multi_ring")["busbw_GBps"]
         assert ex.ch3_multi_ring_busbw(busbw, nodes, g, k, intra, inter).ok
-
-
-@pytest.mark.parametrize("answer, ok, hint", [
-    (0.015, True, "750 MB to other nodes"),
-    (0.75e9 / 400e9, False, "cannot add up a node's NICs"),
-    (31 / 32 * 1e9 / 50e9, False, "only the bytes for GPUs on other nodes"),
-    (1e9 / 50e9, False, "only the bytes for GPUs on other nodes"),
-    (0.03, False, "each byte once"),
-    (15, False, "not milliseconds"),
-    (0.5, False, "its own NIC's"),
-])
-def test_ch3_all_to_all_time(answer, ok, hint):
-    v = ex.ch3_all_to_all_time(answer)
-    assert v.ok is ok and hint in v.message
-
-
-@pytest.mark.parametrize("answer, ok, hint", [
-    (187.5e6, True, "2(N-1)/N x n/g = 187.5 MB"),
-    (1.5e9, False, "only its shard"),
-    (93.75e6, False, "that is one phase"),
-    (2 * 31 / 32 * 1e9, False, "every byte of a flat ring"),
-    (2 * 31 / 32 * 1e9 / 8, False, "multi-ring's off-node bytes"),
-    (1.75e9, False, "inside its node"),
-    (1.0, False, "three phases"),
-])
-def test_ch3_hierarchical_inter_bytes(answer, ok, hint):
-    v = ex.ch3_hierarchical_inter_bytes(answer)
-    assert v.ok is ok and hint in v.message
 
 
 def test_hierarchical_inter_bytes_is_what_the_algorithm_sends():
