@@ -41,9 +41,10 @@ ALGORITHMS = {
 
 # ---------------------------------------------------------------------------------- in ranks
 def calibrate(sizes, repeats: int):
-    """-> ({nbytes: [seconds per exchange with the node's other GPU]}, [seconds per byte of add_]), this rank."""
+    """-> ({nbytes: [seconds per exchange with rank ^ 1]}, [seconds per byte of add_]), this rank (even world size).
+    All pairs exchange at once, as the GPUs of a node do inside an algorithm; the emulator is not on yet."""
     torch.set_num_threads(1)
-    peer = dist.get_rank() ^ 1  # the other GPU of this 2-GPU node
+    peer = dist.get_rank() ^ 1
     out = {}
     for n in sizes:
         a, b = torch.ones(n // 4), torch.empty(n // 4)
@@ -116,8 +117,9 @@ def run(cluster, sizes=(4 << 20,), ratio: float = 8.0, latency: float = 1e-3, ni
     """Calibrate, emulate, time and price (module docstring) -> a JSON-ready dict: machine, intra link, gamma,
     NIC bandwidth, rows {nics, algorithm, op, nbytes, measured_s, model_s}, builtin all-reduce times, pacing."""
     g, p = gpus_per_node, cluster.world_size
-    if p % g or p // g < 2:
-        raise ValueError(f"the cluster's world size ({p}) must be at least 2 nodes of gpus_per_node ({g})")
+    if p % g or p // g < 2 or p % 2:
+        raise ValueError(f"the cluster's world size ({p}) must be even (calibration pairs ranks) and at least "
+                         f"2 nodes of gpus_per_node ({g})")
     sizes = [int(n) for n in sizes]
     if any(n % (4 * p) for n in sizes):
         raise ValueError(f"sizes must be multiples of 4 x world size ({4 * p}) bytes, got {sizes}")

@@ -47,5 +47,6 @@ def test_a_small_run_prices_each_row_with_the_model_of_its_links(cluster):
 def test_bad_runs_are_named(cluster):
     with pytest.raises(ValueError, match="multiples of 4 x world size"):
         eb.run(cluster, sizes=[1000])
-    with pytest.raises(ValueError, match="at least 2 nodes"):
-        eb.run(cluster, sizes=[1 << 20], gpus_per_node=4)
+    for g in (3, 4):
+        with pytest.raises(ValueError, match="at least 2 nodes of gpus_per_node"):
+            eb.run(cluster, sizes=[1 << 20], gpus_per_node=g)
