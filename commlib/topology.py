@@ -39,7 +39,7 @@ Pure Python: no torch here (emulate() imports it when called, inside a rank).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from numbers import Integral, Real
 
 from commlib import cost
@@ -71,6 +71,8 @@ ACHIEVABLE: dict[str, Link] = {
     "ib_xdr": Link("ib_xdr_nccl", 96e9, cost.LINKS["ib_xdr"].latency,
                    "XDR 800 Gb/s NIC: ASSUMED at NDR's 96% of line rate; no published NCCL figure found"),
 }
+# NCCL's per-call cost (launch and set-up) does not depend on how fast the bytes move: keep the line's
+ACHIEVABLE = {name: replace(link, call_latency=cost.LINKS[name].call_latency) for name, link in ACHIEVABLE.items()}
 
 
 def _link(link, name: str) -> Link:
@@ -231,7 +233,8 @@ def _rounds(op: str, n: float, t: Topology, algorithm: str) -> list[tuple[int, f
 
 def breakdown(op: str, nbytes: float, topology: Topology, algorithm: str, gamma: float = 0.0) -> dict:
     """The model term by term. Each step of a round takes max(a_intra + x_intra / B_intra,
-    a_inter + flows x_flow / B_rail): the intra hop and the rail run at once, the slower one sets the pace.
+    a_inter + flows x_flow / B_rail): the intra hop and the rail run at once, the slower one sets the pace;
+    plus the links' call latency c once.
     -> time_s, latency_s, intra_s / inter_s (the time during which that link set the pace), reduction_s,
     algbw_GBps, busbw_GBps (nccl-tests factors), bytes_per_rank {'intra', 'inter'}, bottleneck."""
     n = _check(op, nbytes, topology, algorithm)
@@ -247,6 +250,8 @@ def breakdown(op: str, nbytes: float, topology: Topology, algorithm: str, gamma:
         else:
             lat, bw_i = lat + steps * a_i, bw_i + steps * (ti - a_i)
     p = t.world_size
+    # once per call, as cost.breakdown does: NCCL's launch and set-up (0 for fitted or emulated links)
+    lat += max([t.intra.call_latency] * (t.gpus_per_node > 1) + [t.inter.call_latency] * (t.nodes > 1), default=0.0)
     reduced = (p - 1) / p * n if op in ("all_reduce", "reduce_scatter") and algorithm != "in_network" else 0.0
     red = reduced * g_
     total = lat + bw_i + bw_e + red
@@ -261,6 +266,28 @@ def breakdown(op: str, nbytes: float, topology: Topology, algorithm: str, gamma:
 def collective_time(op: str, nbytes: float, topology: Topology, algorithm: str, gamma: float = 0.0) -> float:
     """Seconds for one collective on `topology` (see breakdown and the module docstring for the formulas)."""
     return breakdown(op, nbytes, topology, algorithm, gamma)["time_s"]
+
+
+def best_algorithm(op: str, nbytes: float, topology: Topology, in_network: bool = False) -> tuple[str, float]:
+    """-> (the fastest of the algorithms of `op`, its seconds). in_network (NVLS/SHARP) only if asked: it needs
+    switches that reduce."""
+    if op not in ALGORITHMS:
+        raise ValueError(f"op must be one of {tuple(ALGORITHMS)}, got {op!r}")
+    times = {a: collective_time(op, nbytes, topology, a) for a in ALGORITHMS[op] if in_network or a != "in_network"}
+    best = min(times, key=times.get)
+    return best, times[best]
+
+
+def share_after(share_before: float, before_s: float, after_s: float) -> float:
+    """Communication's share of a step once it takes after_s instead of before_s, the compute unchanged:
+    compute = before_s (1 - s) / s, share = after_s / (compute + after_s)."""
+    if isinstance(share_before, bool) or not isinstance(share_before, Real) or not 0 < share_before < 1:
+        raise ValueError(f"share_before must be a number between 0 and 1 (exclusive), got {share_before!r}")
+    for name, value in (("before_s", before_s), ("after_s", after_s)):
+        if isinstance(value, bool) or not isinstance(value, Real) or not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    compute = before_s * (1 - share_before) / share_before
+    return after_s / (compute + after_s)
 
 
 def bytes_per_rank(op: str, nbytes: float, topology: Topology, algorithm: str) -> dict:

@@ -162,6 +162,15 @@ def topology_calculator(nbytes: float = 1e9) -> W.VBox:
     def update(_=None):
         for w in (gpus, nics, intra, inter):
             w.disabled = node.value != "custom"
+        if node.value != "custom":  # show the preset's node, so that "custom" starts from it
+            suffix = " (achievable)" if achievable.value else ""
+            wanted = ((gpus, 8), (nics, 8), (intra, topo.PRESETS[node.value][0] + suffix),
+                      (inter, topo.PRESETS[node.value][1] + suffix))
+            if any(w.value != v for w, v in wanted):
+                for w, v in wanted:
+                    w.unobserve(update, names="value")
+                    w.value = v
+                    w.observe(update, names="value")
         t = chosen()
         rows = []
         for algorithm in topo.ALGORITHMS[op.value]:

@@ -41,6 +41,38 @@ def test_one_gpu_per_node_is_the_ring_on_the_nic(nodes):
     assert t("all_to_all", spread, "pairwise") == pytest.approx(cost.collective_time("all_to_all", N, nodes, INTER))
 
 
+def test_the_call_latency_is_paid_once_as_in_cost():
+    """One node is chapter 2's ring on the intra link, one GPU per node the ring on the NIC, call latency c included."""
+    for topology, p, link in [(topo.Topology(1, 8, "nvlink4", "ib_ndr", 8), 8, "nvlink4"),
+                              (topo.Topology(8, 1, "nvlink4", "ib_ndr", 1), 8, "ib_ndr")]:
+        for n in (8, 2**20):
+            assert topo.collective_time("all_reduce", n, topology, "flat_ring") == pytest.approx(
+                cost.collective_time("all_reduce", n, p, link))
+    b = topo.breakdown("all_reduce", 8, topo.preset("dgx_h100", 2), "multi_ring")
+    assert b["latency_s"] == pytest.approx(6.6e-6 + 2 * 15 * 5e-6)  # c once, then 2(p-1) hops on the NIC
+    for name, link in topo.ACHIEVABLE.items():
+        assert (link.latency, link.call_latency) == (cost.LINKS[name].latency, cost.LINKS[name].call_latency)
+
+
+def test_best_algorithm_and_the_share_after_a_move():
+    two = topo.preset("dgx_a100", 2, achievable=True)
+    assert topo.best_algorithm("all_reduce", 4e9, two) == ("multi_ring", t("all_reduce", two, "multi_ring", 4e9))
+    assert topo.best_algorithm("all_reduce", 4e9, two, in_network=True)[0] == "in_network"
+    one_nic = topo.Topology(2, 8, topo.ACHIEVABLE["nvlink3"], topo.ACHIEVABLE["ib_hdr"], 1)
+    assert topo.best_algorithm("all_reduce", 4e9, one_nic)[0] == "hierarchical"
+    assert topo.best_algorithm("all_to_all", 4e9, two)[0] == "bulk"
+    # 60% -> 15% takes an all-reduce (0.6/0.4) / (0.15/0.85) = 8.5x faster at the same compute
+    assert topo.share_after(0.6, 8.5, 1.0) == pytest.approx(0.15)
+    assert topo.share_after(0.5, 1.0, 1.0) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="op must be one of"):
+        topo.best_algorithm("scan", 1e6, two)
+    for bad in (0, 1, 1.5, float("nan"), True):
+        with pytest.raises(ValueError, match="share_before must be a number between 0 and 1"):
+            topo.share_after(bad, 1.0, 1.0)
+    with pytest.raises(ValueError, match="after_s must be a finite number of seconds > 0"):
+        topo.share_after(0.5, 1.0, -1.0)
+
+
 @pytest.mark.parametrize("nodes, g, k", [(2, 8, 8), (4, 8, 1), (3, 4, 2), (2, 2, 1)])
 def test_multi_node_formulas(nodes, g, k):
     c, p = cluster(nodes, g, k), nodes * g

@@ -1,0 +1,52 @@
+"""commlib.emulated_bench: its traces count what topology's closed forms say; its rows price what it ran with
+topology's model. How close measured and model come is a benchmark (benchmarks/topology_emulated.py), not a test."""
+
+import json
+
+import pytest
+
+import commlib as cl
+from commlib import cost
+from commlib import emulated_bench as eb
+from commlib import topology as topo
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with cl.Cluster(world_size=4, timeout=120) as c:
+        yield c
+
+
+def test_traced_bytes_are_topologys_exact_and_closed_form_counts(cluster):
+    shape = topo.Topology(2, 2, "nvlink4", "ib_ndr", 2)
+    got = cluster.run(eb.traced_bytes, 1000, 2)
+    for name, (op, _) in eb.ALGORITHMS.items():
+        exact = topo.bytes_by_rank(op, 4000, shape, name, itemsize=4)
+        assert [g[name] for g in got] == [(e["intra"], e["inter"]) for e in exact], name
+        closed = topo.bytes_per_rank(op, 4000, shape, name)
+        assert max(g[name][1] for g in got) == closed["inter"], name
+
+
+def test_a_small_run_prices_each_row_with_the_model_of_its_links(cluster):
+    result = eb.run(cluster, sizes=[64 << 10], latency=1e-4, nics=(2,), repeats=1)
+    assert json.loads(json.dumps(result))["rows"] == result["rows"]  # JSON-ready: the benchmark saves it
+    intra = cost.Link("x", result["intra"]["bandwidth"], result["intra"]["latency"], "")
+    nic = cost.Link("y", result["nic"]["bandwidth"], 1e-4, "")
+    assert result["nic"]["bandwidth"] == pytest.approx(intra.bandwidth / 8)
+    model = topo.Topology(2, 2, intra, nic, 2)
+    assert [r["algorithm"] for r in result["rows"]] == list(eb.ALGORITHMS)
+    for r in result["rows"]:
+        assert r["measured_s"] > 0 and r["nics"] == 2 and r["nbytes"] == 64 << 10
+        assert r["model_s"] == pytest.approx(topo.collective_time(r["op"], r["nbytes"], model, r["algorithm"],
+                                                                  gamma=result["gamma"]))
+    assert result["pacing"][0]["messages"] > 0 and len(result["builtin"]) == 1
+    text = eb.format_result(result)
+    assert all(name in text for name in eb.ALGORITHMS) and "not paced" in text
+
+
+def test_bad_runs_are_named(cluster):
+    with pytest.raises(ValueError, match="multiples of 4 x world size"):
+        eb.run(cluster, sizes=[1000])
+    for g in (3, 4):
+        with pytest.raises(ValueError, match="at least 2 nodes of gpus_per_node"):
+            eb.run(cluster, sizes=[1 << 20], gpus_per_node=g)
