@@ -271,10 +271,11 @@ def test_groups_are_priced_where_their_ranks_sit():
     assert plan.group_shape(hw, 8, 1) == (1, 8)
     assert plan.collective_s("all_reduce", n, 8, 1, hw) == pytest.approx(
         topo.collective_time("all_reduce", n, topo.Topology(1, 8, nvlink, ndr), "flat_ring"))
-    assert plan.collective_s("all_reduce", n, 8, 1, hw) == pytest.approx(14 * (0.6e-6 + n / 8 / 450e9))
+    # NCCL's call latency once, then 2(p-1) hops
+    assert plan.collective_s("all_reduce", n, 8, 1, hw) == pytest.approx(6.6e-6 + 14 * (0.6e-6 + n / 8 / 450e9))
     # data parallel behind tp = 8: one rank per node, 4 nodes, one NIC each: a flat ring on InfiniBand
     assert plan.group_shape(hw, 4, 8) == (4, 1)
-    assert plan.collective_s("all_reduce", n, 4, 8, hw) == pytest.approx(6 * (5e-6 + n / 4 / 50e9))
+    assert plan.collective_s("all_reduce", n, 4, 8, hw) == pytest.approx(6.6e-6 + 6 * (5e-6 + n / 4 / 50e9))
     # data parallel behind tp = 2: 4 ranks per node on 4 nodes; the 4 rings leave through 4 NICs
     assert plan.group_shape(hw, 16, 2) == (4, 4)
     assert plan.collective_s("all_reduce", n, 16, 2, hw) == topo.collective_time(
