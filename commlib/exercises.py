@@ -393,3 +393,10 @@ def ch8_exposed(answer, compute_s: float, comm_s: float, overlapped_s: float) ->
         return Verdict(False, "that is the busy time of the step (compute + exposed communication); ask only "
                               "for the exposed part.")
     return Verdict(False, "exposed = communication time minus the part that overlapped with compute.")
+
+
+# ------------------------------------------------------------- chapters whose checkers live in their own module
+from commlib.exercises_parallel import (ch7_bubble, ch7_in_flight, ch7_tp_bytes, ch7_which_fits,  # noqa: E402,F401
+                                        ch7_zero3_memory)
+from commlib.exercises_topology import (ch3_all_to_all_time, ch3_best_all_reduce,  # noqa: E402,F401
+                                        ch3_hierarchical_inter_bytes, ch3_multi_ring_busbw, ch3_share_after_move)

@@ -3,24 +3,10 @@ rejects a wrong answer with a hint that names the likely mistake. They never rai
 
 from __future__ import annotations
 
-import math
 from numbers import Real
 
-from commlib.exercises import Verdict, _missing, _number_problem
-
-
-def _value(answer, name: str):
-    """-> (the answer as a float, None) or (None, the Verdict that says why it is not a number)."""
-    bad = _number_problem(answer, name)
-    if bad is not None:
-        return None, bad
-    try:
-        x = float(answer)
-    except (OverflowError, ValueError, TypeError):
-        return None, Verdict(False, f"{name} should be a finite number, got {answer!r:.40}.")
-    if not math.isfinite(x):
-        return None, Verdict(False, f"{name} should be a finite number, got {x}.")
-    return x, None
+from commlib.answers import Verdict, _missing
+from commlib.answers import _number as _value  # (Python number, None) or (None, the hint)
 
 
 def _near(x: float, want: float, rel: float = 0.01) -> bool:

@@ -9,21 +9,7 @@ import math
 
 from commlib import cost
 from commlib import topology as topo
-from commlib.exercises import Verdict, _close, _missing, _number_problem
-
-
-def _number(answer, name: str) -> tuple[float | None, Verdict | None]:
-    """-> (answer as a finite float, None) or (None, the Verdict that says why it is not one)."""
-    bad = _number_problem(answer, name)
-    if bad is not None:
-        return None, bad
-    try:
-        value = float(answer)
-    except (OverflowError, ValueError):
-        return None, Verdict(False, f"{name} is too large to be right.")
-    if not math.isfinite(value):
-        return None, Verdict(False, f"{name} should be a finite number, got {value}.")
-    return value, None
+from commlib.answers import Verdict, _close, _missing, _number
 
 
 def _choice(answer, options) -> Verdict | None:

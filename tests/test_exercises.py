@@ -245,6 +245,20 @@ ANSWER_CHECKERS = {
     "ch8_chunked_time": lambda a: ex.ch8_chunked_time(a, total_bytes=16 << 20, chunk_bytes=4096, world_size=8,
                                                       link="ib_ndr"),
     "ch8_exposed": lambda a: ex.ch8_exposed(a, compute_s=0.080, comm_s=0.050, overlapped_s=0.030),
+    # chapters 3 and 7 keep their checkers in their own modules; commlib.exercises re-exports them
+    "ch3_multi_ring_busbw": lambda a: ex.ch3_multi_ring_busbw(a, nodes=2, gpus_per_node=8, nics_per_node=4,
+                                                              intra="nvlink4", inter="ib_ndr"),
+    "ch3_all_to_all_time": lambda a: ex.ch3_all_to_all_time(a, nodes=4, gpus_per_node=8, nics_per_node=8, nbytes=1e9),
+    "ch3_hierarchical_inter_bytes": lambda a: ex.ch3_hierarchical_inter_bytes(a, nodes=4, gpus_per_node=8, nbytes=1e9),
+    "ch3_best_all_reduce": lambda a: ex.ch3_best_all_reduce(a, nodes=2, gpus_per_node=8, nics_per_node=1,
+                                                            intra="nvlink3", inter="ib_hdr"),
+    "ch3_share_after_move": lambda a: ex.ch3_share_after_move(a, share_before=0.6, preset="dgx_a100", nodes=2,
+                                                              nbytes=4e9),
+    "ch7_zero3_memory": lambda a: ex.ch7_zero3_memory(a, params=7e9, dp=16),
+    "ch7_tp_bytes": lambda a: ex.ch7_tp_bytes(a, batch=1, seq=4096, hidden=4096, tp=8),
+    "ch7_bubble": lambda a: ex.ch7_bubble(a, pp=4, microbatches=8),
+    "ch7_in_flight": lambda a: ex.ch7_in_flight(a, pp=4, microbatches=8),
+    "ch7_which_fits": lambda a: ex.ch7_which_fits(a),
 }
 FUNCTION_CHECKERS = ("ch0_rank_max", "ch1_ring_all_gather")  # their answers are functions: below
 
