@@ -17,7 +17,7 @@ def test_knowledge_map_is_generated_by_its_script(tmp_path, monkeypatch):
     monkeypatch.setattr(km, "OUT", tmp_path / "knowledge_map.svg")
     fresh = km.main().read_text()
     assert fresh == committed, "run `python assets/make_knowledge_map.py` and commit the result"
-    for words in ("Communication patterns", "Latency + bandwidth", "Overlap", "remedies", "65504"):
+    for words in ("Communication patterns", "Latency + bandwidth", "Topology", "Overlap", "remedies", "65504"):
         assert words in fresh
 
 
