@@ -21,7 +21,8 @@ send through commlib's point-to-point layer, which emulate() paces (torch's buil
 
     rows = link_sweep(cluster, [10e6, 100e6])   # the same on loopback and on emulated NICs of 10 and 100 MB/s
     measured_crossovers(rows)                   # where each variant's step time meets the plain all-reduce's
-    crossovers(rows, loopback_link(rows, latency=1e-4))   # where the alpha-beta model says they meet
+    crossovers(on_link(rows), loopback_link(rows, latency=1e-4))   # where the alpha-beta model says they meet
+    load_sweep()                                # the committed longer sweep (benchmarks/compression_tradeoff.py)
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import json
 import math
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -258,6 +261,18 @@ def measured_crossovers(rows: list[dict]) -> dict[str, dict]:
         at = None if math.isinf(b1) else math.exp(math.log(b0) + (math.log(b1) - math.log(b0)) * d0 / (d0 - d1))
         out[name] = {"low": b0, "high": b1, "bandwidth": at}
     return out
+
+
+SWEEP = Path(__file__).resolve().parents[2] / "benchmarks" / "compression_tradeoff.json"
+
+
+def load_sweep(path=None) -> dict:
+    """The committed sweep of benchmarks/compression_tradeoff.py (its docstring describes the keys)."""
+    path = Path(SWEEP if path is None else path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: run benchmarks/compression_tradeoff.py from a clone of the course")
+    with open(path) as f:
+        return json.load(f)
 
 
 def link_label(bandwidth) -> str:
