@@ -46,8 +46,8 @@ def ch5_powersgd_bytes(answer, m: int = 1024, n: int = 4096, rank: int = 4, worl
     p, r, ring = world_size, rank, 2 * (world_size - 1) / world_size
     want = bytes_per_rank("powersgd", (m, n), p, itemsize, rank=r)
     if _near(x, want):
-        return Verdict(True, f"2(p-1)/p · r(m+n) · {itemsize} = {ring:g} · {r * (m + n):,} · {itemsize} = {want:,.0f} "
-                             f"bytes, against {ring * m * n * itemsize:,.0f} for the plain all-reduce "
+        return Verdict(True, f"2(p-1)/p · r(m+n) · {itemsize} = {ring:g} · {r * (m + n):,} · {itemsize} = "
+                             f"{want:,.0f} bytes, against {ring * m * n * itemsize:,.0f} for the plain all-reduce "
                              f"({m * n / (r * (m + n)):.0f}x fewer).")
     if _near(x, ring * m * n * itemsize):
         return Verdict(False, "that is the plain all-reduce of the m x n gradient. PowerSGD all-reduces P (m x r) "
@@ -77,9 +77,9 @@ def ch5_topk_bytes(answer, numel: int = 10**6, fraction: float = 0.01, world_siz
     want = bytes_per_rank("topk", (numel,), p, itemsize, fraction=fraction)
     plain = 2 * (p - 1) / p * numel * itemsize
     if _near(x, want):
-        return Verdict(True, f"(p-1) · k · (4 + {itemsize}) = {p - 1} · {k:,} · {4 + itemsize} = {want:,.0f} bytes; the "
-                             f"plain all-reduce sends {plain:,.0f}. At p = {round(1 / fraction) + 1} the all-gather "
-                             "would send more than the whole all-reduce.")
+        return Verdict(True, f"(p-1) · k · (4 + {itemsize}) = {p - 1} · {k:,} · {4 + itemsize} = {want:,.0f} "
+                             f"bytes; the plain all-reduce sends {plain:,.0f}. From p = {round(1 / fraction) + 1} on, "
+                             "the all-gather would send more than the whole all-reduce.")
     if _near(x, (p - 1) * k * itemsize):
         return Verdict(False, "the values alone cannot be added up: each rank picked its own coordinates, so every "
                               "value travels with its int32 index (4 more bytes).")
@@ -134,7 +134,7 @@ def ch5_allreduce_compatible(answer) -> Verdict:
         return missing
     try:
         chosen = {answer} if isinstance(answer, str) else {a for a in answer}
-        chosen = {a.strip().lower() for a in chosen if isinstance(a, str)} | {a for a in chosen if not isinstance(a, str)}
+        chosen = {a.strip().lower() if isinstance(a, str) else a for a in chosen}
     except Exception:  # noqa: BLE001  (a learner's object: anything can happen when iterating it)
         return Verdict(False, "answer with a list of method names, e.g. [\"fp16\", \"topk\"].")
     chosen.discard("none")  # the plain all-reduce is compatible by definition; not a mistake to name it

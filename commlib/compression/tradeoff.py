@@ -37,7 +37,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 import torch
 import torch.distributed as dist
 
@@ -124,7 +123,8 @@ def train(method: str = "none", steps: int = 100, seed: int = 0, batch_size: int
             rows.append([b - a for a, b in zip(before, after)])
             losses.append(loss.item())
         paced = getattr(network, "log", None)  # topology.emulate() yields an Emulator: its paced receives
-    crossing = [e.nbytes for e in state.comm.trace.events if e.inter_node is not None]
+    events = state.comm.trace.events
+    nodes_known = any(e.inter_node is not None for e in events)  # under emulate(), with algorithm="ring"
     with torch.no_grad():
         logits = student(test_x)
         moved = sum(int((p != p0).sum()) for p, p0 in zip(student.parameters(), initial))
@@ -134,8 +134,8 @@ def train(method: str = "none", steps: int = 100, seed: int = 0, batch_size: int
     return {"method": method, "params": params, "steps": steps,
             "bytes_per_step": rows[-1][0],
             "closed_form_bytes": closed_form.bytes_per_rank(method, shapes, dist.get_world_size(), 4, **closed),
-            "inter_node_bytes_per_step": sum(e.nbytes for e in state.comm.trace.events if e.inter_node) / steps
-            if crossing else None,
+            "inter_node_bytes_per_step": sum(e.nbytes for e in events if e.inter_node) / steps
+            if nodes_known else None,
             "paced_bytes_per_step": None if paced is None else sum(m.nbytes for m in paced) / steps,
             "updated_fraction": moved / sum(p.numel() for p in initial),
             "test_loss": torch.nn.functional.cross_entropy(logits, test_y).item(),
@@ -148,8 +148,9 @@ def train(method: str = "none", steps: int = 100, seed: int = 0, batch_size: int
 def tradeoff(cluster, variants: dict | None = None, steps: int = 100, seed: int = 0, context=None,
              **train_kw) -> list[dict]:
     """Train every variant on the cluster's ranks -> one row per variant: bytes per step (the busiest rank),
-    its closed form, the busiest rank's inter-node and paced bytes per step (None without emulate()), test loss and accuracy, the train-loss curve (mean over ranks), and per step the hook,
-    communication and overhead seconds (means over ranks of each rank's median)."""
+    its closed form, the busiest rank's inter-node and paced bytes per step (None without emulate()), test
+    loss and accuracy, the fraction of weights updated, the train-loss curve (mean over ranks), and per step
+    the hook, communication and overhead seconds (means over ranks of each rank's median)."""
     rows = []
     for name, (method, params) in (VARIANTS if variants is None else variants).items():
         ranks = cluster.run(train, method, steps=steps, seed=seed, context=context, **train_kw, **params)
