@@ -1,22 +1,34 @@
-"""Gradient compression, the longer sweep: every variant of commlib.compression.tradeoff, more steps, several seeds.
+"""Gradient compression, the longer sweeps: accuracy (every variant, more steps, several seeds) and speed on
+emulated slow inter-node links against plain loopback, with the crossovers measured and modelled.
 
-    python benchmarks/compression_tradeoff.py [--world-size 4] [--steps 400] [--seeds 0 1 2]
-                                              [--out benchmarks/compression_tradeoff.json]
+    python benchmarks/compression_tradeoff.py [--part all|accuracy|links] [--world-size 4]
+        [--steps 400] [--seeds 0 1 2]                                      # accuracy
+        [--link-steps 60] [--rounds 3] [--bandwidths 5e6 1e7 ...]          # links
+        [--out benchmarks/compression_tradeoff.json]
 
-The notebook's live run is tradeoff(cluster, steps=100) with one seed (about 20 s on 2 cores); this
-script is the committed result the notebook plots where a live run would be too long. It writes JSON:
-  meta:     conditions (world size, steps, seeds, torch version, CPUs, load average before and after);
-  variants: per variant, means over seeds: bytes per step (counted, busiest rank) and the closed form,
-            test loss and accuracy (with min and max over seeds), train-loss curve, hook / communication /
-            overhead / step seconds (medians per step), and the crossover bandwidth (bytes/s) below which
-            it beats the plain all-reduce on a link with the latency of each LINKS entry named in
-            CROSSOVER_LINKS, from its measured overhead (closed_form.crossover_bandwidth);
-  rows:     every (variant, seed) row as tradeoff() returned it, without the loss curve.
-Times are host clock readings on loopback Gloo with every rank on a shared CPU: communication there
-includes waiting for the slowest rank, and the overheads are CPU ones (a GPU compresses much faster).
+The notebook (chapter 5) runs a few variants live for a few dozen steps; this script is the committed result
+it plots where a live run would be too long. A part that is not run keeps what the file already holds.
+JSON:
+  meta:       conditions of the accuracy part (world size, steps, seeds, torch, CPUs, load average before and
+              after, wall time, date);
+  variants:   accuracy part, per variant, means over seeds: bytes per step (counted, busiest rank) and the
+              closed form, test loss and accuracy (with min and max over seeds), train-loss curve, hook /
+              communication / overhead / step seconds (medians per step), and the crossover bandwidth
+              (bytes/s) below which it would beat the plain all-reduce on a link with the latency of each
+              LINKS entry of CROSSOVER_LINKS, from its measured (CPU) overhead;
+  rows:       accuracy part, every (variant, seed) row as tradeoff() returned it, without the loss curve;
+  links:      the speed part: meta (as above, plus nodes, latency, bandwidths, rounds); rows: per variant and
+              link (bandwidth None: loopback) the medians over rounds of step, communication and overhead
+              seconds, with bytes per step, and the inter-node bytes and paced bytes per step (equal: every
+              byte that crosses the emulated NICs is paced); loopback_link: the fitted cost per call and per
+              message; crossovers: per variant, measured (low, high, bandwidth), model (the alpha-beta model on
+              the fitted loopback link plus the emulated latency) and textbook (the emulated latency alone).
+Times are host clock readings on loopback Gloo with every rank on a shared CPU: communication includes
+waiting for the slowest rank, and the overheads are CPU ones (a GPU compresses much faster).
 """
 
 import argparse
+import datetime
 import json
 import os
 import statistics
@@ -25,20 +37,27 @@ import time
 import torch
 
 import commlib as cl
+from commlib import cost
 from commlib.compression import tradeoff as tr
 
 CROSSOVER_LINKS = ("tcp100", "ib_hdr", "nvlink4")
+LINK_VARIANTS = [k for k in tr.VARIANTS if "no EF" not in k]  # no EF: the same bytes and compute as with it
+BANDWIDTHS = [5e6, 10e6, 20e6, 50e6, 100e6, 200e6, 500e6]
+GPUS_PER_NODE, LATENCY = 2, 1e-4
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--world-size", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=400)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "compression_tradeoff.json"))
-    args = ap.parse_args()
-    load_before = os.getloadavg()
-    t0 = time.perf_counter()
+def conditions(world_size: int, t0: float, load_before) -> dict:
+    return {"world_size": world_size, "torch": torch.__version__, "cpus": os.cpu_count(), "load_before": load_before,
+            "load_after": os.getloadavg(), "wall_s": time.perf_counter() - t0, "backend": "gloo (loopback)",
+            "date": datetime.date.today().isoformat(),
+            "load_note": "1-minute load averages of the whole machine (2 CPUs shared with other users), this "
+                         "benchmark's own ranks included",
+            "task": "teacher-student: linear teacher 32->10, student MLP 32-256-256-10, plain SGD lr 0.3, "
+                    "batch 32/rank"}
+
+
+def accuracy(args) -> dict:
+    load_before, t0 = os.getloadavg(), time.perf_counter()
     rows = []
     with cl.Cluster(world_size=args.world_size, backend="gloo", timeout=600) as c:
         for seed in args.seeds:
@@ -58,24 +77,76 @@ def main():
             "test_loss_max": max(r["test_loss"] for r in mine), "test_accuracy": mean("test_accuracy"),
             "test_accuracy_min": min(r["test_accuracy"] for r in mine),
             "test_accuracy_max": max(r["test_accuracy"] for r in mine),
+            "updated_fraction": mean("updated_fraction"),
             "train_loss_curve": [statistics.fmean(x) for x in zip(*(r["losses"] for r in mine))],
             **{k: mean(k) for k in ("hook_s", "comm_s", "overhead_s", "step_s")}}
     summary = [{"variant": n, "method": v["method"], "params": v["params"], "world_size": args.world_size,
                 "overhead_s": v["overhead_s"]} for n, v in variants.items()]
     for link in CROSSOVER_LINKS:
         for name, bw in tr.crossovers(summary, link).items():
-            variants[name].setdefault("crossover_bandwidth", {})[link] = bw if bw != float("inf") else "inf"
-    meta = {"world_size": args.world_size, "steps": args.steps, "seeds": args.seeds, "torch": torch.__version__,
-            "cpus": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg(),
-            "wall_s": time.perf_counter() - t0, "backend": "gloo (loopback)",
-            "task": "teacher-student: linear teacher 32->10, student MLP 32-256-256-10, "
-                    "plain SGD lr 0.3, batch 32/rank"}
+            variants[name].setdefault("crossover_bandwidth", {})[link] = bw
     for r in rows:
         r.pop("losses")
-    with open(args.out, "w") as f:
-        json.dump({"meta": meta, "variants": variants, "rows": rows}, f, indent=1)
     print(tr.table([{**v, "variant": n} for n, v in variants.items()]))
-    print(f"wrote {args.out} ({meta['wall_s']:.0f} s)")
+    meta = {**conditions(args.world_size, t0, load_before), "steps": args.steps, "seeds": args.seeds}
+    return {"meta": meta, "variants": variants, "rows": rows}
+
+
+def links(args) -> dict:
+    load_before, t0 = os.getloadavg(), time.perf_counter()
+    variants = {k: tr.VARIANTS[k] for k in LINK_VARIANTS}
+    rounds = []
+    with cl.Cluster(world_size=args.world_size, backend="gloo", timeout=600) as c:
+        for i in range(args.rounds):  # whole sweeps one after another: drift in the machine's load hits all alike
+            rounds.append(tr.link_sweep(c, args.bandwidths, variants, steps=args.link_steps, seed=0,
+                                        gpus_per_node=GPUS_PER_NODE, latency=LATENCY))
+            print(f"round {i + 1}/{args.rounds} done ({time.perf_counter() - t0:.0f} s)", flush=True)
+    rows = []
+    for same in zip(*rounds):  # the same (link, variant) in every round
+        median = lambda key: statistics.median(r[key] for r in same)  # noqa: E731
+        keep = {k: v for k, v in same[0].items() if k not in ("losses",)}
+        rows.append({**keep, **{k: median(k) for k in ("step_s", "comm_s", "hook_s", "overhead_s")},
+                     "step_s_rounds": [r["step_s"] for r in same]})
+    print(tr.table(rows))
+    fitted = tr.loopback_link(rows, latency=LATENCY)
+    textbook = cost.Link("emulated NIC", 1e9, LATENCY, "topology.emulate latency alone")
+    measured = tr.measured_crossovers(rows)
+    model = tr.crossovers(tr.on_link(rows), fitted)
+    book = tr.crossovers(tr.on_link(rows), textbook)
+    crossovers = {n: {"measured": measured[n], "model": model[n], "textbook": book[n]} for n in measured}
+    for n, x in crossovers.items():
+        print(f"{n:<16} measured {x['measured']}  model {x['model'] / 1e6:.3g} MB/s  "
+              f"textbook {x['textbook'] / 1e6:.3g} MB/s")
+    meta = {**conditions(args.world_size, t0, load_before), "steps": args.link_steps, "rounds": args.rounds,
+            "gpus_per_node": GPUS_PER_NODE, "nodes": args.world_size // GPUS_PER_NODE, "nics_per_node": 1,
+            "latency": LATENCY, "bandwidths": args.bandwidths, "algorithm": "commlib ring (paced by emulate)"}
+    return {"meta": meta, "rows": rows, "crossovers": crossovers,
+            "loopback_link": {"call_latency": fitted.call_latency, "latency": fitted.latency - LATENCY,
+                              "source": fitted.source}}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--part", choices=("all", "accuracy", "links"), default="all")
+    ap.add_argument("--world-size", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--link-steps", type=int, default=60)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--bandwidths", type=float, nargs="+", default=BANDWIDTHS)
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "compression_tradeoff.json"))
+    args = ap.parse_args()
+    out = {}
+    if os.path.exists(args.out):
+        with open(args.out) as f:
+            out = json.load(f)
+    if args.part in ("all", "accuracy"):
+        out.update(accuracy(args))
+    if args.part in ("all", "links"):
+        out["links"] = links(args)
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)  # inf is written as Infinity (Python's json reads it back)
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -396,6 +396,8 @@ def ch8_exposed(answer, compute_s: float, comm_s: float, overlapped_s: float) ->
 
 
 # ------------------------------------------------------------- chapters whose checkers live in their own module
+from commlib.exercises_compression import (ch5_allreduce_compatible, ch5_crossover,  # noqa: E402,F401
+                                           ch5_powersgd_bytes, ch5_topk_bytes)
 from commlib.exercises_parallel import (ch7_bubble, ch7_in_flight, ch7_tp_bytes, ch7_which_fits,  # noqa: E402,F401
                                         ch7_zero3_memory)
 from commlib.exercises_topology import (ch3_all_to_all_time, ch3_best_all_reduce,  # noqa: E402,F401

@@ -279,3 +279,92 @@ def pipeline_timeline(events_by_rank, ax=None, title: str = "", unit: float = 1.
     name = {1e3: " ms", 1e6: " µs"}.get(unit, "")
     ax.set_title(title or f"{p} stages, step {got['step_s'] * unit:.3g}{name}, idle {got['bubble']:.0%}", fontsize=9.5)
     return ax
+
+
+# ------------------------------------------------------------------------ chapter 5: gradient compression
+def compression_bytes_vs_p(world_sizes, curves: dict, ax=None, title: str = ""):
+    """Bytes one rank sends per step against the number of ranks, one line per method (log-log).
+    curves: name -> bytes per rank, one per world size."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.6))
+    for name, nbytes in curves.items():
+        ax.plot(world_sizes, nbytes, "o-" if "top" in name or "int8" in name else "s--", ms=4, label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("ranks p")
+    ax.set_ylabel("bytes sent per rank")
+    ax.set_title(title or "all-reduce: flat in p; all-gather: grows like p - 1", fontsize=10)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def compression_tradeoff(variants: dict, title: str = ""):
+    """Per variant, three panels: bytes per step (log), final test accuracy (bars: the mean; whiskers: min and
+    max over seeds), compression overhead per step (ms). variants: name -> a row of the committed sweep."""
+    names = list(variants)
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8), sharey=True)
+    ys = range(len(names))
+    colors = ["#C44E52" if "no EF" in n else "C0" for n in names]
+    axes[0].barh(ys, [variants[n]["bytes_per_step"] for n in names], color=colors)
+    axes[0].set_xscale("log")
+    axes[0].set_xlabel("bytes per step (busiest rank)")
+    acc = [variants[n]["test_accuracy"] for n in names]
+    err = [[a - variants[n].get("test_accuracy_min", a) for n, a in zip(names, acc)],
+           [variants[n].get("test_accuracy_max", a) - a for n, a in zip(names, acc)]]
+    axes[1].barh(ys, acc, xerr=err, color=colors)
+    axes[1].set_xlim(min(acc) - 0.05, 1.0)
+    axes[1].set_xlabel("test accuracy at the end")
+    axes[2].barh(ys, [variants[n]["overhead_s"] * 1e3 for n in names], color=colors)
+    axes[2].set_xlabel("compressing + decompressing (ms/step)")
+    axes[0].set_yticks(list(ys), names)
+    axes[0].invert_yaxis()
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def loss_curves(curves: dict, ax=None, smooth: int = 10, title: str = ""):
+    """Training loss per step, one line per variant, as a moving average over `smooth` steps."""
+    import numpy as np
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.4))
+    for name, losses in curves.items():
+        y = np.convolve(losses, np.ones(smooth) / smooth, mode="valid")
+        ax.plot(range(smooth, smooth + len(y)), y, ls="--" if "no EF" in name else "-", label=name)
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel(f"train loss ({smooth}-step mean)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def step_vs_bandwidth(rows: list[dict], crossovers: dict | None = None, ax=None, title: str = ""):
+    """Step time against the emulated inter-node bandwidth, one line per variant; loopback (bandwidth None) is
+    drawn at the right edge, past a gap; crossovers (name -> bytes/s, optional) as ticks on the bottom axis."""
+    import math
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 4))
+    emulated = sorted({r["bandwidth"] for r in rows if r["bandwidth"] is not None})
+    loop_x = emulated[-1] * 4
+    for i, name in enumerate(dict.fromkeys(r["variant"] for r in rows)):
+        mine = {r["bandwidth"]: r["step_s"] * 1e3 for r in rows if r["variant"] == name}
+        line, = ax.plot([b / 1e6 for b in emulated], [mine[b] for b in emulated], "o-", ms=4, label=name,
+                        color=f"C{i}", lw=2.2 if name == "none" else 1.2)
+        if None in mine:
+            ax.plot([loop_x / 1e6], [mine[None]], "D", color=line.get_color(), ms=5)
+        bw = (crossovers or {}).get(name)
+        if bw and math.isfinite(bw) and name != "none":
+            ax.axvline(bw / 1e6, color=line.get_color(), ls=":", lw=1)
+    ax.set_xscale("log")
+    ax.set_ylim(bottom=0)
+    ticks = [b / 1e6 for b in emulated] + [loop_x / 1e6]
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks[:-1]] + ["loopback"])
+    ax.minorticks_off()
+    ax.set_xlabel("emulated inter-node bandwidth (MB/s per direction)")
+    ax.set_ylabel("step (ms)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, ncol=2)
+    return ax

@@ -10,9 +10,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import commlib as cl
 from commlib import compression as cp
 from commlib import cost
-from commlib.compression import tradeoff
+from commlib.compression import against_torch, tradeoff
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -195,69 +196,9 @@ def test_without_error_feedback_the_residual_is_dropped(cluster4):
 
 
 # ---------------------------------------------------------------------------- against torch's own hooks
-def model():
-    torch.manual_seed(0)  # no two weights of one shape: torch and commlib draw PowerSGD's first Qs alike
-    return torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.ReLU(), torch.nn.Linear(40, 32), torch.nn.ReLU(),
-                               torch.nn.Linear(32, 8))
-
-
-def train_both(a, b, steps):
-    """Inside a rank: SGD on two data-parallel wrappers of one model with the same batches.
-    -> per step, (a's averaged gradients, b's)."""
-    opt_a, opt_b = torch.optim.SGD(a.parameters(), lr=0.1), torch.optim.SGD(b.parameters(), lr=0.1)
-    g = torch.Generator().manual_seed(dist.get_rank())
-    out = []
-    for _ in range(steps):
-        x, y = torch.randn(16, 24, generator=g), torch.randn(16, 8, generator=g)
-        for net, opt in ((a, opt_a), (b, opt_b)):
-            opt.zero_grad()
-            (net(x) - y).square().mean().backward()
-            opt.step()
-        out.append(([p.grad.clone() for p in a.parameters()], [p.grad.clone() for p in b.parameters()]))
-    return out
-
-
-def ddp_pair(ours, theirs, steps):
-    """Inside a rank: two torch DDPs of one model, ours and theirs as (state, hook).
-    -> train_both's gradients, and the two states."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    torch.set_num_threads(1)
-    a, b = DDP(model()), DDP(model())
-    a.register_comm_hook(*ours)
-    b.register_comm_hook(*theirs)
-    return train_both(a, b, steps), ours[0], theirs[0]
-
-
-def powersgd_pair(rank, warm_start, steps):
-    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ps
-
-    orders = {}
-
-    def recording(hook):  # remember each bucket's parameters (in buffer order) to read the residuals
-        def recorded(state, bucket):
-            orders[hook] = bucket.parameters()
-            return hook(state, bucket)
-        return recorded
-
-    torch_state = ps.PowerSGDState(process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=2,
-                                   min_compression_rate=2, use_error_feedback=True, warm_start=warm_start,
-                                   orthogonalization_epsilon=0, random_seed=0, batch_tensors_with_same_shape=False)
-    ours = cp.PowerSGDState(rank=rank, start_iter=2, warm_start=warm_start, seed=0)
-    steps_out, ours, torch_state = ddp_pair((ours, recording(cp.powersgd_hook)),
-                                            (torch_state, recording(ps.powerSGD_hook)), steps)
-    # residual sums over ranks: torch keeps e = input - mean result, commlib e = input - own share
-    ours_flat = torch.cat([ours.residuals[id(p)] for p in orders[cp.powersgd_hook]])
-    assert [p.shape for p in orders[cp.powersgd_hook]] == [p.shape for p in orders[ps.powerSGD_hook]]
-    theirs_flat = torch_state.error_dict[0].clone()
-    dist.all_reduce(ours_flat)
-    dist.all_reduce(theirs_flat)
-    return steps_out, ours_flat, theirs_flat
-
-
 @pytest.mark.parametrize("rank, warm_start", [(1, True), (2, False), (4, True)])
 def test_powersgd_matches_torchs_powersgd_hook(cluster4, rank, warm_start):
-    for steps, ours_sum, theirs_sum in cluster4.run(powersgd_pair, rank, warm_start, 6):
+    for steps, ours_sum, theirs_sum in cluster4.run(against_torch.powersgd_pair, rank, warm_start, 6):
         for step, (ours, theirs) in enumerate(steps):
             for a, b in zip(ours, theirs):
                 assert torch.allclose(a, b, rtol=1e-4, atol=1e-6), (rank, step, (a - b).abs().max())
@@ -267,8 +208,8 @@ def test_powersgd_matches_torchs_powersgd_hook(cluster4, rank, warm_start):
 def fp16_pair(steps):
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks as dh
 
-    out, *_ = ddp_pair((cp.HookState(), cp.fp16_hook), (None, dh.fp16_compress_hook), steps)
-    plain, *_ = ddp_pair((cp.HookState(), cp.allreduce_hook), (None, dh.allreduce_hook), steps)
+    out, *_ = against_torch.ddp_pair((cp.HookState(), cp.fp16_hook), (None, dh.fp16_compress_hook), steps)
+    plain, *_ = against_torch.ddp_pair((cp.HookState(), cp.allreduce_hook), (None, dh.allreduce_hook), steps)
     return out + plain
 
 
@@ -315,12 +256,12 @@ def hooked_both_ways(method, params, steps=3):
     from commlib import overlap
 
     torch.set_num_threads(1)
-    ours, theirs = overlap.BucketedDDP(model()), DDP(model())
+    ours, theirs = overlap.BucketedDDP(against_torch.model()), DDP(against_torch.model())
     ours.register_comm_hook(*tradeoff.hook_for(method, **params))
     theirs.register_comm_hook(*tradeoff.hook_for(method, **params))
     with pytest.raises(RuntimeError, match="only be called once"):
         ours.register_comm_hook(*tradeoff.hook_for(method, **params))
-    return len(ours.buckets), train_both(ours, theirs, steps)
+    return len(ours.buckets), against_torch.train_both(ours, theirs, steps)
 
 
 # PowerSGD from iteration 1: torch DDP's first bucket is in forward order, BucketedDDP's in backward order,
@@ -335,3 +276,98 @@ def test_a_hook_gives_the_same_gradients_on_bucketed_ddp_and_torch_ddp(cluster4,
         for step, (ours, theirs) in enumerate(steps):
             for a, b in zip(ours, theirs):
                 assert torch.allclose(a, b, **tol), (method, step, (a - b).abs().max())
+
+
+# ------------------------------------------------------------------------- emulated slow links pace the hooks
+def paced_hook(method, bandwidth, latency, **params):
+    """Inside a rank, on 2 emulated nodes of 2 ranks: the method's hook through commlib's ring, twice.
+    -> (bytes this rank sent, of them across nodes (trace), the messages the network delivered to this rank)."""
+    from commlib import topology
+
+    torch.set_num_threads(1)
+    state, hook = tradeoff.hook_for(method, cp.Comm("ring"), **params)
+    stand_ins = [torch.zeros(s) for s in SHAPES]
+    with topology.emulate(2, bandwidth, latency) as net:
+        for step in range(2):
+            hook(state, cp.Bucket(0, grads(dist.get_rank(), step), stand_ins, last=True)).wait()
+    crossing = sum(e.nbytes for e in state.comm.trace.events if e.inter_node)
+    return state.comm.bytes_sent, crossing, list(net.log)
+
+
+@pytest.mark.parametrize("method, params", METHODS[:5])
+def test_under_emulate_the_hooks_traffic_crosses_paced_nics(cluster4, method, params):
+    bandwidth, latency = 50e6, 1e-4
+    got = cluster4.run(paced_hook, method, bandwidth, latency, **params)
+    sent = [s for s, _, _ in got]
+    crossing = [x for _, x, _ in got]
+    delivered = [m for _, _, log in got for m in log]
+    # ring 0 -> 1 -> 2 -> 3 -> 0 on nodes {0, 1}, {2, 3}: ranks 1 and 3 send every message to the other node
+    assert crossing[0] == crossing[2] == 0 and crossing[1] == sent[1] > 0 and crossing[3] == sent[3] > 0
+    assert sum(m.nbytes for m in delivered) == sum(crossing)  # every crossing byte went through the emulated NICs
+    assert {(m.src, m.dst) for m in delivered} == {(1, 2), (3, 0)}
+    for m in delivered:  # ... and none arrived sooner than latency + bytes / bandwidth after it was posted
+        assert m.released - m.posted >= latency + m.nbytes / bandwidth - 1e-6, m
+
+
+def builtin_inside_emulate():
+    from commlib import topology
+
+    with topology.emulate(2, 1e9):
+        cp.Comm("builtin").all_reduce(torch.ones(4))
+
+
+def test_builtin_collectives_are_refused_inside_emulate(cluster4):
+    with pytest.raises(cl.RankError, match="does not pace"):
+        cluster4.run(builtin_inside_emulate)
+
+
+def test_link_sweep_runs_on_loopback_and_paced_links(cluster4):
+    variants = {k: tradeoff.VARIANTS[k] for k in ("none", "topk 1%")}
+    rows = tradeoff.link_sweep(cluster4, [200e6], variants, steps=2)
+    assert [(r["bandwidth"], r["variant"]) for r in rows] == [(None, "none"), (None, "topk 1%"),
+                                                            (200e6, "none"), (200e6, "topk 1%")]
+    for r in tradeoff.on_link(rows):
+        assert r["inter_node_bytes_per_step"] is None and r["paced_bytes_per_step"] is None
+    for r in tradeoff.on_link(rows, 200e6):  # ranks 1 and 3 send all of their bytes across, all of them paced
+        assert r["inter_node_bytes_per_step"] == r["paced_bytes_per_step"]
+        assert abs(r["inter_node_bytes_per_step"] - r["bytes_per_step"]) <= 8  # uneven shards: a few bytes
+    assert "200 MB/s" in tradeoff.table(rows) and "loopback" in tradeoff.table(rows)
+
+
+# ------------------------------------------------------------------------- crossovers: measured and modelled
+def synthetic_rows(call_s, message_s, compress_s, bandwidths):
+    """link_sweep-like rows whose times follow the alpha-beta model exactly (4 ranks, the student's gradients)."""
+    rows = []
+    for bw in [None, *bandwidths]:
+        for name in ("none", "powersgd r=4", "topk 1%", "int8"):
+            method, params = tradeoff.VARIANTS[name]
+            row = {"variant": name, "method": method, "params": params, "world_size": 4, "bandwidth": bw,
+                   "overhead_s": compress_s[name]}
+            calls, messages, nbytes = tradeoff._path(row)
+            comm = calls * call_s + messages * message_s + (0.0 if bw is None else nbytes / bw)
+            rows.append({**row, "comm_s": comm, "step_s": 0.01 + comm + compress_s[name]})
+    return rows
+
+
+def test_loopback_link_recovers_the_costs_per_call_and_per_message():
+    rows = synthetic_rows(5e-3, 7e-4, {"none": 0.0, "powersgd r=4": 2e-3, "topk 1%": 1e-3, "int8": 1e-3}, [])
+    link = tradeoff.loopback_link(rows, latency=1e-4)
+    assert link.call_latency == pytest.approx(5e-3) and link.latency == pytest.approx(7e-4 + 1e-4)
+    with pytest.raises(ValueError, match="at least 3 variants"):
+        tradeoff.loopback_link(rows[:2])
+
+
+def test_measured_crossover_is_where_the_model_says_when_times_follow_it():
+    compress = {"none": 0.0, "powersgd r=4": 2e-3, "topk 1%": 1e-3, "int8": 1e-3}
+    bandwidths = [2e6 * 1.5 ** i for i in range(25)]
+    rows = synthetic_rows(5e-3, 7e-4, compress, bandwidths)
+    measured = tradeoff.measured_crossovers(rows)
+    model = tradeoff.crossovers(tradeoff.on_link(rows), tradeoff.loopback_link(rows))
+    b = measured["powersgd r=4"]
+    assert b["low"] < model["powersgd r=4"] < b["high"]  # the interpolation brackets the model's value
+    assert b["bandwidth"] == pytest.approx(model["powersgd r=4"], rel=0.02)
+    # an all-gather makes p-1 messages, an all-reduce 2(p-1): on this latency-bound link top-k wins everywhere
+    assert measured["topk 1%"]["bandwidth"] == model["topk 1%"] == math.inf
+    assert measured["none"]["bandwidth"] == model["none"] == 0.0
+    slower = [{**r, "step_s": r["step_s"] + (1.0 if r["variant"] == "int8" else 0.0)} for r in rows]
+    assert tradeoff.measured_crossovers(slower)["int8"]["bandwidth"] == 0.0

@@ -14,7 +14,9 @@
 
 closed_form: bytes and collectives per method, and the link bandwidth below which compressing pays.
 hook_for(method, **params) -> (state, hook); tradeoff: a small teacher-student task trained on ranks
-with each method of VARIANTS (bytes per step, final loss, compression overhead), and the crossovers.
+with each method of VARIANTS (bytes per step, final loss, compression overhead), on loopback and on
+emulated slow inter-node links (link_sweep), and the crossovers, measured and modelled.
+against_torch: our hooks next to torch's own (powerSGD_hook, fp16_compress_hook) on one model.
 """
 
 from commlib.compression.closed_form import (METHODS, bytes_per_rank, collectives, comm_time,

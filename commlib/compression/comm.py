@@ -32,7 +32,9 @@ class Comm:
     algorithm "builtin": torch.distributed's own (Gloo or NCCL); bytes_sent adds what a ring sends for each
     call (this rank's exact share, commlib.cost.bytes_sent_by_rank). "ring": commlib's ring algorithms,
     and bytes_sent adds the messages this rank really sent (their algorithms.Trace). With CUDA tensors each
-    collective is bracketed by torch.cuda.synchronize(), so that `seconds` are the GPU's (and nothing overlaps)."""
+    collective is bracketed by torch.cuda.synchronize(), so that `seconds` are the GPU's (and nothing overlaps).
+    Under topology.emulate() only "ring" is paced (it sends through commlib.algorithms): "builtin" raises there,
+    rather than measure loopback and call it the emulated link."""
 
     def __init__(self, algorithm: str = "builtin", group=None):
         if algorithm not in COMM_ALGORITHMS:
@@ -53,6 +55,15 @@ class Comm:
             torch.cuda.synchronize(t.device)
         return time.perf_counter()
 
+    def _check_paced(self) -> None:
+        if self.algorithm == "builtin" and alg.NETWORK is not None:
+            raise RuntimeError("Comm('builtin') runs torch.distributed's own collectives, which topology.emulate() "
+                               "does not pace; use Comm('ring') inside emulate()")
+
+    def _sent_since(self, n_events: int) -> int:
+        """Bytes of the messages traced after the first n_events (not Trace.bytes_sent: that sums them all)."""
+        return sum(e.nbytes for e in self.trace.events[n_events:])
+
     def _count(self, op: str, t: torch.Tensor, nbytes: int, t0: float) -> None:
         self.seconds += self._clock(t) - t0
         self.calls += 1
@@ -62,11 +73,12 @@ class Comm:
 
     def all_reduce(self, t: torch.Tensor) -> torch.Tensor:
         """Sum over ranks, in place; -> t."""
+        self._check_paced()
         t0 = self._clock(t)
         if self.algorithm == "ring":
-            before = self.trace.bytes_sent
+            before = len(self.trace.events)
             alg.ring_all_reduce(t, trace=self.trace)
-            self.bytes_sent += self.trace.bytes_sent - before
+            self.bytes_sent += self._sent_since(before)
         else:
             dist.all_reduce(t, group=self.group)
         self._count("all_reduce", t, t.numel() * t.element_size(), t0)
@@ -74,14 +86,15 @@ class Comm:
 
     def all_gather(self, payload: torch.Tensor) -> torch.Tensor:
         """Every rank's payload (1-D uint8, the same length on every rank) -> a (p, length) uint8 tensor."""
+        self._check_paced()
         p, n = self.world_size, payload.numel()
         t0 = self._clock(payload)
         if self.algorithm == "ring":  # commlib's ring moves 4-byte words: pad to a whole word (0-3 bytes)
             words = torch.zeros(-(-n // 4) * 4, dtype=torch.uint8, device=payload.device)
             words[:n] = payload
-            before = self.trace.bytes_sent
+            before = len(self.trace.events)
             out = alg.ring_all_gather(words.view(torch.int32), trace=self.trace).view(torch.uint8).view(p, -1)[:, :n]
-            self.bytes_sent += self.trace.bytes_sent - before
+            self.bytes_sent += self._sent_since(before)
         else:
             out = torch.empty(p * n, dtype=torch.uint8, device=payload.device)
             dist.all_gather_single(out, payload, group=self.group)

@@ -16,18 +16,31 @@ and their difference: the compute cost of compressing and decompressing. On a sh
 seconds are noisy; the bytes and the losses are not (same seed, same result).
 
 context: a zero-argument callable returning a context manager that wraps the training loop on every
-rank, e.g. an emulated slow link, `context=lambda: topology.emulate(...)`.
+rank, e.g. an emulated slow link, `context=lambda: topology.emulate(...)`; with algorithm="ring" the hooks
+send through commlib's point-to-point layer, which emulate() paces (torch's built-in collectives it does not).
+
+    rows = link_sweep(cluster, [10e6, 100e6])   # the same on loopback and on emulated NICs of 10 and 100 MB/s
+    measured_crossovers(rows)                   # where each variant's step time meets the plain all-reduce's
+    crossovers(on_link(rows), loopback_link(rows, latency=1e-4))   # where the alpha-beta model says they meet
+    load_sweep()                                # the committed longer sweep (benchmarks/compression_tradeoff.py)
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
+import json
+import math
 import statistics
 import time
+from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
+from commlib import cost, topology
 from commlib.compression import closed_form
 from commlib.compression.comm import Comm, HookState, allreduce_hook
 from commlib.compression.powersgd import PowerSGDState, powersgd_hook
@@ -80,12 +93,17 @@ def batch(teacher: torch.nn.Module, size: int, generator: torch.Generator) -> tu
 
 def train(method: str = "none", steps: int = 100, seed: int = 0, batch_size: int = 32, lr: float = 0.3,
           momentum: float = 0.0, context=None, algorithm: str = "builtin", **params) -> dict:
-    """Inside a rank: train the student with torch DDP and the method's hook -> this rank's numbers."""
+    """Inside a rank: train the student with torch DDP and the method's hook -> this rank's numbers.
+    Besides bytes, losses and seconds: inter_node_bytes_per_step (what this rank's messages sent across
+    emulated node boundaries, from their trace; None without emulate()), paced_bytes_per_step (what the
+    emulated network delivered to this rank; None without it), updated_fraction (of the student's weights,
+    those that moved from their initial value)."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be an int >= 1, got {steps!r}")
     torch.set_num_threads(1)
     rank = dist.get_rank()
     teacher, student = models(seed)
+    initial = [p.detach().clone() for p in student.parameters()]
     test_x, test_y = batch(teacher, 2048, torch.Generator().manual_seed(seed + 999_983))
     gen = torch.Generator().manual_seed(seed * 1000 + 1 + rank)  # each rank its own batches
     ddp = torch.nn.parallel.DistributedDataParallel(student)
@@ -93,7 +111,7 @@ def train(method: str = "none", steps: int = 100, seed: int = 0, batch_size: int
     ddp.register_comm_hook(state, hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=lr, momentum=momentum)
     rows, losses = [], []
-    with context() if context is not None else contextlib.nullcontext():
+    with context() if context is not None else contextlib.nullcontext() as network:
         for _ in range(steps):
             x, y = batch(teacher, batch_size, gen)
             before = (state.comm.bytes_sent, state.hook_seconds, state.comm.seconds, time.perf_counter())
@@ -104,14 +122,22 @@ def train(method: str = "none", steps: int = 100, seed: int = 0, batch_size: int
             after = (state.comm.bytes_sent, state.hook_seconds, state.comm.seconds, time.perf_counter())
             rows.append([b - a for a, b in zip(before, after)])
             losses.append(loss.item())
+        paced = getattr(network, "log", None)  # topology.emulate() yields an Emulator: its paced receives
+    events = state.comm.trace.events
+    nodes_known = any(e.inter_node is not None for e in events)  # under emulate(), with algorithm="ring"
     with torch.no_grad():
         logits = student(test_x)
+        moved = sum(int((p != p0).sum()) for p, p0 in zip(student.parameters(), initial))
     shapes = [tuple(p.shape) for p in student.parameters()]
     median = lambda i: statistics.median(r[i] for r in rows)  # noqa: E731
     closed = {k: v for k, v in params.items() if k in closed_form.PARAMS[method]}
     return {"method": method, "params": params, "steps": steps,
             "bytes_per_step": rows[-1][0],
             "closed_form_bytes": closed_form.bytes_per_rank(method, shapes, dist.get_world_size(), 4, **closed),
+            "inter_node_bytes_per_step": sum(e.nbytes for e in events if e.inter_node) / steps
+            if nodes_known else None,
+            "paced_bytes_per_step": None if paced is None else sum(m.nbytes for m in paced) / steps,
+            "updated_fraction": moved / sum(p.numel() for p in initial),
             "test_loss": torch.nn.functional.cross_entropy(logits, test_y).item(),
             "test_accuracy": (logits.argmax(1) == test_y).float().mean().item(),
             "train_loss": statistics.fmean(losses[-10:]), "losses": losses,
@@ -122,8 +148,9 @@ def train(method: str = "none", steps: int = 100, seed: int = 0, batch_size: int
 def tradeoff(cluster, variants: dict | None = None, steps: int = 100, seed: int = 0, context=None,
              **train_kw) -> list[dict]:
     """Train every variant on the cluster's ranks -> one row per variant: bytes per step (the busiest rank),
-    its closed form, test loss and accuracy, the train-loss curve (mean over ranks), and per step the hook,
-    communication and overhead seconds (means over ranks of each rank's median)."""
+    its closed form, the busiest rank's inter-node and paced bytes per step (None without emulate()), test
+    loss and accuracy, the fraction of weights updated, the train-loss curve (mean over ranks), and per step
+    the hook, communication and overhead seconds (means over ranks of each rank's median)."""
     rows = []
     for name, (method, params) in (VARIANTS if variants is None else variants).items():
         ranks = cluster.run(train, method, steps=steps, seed=seed, context=context, **train_kw, **params)
@@ -131,6 +158,9 @@ def tradeoff(cluster, variants: dict | None = None, steps: int = 100, seed: int 
         rows.append({"variant": name, "method": method, "params": params, "world_size": len(ranks), "steps": steps,
                      "bytes_per_step": max(r["bytes_per_step"] for r in ranks),
                      "closed_form_bytes": ranks[0]["closed_form_bytes"],
+                     **{k: None if ranks[0][k] is None else max(r[k] for r in ranks)
+                        for k in ("inter_node_bytes_per_step", "paced_bytes_per_step")},
+                     "updated_fraction": ranks[0]["updated_fraction"],
                      "test_loss": ranks[0]["test_loss"], "test_accuracy": ranks[0]["test_accuracy"],
                      "train_loss": mean("train_loss"),
                      "losses": [statistics.fmean(x) for x in zip(*(r["losses"] for r in ranks))],
@@ -141,25 +171,126 @@ def tradeoff(cluster, variants: dict | None = None, steps: int = 100, seed: int 
 
 def crossovers(rows: list[dict], link) -> dict[str, float]:
     """Per variant: the link bandwidth (bytes/s) below which it beats the plain all-reduce of the student's
-    gradients on a link with `link`'s latency (closed_form.crossover_bandwidth), its compression time
-    taken as its measured overhead minus the plain hook's (rows from tradeoff(), one of them "none")."""
+    gradients on a link with `link`'s latencies (closed_form.crossover_bandwidth), its compression time
+    taken as its measured overhead minus the plain hook's. rows: one per variant, one of them "none"
+    (from tradeoff(), or on_link(link_sweep(...)))."""
     shapes = [tuple(p.shape) for p in models()[1].parameters()]
     plain = next(r["overhead_s"] for r in rows if r["method"] == "none")
     out = {}
     for r in rows:
-        closed = {k: v for k, v in r["params"].items() if k in closed_form.PARAMS[r["method"]]}
         out[r["variant"]] = closed_form.crossover_bandwidth(r["method"], shapes, r["world_size"],
-                                                            max(0.0, r["overhead_s"] - plain), link, 4, **closed)
+                                                            max(0.0, r["overhead_s"] - plain), link, 4, **_closed(r))
     return out
 
 
+def _closed(row: dict) -> dict:
+    """The row's parameters that change its bytes (not error_feedback)."""
+    return {k: v for k, v in row["params"].items() if k in closed_form.PARAMS[row["method"]]}
+
+
+# ------------------------------------------------------------------------ slow links: emulated, swept, modelled
+def link_sweep(cluster, bandwidths, variants: dict | None = None, steps: int = 40, seed: int = 0,
+               gpus_per_node: int = 2, latency: float = 1e-4, **train_kw) -> list[dict]:
+    """tradeoff() with commlib's ring (algorithm="ring") on plain loopback, then on emulated nodes of
+    gpus_per_node ranks whose one NIC each has `bandwidth` bytes/s per direction and `latency` s
+    (topology.emulate), for each of bandwidths -> its rows, each with "bandwidth" (None: loopback)."""
+    rows = []
+    for bw in [None, *bandwidths]:
+        context = None if bw is None else functools.partial(topology.emulate, gpus_per_node, bw, latency)
+        for r in tradeoff(cluster, variants, steps, seed, context=context, algorithm="ring", **train_kw):
+            rows.append({**r, "bandwidth": bw, "latency": None if bw is None else latency,
+                         "gpus_per_node": None if bw is None else gpus_per_node})
+    return rows
+
+
+def on_link(rows: list[dict], bandwidth=None) -> list[dict]:
+    """The rows of link_sweep() taken at one bandwidth (None: loopback)."""
+    return [r for r in rows if r.get("bandwidth") == bandwidth]
+
+
+def _path(row: dict) -> tuple[int, float, float]:
+    """(collective calls, messages, bytes) on the busiest rank's path for one step of the row's variant."""
+    shapes = [tuple(p.shape) for p in models()[1].parameters()]
+    calls = closed_form.collectives(row["method"], shapes, row["world_size"], 4, **_closed(row))
+    paths = [cost.critical_path(op, nb, row["world_size"]) for op, nb in calls]
+    return len(calls), sum(m for m, _, _ in paths), sum(b for _, b, _ in paths)
+
+
+def loopback_link(rows: list[dict], latency: float = 0.0, bandwidth: float = 1e9) -> cost.Link:
+    """commlib's ring on this machine's loopback as a link, fitted to the loopback rows of link_sweep():
+    comm_s = calls c + messages a + bytes b (least squares, each >= 0), -> Link(bandwidth, a + latency, c):
+    the laptop's cost per call and per message, plus an emulated NIC's latency and bandwidth."""
+    fast = on_link(rows) if any("bandwidth" in r for r in rows) else rows
+    if len(fast) < 3:
+        raise ValueError(f"loopback_link needs the loopback rows of at least 3 variants, got {len(fast)}")
+    a = np.array([_path(r) for r in fast], dtype=float)
+    t = np.array([r["comm_s"] for r in fast])
+    best = (math.inf, np.zeros(3))
+    for keep in itertools.product((True, False), repeat=3):  # non-negative least squares by trying every support
+        cols = [i for i in range(3) if keep[i]]
+        x = np.zeros(3)
+        if cols:
+            x[cols] = np.linalg.lstsq(a[:, cols], t, rcond=None)[0]
+        err = float(np.sum((a @ x - t) ** 2))
+        if (x >= 0).all() and err < best[0]:
+            best = (err, x)
+    c, alpha, _ = best[1]
+    return cost.Link("emulated NIC + this machine's loopback", float(bandwidth), float(alpha) + float(latency),
+                     f"fitted to {len(fast)} loopback runs: {c * 1e3:.3g} ms a call, {alpha * 1e3:.3g} ms a message, "
+                     f"plus {latency * 1e3:g} ms of emulated latency", float(c))
+
+
+def measured_crossovers(rows: list[dict]) -> dict[str, dict]:
+    """Per variant of link_sweep() rows: where its step time meets the plain all-reduce's. -> {"low", "high":
+    the measured bandwidths around the first change of sign, from the slowest up (loopback counts as inf),
+    "bandwidth": interpolated linearly in log bandwidth between them (0.0: slower at every bandwidth measured;
+    inf: faster at every one, loopback included; None: the change lies between the fastest emulated link and
+    loopback)}."""
+    bw = lambda r: math.inf if r["bandwidth"] is None else r["bandwidth"]  # noqa: E731
+    plain = {bw(r): r["step_s"] for r in rows if r["method"] == "none"}
+    out = {}
+    for name in dict.fromkeys(r["variant"] for r in rows):
+        diff = sorted((bw(r), r["step_s"] - plain[bw(r)]) for r in rows if r["variant"] == name)
+        if name == "none" or diff[0][1] >= 0:
+            out[name] = {"low": 0.0, "high": diff[0][0], "bandwidth": 0.0}
+            continue
+        wins = list(itertools.takewhile(lambda d: d[1] < 0, diff))
+        if len(wins) == len(diff):
+            out[name] = {"low": diff[-1][0], "high": math.inf, "bandwidth": math.inf}
+            continue
+        (b0, d0), (b1, d1) = wins[-1], diff[len(wins)]
+        at = None if math.isinf(b1) else math.exp(math.log(b0) + (math.log(b1) - math.log(b0)) * d0 / (d0 - d1))
+        out[name] = {"low": b0, "high": b1, "bandwidth": at}
+    return out
+
+
+SWEEP = Path(__file__).resolve().parents[2] / "benchmarks" / "compression_tradeoff.json"
+
+
+def load_sweep(path=None) -> dict:
+    """The committed sweep of benchmarks/compression_tradeoff.py (its docstring describes the keys)."""
+    path = Path(SWEEP if path is None else path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: run benchmarks/compression_tradeoff.py from a clone of the course")
+    with open(path) as f:
+        return json.load(f)
+
+
+def link_label(bandwidth) -> str:
+    """A link_sweep() bandwidth as text: "loopback" for None, else MB/s (1e6 bytes/s)."""
+    return "loopback" if bandwidth is None else f"{bandwidth / 1e6:g} MB/s"
+
+
 def table(rows: list[dict]) -> str:
-    """The rows as a text table: bytes per step and their ratio to the first row, loss, accuracy, seconds."""
+    """The rows as a text table: bytes per step and their ratio to the first row, loss, accuracy, seconds
+    (and the link, for rows of link_sweep())."""
     base = rows[0]["bytes_per_step"] or 1
-    lines = [f"{'variant':<16}{'bytes/step':>12}{'ratio':>8}{'test loss':>11}{'accuracy':>10}"
-             f"{'overhead ms':>13}{'comm ms':>9}{'step ms':>9}"]
+    link = any("bandwidth" in r for r in rows)
+    lines = [(f"{'link':<11}" if link else "") + f"{'variant':<16}{'bytes/step':>12}{'ratio':>8}{'test loss':>11}"
+             f"{'accuracy':>10}{'overhead ms':>13}{'comm ms':>9}{'step ms':>9}"]
     for r in rows:
-        lines.append(f"{r['variant']:<16}{r['bytes_per_step']:>12,.0f}{r['bytes_per_step'] / base:>8.3f}"
+        lines.append((f"{link_label(r.get('bandwidth')):<11}" if link else "") +
+                     f"{r['variant']:<16}{r['bytes_per_step']:>12,.0f}{r['bytes_per_step'] / base:>8.3f}"
                      f"{r['test_loss']:>11.4f}{r['test_accuracy']:>10.3f}{r['overhead_s'] * 1e3:>13.3f}"
                      f"{r['comm_s'] * 1e3:>9.3f}{r['step_s'] * 1e3:>9.3f}")
     return "\n".join(lines)
