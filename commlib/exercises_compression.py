@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-
 from commlib.answers import Verdict, _missing, _number
 
 COMPRESSED = ("fp16", "powersgd", "topk", "int8", "fp8")
