@@ -263,7 +263,8 @@ def check_fits(answer, cluster: str) -> Verdict:
         return bad
     e, best, gpu = estimate(c, cluster), reference(cluster), hardware(cluster).gpu_memory
     if e.fits:
-        return Verdict(True, f"per GPU {_memory(e)} <= {gpu / 1e9:.0f} GB; its step takes {e.step_s:.3f} s (ws.ASSUME). "
+        return Verdict(True, f"per GPU {_memory(e)} <= {gpu / 1e9:.0f} GB; its step takes {e.step_s:.3f} s "
+                             "(ws.ASSUME). "
                              f"The fastest that fits (plan.search): {best.config}, {best.step_s:.3f} s.")
     states = e.memory["model_states"]
     if states > gpu:
@@ -273,7 +274,8 @@ def check_fits(answer, cluster: str) -> Verdict:
                               f"{gpu / 1e9:.0f} GB: shard them (a higher zero_stage) or split the model (tp, pp).")
     b = global_batch(cluster) // (c.dp * c.microbatches)
     return Verdict(False, f"the model states fit, but a micro-batch of {b} sequences of {MODEL.seq} tokens needs its "
-                          f"activations too: {_memory(e)} > {gpu / 1e9:.0f} GB. Use more, smaller micro-batches, or tp.")
+                          f"activations too: {_memory(e)} > {gpu / 1e9:.0f} GB. Use more, smaller micro-batches, "
+                          "or tp.")
 
 
 def check_allreduce_time(answer, cluster: str) -> Verdict:
@@ -299,9 +301,9 @@ def check_allreduce_time(answer, cluster: str) -> Verdict:
     if hw.nodes > 1:
         one = "priced on one NIC: "
         mistakes += [(allreduce_s(cluster, algorithm="flat_ring"), one + "a single ring leaves each node through one "
-                      "NIC. NCCL runs one ring per NIC (topology's multi_ring), so the node's 8 NICs add up."),
-                     (allreduce_s(cluster, achievable=False, algorithm="flat_ring"), one + "NCCL's rings leave each node "
-                      "through all 8 NICs (multi_ring), at their achievable 48 GB/s each."),
+                      f"NIC. NCCL runs one ring per NIC (topology's multi_ring), so the node's {k} NICs add up."),
+                     (allreduce_s(cluster, achievable=False, algorithm="flat_ring"), one + "NCCL's rings leave each "
+                      f"node through all {k} NICs (multi_ring), at the {nic / 1e9:g} GB/s each NCCL reaches."),
                      (allreduce_s(list(CLUSTERS)[0]), "that is the one-node time; on two nodes p = 16 and the NICs "
                       f"({k} x {nic / 1e9:g} GB/s per node) bound the rings instead of NVLink."),
                      (allreduce_s(cluster, algorithm="hierarchical"), "hierarchical runs its three phases one after "
@@ -376,7 +378,8 @@ def check_best_bucket(answer, cluster: str, options=BUCKET_OPTIONS) -> Verdict:
     if exposed[answer] <= best + 1e-9:
         return Verdict(True, f"{listing}. The last bucket holds the embedding's gradient ({embedding:.0f} MiB), the "
                              "last to be ready; any cap up to that size leaves the same exposed tail.")
-    return Verdict(False, f"{answer} MiB is slower: its last bucket, ready only when backward ends, is bigger. {listing}.")
+    return Verdict(False, f"{answer} MiB is slower: its last bucket, ready only when backward ends, is bigger. "
+                          f"{listing}.")
 
 
 def check_precision(answer, cluster: str) -> Verdict:
