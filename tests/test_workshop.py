@@ -1,71 +1,241 @@
-"""commlib.workshop: the chapter 9 scenario's numbers, and checkers that accept them and name the usual mistakes."""
+"""commlib.workshop: the chapter 9 scenario's numbers, and checkers that accept every right answer and name the
+usual mistakes."""
+
+import math
 
 import numpy as np
 import pytest
 import torch
 
-from commlib import cost
+from commlib import cost, overlap, plan, precision
+from commlib import topology as topo
 from commlib import workshop as ws
-from odd_answers import ODD_ANSWERS, verdict_failures
+from odd_answers import ODD_ANSWERS, Hostile, verdict_failures
+
+ONE, TWO = ws.CLUSTERS
 
 
 def test_the_model_is_llama_2_7b():
     assert ws.params() == 6_738_415_616                       # Llama-2-7B, its RMSNorm weights included
     assert len(ws.tensors()) == 291                            # 2 + 9 x 32 + 1, as in its state dict
     assert ws.tensors().count(4096) == 65                      # 2 RMSNorms per layer and the final one
+    assert ws.params() - ws.MODEL.params == 65 * 4096          # plan's preset leaves only the norms out
 
 
-def test_workshop_checkers():
-    nv, ib = list(ws.CLUSTERS)
-    n = ws.params() * 2
-    assert ws.comm_s(nv) == pytest.approx(cost.collective_time("all_reduce", n, 8, "nvlink4"))
-    assert ws.check_comm_time(ws.comm_s(ib), ib).ok
-    assert "2 bytes per parameter" in ws.check_comm_time(2 * ws.comm_s(ib), ib).message
-    assert "one copy of the gradients" in ws.check_comm_time(n / 50e9, ib).message
-    back = ws.backward_s()
-    assert back == pytest.approx(4 * ws.params() * 16384 / (989e12 * 0.4))
-    assert ws.check_backward_time(back).ok and "forward + backward" in ws.check_backward_time(1.5 * back).message
-    exposed = ws.exposed_s(ib)
-    assert 0 < exposed < 0.05 * ws.comm_s(ib)  # overlap hides almost all of it
-    assert ws.check_exposed(exposed, ib).ok
-    assert "only the tail" in ws.check_exposed(ws.comm_s(ib), ib).message
-    assert "always exposed" in ws.check_exposed(0, ib).message
-    assert ws.check_best_bucket(25, ib).ok and not ws.check_best_bucket(6400, ib).ok
-    assert "33 MiB or more" not in ws.check_best_bucket(25, ib).message  # 4096 x 4096 x 2 B = 32 MiB
-    assert "32 MiB or more" in ws.check_best_bucket(25, ib).message
-    assert ws.timeline(ib).total_s == pytest.approx(ws.backward_s() + exposed)
+def test_the_clusters_are_dgx_h100_nodes_at_the_speeds_nccl_reaches():
+    for name, nodes in ws.CLUSTERS.items():
+        assert ws.hardware(name).topology == topo.preset("dgx_h100", nodes, achievable=True)
+        assert ws.hardware(name, achievable=False).topology == topo.preset("dgx_h100", nodes)
+        assert ws.global_batch(name) == 4 * 8 * nodes
+    two = ws.hardware(TWO)
+    assert (two.nodes, two.gpus_per_node, two.nics_per_node, two.inter.bandwidth) == (2, 8, 8, 48e9)
     with pytest.raises(ValueError, match="cluster must be one of"):
-        ws.check_comm_time(1.0, "a TPU pod")
+        ws.check_allreduce_time(1.0, "a TPU pod")
 
 
-def test_missing_answers_are_not_errors():
-    assert not ws.check_backward_time(None) and "Replace the None" in ws.check_backward_time(None).message
-    assert "choose one of" in ws.check_best_bucket(30, list(ws.CLUSTERS)[0]).message
+# ----------------------------------------------------------------------------------------- W1
+def test_ddp_does_not_fit_and_the_hints_name_the_missing_bytes():
+    p = ws.params()
+    assert plan.model_state_bytes(p) == 16 * p > ws.hardware(ONE).gpu_memory
+    assert ws.check_model_states(16 * p).ok and ws.check_model_states(16 * ws.MODEL.params).ok
+    assert "107.8 GB" in ws.check_model_states(16 * p).message
+    assert "Adam adds 12" in ws.check_model_states(4 * p).message             # forgot the optimizer states
+    assert "BF16" in ws.check_model_states(18 * p).message                    # fp32 gradients
+    assert "not GB" in ws.check_model_states(16 * p / 1e9).message
+    assert "exact count" in ws.check_model_states(16 * 7e9).message
+    assert "ZeRO-3 on 16" in ws.check_model_states(p).message
 
 
-# Every checker of the workshop, with the arguments notebooks/09_workshop.ipynb passes.
-NVLINK, INFINIBAND = list(ws.CLUSTERS)
+# ----------------------------------------------------------------------------------------- W2
+def test_every_configuration_that_fits_is_right_and_every_other_is_not():
+    for name in ws.CLUSTERS:
+        hw, batch = ws.hardware(name), ws.global_batch(name)
+        fits, count = plan.search(ws.MODEL, hw, batch, ws.ASSUME)
+        right = {e.config for e in fits}
+        assert len(right) > 100 and count > len(right)
+        for config, _ in plan.configurations(ws.MODEL, hw, batch):
+            assert ws.check_fits(config, name).ok == (config in right), config
+
+
+def test_configurations_that_do_not_fit_get_the_reason():
+    assert "this is DDP" in ws.check_fits(plan.Config(dp=16), TWO).message
+    assert "activations" in ws.check_fits(plan.Config(dp=16, zero_stage=1), TWO).message
+    assert "cannot run on the 16 GPUs" in ws.check_fits(plan.Config(dp=8, zero_stage=1, microbatches=2), TWO).message
+    assert "cannot run" in ws.check_fits(plan.Config(dp=16, zero_stage=1, microbatches=3), TWO).message
+    assert ws.check_fits({"dp": 16, "zero_stage": 1, "microbatches": 2}, TWO).ok
+    assert "give a configuration" in ws.check_fits((16, 1, 1), TWO).message
+    assert "does not make one" in ws.check_fits({"data_parallel": 16}, TWO).message
+
+
+def test_the_reference_is_the_fastest_fit_pure_data_parallelism_with_zero_1():
+    for name in ws.CLUSTERS:
+        e = ws.reference(name)
+        assert e.fits and (e.config.tp, e.config.pp, e.config.zero_stage) == (1, 1, 1)
+        assert e.config.dp == ws.hardware(name).world and e.config.microbatches == 2
+
+
+# ----------------------------------------------------------------------------------------- W3
+def test_two_nodes_all_reduce_about_as_fast_as_one():
+    one, two = ws.allreduce_s(ONE), ws.allreduce_s(TWO)
+    n = 2 * ws.params()
+    assert one == pytest.approx(2 * 7 / 8 * n / 370e9, rel=1e-3)               # NVLink4 as NCCL reaches it
+    assert two == pytest.approx(2 * 15 / 16 * n / (8 * 48e9), rel=3e-3)        # 8 NICs per node add up
+    assert one < two < 1.05 * one
+    assert ws.allreduce_s(TWO, algorithm="flat_ring") > 7.5 * two              # one NIC per node: the old error
+
+
+def test_allreduce_checker_accepts_the_multi_ring_and_names_each_mistake():
+    for name in ws.CLUSTERS:
+        assert ws.check_allreduce_time(ws.allreduce_s(name), name).ok
+        assert "2 bytes per parameter" in ws.check_allreduce_time(2 * ws.allreduce_s(name), name).message
+        assert "line rate" in ws.check_allreduce_time(ws.allreduce_s(name, achievable=False), name).message
+    n = 2 * ws.params()
+    for one_nic in (ws.allreduce_s(TWO, algorithm="flat_ring"), cost.collective_time("all_reduce", n, 16, "ib_ndr")):
+        assert "priced on one NIC" in ws.check_allreduce_time(one_nic, TWO).message
+    assert "one-node time" in ws.check_allreduce_time(ws.allreduce_s(ONE), TWO).message
+    assert "one after" in ws.check_allreduce_time(ws.allreduce_s(TWO, algorithm="hierarchical"), TWO).message
+    assert "384 GB/s" in ws.check_allreduce_time(ws.allreduce_s(TWO), TWO).message
+
+
+# ----------------------------------------------------------------------------------------- W4
+def test_step_time_of_any_fitting_configuration():
+    e = ws.reference(TWO)
+    c = e.config
+    assert e.step_s == pytest.approx(e.times["compute"] + ws.allreduce_s(TWO), rel=1e-3)  # ZeRO-1 sends an all-reduce
+    assert ws.check_step_time(e.step_s, c, TWO).ok
+    assert "computation alone" in ws.check_step_time(e.times["compute"], c, TWO).message
+    assert "dp_overlap=0" in ws.check_step_time(e.step_s - e.times["dp_exposed"], c, TWO).message  # = compute here
+    split = plan.Config(dp=8, tp=2, zero_stage=1, microbatches=2)
+    s = ws.estimate(split, TWO)
+    assert ws.check_step_time(s.step_s, split, TWO).ok
+    assert "add the data-parallel" in ws.check_step_time(s.step_s - s.times["dp_exposed"], split, TWO).message
+    assert "one of them" in ws.check_step_time(e.step_s / c.microbatches, c, TWO).message
+    piped = plan.Config(dp=8, pp=2, zero_stage=1, microbatches=4)
+    p = ws.estimate(piped, TWO)
+    assert p.fits and p.times["bubble"] > 0
+    assert ws.check_step_time(p.step_s, piped, TWO).ok
+    assert "bubble" in ws.check_step_time(p.step_s - p.times["bubble"], piped, TWO).message
+    assert "first find a configuration" in ws.check_step_time(1.7, None, TWO).message
+    assert "does not fit" in ws.check_step_time(1.7, plan.Config(dp=16), TWO).message
+
+
+def test_weak_scaling_the_same_step_on_one_and_two_nodes():
+    one, two = ws.reference(ONE), ws.reference(TWO)
+    assert two.step_s == pytest.approx(one.step_s, rel=0.01)
+    assert ws.exposed_comm_s(two) == pytest.approx(two.step_s - two.times["compute"])
+
+
+# ----------------------------------------------------------------------------------------- W5
+def test_exposed_communication_by_the_notebook_route():
+    hw, sizes = ws.hardware(TWO), [2 * t for t in ws.tensors()]
+    buckets = [sum(sizes[i] for i in b) for b in overlap.make_buckets(sizes)]
+    compute = [ws.backward_s(TWO) * b / sum(sizes) for b in buckets]
+    comm = [topo.collective_time("reduce_scatter", b, hw.topology, "multi_ring") for b in buckets]
+    tail = overlap.simulate(compute, comm).exposed_comm_s
+    gather = topo.collective_time("all_gather", 2 * ws.params(), hw.topology, "multi_ring")
+    assert ws.exposed_s(TWO) == pytest.approx(tail + gather)
+    assert tail == pytest.approx(comm[-1])                            # the last bucket, the embedding's
+    assert buckets[-1] / 2**20 == pytest.approx(250, rel=0.01)
+    assert ws.check_exposed(tail + gather, TWO).ok
+
+
+def test_exposed_hints():
+    tail, gather = ws.timeline(TWO).exposed_comm_s, ws.param_gather_s(TWO)
+    assert "all-gather" in ws.check_exposed(tail, TWO).message
+    assert "last bucket" in ws.check_exposed(gather, TWO).message
+    assert "most of the reduce-scatter" in ws.check_exposed(ws.reference(TWO).times["dp"], TWO).message
+    assert "overlap_param_gather" in ws.check_exposed(ws.exposed_s(TWO, overlap_param_gather=True), TWO).message
+    assert "always exposed" in ws.check_exposed(0, TWO).message
+
+
+def test_the_gather_ahead_of_forward_waits_only_for_its_first_bucket_here():
+    _, comm, sizes = ws.buckets(TWO)
+    ahead = ws.gather_ahead_s(TWO)
+    first = topo.collective_time("all_gather", sizes[-1], ws.hardware(TWO).topology, "multi_ring")
+    assert ahead == pytest.approx(first)                               # forward order: the embedding first
+    assert ahead == pytest.approx(ws.timeline(TWO).exposed_comm_s)     # a gather takes what a reduce-scatter takes
+    assert ws.step_s(TWO, overlap_param_gather=True) < ws.step_s(TWO) < ws.reference(TWO).step_s
+
+
+def test_the_gather_ahead_is_bounded_by_the_gathers():
+    """With a tiny backward the forward waits on every gather: then the exposed part is nearly all of them."""
+    hw = ws.hardware(TWO)
+    total = topo.collective_time("all_gather", 2 * ws.params(), hw.topology, "multi_ring")
+    assert ws.gather_ahead_s(TWO) < total
+    assert ws.gather_ahead_s(TWO, 6400) > ws.gather_ahead_s(TWO)
+
+
+# ----------------------------------------------------------------------------------------- W6
+def test_every_cap_up_to_the_embedding_ties_and_larger_ones_lose():
+    assert ws.check_best_bucket(25, TWO).ok and ws.check_best_bucket(100, TWO).ok
+    for cap in (400, 1600, 6400):
+        assert not ws.check_best_bucket(cap, TWO).ok and "bigger" in ws.check_best_bucket(cap, TWO).message
+    assert "250 MiB" in ws.check_best_bucket(25, TWO).message
+    assert ws.backward_s(TWO) > 10 * ws.timeline(TWO).comm_s              # the notebook: "more than ten times"
+    assert "choose one of" in ws.check_best_bucket(30, TWO).message
+
+
+# ----------------------------------------------------------------------------------------- W7
+def test_precision_bf16_for_gradients_below_fp16s_normal_range():
+    assert ws.gradient_rms() == pytest.approx(1 / math.sqrt(ws.params()))
+    assert ws.gradient_rms() < torch.finfo(torch.float16).tiny
+    for name in ws.CLUSTERS:
+        assert ws.check_precision("bf16", name).ok
+    assert "smallest normal" in ws.check_precision("fp16", TWO).message
+    assert "Dividing before" in ws.check_precision("predivide", TWO).message
+    assert "Dividing before" not in ws.check_precision("fp16", TWO).message
+    assert "4 bytes" in ws.check_precision("fp32_accumulate", TWO).message
+    table = ws.precision_table(TWO)
+    assert set(table) == set(precision.STRATEGIES) and table["bf16"]["flushed_to_zero"] == 0
+
+
+def test_fp32_reduction_costs_under_a_millisecond_here():
+    assert 0 < ws.step_s(TWO, grad_bytes=4) - ws.step_s(TWO) < 1e-3      # the notebook's claim
+    assert ws.timeline(TWO, grad_bytes=4).comm_s < ws.backward_s(TWO)
+
+
+# ------------------------------------------------------------------ odd answers: a Verdict, never an exception
 CHECKERS = {
-    "check_comm_time": [lambda a: ws.check_comm_time(a, NVLINK), lambda a: ws.check_comm_time(a, INFINIBAND)],
-    "check_backward_time": [ws.check_backward_time],
-    "check_exposed": [lambda a: ws.check_exposed(a, INFINIBAND)],
-    "check_best_bucket": [lambda a: ws.check_best_bucket(a, INFINIBAND)],
+    "check_model_states": [ws.check_model_states],
+    "check_fits": [lambda a: ws.check_fits(a, ONE), lambda a: ws.check_fits(a, TWO)],
+    "check_allreduce_time": [lambda a: ws.check_allreduce_time(a, ONE), lambda a: ws.check_allreduce_time(a, TWO)],
+    "check_step_time": [lambda a: ws.check_step_time(a, ws.reference(TWO).config, TWO),
+                        lambda a: ws.check_step_time(1.7, a, TWO)],           # the configuration is the learner's too
+    "check_exposed": [lambda a: ws.check_exposed(a, TWO)],
+    "check_best_bucket": [lambda a: ws.check_best_bucket(a, TWO)],
+    "check_precision": [lambda a: ws.check_precision(a, TWO)],
 }
+
+# configurations a learner might build: wrong types, out of range, huge, hostile, numpy, valid but not fitting
+ODD_CONFIGS = [(f"Config(dp={label})", plan.Config(dp=v)) for label, v in
+               [("16.0", 16.0), ("hostile", Hostile()), ("10**400", 10**400), ("-16", -16), ("0", 0), ("nan", math.nan),
+                ("'16'", "16"), ("None", None), ("np.int64(16)", np.int64(16)), ("tensor", torch.tensor(16))]]
+ODD_CONFIGS += [("zero_stage=True", plan.Config(dp=16, zero_stage=True)),
+                ("zero_stage=5", plan.Config(dp=16, zero_stage=5)),
+                ("zero_stage=1.0", plan.Config(dp=16, zero_stage=1.0, microbatches=2)),
+                ("ep=2", plan.Config(dp=16, ep=2)), ("tp=3", plan.Config(dp=4, tp=4, pp=1)),
+                ("microbatches=10**400", plan.Config(dp=16, zero_stage=1, microbatches=10**400)),
+                ("numpy fields", plan.Config(dp=np.int64(16), zero_stage=np.int64(1), microbatches=np.int8(2))),
+                ("dict of a hostile", {"dp": Hostile()}), ("empty dict", {}), ("dict with None", {"dp": None})]
 
 
 def test_every_checker_is_in_the_odd_answer_table():
-    assert {name for name in dir(ws) if name.startswith(("ch", "check")) and callable(getattr(ws, name))} == set(CHECKERS)
+    names = {name for name in dir(ws) if name.startswith(("ch", "check")) and callable(getattr(ws, name))}
+    assert names == set(CHECKERS)
 
 
 @pytest.mark.parametrize("name", CHECKERS)
 def test_odd_answers_get_a_verdict_never_an_exception(name):
     for check in CHECKERS[name]:
-        assert verdict_failures(check, ODD_ANSWERS) == []
+        assert verdict_failures(check, ODD_ANSWERS + ODD_CONFIGS) == []
 
 
 def test_numpy_and_tensor_answers_are_numbers():
-    assert ws.check_backward_time(np.float32(ws.backward_s())).ok
-    assert ws.check_exposed(torch.tensor(ws.exposed_s(INFINIBAND)), INFINIBAND).ok
-    assert ws.check_best_bucket(np.int64(25), INFINIBAND).ok
-    assert "far too large" in ws.check_comm_time(10**400, NVLINK).message
-    assert "one of them, not an array of shape (2,)" in ws.check_best_bucket(np.array([25, 400]), INFINIBAND).message
+    assert ws.check_model_states(np.float64(16 * ws.params())).ok
+    assert ws.check_allreduce_time(np.float32(ws.allreduce_s(TWO)), TWO).ok
+    assert ws.check_exposed(torch.tensor(ws.exposed_s(TWO), dtype=torch.float64), TWO).ok
+    assert ws.check_best_bucket(np.int64(25), TWO).ok
+    assert "far too large" in ws.check_allreduce_time(10**400, ONE).message
+    assert "one of them, not an array of shape (2,)" in ws.check_best_bucket(np.array([25, 400]), TWO).message
+    assert "Replace the None" in ws.check_fits(None, TWO).message
+    assert "Replace the None" in ws.check_step_time(None, None, TWO).message
