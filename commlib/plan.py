@@ -172,7 +172,7 @@ def step_flops(model: "Model", tokens, recompute="none") -> float:
 @dataclass(frozen=True)
 class Assumptions:
     """What the step time takes for granted. mfu: share of peak FLOP/s the math reaches. dp_overlap: share of
-    the data-parallel (and ZeRO) communication hidden behind backward, which caps it (2/3 of compute).
+    the data-parallel (and ZeRO) communication hidden behind compute, up to what compute can cover (estimate).
     TP, EP and PP communication sits on the critical path (exposed). imbalance: EP load imbalance.
     all_to_all: how EP's all-to-alls run, "bulk" (NCCL) or "pairwise" (commlib.algorithms)."""
 
@@ -274,7 +274,8 @@ def estimate(model: Model, hw: Hardware, config: Config, global_batch: int,
     path: TP (4 all-reduces of bsh per layer), EP (dispatch + combine per MoE layer, both passes) and PP
     (one activation and one gradient). The pipeline takes (m + pp - 1) of these: its bubble is
     pipeline_bubble(pp, m). Data-parallel communication follows (DP_COLLECTIVES), less what
-    dp_overlap hides behind backward (at most 2/3 of the compute). Memory: model states (ZeRO paper),
+    dp_overlap hides: behind the last micro-batch's backward (2/3 of its compute) for a collective once per
+    step, behind each micro-batch's compute for one per micro-batch (ZeRO-2/3). Memory: model states (ZeRO paper),
     activations of the first stage's micro-batches in flight (Korthikanti et al.), ZeRO-3's gathered layers."""
     return _estimate(model, hw, config, global_batch, assume, validate(model, hw, config, global_batch))
 
@@ -303,14 +304,18 @@ def _estimate(model, hw, c, global_batch, a, b) -> Estimate:
     per_mb = comp + tp_s + ep_s + pp_s
     pipeline = (m + p - 1) * per_mb  # = m * per_mb / (1 - pipeline_bubble(p, m)): the bubble is (p-1) per_mb
     # data parallel: once per step, or per micro-batch where ZeRO must (see DP_COLLECTIVES)
-    dp_s, dp_bytes = 0.0, 0.0
+    once_s, each_s, dp_bytes = 0.0, 0.0, 0.0  # collectives once per step / once per micro-batch
     for op, per_step, per_microbatch in DP_COLLECTIVES[c.zero_stage]:
-        n = per_step + per_microbatch * m
         for params, group, stride in ((dense, d, t), (experts, d // c.ep, t * c.ep)):
             if group > 1 and params:
-                dp_s += n * collective_s(op, 2 * params, group, stride, hw)
+                one = collective_s(op, 2 * params, group, stride, hw)
+                once_s, each_s = once_s + per_step * one, each_s + per_microbatch * m * one
+                n = per_step + per_microbatch * m
                 dp_bytes += n * (2 if op == "all_reduce" else 1) * (group - 1) / group * 2 * params  # rings
-    exposed_dp = dp_s - min(a.dp_overlap * dp_s, 2 / 3 * m * comp)  # only backward can hide it
+    dp_s = once_s + each_s
+    # what overlap can hide: a once-per-step collective only behind the last micro-batch's backward (about 2/3
+    # of its compute; gradient accumulation gives it no more), a per-micro-batch one behind each micro-batch
+    exposed_dp = dp_s - min(a.dp_overlap * once_s, 2 / 3 * comp) - min(a.dp_overlap * each_s, m * comp)
     step = pipeline + exposed_dp
     comm = {"dp": dp_bytes,
             "tp": m * layers * tp_bytes_per_rank(b, s, h, t, ab, sp),

@@ -321,3 +321,15 @@ def test_machines_from_presets_and_bad_machines():
         plan.Hardware.from_topology("dgx", 1, 1)
     with pytest.raises(ValueError, match="all_to_all must be 'bulk' or 'pairwise'"):
         plan.Assumptions(all_to_all="ring")
+
+
+def test_gradient_accumulation_gives_ddps_all_reduce_no_more_cover():
+    """DDP all-reduces once per step, during the last micro-batch's backward: with m micro-batches, overlap can
+    hide at most that one backward (2/3 of a micro-batch's compute), not 2/3 of all m."""
+    hw = plan.Hardware(2, 8, 80e9, 989e12, "nvlink4", "tcp100", nics_per_node=1)  # a slow network: comm-bound
+    full = plan.Assumptions(dp_overlap=1.0)
+    for m in (1, 4, 16):
+        e = plan.estimate(LLAMA7B, hw, plan.Config(dp=16, microbatches=m, zero_stage=1), 16 * m, full)
+        per_mb = e.times["compute"] / m
+        assert e.times["dp"] > per_mb                     # so the cover matters
+        assert e.times["dp_exposed"] == pytest.approx(e.times["dp"] - 2 / 3 * per_mb)
