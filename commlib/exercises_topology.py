@@ -9,16 +9,7 @@ import math
 
 from commlib import cost
 from commlib import topology as topo
-from commlib.answers import Verdict, _close, _missing, _number
-
-
-def _choice(answer, options) -> Verdict | None:
-    bad = _missing(answer)
-    if bad is not None:
-        return bad
-    if not isinstance(answer, str) or answer not in options:
-        return Verdict(False, f"answer with one of {list(options)} (a string).")
-    return None
+from commlib.answers import Verdict, _choice, _close, _number
 
 
 def _node(nodes, gpus, intra, inter, nics) -> topo.Topology:
@@ -130,7 +121,7 @@ _ALL_REDUCES = ("flat_ring", "multi_ring", "hierarchical")
 def ch3_best_all_reduce(answer, nodes: int = 2, gpus_per_node: int = 8, nics_per_node: int = 1,
                         intra="nvlink3", inter="ib_hdr", nbytes: float = 1e9) -> Verdict:
     """The fastest of flat_ring, multi_ring, hierarchical for this cluster and size (commlib.topology's model)."""
-    bad = _choice(answer, _ALL_REDUCES)
+    answer, bad = _choice(answer, list(_ALL_REDUCES))
     if bad is not None:
         return bad
     t = _node(nodes, gpus_per_node, intra, inter, nics_per_node)

@@ -19,8 +19,9 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from numbers import Integral, Real
+from numbers import Real
 
+from commlib import _validate as check
 from commlib import cost
 from commlib.machine import GPUS, Hardware, collective_s, group_shape, group_topology, hardware, p2p_s  # noqa: F401
 from commlib.models import MODELS, Model  # noqa: F401
@@ -33,11 +34,7 @@ RECOMPUTE = ("none", "selective", "full")
 def _int(name: str, value, low: int = 1) -> int:
     if type(value) is int and value >= low:  # the common case, without the ABC checks (the search is hot)
         return value
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise TypeError(f"{name} must be an int >= {low}, got {type(value).__name__}")
-    if value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value}")
-    return int(value)
+    return check.integer(name, value, low)
 
 
 def _num(name: str, value, low: float = 0.0) -> float:
