@@ -16,10 +16,9 @@ all-to-all limited by each GPU's NIC. The model's shape and published presets li
 
 from __future__ import annotations
 
+import functools
 import itertools
-import math
 from dataclasses import dataclass, field
-from numbers import Real
 
 from commlib import _validate as check
 from commlib import cost
@@ -29,20 +28,26 @@ from commlib.models import MODELS, Model  # noqa: F401
 STATE_BYTES = (2, 2, 12)   # ZeRO paper, mixed-precision Adam: fp16 params, fp16 grads, fp32 params+m+v (K = 12)
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
+ZERO_STAGES = (0, 1, 2, 3)
+MAX_COUNT = 2**53       # counts (layers, tokens, ranks ...): beyond a float's exact integers nothing here is sensible
+MAX_AMOUNT = 1e30       # parameters, bytes: products of a few of these stay far from float's overflow
+MAX_GLOBAL_BATCH = 2**40  # the search enumerates divisors of the batch: bounded so it ends in seconds
 
 
-def _int(name: str, value, low: int = 1) -> int:
-    if type(value) is int and value >= low:  # the common case, without the ABC checks (the search is hot)
+def _int(name: str, value, low: int = 1, high: int = MAX_COUNT) -> int:
+    if type(value) is int and low <= value <= high:  # the common case, without the ABC checks (the search is hot)
         return value
-    return check.integer(name, value, low)
+    return check.integer(name, value, low, high)
 
 
-def _num(name: str, value, low: float = 0.0) -> float:
-    if type(value) in (int, float) and low <= value < math.inf:
+def _num(name: str, value, low: float = 0.0, high: float = MAX_AMOUNT) -> float:
+    if type(value) in (int, float) and low <= value <= high:  # NaN fails the comparison
         return float(value)
-    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value < low:
-        raise ValueError(f"{name} must be a finite number >= {low}, got {value!r}")
-    return float(value)
+    return check.number(name, value, low, high=high)
+
+
+def _stage(value) -> int:
+    return check.choice("zero_stage", value, ZERO_STAGES)
 
 
 def _divides(name: str, n: int, by_name: str, by: int) -> None:
@@ -54,9 +59,9 @@ def _divides(name: str, n: int, by_name: str, by: int) -> None:
 def model_state_breakdown(params, dp=1, zero_stage=0, param_bytes=2, grad_bytes=2, optimizer_bytes=12) -> dict:
     """Bytes per GPU of parameters, gradients and optimizer state. ZeRO stage 1 shards the optimizer state
     over the dp ranks, stage 2 also the gradients, stage 3 also the parameters (ZeRO paper, section 5)."""
-    p, n = _num("params", params), _int("dp", dp)
-    if isinstance(zero_stage, bool) or zero_stage not in (0, 1, 2, 3):
-        raise ValueError(f"zero_stage must be one of (0, 1, 2, 3), got {zero_stage!r}")
+    p, n, zero_stage = _num("params", params), _int("dp", dp), _stage(zero_stage)
+    param_bytes, grad_bytes = _num("param_bytes", param_bytes), _num("grad_bytes", grad_bytes)
+    optimizer_bytes = _num("optimizer_bytes", optimizer_bytes)
     return {"params": p * param_bytes / (n if zero_stage >= 3 else 1),
             "grads": p * grad_bytes / (n if zero_stage >= 2 else 1),
             "optimizer": p * optimizer_bytes / (n if zero_stage >= 1 else 1)}
@@ -90,9 +95,7 @@ def dp_bytes_per_rank(params, dp, zero_stage=0, grad_bytes=2, param_bytes=None) 
     DP all-reduce 2(N-1)/N P; ZeRO-1/2 reduce-scatter + all-gather, the same 2(N-1)/N P; ZeRO-3 adds an
     all-gather of the parameters for backward, 3(N-1)/N P. (P = params * bytes; param_bytes defaults to
     grad_bytes.)"""
-    p, n = _num("params", params), _int("dp", dp)
-    if isinstance(zero_stage, bool) or zero_stage not in (0, 1, 2, 3):
-        raise ValueError(f"zero_stage must be one of (0, 1, 2, 3), got {zero_stage!r}")
+    p, n, zero_stage = _num("params", params), _int("dp", dp), _stage(zero_stage)
     g = _num("grad_bytes", grad_bytes)
     w = g if param_bytes is None else _num("param_bytes", param_bytes)
     frac = (n - 1) / n
@@ -158,6 +161,7 @@ def step_flops(model: "Model", tokens, recompute="none") -> float:
     token); full recomputation runs the layers' forward once more, + 2 * layer params * tokens. For a dense
     GPT this is Narayanan et al. 2021's eq. (3) without its attention-score term s/(6h):
     72 Bslh^2 (1 + V/(12lh)), and with recomputation 96 Bslh^2 (1 + V/(16lh))."""
+    check.instance("model", model, Model, "a plan.Model")
     n = _num("tokens", tokens)
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
@@ -184,11 +188,10 @@ class Assumptions:
     all_to_all: str = "bulk"
 
     def __post_init__(self):
-        if not (isinstance(self.mfu, Real) and 0 < self.mfu <= 1):
-            raise ValueError(f"mfu must be in (0, 1], got {self.mfu!r}")
-        if not (isinstance(self.dp_overlap, Real) and 0 <= self.dp_overlap <= 1):
-            raise ValueError(f"dp_overlap must be in [0, 1], got {self.dp_overlap!r}")
-        _num("imbalance", self.imbalance, 1.0)
+        check.number("mfu", self.mfu, 0, strict=True, high=1)
+        check.number("dp_overlap", self.dp_overlap, 0, high=1)
+        check.number("act_bytes", self.act_bytes, 0, strict=True, high=64, unit="bytes a value")
+        _num("imbalance", self.imbalance, 1.0, high=MAX_COUNT)
         if self.schedule not in ("gpipe", "1f1b"):
             raise ValueError(f"schedule must be 'gpipe' or '1f1b', got {self.schedule!r}")
         if self.recompute not in RECOMPUTE:
@@ -244,9 +247,11 @@ DP_COLLECTIVES = {0: [("all_reduce", 1, 0)],
 
 def validate(model: Model, hw: Hardware, config: Config, global_batch: int) -> int:
     """ValueError naming the parameter for a configuration that cannot run; -> the micro-batch size."""
-    c = config
+    check.instance("model", model, Model, "a plan.Model")
+    check.instance("hw", hw, Hardware, "a plan.Hardware (plan.hardware(name, nodes))")
+    c = check.instance("config", config, Config, "a plan.Config")
     for name in ("dp", "tp", "pp", "ep", "microbatches"):
-        _int(name, getattr(c, name))
+        _int(f"config.{name}", getattr(c, name))
     if c.dp * c.tp * c.pp != hw.world:
         raise ValueError(f"dp*tp*pp = {c.dp}*{c.tp}*{c.pp} = {c.dp * c.tp * c.pp} must equal the world size "
                          f"{hw.world} ({hw.nodes} nodes x {hw.gpus_per_node} GPUs)")
@@ -257,9 +262,9 @@ def validate(model: Model, hw: Hardware, config: Config, global_batch: int) -> i
         if not model.experts:
             raise ValueError(f"ep={c.ep} needs a model with experts, got experts=0")
         _divides("experts", model.experts, "ep", c.ep)
-    if c.zero_stage not in (0, 1, 2, 3) or isinstance(c.zero_stage, bool):
-        raise ValueError(f"zero_stage must be one of (0, 1, 2, 3), got {c.zero_stage!r}")
-    _divides("global_batch", _int("global_batch", global_batch), "dp*microbatches", c.dp * c.microbatches)
+    check.choice("config.zero_stage", c.zero_stage, ZERO_STAGES)
+    global_batch = _int("global_batch", global_batch, high=MAX_GLOBAL_BATCH)
+    _divides("global_batch", global_batch, "dp*microbatches", c.dp * c.microbatches)
     return global_batch // (c.dp * c.microbatches)
 
 
@@ -274,7 +279,9 @@ def estimate(model: Model, hw: Hardware, config: Config, global_batch: int,
     dp_overlap hides: behind the last micro-batch's backward (2/3 of its compute) for a collective once per
     step, behind each micro-batch's compute for one per micro-batch (ZeRO-2/3). Memory: model states (ZeRO paper),
     activations of the first stage's micro-batches in flight (Korthikanti et al.), ZeRO-3's gathered layers."""
-    return _estimate(model, hw, config, global_batch, assume, validate(model, hw, config, global_batch))
+    b = validate(model, hw, config, global_batch)
+    check.instance("assume", assume, Assumptions, "a plan.Assumptions")
+    return _estimate(model, hw, config, int(global_batch), assume, b)
 
 
 def _estimate(model, hw, c, global_batch, a, b) -> Estimate:
@@ -324,12 +331,35 @@ def _estimate(model, hw, c, global_batch, a, b) -> Estimate:
 
 
 # --------------------------------------------------------------------------------------- search
+@functools.lru_cache(maxsize=1024)
 def _divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
+    """The divisors of n in increasing order, from its factors by trial division: O(sqrt n) at worst (a prime)."""
+    divs, f, rest = [1], 2, n
+    while f * f <= rest:
+        k = 0
+        while rest % f == 0:
+            rest, k = rest // f, k + 1
+        divs = [d * f**e for d in divs for e in range(k + 1)]
+        f += 1 if f == 2 else 2
+    if rest > 1:
+        divs = divs + [d * rest for d in divs]
+    return sorted(divs)
+
+
+def _search_args(model, hw, global_batch, assume, zero_stages, max_tp) -> tuple[int, tuple, int | None]:
+    check.instance("model", model, Model, "a plan.Model")
+    check.instance("hw", hw, Hardware, "a plan.Hardware (plan.hardware(name, nodes))")
+    check.instance("assume", assume, Assumptions, "a plan.Assumptions")
+    global_batch = _int("global_batch", global_batch, high=MAX_GLOBAL_BATCH)
+    stages = check.listed("zero_stages", zero_stages, "ZeRO stage")
+    stages = tuple(dict.fromkeys(check.choice(f"zero_stages[{i}]", z, ZERO_STAGES) for i, z in enumerate(stages)))
+    max_tp = None if max_tp is None else _int("max_tp", max_tp)
+    return global_batch, stages, max_tp
 
 
 def configurations(model: Model, hw: Hardware, global_batch: int, zero_stages=(0, 1, 2, 3), max_tp=None):
     """Every (dp, tp, pp, ep, zero stage, micro-batches) that can run, with its micro-batch size."""
+    global_batch, zero_stages, max_tp = _search_args(model, hw, global_batch, Assumptions(), zero_stages, max_tp)
     world = hw.world
     for tp in _divisors(world):
         if model.heads % tp or (max_tp and tp > max_tp):
@@ -348,7 +378,7 @@ def configurations(model: Model, hw: Hardware, global_batch: int, zero_stages=(0
 def search(model: Model, hw: Hardware, global_batch: int, assume: Assumptions = Assumptions(),
            zero_stages=(0, 1, 2, 3), max_tp=None) -> tuple[list[Estimate], int]:
     """-> (the configurations that fit in memory, fastest first; how many were evaluated)."""
-    _int("global_batch", global_batch)
+    global_batch, zero_stages, max_tp = _search_args(model, hw, global_batch, assume, zero_stages, max_tp)
     out, n = [], 0
     for config, b in configurations(model, hw, global_batch, zero_stages, max_tp):
         n += 1

@@ -40,8 +40,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from numbers import Integral, Real
+from numbers import Real
 
+from commlib import _validate as check
 from commlib import cost
 from commlib.cost import Link
 
@@ -89,12 +90,21 @@ def _link(link, name: str) -> Link:
     return link
 
 
-def _count(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise TypeError(f"{name} must be an int >= 1, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value}")
-    return int(value)
+MAX_NODES, MAX_GPUS_PER_NODE = 2**20, 2**12  # far beyond any machine; they keep every formula's floats finite
+MAX_STEPS = 2**21
+MAX_BYTES, MAX_SECONDS = 1e30, 1e30  # world size x GPUs per node: what the exact per-step and per-rank enumerations may walk
+
+
+def _count(value, name: str, high: int = MAX_GPUS_PER_NODE) -> int:
+    return check.integer(name, value, 1, high)
+
+
+def _enumerable(t: Topology, what: str) -> None:
+    """The exact enumerations (pairwise steps, per-rank bytes) take world_size x gpus_per_node steps: refuse
+    sizes where that would run for minutes."""
+    if t.world_size * t.gpus_per_node > MAX_STEPS:
+        raise ValueError(f"topology is too large for {what}: world_size x gpus_per_node must be <= {MAX_STEPS}, "
+                         f"got {t.world_size} x {t.gpus_per_node}")
 
 
 @dataclass(frozen=True)
@@ -110,7 +120,7 @@ class Topology:
     name: str = field(default="", compare=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "nodes", _count(self.nodes, "nodes"))
+        object.__setattr__(self, "nodes", _count(self.nodes, "nodes", MAX_NODES))
         object.__setattr__(self, "gpus_per_node", _count(self.gpus_per_node, "gpus_per_node"))
         object.__setattr__(self, "nics_per_node", _count(self.nics_per_node, "nics_per_node"))
         object.__setattr__(self, "intra", _link(self.intra, "intra"))
@@ -119,7 +129,7 @@ class Topology:
     @classmethod
     def for_world_size(cls, world_size, gpus_per_node, intra, inter, nics_per_node=1) -> Topology:
         """The topology of world_size ranks in nodes of gpus_per_node (ValueError unless it divides)."""
-        p, g = _count(world_size, "world_size"), _count(gpus_per_node, "gpus_per_node")
+        p, g = _count(world_size, "world_size", MAX_NODES * MAX_GPUS_PER_NODE), _count(gpus_per_node, "gpus_per_node")
         if p % g:
             raise ValueError(f"world_size ({p}) must be a multiple of gpus_per_node ({g})")
         return cls(p // g, g, intra, inter, nics_per_node)
@@ -165,8 +175,7 @@ PRESETS = {
 def preset(name: str, nodes=1, achievable: bool = False) -> Topology:
     """A real node type, `nodes` of it. achievable=True prices NCCL's measured link speeds (ACHIEVABLE)
     instead of line rates."""
-    if name not in PRESETS:
-        raise ValueError(f"preset must be one of {tuple(PRESETS)}, got {name!r}")
+    name = check.choice("name", name, tuple(PRESETS))
     intra, inter, _ = PRESETS[name]
     if achievable:
         intra, inter = ACHIEVABLE[intra], ACHIEVABLE[inter]
@@ -183,13 +192,13 @@ ALGORITHMS = {
 
 
 def _check(op: str, nbytes, topology: Topology, algorithm: str) -> float:
-    if op not in ALGORITHMS:
-        raise ValueError(f"op must be one of {tuple(ALGORITHMS)}, got {op!r}")
-    if algorithm not in ALGORITHMS[op]:
-        raise ValueError(f"algorithm for {op} must be one of {ALGORITHMS[op]}, got {algorithm!r}")
+    op = check.choice("op", op, tuple(ALGORITHMS))
+    check.choice(f"algorithm for {op}", algorithm, ALGORITHMS[op])
     if not isinstance(topology, Topology):
         raise TypeError(f"topology must be a Topology, got {type(topology).__name__}")
-    return cost._check_nbytes(nbytes)
+    if algorithm == "pairwise":
+        _enumerable(topology, "the pairwise all-to-all's steps")
+    return check.number("nbytes", nbytes, low=0, unit="bytes", high=MAX_BYTES)
 
 
 def _pairwise_flows(t: Topology) -> list[tuple[bool, bool, int]]:
@@ -238,7 +247,7 @@ def breakdown(op: str, nbytes: float, topology: Topology, algorithm: str, gamma:
     -> time_s, latency_s, intra_s / inter_s (the time during which that link set the pace), reduction_s,
     algbw_GBps, busbw_GBps (nccl-tests factors), bytes_per_rank {'intra', 'inter'}, bottleneck."""
     n = _check(op, nbytes, topology, algorithm)
-    g_ = cost._gamma(gamma)
+    g_ = check.number("gamma", gamma, low=0, unit="seconds per byte", high=1.0)
     t = topology
     a_i, a_e = t.intra.latency, t.inter.latency
     lat = bw_i = bw_e = 0.0
@@ -271,8 +280,7 @@ def collective_time(op: str, nbytes: float, topology: Topology, algorithm: str, 
 def best_algorithm(op: str, nbytes: float, topology: Topology, in_network: bool = False) -> tuple[str, float]:
     """-> (the fastest of the algorithms of `op`, its seconds). in_network (NVLS/SHARP) only if asked: it needs
     switches that reduce."""
-    if op not in ALGORITHMS:
-        raise ValueError(f"op must be one of {tuple(ALGORITHMS)}, got {op!r}")
+    op = check.choice("op", op, tuple(ALGORITHMS))
     times = {a: collective_time(op, nbytes, topology, a) for a in ALGORITHMS[op] if in_network or a != "in_network"}
     best = min(times, key=times.get)
     return best, times[best]
@@ -281,11 +289,11 @@ def best_algorithm(op: str, nbytes: float, topology: Topology, in_network: bool 
 def share_after(share_before: float, before_s: float, after_s: float) -> float:
     """Communication's share of a step once it takes after_s instead of before_s, the compute unchanged:
     compute = before_s (1 - s) / s, share = after_s / (compute + after_s)."""
-    if isinstance(share_before, bool) or not isinstance(share_before, Real) or not 0 < share_before < 1:
-        raise ValueError(f"share_before must be a number between 0 and 1 (exclusive), got {share_before!r}")
-    for name, value in (("before_s", before_s), ("after_s", after_s)):
-        if isinstance(value, bool) or not isinstance(value, Real) or not (math.isfinite(value) and value > 0):
-            raise ValueError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    share_before = check.number("share_before", share_before, 0, strict=True, high=1)
+    if share_before == 1:
+        raise ValueError("share_before must be a number between 0 and 1 (exclusive), got 1")
+    before_s = check.number("before_s", before_s, 0, strict=True, unit="seconds", high=MAX_SECONDS)
+    after_s = check.number("after_s", after_s, 0, strict=True, unit="seconds", high=MAX_SECONDS)
     compute = before_s * (1 - share_before) / share_before
     return after_s / (compute + after_s)
 
@@ -316,7 +324,10 @@ def bytes_per_rank(op: str, nbytes: float, topology: Topology, algorithm: str) -
 def multi_ring_orders(nodes: int, gpus_per_node: int) -> list[list[int]]:
     """The g rings of multi_ring: ring c visits every node, entering at GPU c+1 and leaving from GPU c
     (so through NIC c mod k). Ring g-1 is the flat ring 0, 1, ..., p-1."""
-    g = gpus_per_node
+    nodes, g = _count(nodes, "nodes", MAX_NODES), _count(gpus_per_node, "gpus_per_node")
+    if nodes * g * g > MAX_STEPS:
+        raise ValueError(f"nodes x gpus_per_node^2 must be <= {MAX_STEPS} (the rings' length x their number), "
+                         f"got {nodes} x {g}^2")
     return [[m * g + (c + 1 + i) % g for m in range(nodes) for i in range(g)] for c in range(g)]
 
 
@@ -324,6 +335,8 @@ def bytes_by_rank(op: str, nbytes: float, topology: Topology, algorithm: str, it
     """Exact bytes each rank sends intra- and inter-node, for the algorithms commlib.algorithms runs
     (all_reduce flat_ring / multi_ring / hierarchical, all_to_all pairwise), uneven shards included."""
     n = _check(op, nbytes, topology, algorithm)
+    itemsize = check.integer("itemsize", itemsize, 1, 2**10)
+    _enumerable(topology, "bytes_by_rank")
     t, g, nodes, p = topology, topology.gpus_per_node, topology.nodes, topology.world_size
     numel = int(round(n / itemsize))
     out = [{"intra": 0.0, "inter": 0.0} for _ in range(p)]
