@@ -1,4 +1,4 @@
-"""commlib.emulation: the NIC arithmetic on an injected clock (no sleeping), and the live path for which
+"""commlib.algorithms.emulation: the NIC arithmetic on an injected clock (no sleeping), and the live path for which
 messages get paced and that results stay right. How exact the pacing is in time: benchmarks/topology_emulated.py."""
 
 import collections
@@ -15,7 +15,8 @@ from test_algorithms import errors_of
 
 import commlib as cl
 from commlib import algorithms as alg
-from commlib import emulation as em
+from commlib.algorithms import p2p
+from commlib.algorithms import emulation as em
 from commlib import topology as topo
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -160,7 +161,7 @@ def paced_everything(bandwidth, latency, nics):
                 "recursive_doubling": lambda t, tr: alg.recursive_doubling_all_reduce(t, trace=tr),
                 "tree": lambda t, tr: alg.tree_all_reduce(t, trace=tr)}
         for grouped in (None, True):
-            alg.GROUP_P2P = grouped
+            p2p.GROUP_P2P = grouped
             for name, fn in runs.items():
                 tr = alg.Trace()
                 got = fn(x.clone(), tr)
@@ -169,7 +170,7 @@ def paced_everything(bandwidth, latency, nics):
                 sent += [(e.src, e.dst, e.nbytes) for e in tr.events if e.inter_node]
                 if any(e.inter_node is None for e in tr.events):
                     failures.append(f"{name}: trace does not mark inter-node messages")
-            alg.GROUP_P2P = None
+            p2p.GROUP_P2P = None
         tr = alg.Trace()
         if not torch.equal(alg.pairwise_all_to_all(a2a_in, trace=tr), a2a_want):
             failures.append("pairwise_all_to_all")
@@ -184,7 +185,7 @@ def paced_everything(bandwidth, latency, nics):
             failures.append("released before due")
         if net.shared.path is not None:
             failures.append(f"the shared table {net.shared.path} outlives the ranks' start")
-    if alg.NETWORK is not None:
+    if p2p.NETWORK is not None:
         failures.append("NETWORK left set")
     return failures, sent, paced
 
@@ -218,7 +219,7 @@ def emulate_errors():
                         "differ": lambda: topo.emulate(2, 1e9 * (1 + dist.get_rank())).__enter__(),
                         "nested": nested,
                         "nan": lambda: topo.emulate(2, float("nan")).__enter__()}, (ValueError, RuntimeError))
-    errors["left set"] = alg.NETWORK is not None
+    errors["left set"] = p2p.NETWORK is not None
     return errors
 
 
@@ -265,17 +266,17 @@ def enter_and_abandon():
     cm.__enter__()
     keep = sys.modules.setdefault("_abandoned_emulate", type(sys)("_abandoned_emulate"))
     keep.cm = cm  # kept alive past the run: its finally never runs
-    return alg.NETWORK is not None
+    return p2p.NETWORK is not None
 
 
 def after_abandoned():
     t = torch.ones(1000)
     alg.ring_all_reduce(t)  # at 1 MB/s this would take milliseconds per message if still paced
-    was_active = alg.NETWORK is not None
+    was_active = p2p.NETWORK is not None
     with topo.emulate(2, 1e9) as net:
         alg.ring_all_reduce(torch.ones(8))
         paced = len(net.log)
-    return was_active, paced, alg.NETWORK is None
+    return was_active, paced, p2p.NETWORK is None
 
 
 def test_an_abandoned_emulate_ends_with_its_run():

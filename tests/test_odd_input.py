@@ -11,7 +11,7 @@ from numbers import Number
 import numpy as np
 import pytest
 
-from commlib import compression, cost, machine, models, plan
+from commlib import compression, cost, plan
 from commlib import topology as topo
 from commlib.compression import closed_form
 
@@ -22,8 +22,8 @@ ODD = [0, -1, -7, 2.5, -0.0, math.nan, math.inf, -math.inf, 1e300, 10**400, -10*
        np.float32(math.inf), np.int64(2**62)]
 
 TOPO = topo.Topology(2, 8, "nvlink4", "ib_ndr", 8)
-HW = machine.hardware("dgx_h100", 2)
-LLAMA = models.MODELS["llama2_7b"]
+HW = plan.hardware("dgx_h100", 2)
+LLAMA = plan.MODELS["llama2_7b"]
 GOOD_CONFIG = plan.Config(dp=4, tp=4, pp=1)
 
 
@@ -70,16 +70,16 @@ CASES = {
     "plan.pipeline_bubble": (plan.pipeline_bubble, dict(pp=4, microbatches=8, chunks=1), None),
     "plan.microbatches_in_flight": (plan.microbatches_in_flight, dict(pp=4, microbatches=8), None),
     "plan.step_flops": (plan.step_flops, dict(model=LLAMA, tokens=4096), None),
-    "models.Model": (lambda **kw: models.Model(**kw).params,
+    "models.Model": (lambda **kw: plan.Model(**kw).params,
                      dict(layers=4, hidden=256, heads=8, seq=512, vocab=1000, ffn=1024, experts=4, topk=2,
                           kv_heads=4), None),
     "plan.Assumptions": (plan.Assumptions, dict(mfu=0.4, dp_overlap=0.5, act_bytes=2, imbalance=1.0), None),
-    "machine.Hardware": (machine.Hardware, dict(nodes=2, gpus_per_node=8, gpu_memory=80e9, peak_flops=1e15,
+    "machine.Hardware": (plan.Hardware, dict(nodes=2, gpus_per_node=8, gpu_memory=80e9, peak_flops=1e15,
                                                 nics_per_node=8), None),
-    "machine.hardware": (machine.hardware, dict(name="dgx_h100", nodes=2), None),
-    "machine.collective_s": (machine.collective_s, dict(op="all_reduce", nbytes=1e9, size=16, stride=1, hw=HW),
+    "machine.hardware": (plan.hardware, dict(name="dgx_h100", nodes=2), None),
+    "machine.collective_s": (plan.collective_s, dict(op="all_reduce", nbytes=1e9, size=16, stride=1, hw=HW),
                              None),
-    "machine.p2p_s": (machine.p2p_s, dict(nbytes=1e6, crosses_nodes=True, hw=HW), ["nbytes", "hw"]),
+    "machine.p2p_s": (plan.p2p_s, dict(nbytes=1e6, crosses_nodes=True, hw=HW), ["nbytes", "hw"]),
     "plan.estimate": (lambda **kw: plan.estimate(**kw).step_s,
                       dict(model=LLAMA, hw=HW, config=GOOD_CONFIG, global_batch=64, assume=plan.Assumptions()),
                       None),

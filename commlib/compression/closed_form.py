@@ -174,7 +174,7 @@ def crossover_bandwidth(method: str, shape, world_size: int, compress_s: float, 
 
     inf: compressing is faster on any link; 0.0: it is faster on no link slower than some bandwidth."""
     compress_s = check.number("compress_s", compress_s, 0, unit="seconds", high=MAX_SECONDS)
-    link = cost._link(link)
+    link = cost.as_link(link)
     p = _check_world(world_size)
 
     def latency_and_bytes(m, kw):
