@@ -286,9 +286,8 @@ def best_algorithm(op: str, nbytes: float, topology: Topology, in_network: bool 
 def share_after(share_before: float, before_s: float, after_s: float) -> float:
     """Communication's share of a step once it takes after_s instead of before_s, the compute unchanged:
     compute = before_s (1 - s) / s, share = after_s / (compute + after_s)."""
-    share_before = check.number("share_before", share_before, 0, strict=True, high=1)
-    if share_before == 1:
-        raise ValueError("share_before must be a number between 0 and 1 (exclusive), got 1")
+    if isinstance(share_before, bool) or not isinstance(share_before, Real) or not 0 < share_before < 1:
+        raise ValueError(f"share_before must be a number between 0 and 1 (exclusive), got {share_before!r}")
     before_s = check.number("before_s", before_s, 0, strict=True, unit="seconds", high=MAX_SECONDS)
     after_s = check.number("after_s", after_s, 0, strict=True, unit="seconds", high=MAX_SECONDS)
     compute = before_s * (1 - share_before) / share_before

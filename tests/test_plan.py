@@ -229,8 +229,8 @@ def test_sizes_that_do_not_divide_are_named():
     (lambda: plan.activation_bytes_per_layer(8, 1, 64, 6, tp=4), r"heads (6) must be divisible by tp=4"),
     (lambda: plan.activation_bytes_per_layer(8, 1, 64, 4, recompute="some"), "recompute must be one of"),
     (lambda: plan.ep_bytes_per_rank(8, 8, 1, 2, imbalance=0.5), "imbalance must be a finite number >= 1"),
-    (lambda: plan.Assumptions(mfu=1.5), "mfu must be in (0, 1]"),
-    (lambda: plan.Assumptions(dp_overlap=-0.1), "dp_overlap must be in [0, 1]"),
+    (lambda: plan.Assumptions(mfu=1.5), "mfu must be a finite number > 0 and <= 1"),
+    (lambda: plan.Assumptions(dp_overlap=-0.1), "dp_overlap must be a finite number >= 0 and <= 1"),
     (lambda: plan.hardware("dgx_z", 1), "name must be one of"),
 ])
 def test_bad_inputs_are_named(call, words):

@@ -217,7 +217,7 @@ def test_bad_calls_are_named():
     with pytest.raises(ValueError, match="multiple of gpus_per_node"):
         topo.Topology.for_world_size(12, 8, "nvlink3", "ib_hdr", 8)
     assert topo.Topology.for_world_size(np.int32(16), 8, "nvlink3", "ib_hdr", 8) == c
-    with pytest.raises(ValueError, match="preset must be one of"):
+    with pytest.raises(ValueError, match="name must be one of"):
         topo.preset("dgx_z100")
     with pytest.raises(ValueError, match="op must be one of"):
         topo.collective_time("scan", N, c, "flat_ring")
