@@ -408,3 +408,16 @@ def test_non_finite_gradients_stay_where_a_plain_all_reduce_puts_them(cluster4, 
         ok = torch.isfinite(plain)
         assert torch.equal(mean[ok], zeroed[ok])  # the scale came from the finite values
         assert torch.isfinite(residual).all()
+
+
+def empty_bucket(method, params):
+    state, hook = tradeoff.hook_for(method, cp.HookComm("builtin"), **params)
+    before = state.comm.bytes_sent
+    out = hook(state, cp.Bucket(0, torch.zeros(0), [torch.zeros(0)], last=True)).wait()
+    return out.numel(), state.comm.bytes_sent - before
+
+
+@pytest.mark.parametrize("method, params", [("topk", {"fraction": 0.1}), ("int8", {}), ("none", {})])
+def test_an_empty_bucket_gives_an_empty_mean(cluster4, method, params):
+    want = cp.bytes_per_rank(method, (0,), 4, **params)
+    assert cluster4.run(empty_bucket, method, params) == [(0, want)] * 4
