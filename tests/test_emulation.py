@@ -185,7 +185,7 @@ def paced_everything(bandwidth, latency, nics):
             failures.append("released before due")
         if net.shared.path is not None:
             failures.append(f"the shared table {net.shared.path} outlives the ranks' start")
-    if p2p.NETWORK is not None:
+    if alg.network() is not None:
         failures.append("NETWORK left set")
     return failures, sent, paced
 
@@ -219,7 +219,7 @@ def emulate_errors():
                         "differ": lambda: topo.emulate(2, 1e9 * (1 + dist.get_rank())).__enter__(),
                         "nested": nested,
                         "nan": lambda: topo.emulate(2, float("nan")).__enter__()}, (ValueError, RuntimeError))
-    errors["left set"] = p2p.NETWORK is not None
+    errors["left set"] = alg.network() is not None
     return errors
 
 
@@ -266,17 +266,17 @@ def enter_and_abandon():
     cm.__enter__()
     keep = sys.modules.setdefault("_abandoned_emulate", type(sys)("_abandoned_emulate"))
     keep.cm = cm  # kept alive past the run: its finally never runs
-    return p2p.NETWORK is not None
+    return alg.network() is not None
 
 
 def after_abandoned():
     t = torch.ones(1000)
     alg.ring_all_reduce(t)  # at 1 MB/s this would take milliseconds per message if still paced
-    was_active = p2p.NETWORK is not None
+    was_active = alg.network() is not None
     with topo.emulate(2, 1e9) as net:
         alg.ring_all_reduce(torch.ones(8))
         paced = len(net.log)
-    return was_active, paced, p2p.NETWORK is None
+    return was_active, paced, alg.network() is None
 
 
 def test_an_abandoned_emulate_ends_with_its_run():
