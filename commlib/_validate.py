@@ -10,6 +10,11 @@ from __future__ import annotations
 import math
 from numbers import Integral, Real
 
+# Upper bounds for the checkers' and models' parameters: far beyond any real job, small enough that every
+# formula stays finite (a world of 10**400 ranks overflows a float) and every enumeration short.
+MAX_RANKS = 2**24
+MAX_BYTES = 1e30
+
 
 def _bounds(low, high, strict_low: bool) -> str:
     parts = []
