@@ -58,9 +58,14 @@ def lab_command(python, root: Path = ROOT, extra=()) -> list[str]:
             *(["--allow-root"] if running_as_root() else []), *([str(first)] if first else []), *extra]
 
 
+COMMANDS = ("lab", "test", "book")
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("lab", "test", "book"):
+    if not argv or argv[0] not in COMMANDS:
         print(__doc__)
+        said = f"unknown subcommand {argv[0]!r}" if argv else "no subcommand"
+        print(f"course.py: error: {said}; choose one of {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     ensure_env()
     if argv[0] == "lab":
