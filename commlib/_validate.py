@@ -16,12 +16,16 @@ MAX_RANKS = 2**24
 MAX_BYTES = 1e30
 
 
+def _bound(x) -> str:
+    return str(x) if isinstance(x, int) and abs(x) < 10**15 else f"{x:g}"  # an int bound reads as an int
+
+
 def _bounds(low, high, strict_low: bool) -> str:
     parts = []
     if low is not None:
-        parts.append(f"{'>' if strict_low else '>='} {low:g}")
+        parts.append(f"{'>' if strict_low else '>='} {_bound(low)}")
     if high is not None:
-        parts.append(f"<= {high:g}")
+        parts.append(f"<= {_bound(high)}")
     return " " + " and ".join(parts) if parts else ""
 
 

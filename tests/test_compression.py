@@ -69,6 +69,12 @@ def test_all_gather_bytes_grow_with_p_all_reduce_bytes_do_not():
     (lambda: cp.QuantState("int4"), "code must be one of"),
     (lambda: tradeoff.hook_for("gzip"), "method must be one of"),
     (lambda: cp.crossover_bandwidth("topk", (8,), 4, -1.0, "tcp100", fraction=0.5), "compress_s"),
+    (lambda: cp.comm_time("none", (8,), 4, "tcp100", compress_s=-1.0), "compress_s must be a finite number"),
+    (lambda: cp.comm_time("none", (8,), 4, "tcp100", compress_s=float("nan")), "compress_s must be"),
+    (lambda: cp.PowerSGDState(epsilon=float("nan")), "epsilon must be a finite number"),
+    (lambda: cp.PowerSGDState(seed=-1), "seed must be an int >= 0"),
+    (lambda: cp.bytes_per_rank("none", (8,), 10**400), "world_size must be an int >= 1 and <= 4294967296"),
+    (lambda: cp.QuantState(["int8"]), "code must be one of"),
 ])
 def test_bad_input_names_the_parameter(call, words):
     with pytest.raises(ValueError) as info:
