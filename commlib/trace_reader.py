@@ -232,10 +232,10 @@ def _cuda_calls(rank, events, kernels) -> list[Call]:
         args = k.get("args") or {}
         info = _from_args(args)
         launch = launches.get(args.get("correlation"))
-        if info is None and launch is not None:  # the innermost collective op around its launch, on its thread
+        if info is None and launch is not None:  # the innermost op with sizes around its launch
             t = float(launch["ts"])
             inside = [s for s in ops_by_tid.get(launch.get("tid"), []) if s[0] <= t <= s[1]]
-            info = min(inside, key=lambda s: s[1] - s[0])[2] if inside else None
+            info = min(inside, key=lambda s: (s[2]["bytes"] is None, s[1] - s[0]))[2] if inside else None
         if info is None:  # no launch recorded: the op whose External id the kernel carries
             info = by_ext.get(args.get("External id"))
         kinfo = kernel_info(k["name"])
@@ -350,3 +350,37 @@ def load(paths) -> list[RankTrace]:
         seen[r.rank] = r.path
     return sorted(ranks, key=lambda r: r.rank)
 
+
+
+# ------------------------------------------------------------------------------------- writing, in a rank
+def record(step, path: str, *args, warmup: int = 1, late_rank: int | None = None, late_s: float = 0.0,
+           **kwargs) -> str:
+    """Inside a rank: run step(*args, **kwargs) `warmup` times under the profiler's warm-up (it absorbs the
+    ranks' different profiler start-up times), then once recorded, and write this rank's trace to path
+    ("{rank}" in it becomes the rank). late_rank sleeps late_s before the recorded step: a straggler, on
+    purpose. Returns the path written."""
+    import time
+    import warnings
+
+    import torch
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from commlib.profiling import _without_profiler_chatter
+
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    out = path.replace("{rank}", str(rank))
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_initialized() else [])
+    with warnings.catch_warnings(), _without_profiler_chatter(), profile(activities=activities, record_shapes=True,
+                                              schedule=schedule(wait=0, warmup=warmup, active=1),
+                                              on_trace_ready=lambda p: p.export_chrome_trace(out)) as prof:
+        warnings.filterwarnings("ignore", "Profiler clears events")  # one cycle is all we record
+        for i in range(warmup + 1):
+            if i == warmup and rank == late_rank:
+                time.sleep(late_s)
+            step(*args, **kwargs)
+            if torch.cuda.is_initialized():
+                torch.cuda.synchronize()
+            prof.step()
+    return out
