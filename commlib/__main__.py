@@ -77,8 +77,8 @@ def _presets():
 
 
 def _diagnose(args) -> int:
-    from commlib.trace_diagnose import diagnose, format_report, json_report
-    from commlib.trace_reader import TraceError
+    from commlib.profiling.diagnose import diagnose, format_report, json_report
+    from commlib.profiling.traces import TraceError
 
     try:
         report = diagnose(args.traces, hardware=args.hardware)

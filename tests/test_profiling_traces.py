@@ -1,4 +1,4 @@
-"""commlib.trace_reader: NCCL kernel names, dtypes, nccl-tests bytes, and the real 2x A100 trace counted by hand."""
+"""commlib.profiling.traces: NCCL kernel names, dtypes, nccl-tests bytes, and the real 2x A100 trace counted by hand."""
 
 import copy
 import gzip
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from commlib import trace_reader as tr
+from commlib.profiling import traces as tr
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REAL = os.path.join(ROOT, "assets", "traces", "a100_2gpu_rank0.json.gz")

@@ -3,14 +3,14 @@
     report = diagnose(["rank0.json", "rank1.json"], hardware="dgx_h100")   # or a folder; -> a dict
     print(format_report(report))
 
-1. Profile: every collective call on every rank (trace_reader), with algbw = bytes / duration and
+1. Profile: every collective call on every rank (traces.py), with algbw = bytes / duration and
    busbw = algbw x nccl-tests' bus factor (cost.bus_factor).
-2. Against the model: measured / model for each call, the model being topology's multi-ring (machine's
+2. Against the model: measured / model for each call, the model being topology's multi-ring (plan.hardware's
    group pricing) on a hardware preset, given or inferred from the GPU's name in the trace, at the link
    speeds NCCL reaches (topology.ACHIEVABLE). Calls more than `far` x the model are flagged with a probable
    cause, the first that applies: it waited for a late rank; the message is too small (the model is mostly
    per-call latency: fuse them, bigger buckets); a small-message protocol on a large message (only where the
-   trace states the protocol: kernel names do not, see trace_reader); compute kernels ran beside it (NCCL
+   trace states the protocol: kernel names do not, see traces.py); compute kernels ran beside it (NCCL
    runs on the same SMs); busbw far below the link's (check the link, NCCL's transport, other traffic).
 3. Overlap per rank: communication time, the part hidden under compute, the exposed part, idle time.
 
@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import re
 
-from commlib import cost, machine
+from commlib import cost
+from commlib import plan
 from commlib import topology as topo
-from commlib.profiling import intersect, length, union
-from commlib.trace_reader import Call, RankTrace, load
+from commlib.profiling.live import intersect, length, union
+from commlib.profiling.traces import Call, RankTrace, load
 
 P2P = ("send", "recv", "send_recv")
 # GPU names (deviceProperties) -> the preset whose intra-node link they have; PCIe boards have none
@@ -48,13 +49,13 @@ def infer_hardware(ranks: list[RankTrace]) -> tuple[str | None, str]:
     return None, f"{name} in the trace: no preset matches its links; give --hardware"
 
 
-def model(call: Call, hw: machine.Hardware) -> dict | None:
+def model(call: Call, hw: plan.Hardware) -> dict | None:
     """The model's time_s, latency_s and busbw_GBps for one call on hw (None where no model applies)."""
     p, n = call.group_size, call.bytes
     if not p or not n or p < 2 or call.op not in (*cost.OPS, *P2P) or p > hw.world:
         return None
     if call.op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
-        t = machine.group_topology(hw, p, 1)
+        t = plan.group_topology(hw, p, 1)
         b = topo.breakdown(call.op, n, t, "multi_ring" if call.op != "all_to_all" else "bulk")
     else:  # broadcast / reduce as NCCL's chain, p2p as one message, on NVLink inside a node, else the NIC share
         link = hw.intra if p <= hw.gpus_per_node else hw.nic_share
@@ -132,7 +133,7 @@ def stragglers(ranks: list[RankTrace], min_share: float = 0.05) -> tuple[list[di
 
 # ------------------------------------------------------------------------------------- the report
 def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: bool = True) -> dict:
-    """Traces (files, a folder, or RankTraces from trace_reader.load) -> the report: world_size, ranks,
+    """Traces (files, a folder, or RankTraces from traces.load) -> the report: world_size, ranks,
     hardware, calls (the --json keys, plus kernel, wait_us, flag), overlap per rank, stragglers, notes."""
     ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces)
     world = next((r.world_size for r in ranks if r.world_size), None) or len(ranks)
@@ -143,7 +144,7 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
         why = f"{hardware} (given)"
     else:
         hardware, why = infer_hardware(ranks)
-    hw = machine.hardware(hardware, max(1, -(-world // 8)), achievable) if hardware else None
+    hw = plan.hardware(hardware, max(1, -(-world // 8)), achievable) if hardware else None
     if len(ranks) < world:
         notes.append(f"{len(ranks)} of {world} ranks' traces: stragglers are found only among these")
     late, waits = stragglers(ranks)

@@ -1,4 +1,4 @@
-"""commlib.trace_diagnose and `python -m commlib diagnose`: stragglers from constructed calls, the model, the real
+"""commlib.profiling.diagnose and `python -m commlib diagnose`: stragglers from constructed calls, the model, the real
 2x A100 trace, a live CPU run with a straggler injected, the CLI's bad inputs and its --json keys."""
 
 import json
@@ -10,10 +10,11 @@ import cloudpickle
 import pytest
 
 import commlib as cl
-from commlib import cost, machine
+from commlib import cost
+from commlib import plan
 from commlib import topology as topo
-from commlib import trace_diagnose as td
-from commlib import trace_reader as tr
+from commlib.profiling import diagnose as td
+from commlib.profiling import traces as tr
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,10 +54,10 @@ def test_matching_is_per_group_and_in_order_and_leaves_point_to_point_out():
 
 
 def test_model_is_topology_multi_ring_on_the_preset_at_achievable_speeds():
-    hw = machine.hardware("dgx_h100", 2, achievable=True)
+    hw = plan.hardware("dgx_h100", 2, achievable=True)
     call = tr.Call(0, "all_reduce", "0", 16, 1 << 28, "bfloat16", 0.0, 1.0, None, None, None)
     m = td.model(call, hw)
-    expected = topo.collective_time("all_reduce", 1 << 28, machine.group_topology(hw, 16, 1), "multi_ring")
+    expected = topo.collective_time("all_reduce", 1 << 28, plan.group_topology(hw, 16, 1), "multi_ring")
     assert m["time_s"] == expected
     bcast = tr.Call(0, "broadcast", "0", 8, 1 << 20, "float32", 0.0, 1.0, None, None, None)
     assert td.model(bcast, hw)["time_s"] == cost.collective_time("broadcast", 1 << 20, 8, hw.intra)
@@ -71,8 +72,8 @@ def test_real_trace_report_busbw_model_and_flags():
     assert c["algbw_GBps"] == pytest.approx(algbw, rel=1e-12)
     assert c["busbw_GBps"] == pytest.approx(algbw * 2 * (2 - 1) / 2, rel=1e-12)   # nccl-tests, p = 2
     assert (c["algorithm"], c["protocol"], c["dtype"], c["group_size"]) == ("ring", None, "float32", 2)
-    hw = machine.hardware("dgx_a100", 1, achievable=True)
-    model_s = topo.collective_time("all_reduce", 26550272, machine.group_topology(hw, 2, 1), "multi_ring")
+    hw = plan.hardware("dgx_a100", 1, achievable=True)
+    model_s = topo.collective_time("all_reduce", 26550272, plan.group_topology(hw, 2, 1), "multi_ring")
     assert c["model_ratio"] == pytest.approx(2636.669e-6 / model_s, rel=1e-12) and c["model_ratio"] > 10
     assert c["flag"].startswith("busbw far below the link's")
     assert report["stragglers"] == [] and "1 of 2 ranks" in report["notes"][0]
