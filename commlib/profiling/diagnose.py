@@ -23,6 +23,7 @@ the transfer. No clocks are compared between ranks. Calls are matched by process
 from __future__ import annotations
 
 import re
+import textwrap
 
 from commlib import cost
 from commlib import plan
@@ -69,12 +70,12 @@ def cause(call: Call, ratio: float, m: dict, wait_us: float, waited_for, beside_
     if wait_us > 0.5 * call.duration_us:
         return f"waited {wait_us:.0f} us for rank {waited_for} to arrive: not the network"
     if m["latency_s"] > 0.5 * m["time_s"] or call.bytes < SMALL_BYTES:
-        return "message too small: latency-bound, each call pays it again; fuse calls (bigger buckets)"
+        return "message too small: latency-bound, every call pays it again; fuse calls (bigger buckets)"
     if call.protocol == "ll":
         return "LL (small-message protocol) on a large message: half the bandwidth; check NCCL_PROTO"
     if beside_compute_us > 0.5 * call.duration_us:
         return "compute kernels ran beside it: they share the GPU's SMs and memory with NCCL"
-    return "busbw far below the link's: check the link, NCCL's transport (NCCL_DEBUG=INFO), other traffic"
+    return "busbw far below the link's: check the link, NCCL's transport, other traffic"
 
 
 # ------------------------------------------------------------------------------------- step 3
@@ -152,7 +153,10 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
     for r in ranks:
         compute = union(r.compute)
         for c in r.calls:
-            calls.append(_row(c, hw, far, waits.get((c.rank, c.start_us)), compute))
+            row = _row(c, hw, far, waits.get((c.rank, c.start_us)), compute)
+            if row["flag"] and row["wait_us"] is None and len(ranks) < world:
+                row["flag"] += "; or a late peer (not in these traces)"
+            calls.append(row)
         overlaps[r.rank] = overlap(r)
     if any(c["dtype"] is None and c["bytes"] for c in calls):
         notes.append("some dtypes are not in the trace (Gloo, tensor lists): their bytes assume 4-byte elements")
@@ -232,7 +236,7 @@ def format_report(report: dict, limit: int = 12) -> str:
         c = cs[0]
         out.append(f"! {len(cs)} call(s) flagged, e.g. rank {c['rank']} {c['op']} {_f(c['bytes'], 'd')} B "
                    f"{c['duration_us']:.0f} us:")
-        out.append(f"!   {c['flag']}")
+        out += textwrap.wrap(c["flag"], 96, initial_indent="!   ", subsequent_indent="!   ")
     out.append("rank  comm ms  hidden ms  exposed ms  idle ms   (step 3: overlap)")
     for rank, o in report["overlap"].items():
         out.append(f"{rank:>4}{o['comm_us'] / 1e3:>9.2f}{o['hidden_us'] / 1e3:>11.2f}{o['exposed_us'] / 1e3:>12.2f}"
