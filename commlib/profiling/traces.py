@@ -375,7 +375,7 @@ def record(step, path: str, *args, warmup: int = 1, late_rank: int | None = None
     with warnings.catch_warnings(), _without_profiler_chatter(), profile(activities=activities, record_shapes=True,
                                               schedule=schedule(wait=0, warmup=warmup, active=1),
                                               on_trace_ready=lambda p: p.export_chrome_trace(out)) as prof:
-        warnings.filterwarnings("ignore", "Profiler clears events")  # one cycle is all we record
+        warnings.filterwarnings("ignore", ".*Profiler clears events")  # one cycle is all we record
         for i in range(warmup + 1):
             if i == warmup and rank == late_rank:
                 time.sleep(late_s)
