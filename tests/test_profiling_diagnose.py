@@ -19,6 +19,7 @@ from commlib.profiling import traces as tr
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REAL = os.path.join(ROOT, "assets", "traces", "a100_2gpu_rank0.json.gz")
+assert REAL == tr.SAMPLE
 
 
 def rank_trace(rank, durations, starts=None, op="all_reduce", world=4):

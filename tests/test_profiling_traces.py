@@ -11,6 +11,7 @@ from commlib.profiling import traces as tr
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REAL = os.path.join(ROOT, "assets", "traces", "a100_2gpu_rank0.json.gz")
+assert REAL == tr.SAMPLE
 
 
 @pytest.mark.parametrize("name, op, algorithm, form", [

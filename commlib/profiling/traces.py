@@ -36,6 +36,9 @@ import re
 import zlib
 from dataclasses import dataclass, field
 
+# the real GPU trace that ships with the course (assets/traces/README.md: its source, licence and trimming)
+SAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                      "assets", "traces", "a100_2gpu_rank0.json.gz")
 # canonical op names from torch's "Collective name", c10d op names, gloo:/nccl: annotations, NCCL kernels
 OP_NAMES = {
     "allreduce": "all_reduce", "all_reduce": "all_reduce", "allreduce_coalesced": "all_reduce",
