@@ -25,6 +25,11 @@ and runs every other (algorithm, protocol) through the same kernel by a function
 So `algorithm` is what the name proves (None otherwise) and `protocol` is None: the protocol NCCL picked is
 printed per call by NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING ("AllReduce: N Bytes -> Algo RING proto SIMPLE",
 v2.30.7 src/enqueue.cc), or forced with NCCL_PROTO.
+
+Why not Holistic Trace Analysis (holistictraceanalysis, MIT): it needs pandas, plotly, networkx and pydot (none
+are in requirements.txt), reads GPU kernels only (no Gloo, so not the course's CPU runs), computes no bytes,
+algbw or busbw, and its straggler metric keeps only kernels named ncclKernel* (hta/analyzers/straggler.py at
+f4d0062), which NCCL >= 2.19's ncclDevKernel_* names are not. What this module needs is JSON and a few rules.
 """
 
 from __future__ import annotations
