@@ -144,8 +144,8 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
     (tmp_path / "cut.json.gz").write_bytes(open(REAL, "rb").read()[:5000])
     (tmp_path / "empty").mkdir()
     other = tmp_path / "rank1.json"
-    other.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1.0, "dur": 2.0}],
-                                 "distributedInfo": {"rank": 1, "world_size": 8}}))
+    mm = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1.0, "dur": 2.0}
+    other.write_text(json.dumps({"traceEvents": [mm], "distributedInfo": {"rank": 1, "world_size": 8}}))
     cases = [([str(tmp_path / "notes.json")], "notes.json: not a torch.profiler trace"),
              ([str(tmp_path / "cut.json.gz")], "cut.json.gz: truncated or damaged gzip"),
              ([str(tmp_path / "empty")], "empty: a folder with no trace files"),

@@ -41,6 +41,8 @@ SMALL_BYTES = 1 << 20   # below this a message pays mostly latency on NVLink-cla
 def infer_hardware(ranks: list[RankTrace]) -> tuple[str | None, str]:
     """-> (preset or None, why): the GPU's name in deviceProperties, if it says which node it is."""
     names = {r.device for r in ranks if r.device}
+    if not names and any(r.backend == "nccl" for r in ranks):
+        return None, "no GPU named in the traces (no deviceProperties): give --hardware for a model"
     if not names:
         return None, "no GPU in the traces (CPU/Gloo): no hardware model unless --hardware"
     name = sorted(names)[0]

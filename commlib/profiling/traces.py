@@ -232,9 +232,8 @@ def _cuda_calls(rank, events, kernels) -> list[Call]:
             info = _from_args(args) or _from_shapes(e["name"], args)
             if info:
                 by_ext.setdefault(args.get("External id"), info)
-                ops_by_tid.setdefault(e.get("tid"), []).append((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), info))
-    for spans in ops_by_tid.values():
-        spans.sort(key=lambda s: s[0])
+                start = float(e["ts"])
+                ops_by_tid.setdefault(e.get("tid"), []).append((start, start + float(e.get("dur", 0)), info))
     calls = []
     for k in kernels:
         args = k.get("args") or {}
