@@ -106,3 +106,17 @@ def test_bad_files_name_the_file_and_the_problem(tmp_path):
         with pytest.raises(tr.TraceError) as e:
             tr.load([str(tmp_path / name)])
         assert str(e.value).startswith(str(tmp_path / name) + ": ") and problem in str(e.value)
+
+
+def test_the_shipped_trace_is_what_the_committed_trim_script_keeps():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("trim_trace", os.path.join(ROOT, "assets", "traces", "trim_trace.py"))
+    trim = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(trim)
+    with gzip.open(REAL, "rt") as f:
+        data = json.load(f)
+    assert trim.trim(copy.deepcopy(data)) == data            # trimming again keeps every event
+    events = data["traceEvents"]
+    assert len(events) == 3915 and sum(e.get("cat") == "kernel" for e in events) == 2700
+    assert data["distributedInfo"]["nccl_version"] == "2.17.1"
