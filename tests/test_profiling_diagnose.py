@@ -162,3 +162,14 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
         assert len(lines) == 1 and words in lines[0], (args, err)
     p = run_cli(str(tmp_path / "cut.json.gz"))   # and from a real shell: no traceback
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
+
+
+def test_a_call_twice_as_slow_as_its_identical_twin_is_not_the_link():
+    hw = plan.hardware("dgx_h100", 1, achievable=True)
+    call = tr.Call(0, "all_reduce", "0", 8, 1 << 28, "bfloat16", 0.0, 9000.0, None, None, None)
+    m = td.model(call, hw)
+    assert td.cause(call, 5.0, m, 0.0, None, 0.0, fastest_us=3000.0).startswith("3.0x its fastest identical call")
+    assert td.cause(call, 5.0, m, 0.0, None, 0.0, fastest_us=9000.0).startswith("busbw far below")
+    assert td.cause(call, 5.0, m, 8000.0, 3, 0.0, fastest_us=3000.0).startswith("waited 8000 us for rank 3")
+    small = tr.Call(0, "all_reduce", "0", 8, 4096, "bfloat16", 0.0, 900.0, None, None, None)
+    assert td.cause(small, 50.0, td.model(small, hw), 0.0, None, 0.0).startswith("message too small")

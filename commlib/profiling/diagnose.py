@@ -9,7 +9,8 @@
    group pricing) on a hardware preset, given or inferred from the GPU's name in the trace, at the link
    speeds NCCL reaches (topology.ACHIEVABLE). Calls more than `far` x the model are flagged with a probable
    cause, the first that applies: it waited for a late rank; the message is too small (the model is mostly
-   per-call latency: fuse them, bigger buckets); a small-message protocol on a large message (only where the
+   per-call latency: fuse them, bigger buckets); it took over twice as long as the same rank's fastest
+   identical call (waiting or contention, not the link); a small-message protocol on a large message (only where the
    trace states the protocol: kernel names do not, see traces.py); compute kernels ran beside it (NCCL
    runs on the same SMs); busbw far below the link's (check the link, NCCL's transport, other traffic).
 3. Overlap per rank: communication time, the part hidden under compute, the exposed part, idle time.
@@ -67,12 +68,17 @@ def model(call: Call, hw: plan.Hardware) -> dict | None:
     return {"time_s": b["time_s"], "latency_s": b["latency_s"], "busbw_GBps": b["busbw_GBps"]}
 
 
-def cause(call: Call, ratio: float, m: dict, wait_us: float, waited_for, beside_compute_us: float) -> str:
-    """The probable cause of a call `ratio` x slower than its model (see the module docstring for the order)."""
+def cause(call: Call, ratio: float, m: dict, wait_us: float, waited_for, beside_compute_us: float,
+          fastest_us: float | None = None) -> str:
+    """The probable cause of a call `ratio` x slower than its model (see the module docstring for the order);
+    fastest_us: the same rank's fastest identical call (same op, bytes and group)."""
     if wait_us > 0.5 * call.duration_us:
         return f"waited {wait_us:.0f} us for rank {waited_for} to arrive: not the network"
     if m["latency_s"] > 0.5 * m["time_s"] or call.bytes < SMALL_BYTES:
         return "message too small: latency-bound, every call pays it again; fuse calls (bigger buckets)"
+    if fastest_us and call.duration_us > 2 * fastest_us:
+        return (f"{call.duration_us / fastest_us:.1f}x its fastest identical call ({fastest_us:.0f} us): "
+                "waiting or contention, not the link")
     if call.protocol == "ll":
         return "LL (small-message protocol) on a large message: half the bandwidth; check NCCL_PROTO"
     if beside_compute_us > 0.5 * call.duration_us:
@@ -154,8 +160,12 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
     calls, overlaps = [], {}
     for r in ranks:
         compute = union(r.compute)
+        fastest = {}
         for c in r.calls:
-            row = _row(c, hw, far, waits.get((c.rank, c.start_us)), compute)
+            key = (c.op, c.bytes, c.group)
+            fastest[key] = min(fastest.get(key, c.duration_us), c.duration_us)
+        for c in r.calls:
+            row = _row(c, hw, far, waits.get((c.rank, c.start_us)), compute, fastest[(c.op, c.bytes, c.group)])
             if row["flag"] and row["wait_us"] is None and len(ranks) < world:
                 row["flag"] += "; or a late peer (not in these traces)"
             calls.append(row)
@@ -167,7 +177,7 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
             "stragglers": late, "notes": notes}
 
 
-def _row(c: Call, hw, far: float, wait, compute) -> dict:
+def _row(c: Call, hw, far: float, wait, compute, fastest_us: float | None = None) -> dict:
     nbytes = c.bytes
     dur_s = c.duration_us * 1e-6
     algbw = nbytes / dur_s / 1e9 if nbytes and dur_s > 0 else None
@@ -184,7 +194,7 @@ def _row(c: Call, hw, far: float, wait, compute) -> dict:
            "wait_us": wait_us if wait else None, "kernel": c.kernel, "flag": None}
     if ratio is not None and ratio > far:
         beside = length(intersect([(c.start_us, c.end_us)], compute))
-        row["flag"] = cause(c, ratio, m, wait_us, late, beside)
+        row["flag"] = cause(c, ratio, m, wait_us, late, beside, fastest_us)
     elif ratio is None and wait and wait_us > 0.5 * c.duration_us:
         row["flag"] = f"waited {wait_us:.0f} us for rank {late} to arrive: not the network"
     return row
@@ -233,7 +243,7 @@ def format_report(report: dict, limit: int = 12) -> str:
     flags = {}
     for c in report["calls"]:
         if c["flag"]:
-            flags.setdefault(re.sub(r"\d+ us", "N us", c["flag"]), []).append(c)
+            flags.setdefault(re.sub(r"\d+(\.\d+)?", "N", c["flag"]), []).append(c)   # one line per kind
     for cs in flags.values():
         c = cs[0]
         out.append(f"! {len(cs)} call(s) flagged, e.g. rank {c['rank']} {c['op']} {_f(c['bytes'], 'd')} B "
