@@ -94,6 +94,10 @@ def _step(extra):
     for _ in range(2):
         torch.mm(torch.ones(32, 32), torch.ones(32, 32))
         dist.all_reduce(x)
+    p = dist.get_world_size()
+    dist.all_gather_single(torch.empty(p * 1024), torch.ones(1024))
+    dist.reduce_scatter_single(torch.empty(1024, dtype=torch.float64), torch.ones(p * 1024, dtype=torch.float64))
+    dist.broadcast(torch.ones(100, dtype=torch.bfloat16), src=0)
 
 
 def _record(folder, late_rank):
@@ -106,9 +110,11 @@ def test_live_cpu_run_names_the_injected_straggler(tmp_path):
     assert sorted(os.path.basename(p) for p in paths) == ["rank0.json", "rank1.json", "rank2.json"]
     report = td.diagnose(str(tmp_path))
     assert report["backend"] == "gloo" and report["world_size"] == 3
-    assert {c["op"] for c in report["calls"]} == {"all_reduce"}
-    assert {c["bytes"] for c in report["calls"]} == {(1 << 14) * 4}
-    assert len(report["calls"]) == 3 * 2
+    # nccl-tests' bytes: the tensor; the gathered output; the full input (Gloo runs it as an all-reduce)
+    assert sorted({(c["op"], c["bytes"], c["dtype"], c["group_size"]) for c in report["calls"]}) == [
+        ("all_gather", 3 * 1024 * 4, "float32", 3), ("all_reduce", (1 << 14) * 4, "float32", 3),
+        ("broadcast", 200, "bfloat16", 3), ("reduce_scatter", 3 * 1024 * 8, "float64", 3)]
+    assert len(report["calls"]) == 3 * 5
     top = report["stragglers"][0]
     assert top["rank"] == 1          # the rank that slept; the others' wait is in their all_reduce
     assert top["delay_us"] >= 2 * 0.2e6

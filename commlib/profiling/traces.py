@@ -11,8 +11,9 @@ all_to_all), dtype, start and duration. Where a call's numbers come from:
              name`, `In/Out msg nelems`, `Group size`, `dtype`, `Process Group Name`) on the kernel; older
              traces carry them only on the CPU op that launched it (`record_param_comms`, or `nccl:*` with
              its input shapes): the kernel's `correlation` names its cudaLaunchKernel, which runs inside that op.
-  CPU/Gloo   the `gloo:*` events on Gloo's worker threads (the work itself); the sizes come from the
-             `c10d::*` op that queued it, matched in order (Gloo's workers take work in queue order).
+  CPU/Gloo   the `gloo:*` events on Gloo's worker threads: the work itself, with its input shape and dtype
+             (record_shapes). The `c10d::*` op that queued it, matched in order (Gloo's workers take work
+             in queue order), says which op the user called and its size in nccl-tests' convention.
 
 What a kernel name says (NCCL's source, checked): NCCL compiles specialised kernels for a few functions only
 and runs every other (algorithm, protocol) through the same kernel by a function table.
@@ -214,6 +215,8 @@ def _from_shapes(name: str, args: dict) -> dict | None:
         n = max(_numel(dims[0]), _numel(dims[1]))
     else:
         n = _dims_numel(dims)
+    if op == "barrier":  # its one-byte tensor is not sent
+        return {"op": op, "group": "0", "group_size": None, "dtype": None, "bytes": None}
     if size is None and "TensorList" in types:  # a tensor list records no dtype: assume 4-byte elements
         size = 4
     return {"op": op, "group": "0", "group_size": None, "dtype": dtype,
@@ -252,25 +255,33 @@ def _cuda_calls(rank, events, kernels) -> list[Call]:
     return calls
 
 
+# what Gloo runs for a user's op when it is not the op itself (ProcessGroupGloo's reduce_scatter_tensor is an
+# all-reduce of the whole input)
+GLOO_RUNS_AS = {"reduce_scatter": "all_reduce"}
+
+
 def _gloo_calls(rank, events, comm_threads) -> list[Call]:
-    """gloo:* work events, matched in order with the c10d::* ops that queued them (for sizes and dtypes)."""
+    """gloo:* work events (the work itself, with its own input shape and dtype), each matched in order with the
+    c10d::* op that queued it: the op the user called, and its size in nccl-tests' convention."""
     work = sorted((e for e in events if str(e.get("name", "")).startswith("gloo:")), key=lambda e: float(e["ts"]))
     queued = sorted((e for e in events if e.get("cat") == "cpu_op" and str(e.get("name", "")).startswith("c10d::")
                      and e.get("tid") not in comm_threads and OP_NAMES.get(e["name"][6:].lower())),
                     key=lambda e: float(e["ts"]))
-    queued_ops = [OP_NAMES[e["name"][6:].lower()] for e in queued]
     calls, j = [], 0
     for w in work:
-        op = OP_NAMES.get(w["name"][5:].lower(), w["name"][5:].lower())
-        info = None
-        while j < len(queued):  # the next queued op of the same kind (skipping ops Gloo runs inline)
-            j += 1
-            if queued_ops[j - 1] == op:
-                info = _from_shapes(queued[j - 1]["name"], queued[j - 1].get("args") or {})
+        ran = _from_shapes(w["name"], w.get("args") or {}) or {"op": w["name"][5:].lower(), "dtype": None,
+                                                                 "bytes": None}
+        asked = None
+        for k in range(j, len(queued)):  # the next queued op Gloo runs this way (others ran inline, or not here)
+            info = _from_shapes(queued[k]["name"], queued[k].get("args") or {})
+            if info["op"] == ran["op"] or GLOO_RUNS_AS.get(info["op"]) == ran["op"]:
+                asked, j = info, k + 1
                 break
-        info = info or {"group": "0", "group_size": None, "dtype": None, "bytes": None}
-        calls.append(Call(rank, op, info["group"], info["group_size"], info["bytes"], info["dtype"],
-                          float(w["ts"]), float(w.get("dur", 0.0)), None, None, None))
+        op = asked["op"] if asked else ran["op"]
+        dtype = (asked and asked["dtype"]) or ran["dtype"]
+        nbytes = asked["bytes"] if asked and asked["dtype"] else (ran["bytes"] or (asked and asked["bytes"]))
+        calls.append(Call(rank, op, "0", None, nbytes, dtype, float(w["ts"]), float(w.get("dur", 0.0)),
+                          None, None, None))
     return calls
 
 
