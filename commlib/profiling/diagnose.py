@@ -10,9 +10,9 @@
    speeds NCCL reaches (topology.ACHIEVABLE). Calls more than `far` x the model are flagged with a probable
    cause, the first that applies: it waited for a late rank; the message is too small (the model is mostly
    per-call latency: fuse them, bigger buckets); it took over twice as long as the same rank's fastest
-   identical call (waiting or contention, not the link); a small-message protocol on a large message (only where the
-   trace states the protocol: kernel names do not, see traces.py); compute kernels ran beside it (NCCL
-   runs on the same SMs); busbw far below the link's (check the link, NCCL's transport, other traffic).
+   identical call (waiting or contention, not the link); a small-message protocol on a large message (only
+   where the trace states the protocol: kernel names do not, see traces.py); compute kernels ran beside it
+   (NCCL runs on the same SMs); busbw far below the link's (check the link, NCCL's transport, other traffic).
 3. Overlap per rank: communication time, the part hidden under compute, the exposed part, idle time.
 
 Stragglers: a collective ends on every rank at about the same moment (nobody finishes before the last rank's
