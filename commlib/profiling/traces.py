@@ -389,7 +389,9 @@ def record(step, path: str, *args, warmup: int = 1, late_rank: int | None = None
     rank = dist.get_rank() if dist.is_initialized() else 0
     out = path.replace("{rank}", str(rank))
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_initialized() else [])
+    # the GPU timeline where this rank uses CUDA: an NCCL group, or CUDA already initialised
+    cuda = torch.cuda.is_initialized() or (dist.is_initialized() and "nccl" in str(dist.get_backend()))
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with warnings.catch_warnings(), _without_profiler_chatter(), profile(activities=activities, record_shapes=True,
                                               schedule=schedule(wait=0, warmup=warmup, active=1),
                                               on_trace_ready=lambda p: p.export_chrome_trace(out)) as prof:
@@ -398,7 +400,7 @@ def record(step, path: str, *args, warmup: int = 1, late_rank: int | None = None
             if i == warmup and rank == late_rank:
                 time.sleep(late_s)
             step(*args, **kwargs)
-            if torch.cuda.is_initialized():
+            if cuda:
                 torch.cuda.synchronize()
             prof.step()
     return out
