@@ -23,9 +23,9 @@ and runs every other (algorithm, protocol) through the same kernel by a function
   new form, NCCL >= 2.19  ncclDevKernel_AllReduce_Sum_f32_RING_LL: best_kernel() in src/device/generate.py
                           (v2.30.7) names TREE for the tree and RING_LL for every other algorithm (ring, NVLS,
                           CollNet, PAT) and protocol: only TREE is an answer.
-So `algorithm` is what the name proves (None otherwise) and `protocol` is None: the protocol NCCL picked is
-printed per call by NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING ("AllReduce: N Bytes -> Algo RING proto SIMPLE",
-v2.30.7 src/enqueue.cc), or forced with NCCL_PROTO.
+So `algorithm` is what the name proves (None otherwise) and `protocol` is None: from NCCL 2.20, rank 0 prints
+NCCL's choice per call with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING ("AllReduce: N Bytes -> Algo RING proto
+SIMPLE ...", by name from 2.24; v2.30.7 src/enqueue.cc); before 2.20 the line is commented out.
 
 Why not Holistic Trace Analysis (holistictraceanalysis, MIT): it needs pandas, plotly, networkx and pydot (none
 are in requirements.txt), reads GPU kernels only (no Gloo, so not the course's CPU runs), computes no bytes,
