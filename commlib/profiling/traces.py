@@ -35,6 +35,7 @@ f4d0062), which NCCL >= 2.19's ncclDevKernel_* names are not. What this module n
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import os
@@ -237,14 +238,19 @@ def _cuda_calls(rank, events, kernels) -> list[Call]:
                 by_ext.setdefault(args.get("External id"), info)
                 start = float(e["ts"])
                 ops_by_tid.setdefault(e.get("tid"), []).append((start, start + float(e.get("dur", 0)), info))
+    starts = {}
+    for tid, spans in ops_by_tid.items():
+        spans.sort(key=lambda s: s[0])
+        starts[tid] = [s[0] for s in spans]
     calls = []
     for k in kernels:
         args = k.get("args") or {}
         info = _from_args(args)
         launch = launches.get(args.get("correlation"))
         if info is None and launch is not None:  # the innermost op with sizes around its launch
-            t = float(launch["ts"])
-            inside = [s for s in ops_by_tid.get(launch.get("tid"), []) if s[0] <= t <= s[1]]
+            t, spans = float(launch["ts"]), ops_by_tid.get(launch.get("tid"), [])
+            i = bisect.bisect_right(starts[launch.get("tid")], t)
+            inside = [s for s in spans[max(0, i - 4):i] if s[1] >= t]   # collective ops nest a few deep at most
             info = min(inside, key=lambda s: (s[2]["bytes"] is None, s[1] - s[0]))[2] if inside else None
         if info is None:  # no launch recorded: the op whose External id the kernel carries
             info = by_ext.get(args.get("External id"))
