@@ -126,6 +126,24 @@ def ep_bytes_per_rank(tokens, hidden, topk, ep, act_bytes=2, imbalance=1.0) -> f
     return 2 * (1 + f) * t * k * h * _num("act_bytes", act_bytes) * (e - 1) / e
 
 
+def cp_bytes_per_rank(batch, seq, kv_hidden, cp, itemsize=2) -> float:
+    """Bytes each rank sends in the forward of ring attention, per layer: its K/V block goes around the ring of
+    cp ranks, cp-1 sends of 2 b (s/cp) h_kv: (cp-1) 2 b (s/cp) h_kv itemsize (Liu et al., "Ring Attention", 2023).
+    h_kv = kv_heads * head_dim (less than hidden with grouped-query attention). The backward sends the K/V again
+    and their gradients, (2cp-1) 2 b (s/cp) h_kv (cp_backward_bytes_per_rank); the all-gather variant (Llama 3)
+    sends the forward's bytes as one all-gather, (cp-1)/cp of the whole K/V."""
+    b, s, h, c = (_int(n, v) for n, v in (("batch", batch), ("seq", seq), ("kv_hidden", kv_hidden), ("cp", cp)))
+    _divides("seq", s, "cp", c)
+    return (c - 1) * 2 * b * (s // c) * h * _int("itemsize", itemsize)
+
+
+def cp_backward_bytes_per_rank(batch, seq, kv_hidden, cp, itemsize=2) -> float:
+    """Bytes each rank sends in the backward of ring attention, per layer: the K/V blocks travel again (cp-1 sends)
+    with the accumulator of their gradients, which ends back at its owner (cp sends): (2cp-1) 2 b (s/cp) h_kv."""
+    fwd = cp_bytes_per_rank(batch, seq, kv_hidden, cp, itemsize)
+    c = _int("cp", cp)
+    return 0.0 if c == 1 else fwd * (2 * c - 1) / (c - 1)
+
 def init_broadcast_bytes(nbytes, dp) -> float:
     """What DDP's start-up broadcast of rank 0's parameters and buffers (nbytes) costs the busiest rank over a
     binomial tree: ceil(lg dp) * nbytes (the root); every other rank receives nbytes once."""

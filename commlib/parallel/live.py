@@ -10,6 +10,9 @@ run the same functions.
     tensor_parallel_block  a Megatron transformer layer, TP or SP               all-reduce / all-gather, reduce-scatter
     pipelined              GPipe or 1F1B over point-to-point                    send / recv
     expert_parallel        a top-k MoE layer, experts spread over the ranks     all-to-all
+    context_parallel_attention  ring attention or all-gathered K/V (chapter 8)  send / recv, all-gather
+    collective_matmul      all-gather + matmul in p overlapped steps (async TP)  send / recv
+    mesh_training          FSDP2 x TP on a 2-D DeviceMesh, counted by CommDebugMode (commlib.parallel.mesh)
 """
 
 from __future__ import annotations
@@ -18,10 +21,14 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from commlib import plan
+from commlib.parallel import collective_matmul as cmm
+from commlib.parallel import context as cpx
 from commlib.parallel import experts as ex
 from commlib.parallel import pipeline as pl
 from commlib.parallel import tensor as tp
 from commlib.parallel import zero
+from commlib.parallel.collective_matmul import RingPass
 from commlib.parallel.comm import Comm
 
 SIZES = [16, 32, 32, 8]     # the ZeRO toy MLP: every unit's weight + bias count divides by 4
@@ -169,3 +176,68 @@ def expert_parallel(ep: int, topk: int, impl: str = "commlib", imbalance=None, t
     per = experts // ep
     received = int(((picks >= r * per) & (picks < (r + 1) * per)).sum())
     return {"errors": errors, "sent": dict(comm.sent), "received": received}
+
+
+# ------------------------------------------------------------------------- context parallelism
+def _cp_inputs(batch, heads, seq, head_dim, seed=7):
+    torch.manual_seed(seed)
+    q, k, v, g = (torch.randn(batch, heads, seq, head_dim) for _ in range(4))
+    return q, k, v, g
+
+
+def context_parallel_attention(cp: int, causal: bool = True, balance: str = "zigzag", variant: str = "ring",
+                               overlap: bool = True, batch: int = 2, heads: int = 2, seq: int = 32,
+                               head_dim: int = 8) -> dict:
+    """Attention over `seq` tokens split over groups of cp ranks (balance: zigzag | contiguous), by ring attention
+    (variant="ring") or by all-gathering K/V ("all_gather"), forward and backward, next to torch's attention on
+    the whole sequence in one process. -> {max_err_out, max_err_grad (q, k and v), sent_bytes (forward),
+    expected_bytes (plan.cp_bytes_per_rank), backward_bytes, work (chunk pairs per rank, a list over the cp
+    ranks), kv_memory (bytes of K/V held at once), positions (this rank's tokens)}."""
+    if variant not in ("ring", "all_gather"):
+        raise ValueError(f"variant must be 'ring' or 'all_gather', got {variant!r}")
+    group = _groups(cp)[dist.get_rank() // cp]
+    r = group.index(dist.get_rank())
+    allpos = [cpx.positions(seq, cp, j, balance) for j in range(cp)]
+    q, k, v, g = _cp_inputs(batch, heads, seq, head_dim)
+    full = [t.clone().requires_grad_() for t in (q, k, v)]
+    ref = cpx.reference(*full, causal=causal)
+    (ref * g).sum().backward()
+    mine = allpos[r]
+    local = [t[:, :, mine].clone().requires_grad_() for t in (q, k, v)]
+    stats: dict = {}
+    if variant == "ring":
+        out = cpx.ring_attention(*local, RingPass(group), mine, allpos, causal, overlap, stats)
+    else:
+        comm = Comm.split(_groups(cp)) if cp < dist.get_world_size() else Comm()
+        out = cpx.all_gather_attention(*local, comm, mine, allpos, causal)
+    (out * g[:, :, mine]).sum().backward()
+    if variant == "all_gather":
+        stats = {"forward_bytes": comm.sent["all_gather_kv"], "backward_bytes": comm.sent["reduce_scatter_dkv"],
+                 "work": cpx.work_per_rank(cp, causal, balance)[r]}
+    work = [None] * dist.get_world_size()
+    dist.all_gather_object(work, stats["work"])
+    kv_hidden, itemsize = heads * head_dim, q.element_size()
+    return {"max_err_out": _err(out, ref[:, :, mine]),
+            "max_err_grad": max(_err(a.grad, b.grad[:, :, mine]) for a, b in zip(local, full)),
+            "sent_bytes": stats["forward_bytes"], "backward_bytes": stats["backward_bytes"],
+            "expected_bytes": plan.cp_bytes_per_rank(batch, seq, kv_hidden, cp, itemsize),
+            "work": [work[j] for j in group],
+            "kv_memory": cpx.kv_memory(batch, seq, kv_hidden, cp, itemsize, variant),
+            "positions": mine.tolist()}
+
+
+# --------------------------------------------------------------------------- collective matmul
+def collective_matmul(tp: int, overlap: bool = True, rows: int = 8, hidden: int = 16, cols: int = 12) -> dict:
+    """all_gather(X) @ W_r done in tp steps over a ring (each step passes the next shard on while it multiplies)
+    next to the plain all-gather then matmul. -> {max_err, sent_bytes, expected_bytes, steps}."""
+    groups = _groups(tp)
+    comm = Comm.split(groups) if tp < dist.get_world_size() else Comm()
+    torch.manual_seed(11)
+    x, w = torch.randn(tp * rows, hidden), torch.randn(hidden, tp * cols)
+    r = comm.rank
+    xr, wr = x[r * rows:(r + 1) * rows], w[:, r * cols:(r + 1) * cols]
+    plain = cmm.all_gather_matmul(xr, wr, comm.group)
+    ring = RingPass(comm.ranks)
+    y = cmm.collective_matmul(xr, wr, ring, overlap)
+    return {"max_err": _err(y, plain), "sent_bytes": ring.sent,
+            "expected_bytes": cmm.bytes_per_rank(rows, hidden, tp, xr.element_size()), "steps": len(ring.steps)}
