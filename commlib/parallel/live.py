@@ -25,6 +25,7 @@ from commlib import plan
 from commlib.parallel import collective_matmul as cmm
 from commlib.parallel import context as cpx
 from commlib.parallel import experts as ex
+from commlib.parallel import mesh as mh
 from commlib.parallel import pipeline as pl
 from commlib.parallel import tensor as tp
 from commlib.parallel import zero
@@ -241,3 +242,65 @@ def collective_matmul(tp: int, overlap: bool = True, rows: int = 8, hidden: int 
     y = cmm.collective_matmul(xr, wr, ring, overlap)
     return {"max_err": _err(y, plain), "sent_bytes": ring.sent,
             "expected_bytes": cmm.bytes_per_rank(rows, hidden, tp, xr.element_size()), "steps": len(ring.steps)}
+
+
+# ---------------------------------------------------------------------------------- 2-D mesh
+def mesh_training(dp: int, tp: int, steps: int = 2, batch: int = 2, seq: int = 4, hidden: int = 16,
+                  heads: int = 4, table: bool = False) -> dict:
+    """A transformer block trained on init_device_mesh("cpu", (dp, tp)): FSDP2 over dp, DTensor TP over tp,
+    next to one process on the whole batch. -> {max_err (parameters after `steps` SGD steps), counts and
+    bytes: per mesh dimension, what CommDebugMode saw in the last step, expected: the planner's counts
+    (plan.mesh_collectives); table: redistribution_table on this mesh (table=True)}."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+    out = mh.train(mesh, steps, batch, seq, hidden, heads)
+    out["expected"] = plan.mesh_collectives(len(mh.UNITS), dp, tp)
+    if table:
+        out["table"] = mh.redistribution_table(mesh)
+    return out
+
+
+# ------------------------------------------------------------------- overlap on emulated links
+def ring_overlap(kind: str = "attention", bandwidth: float = 100e6, latency: float = 0.0, overlap: bool = True,
+                 balance: str = "zigzag", seq: int = 2048, heads: int = 4, head_dim: int = 64, rows: int = 256,
+                 hidden: int = 1024) -> dict:
+    """Ring attention's forward (kind="attention", causal) or the collective matmul ("matmul") on all ranks,
+    every link between two ranks emulated (topology.emulate, one rank per node: bandwidth B/s, latency s).
+    -> {measured: the time this rank did not compute (exposed communication), model: the same from
+    collective_matmul.ring_timelines on every rank's measured compute, compute_s, message_s, steps, late_s: how
+    much later than the model this rank's messages arrived (the emulation's error: wake-ups on a busy machine)}."""
+    from commlib import topology
+
+    if kind not in ("attention", "matmul"):
+        raise ValueError(f"kind must be 'attention' or 'matmul', got {kind!r}")
+    p = dist.get_world_size()
+    torch.manual_seed(0)
+    if kind == "attention":
+        allpos = [cpx.positions(seq, p, j, balance) for j in range(p)]
+        q, k, v = (torch.randn(1, heads, seq // p, head_dim) for _ in range(3))
+
+        def once(ring):
+            with torch.no_grad():
+                cpx.ring_attention(q, k, v, ring, allpos[dist.get_rank()], allpos, True, overlap)
+        nbytes = 2 * q.numel() * q.element_size()
+    else:
+        x, w = torch.randn(rows, hidden), torch.randn(hidden, hidden)
+
+        def once(ring):
+            cmm.collective_matmul(x, w, ring, overlap)
+        nbytes = x.numel() * x.element_size()
+    once(RingPass())              # warm up, not paced
+    dist.barrier()
+    ring = RingPass()
+    with topology.emulate(gpus_per_node=1, bandwidth=bandwidth, latency=latency) as em:
+        dist.barrier()
+        once(ring)
+    compute = [c for c, _ in ring.steps]
+    everyone = [None] * p
+    dist.all_gather_object(everyone, compute)
+    message_s = latency + nbytes / bandwidth
+    model = cmm.ring_timelines(everyone, message_s, overlap)[dist.get_rank()]
+    return {"measured": sum(w for _, w in ring.steps), "model": cmm.exposed_s(model), "compute_s": sum(compute),
+            "message_s": message_s, "steps": ring.steps, "nbytes": nbytes,
+            "late_s": sum(m.late_s for m in em.log)}   # the emulation's own delay past the model, all messages
