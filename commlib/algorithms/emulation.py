@@ -224,14 +224,6 @@ class Emulator:
         self.received: dict[int, int] = {}
         self.log: list[PacedMessage] = []
 
-    def topology(self, intra):
-        """The commlib.topology.Topology this network emulates, with `intra` (a Link) for the loopback inside nodes."""
-        from commlib.cost import Link
-        from commlib.topology import Topology
-
-        nic = Link("emulated NIC", self.bandwidth, self.latency, "commlib.topology.emulate(): paced loopback")
-        return Topology(self.nodes, self.gpus_per_node, intra, nic, self.nics_per_node)
-
     def on_send(self, dst: int, nbytes: int):
         """Called before a send is posted: enters it in the network if it leaves the node -> a ticket for
         complete() (None if it stays inside)."""
@@ -285,10 +277,10 @@ def _shm_dir() -> str:
 def emulate(gpus_per_node, bandwidth, latency=0.0, nics_per_node=1):
     """Inside every rank at once: groups of gpus_per_node consecutive ranks become nodes with nics_per_node
     NICs of `bandwidth` bytes/s per direction and `latency` s each; commlib.algorithms' messages between
-    nodes are paced through them. Yields this rank's Emulator (.log, .topology(intra))."""
+    nodes are paced through them. Yields this rank's Emulator (.log)."""
     import torch.distributed as dist
 
-    from commlib import algorithms as alg
+    from commlib.algorithms import p2p as alg  # the point-to-point layer reads alg.NETWORK
 
     g = _positive_int(gpus_per_node, "gpus_per_node")
     k = _positive_int(nics_per_node, "nics_per_node")

@@ -1,7 +1,7 @@
 """MPI's textbook collectives, written on commlib.algorithms' point-to-point layer: binomial-tree broadcast,
 reduce and all-reduce, recursive doubling and Rabenseifner all-reduce (non-powers of two folded as in
 MPICH; Thakur, Rabenseifner, Gropp 2005). MPI libraries switch between them by message size; NCCL has none
-of them (commlib.nccl_algorithms has its own). Reachable as commlib.algorithms.<name>, like the ring.
+of them (commlib.algorithms.nccl has its own). Reachable as commlib.algorithms.<name>, like the ring.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from commlib.algorithms import (_DTYPE_CODE, Trace, _agree, _flat, _Messages, _offsets, _prepare, _reduce_into,
-                                _write_back)
+from commlib.algorithms.p2p import (_DTYPE_CODE, Trace, _agree, _flat, _Messages, _offsets, _prepare, _reduce_into,
+                                    _write_back)
 from commlib.cost import fold_to_power_of_two, halving_ranges, shard_sizes
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from commlib.algorithms import (_DTYPE_CODE, Trace, _agree, _check_segment, _flat, _Messages, _prepare, _reduce_into,
+from commlib.algorithms.p2p import (_DTYPE_CODE, Trace, _agree, _check_segment, _flat, _Messages, _prepare, _reduce_into,
                                 _segments, _write_back)
 from commlib.cost import double_binary_tree, shard_sizes
 

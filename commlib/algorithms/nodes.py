@@ -18,11 +18,11 @@ from numbers import Integral
 import torch
 import torch.distributed as dist
 
-from commlib.algorithms import (_DTYPE_CODE, _agree, _flat, _Messages, _offsets, _prepare, _ring_all_gather_,
-                                _ring_reduce_scatter_, _rings_pass_, _write_back)
+from commlib.algorithms.p2p import _DTYPE_CODE, _agree, _flat, _Messages, _offsets, _prepare, _write_back
+from commlib.algorithms.ring import _ring_all_gather_, _ring_reduce_scatter_, _rings_pass_
+from commlib.algorithms.trace import Trace
 from commlib.cost import shard_sizes
 from commlib.topology import multi_ring_orders
-from commlib.trace import Trace
 
 
 def _nodes(name: str, gpus_per_node) -> tuple[int, int]:

@@ -1,22 +1,9 @@
-"""Collectives written from scratch on torch.distributed point-to-point calls (isend/irecv/send/recv).
+"""The point-to-point layer every collective in commlib.algorithms is written on.
 
-Call them inside a rank (the default process group initialised); each returns its result tensor.
-The steps of each algorithm are the structure of its code. Pass trace=Trace() to record every
-message this rank sends (who, to whom, which chunk, how many bytes).
-
-    ring_all_reduce(t)          = ring_reduce_scatter + ring_all_gather, in place, like dist.all_reduce
-    ring_reduce_scatter(t)      -> this rank's shard (sizes: shard_sizes(t.numel(), p))
-    ring_all_gather(shard)      -> all shards concatenated in rank order (uneven shards allowed)
-    naive_all_reduce(t)         reduce to rank 0, then rank 0 sends the result to everyone
-    tree_broadcast / tree_reduce / tree_all_reduce     binomial trees            (MPI's: commlib.mpi_algorithms)
-    recursive_doubling_all_reduce / rabenseifner_all_reduce   (non-powers of two folded as in MPICH; also MPI's)
-    double_binary_tree_all_reduce / ring_broadcast     NCCL's Tree and broadcast (commlib.nccl_algorithms)
-    hierarchical_all_reduce / multi_ring_all_reduce / pairwise_all_to_all   nodes of gpus_per_node ranks
-                                (commlib.multinode; emulated slow links between nodes: topology.emulate)
-
-Before moving data, every rank checks (one tiny built-in all-gather) that all ranks passed the same
-numel, dtype and op; a mismatch raises the same ValueError on every rank instead of hanging.
-check=False skips it (benchmarks do, to time the algorithm alone).
+Validation every algorithm shares (_flat, _prepare: all ranks agree on numel, dtype and op before moving data),
+reduction into a buffer, and _Messages: sends and receives that are recorded in a Trace, skipped when empty,
+posted together as one group where NCCL needs it, and paced by an emulated network (commlib.topology.emulate)
+when one is active in this rank.
 
 The same code runs over Gloo (CPU tensors) and NCCL (CUDA tensors). NCCL runs point-to-point calls
 as kernels queued on a stream: a receive and a send between the same two ranks, posted one after
@@ -28,21 +15,13 @@ once, which pipelines the ring on the host.
 
 from __future__ import annotations
 
-import math
 
 import torch
 import torch.distributed as dist
 
-from commlib.cost import shard_sizes
-from commlib.trace import Event, Trace, replay
+from commlib.algorithms.trace import Event, Trace
 
-__all__ = ["Trace", "Event", "shard_sizes", "ring_all_reduce", "ring_reduce_scatter", "ring_all_gather",
-           "naive_all_reduce", "tree_broadcast", "tree_reduce", "tree_all_reduce",
-           "recursive_doubling_all_reduce", "rabenseifner_all_reduce", "replay", "OPS", "DTYPES",
-           "double_binary_tree_all_reduce", "ring_broadcast",
-           "hierarchical_all_reduce", "multi_ring_all_reduce", "pairwise_all_to_all"]  # the last ones: _ELSEWHERE
-
-OPS = ("sum", "max", "min", "avg")
+REDUCE_OPS = ("sum", "max", "min", "avg")  # what a reduction may do (torch.distributed.ReduceOp names)
 GROUP_P2P: bool | None = None  # None: the ring posts each step as one group for CUDA tensors only; True/False force it
 NETWORK = None  # set by commlib.topology.emulate(): paces the messages that cross emulated node boundaries
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.int64)
@@ -64,8 +43,8 @@ def _write_back(t: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
 
 
 def _check_op(op: str, dtype: torch.dtype) -> None:
-    if op not in OPS:
-        raise ValueError(f"op must be one of {OPS}, got {op!r}")
+    if op not in REDUCE_OPS:
+        raise ValueError(f"op must be one of {REDUCE_OPS}, got {op!r}")
     if op == "avg" and not dtype.is_floating_point:
         raise ValueError(f"op='avg' needs a floating-point tensor, got {dtype}; use op='sum' and divide")
 
@@ -90,7 +69,7 @@ def _agree(fn: str, check: bool, device, **fields: int) -> torch.Tensor | None:
 
 
 _DTYPE_CODE = {d: i for i, d in enumerate(DTYPES)}
-_OP_CODE = {o: i for i, o in enumerate(OPS)}
+_OP_CODE = {o: i for i, o in enumerate(REDUCE_OPS)}
 
 
 def _prepare(name: str, t: torch.Tensor, op: str, check: bool, **extra: int) -> torch.Tensor:
@@ -205,7 +184,12 @@ def _offsets(sizes: list[int]) -> list[int]:
     return out + [acc]
 
 
-# ------------------------------------------------------------------------------------ ring
+def network():
+    """The emulated network active in this rank (commlib.topology.emulate), or None."""
+    return NETWORK
+
+
+# ------------------------------------------------------------------------------ segments
 SEGMENT_BYTES = 1 << 21  # ring pipelining: chunks travel in segments of at most this many bytes
 
 
@@ -219,194 +203,3 @@ def _check_segment(segment_bytes) -> int | None:
                                       or segment_bytes < 1):
         raise ValueError(f"segment_bytes must be an int >= 1 (bytes) or None for {SEGMENT_BYTES}, got {segment_bytes!r}")
     return segment_bytes
-
-
-def _ring_position(ring: list[int] | None) -> tuple[list[int], int]:
-    """(the ring as global ranks in ring order, this rank's position in it); None: all ranks in rank order."""
-    r = dist.get_rank()
-    if ring is None:
-        return list(range(dist.get_world_size())), r
-    return ring, ring.index(r)
-
-
-def _ring_plans(flat, rings, op) -> list[tuple]:
-    """For each (ring, base, sizes): (p, right, left, first chunk sent, chunk offsets in flat, 2 receive buffers)."""
-    plans = []
-    for ring, base, sizes in rings:
-        ring, q = _ring_position(ring)
-        buffers = None if op is None else [torch.empty(max(sizes), dtype=flat.dtype, device=flat.device)
-                                           for _ in range(2)]  # step s receives into buffers[s % 2]
-        plans.append((len(ring), ring[(q + 1) % len(ring)], ring[(q - 1) % len(ring)], q,
-                      [base + o for o in _offsets(sizes)], buffers))
-    return plans
-
-
-def _rings_pass_(flat, rings, op, msgs, phase, step0, start) -> None:
-    """p-1 steps around each ring in `rings`, all at once: (ring = global ranks in ring order, None for all
-    ranks; base; sizes = its chunks, one per position, from flat[base]). At step s the rank at position q sends
-    chunk q+start-s to the next position and receives chunk q+start-s-1 from the previous one: reducing it into
-    its own copy (op given: reduce-scatter) or storing it (op None: all-gather). Chunks travel in segments.
-    Pipelined (Gloo): a segment received at step s is forwarded at step s+1 as soon as it has arrived (and
-    been reduced), while later segments are still on the wire; the rings take turns segment by segment.
-    Grouped (NCCL, or GROUP_P2P): each step's receives and sends of every ring are posted as one group, as
-    NCCL needs for a send/receive pair; the stream (NCCL) or the wait (Gloo) orders the steps."""
-    plans = _ring_plans(flat, rings, op)
-    itemsize = flat.element_size()
-    p = plans[0][0]
-    pending: list[list] = [[] for _ in plans]  # per ring, the previous step's receives: (work, lo, hi, buffer view)
-    sends: list = []
-    for s in range(p - 1):
-        incoming, outgoing = [], []  # per ring: (left, [(lo, hi, receive buffer view)]), [(lo, hi, right, chunk)]
-        for _, right, left, q, off, buffers in plans:
-            send_c, recv_c = (q + start - s) % p, (q + start - s - 1) % p
-            incoming.append((left, [(lo, hi, flat[lo:hi] if op is None else
-                                     buffers[s % 2][lo - off[recv_c]:hi - off[recv_c]])
-                                    for lo, hi in _segments(off[recv_c], off[recv_c + 1], itemsize, msgs.segment_bytes)]))
-            outgoing.append([(lo, hi, right, send_c)
-                             for lo, hi in _segments(off[send_c], off[send_c + 1], itemsize, msgs.segment_bytes)])
-        if _grouped(flat):
-            ops = [dist.P2POp(dist.irecv, view, left) for left, views in incoming for _, _, view in views]
-            for lo, hi, right, send_c in (seg for segs in outgoing for seg in segs):
-                ops.append(dist.P2POp(dist.isend, flat[lo:hi], right))
-                msgs.record(phase, step0 + s, flat[lo:hi], right, send_c, lo)
-            msgs.post_and_wait(ops)
-            if op is not None:
-                for lo, hi, view in (v for _, views in incoming for v in views):
-                    _reduce_into(flat[lo:hi], view, op)
-            continue
-        posted = [[] for _ in plans]  # in the senders' order: rings may join the same two ranks in the same direction
-        for j in range(max(len(views) for _, views in incoming)):
-            for i, (left, views) in enumerate(incoming):
-                if j < len(views):
-                    lo, hi, view = views[j]
-                    posted[i].append((msgs.irecv(view, left), lo, hi, view))
-        for j in range(max(map(len, outgoing))):  # segment j of every ring in turn
-            for i, segs in enumerate(outgoing):
-                if j >= len(segs):
-                    continue
-                lo, hi, right, send_c = segs[j]
-                if pending[i]:  # this segment is what arrived last step: wait for it, reduce it, pass it on
-                    work, plo, phi, buf = pending[i][j]
-                    work.wait()
-                    if op is not None:
-                        _reduce_into(flat[plo:phi], buf, op)
-                sends.append(msgs.isend(flat[lo:hi], right))
-                msgs.record(phase, step0 + s, flat[lo:hi], right, send_c, lo)
-        pending = posted
-    for work, lo, hi, buf in (w for ring in pending for w in ring):
-        work.wait()
-        if op is not None:
-            _reduce_into(flat[lo:hi], buf, op)
-    for work in sends:
-        work.wait()
-
-
-def _ring_reduce_scatter_(flat, sizes, op, msgs, step0=0, ring=None, base=0) -> None:
-    """p-1 steps; at step s position q sends chunk q-s-1 on and adds chunk q-s-2 from its left into its own copy.
-    Afterwards chunk q at position q holds the reduction over the ring."""
-    _rings_pass_(flat, [(ring, base, sizes)], op, msgs, "reduce_scatter", step0, -1)
-
-
-def _ring_all_gather_(flat, sizes, msgs, step0=0, ring=None, base=0) -> None:
-    """p-1 steps; at step s position q forwards chunk q-s and stores chunk q-s-1 from its left in place.
-    Starts with chunk q complete at position q; ends with every chunk everywhere."""
-    _rings_pass_(flat, [(ring, base, sizes)], None, msgs, "all_gather", step0, 0)
-
-
-def ring_reduce_scatter(t: torch.Tensor, op: str = "sum", trace: Trace | None = None,
-                        check: bool = True, segment_bytes: int | None = None) -> torch.Tensor:
-    """-> this rank's shard of the reduction, 1-D, shard_sizes(t.numel(), p)[rank] elements; t is unchanged.
-    Each rank sends (p-1)/p * n bytes in p-1 steps, each chunk in segments of segment_bytes (default 2 MiB)."""
-    _check_segment(segment_bytes)
-    flat = _prepare("ring_reduce_scatter", t, op, check)
-    p, r = dist.get_world_size(), dist.get_rank()
-    sizes = shard_sizes(flat.numel(), p)
-    work = flat.clone()
-    if p > 1 and flat.numel():
-        _ring_reduce_scatter_(work, sizes, op, _Messages("ring", trace, segment_bytes=segment_bytes))
-    off = _offsets(sizes)
-    shard = work[off[r]:off[r + 1]].clone()
-    return shard.div_(p) if op == "avg" else shard
-
-
-def ring_all_gather(shard: torch.Tensor, trace: Trace | None = None, check: bool = True,
-                    segment_bytes: int | None = None) -> torch.Tensor:
-    """-> every rank's shard concatenated in rank order (along dim 0; a 0-d shard counts as one element).
-    Shards may differ in length along dim 0; dtype and the other dims must match. Each rank sends
-    (p-1)/p * n bytes of the gathered n."""
-    _check_segment(segment_bytes)
-    flat = _flat(shard, "shard")
-    row = math.prod(shard.shape[1:])  # elements per row along dim 0 (1 for 0-d and 1-d shards)
-    table = _agree("ring_all_gather", check, flat.device, dtype=_DTYPE_CODE[flat.dtype], row=row,
-                   ndim=shard.dim(), _numel=flat.numel())
-    p, r = dist.get_world_size(), dist.get_rank()
-    sizes = table[:, -1].tolist()
-    out = torch.empty(sum(sizes), dtype=flat.dtype, device=flat.device)
-    off = _offsets(sizes)
-    out[off[r]:off[r + 1]] = flat
-    if p > 1:
-        _ring_all_gather_(out, sizes, _Messages("ring", trace, segment_bytes=segment_bytes))
-    if shard.dim() <= 1:
-        return out
-    return out.view(-1, *shard.shape[1:])
-
-
-def ring_all_reduce(t: torch.Tensor, op: str = "sum", trace: Trace | None = None,
-                    check: bool = True, segment_bytes: int | None = None) -> torch.Tensor:
-    """In place, like dist.all_reduce: reduce-scatter then all-gather around the ring.
-    2(p-1) steps; each rank sends 2(p-1)/p * n bytes: 2(p-1) a + 2(p-1)/p n b + (p-1)/p n g. Each chunk
-    travels in segments of at most segment_bytes (default SEGMENT_BYTES, 2 MiB), each one message:
-    cost.pipelined_ring_time prices a smaller segment (chapter 8)."""
-    _check_segment(segment_bytes)
-    flat = _prepare("ring_all_reduce", t, op, check)
-    p = dist.get_world_size()
-    if p > 1 and flat.numel():
-        sizes = shard_sizes(flat.numel(), p)
-        msgs = _Messages("ring", trace, segment_bytes=segment_bytes)
-        _ring_reduce_scatter_(flat, sizes, op, msgs)
-        _ring_all_gather_(flat, sizes, msgs, step0=p - 1)
-    if op == "avg":
-        flat.div_(p)
-    return _write_back(t, flat)
-
-
-# ----------------------------------------------------------------------- naive (parameter server)
-def naive_all_reduce(t: torch.Tensor, op: str = "sum", trace: Trace | None = None,
-                     check: bool = True) -> torch.Tensor:
-    """In place. Every rank sends its tensor to rank 0, which reduces and sends the result back to each
-    rank in turn: rank 0 sends (p-1) n bytes and is the bottleneck, 2(p-1)(a + n b) + (p-1) n g."""
-    flat = _prepare("naive_all_reduce", t, op, check)
-    p, r = dist.get_world_size(), dist.get_rank()
-    msgs = _Messages("naive", trace)
-    if r == 0:
-        incoming = torch.empty_like(flat)
-        for src in range(1, p):
-            msgs.recv(incoming, src)
-            _reduce_into(flat, incoming, op)
-        for step, dst in enumerate(range(1, p)):
-            msgs.send("broadcast", p - 1 + step, flat, dst)
-    else:
-        msgs.send("reduce", r - 1, flat, 0)
-        msgs.recv(flat, 0)
-    if op == "avg":
-        flat.div_(p)
-    return _write_back(t, flat)
-
-
-_ELSEWHERE = {  # collectives built on this module's layer, in modules of their own (imported on first use)
-    "tree_broadcast": "mpi_algorithms", "tree_reduce": "mpi_algorithms", "tree_all_reduce": "mpi_algorithms",
-    "recursive_doubling_all_reduce": "mpi_algorithms", "rabenseifner_all_reduce": "mpi_algorithms",
-    "double_binary_tree_all_reduce": "nccl_algorithms", "ring_broadcast": "nccl_algorithms",
-    "hierarchical_all_reduce": "multinode", "multi_ring_all_reduce": "multinode", "pairwise_all_to_all": "multinode",
-}
-
-
-def __getattr__(name: str):
-    """MPI's textbook algorithms (commlib.mpi_algorithms), NCCL's (commlib.nccl_algorithms) and the collectives
-    shaped by nodes (commlib.multinode) build on this module's point-to-point layer, so this module cannot
-    import them at its top; alg.<name> finds them on first use."""
-    if name in _ELSEWHERE:
-        import importlib
-
-        return getattr(importlib.import_module(f"commlib.{_ELSEWHERE[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,13 +30,17 @@ from commlib import algorithms as alg
 from commlib import cost
 from commlib import topology as topo
 
-# name -> (op, the call on this rank for nodes of g ranks, passing on trace= or check=)
-ALGORITHMS = {
-    "flat_ring": ("all_reduce", lambda t, g, **kw: alg.ring_all_reduce(t, **kw)),
-    "multi_ring": ("all_reduce", lambda t, g, **kw: alg.multi_ring_all_reduce(t, g, **kw)),
-    "hierarchical": ("all_reduce", lambda t, g, **kw: alg.hierarchical_all_reduce(t, g, **kw)),
-    "pairwise": ("all_to_all", lambda t, g, **kw: alg.pairwise_all_to_all(t, g, **kw)),
-}
+
+
+def _call(entry):
+    """The registry entry's function in commlib.algorithms, called as fn(t, g, **kw) for nodes of g ranks."""
+    fn = getattr(alg, entry.function)
+    return (lambda t, g, **kw: fn(t, g, **kw)) if entry.per_node else (lambda t, g, **kw: fn(t, **kw))
+
+
+# name -> (op, the call on this rank for nodes of g ranks, passing on trace= or check=): every node-level
+# algorithm of commlib.cost.registry that commlib.algorithms runs
+RUNNABLE = {a.name: (a.op, _call(a)) for a in cost.REGISTRY.values() if a.level == "nodes" and a.function}
 
 
 # ---------------------------------------------------------------------------------- in ranks
@@ -71,7 +75,7 @@ def time_algorithms(sizes, repeats: int, gpus_per_node: int, bandwidth: float, l
     """-> ({(algorithm, nbytes): [seconds per run]}, [(late_s, overslept_s, data after due, paced_s)]), this rank.
     'builtin' is dist.all_reduce under the same emulation: not paced."""
     torch.set_num_threads(1)
-    runs = {name: (op, lambda t, g, fn=fn: fn(t, g, check=False)) for name, (op, fn) in ALGORITHMS.items()}
+    runs = {name: (op, lambda t, g, fn=fn: fn(t, g, check=False)) for name, (op, fn) in RUNNABLE.items()}
     runs["builtin"] = ("all_reduce", lambda t, g: dist.all_reduce(t))
     times = {(name, n): [] for n in sizes for name in runs}
     with topo.emulate(gpus_per_node, bandwidth, latency, nics) as net:
@@ -92,7 +96,7 @@ def time_algorithms(sizes, repeats: int, gpus_per_node: int, bandwidth: float, l
 def traced_bytes(numel: int, gpus_per_node: int, dtype=torch.float32) -> dict:
     """-> {algorithm: (bytes this rank sent inside its node, bytes it sent to other nodes)}, from the traces."""
     out = {}
-    for name, (_, fn) in ALGORITHMS.items():
+    for name, (_, fn) in RUNNABLE.items():
         tr = alg.Trace()
         fn(torch.ones(numel, dtype=dtype), gpus_per_node, trace=tr)
         cross = [e.src // gpus_per_node != e.dst // gpus_per_node for e in tr.events]  # the flat ring knows no nodes
@@ -135,7 +139,7 @@ def run(cluster, sizes=(4 << 20,), ratio: float = 8.0, latency: float = 1e-3, ni
         out = cluster.run(time_algorithms, sizes, repeats, g, nic.bandwidth, latency, k)
         model = topo.Topology(p // g, g, intra, nic, k)
         for n in sizes:
-            for name, (op, _) in ALGORITHMS.items():
+            for name, (op, _) in RUNNABLE.items():
                 rows.append({"nics": k, "algorithm": name, "op": op, "nbytes": n,
                              "measured_s": slowest_rank_median([o[0][(name, n)] for o in out]),
                              "model_s": topo.collective_time(op, n, model, name, gamma=gamma)})
@@ -156,7 +160,7 @@ def run(cluster, sizes=(4 << 20,), ratio: float = 8.0, latency: float = 1e-3, ni
             "pacing": pacing}
 
 
-COMMITTED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks",
+COMMITTED = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks",
                          "topology_emulated.json")
 
 

@@ -18,33 +18,35 @@ import torch.distributed as dist
 
 from commlib import algorithms as alg
 from commlib import cost
-from commlib import nccl_algorithms as nccl_alg
-from commlib._worker import uses_nccl
+from commlib.cluster.worker import uses_nccl
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
           "float64": torch.float64, "int32": torch.int32, "int64": torch.int64}
 
-# (op, algorithm) -> fn(tensor_in, world_size) -> result tensor. 'builtin' is torch.distributed's own.
-IMPLEMENTATIONS = {
-    ("all_reduce", "builtin"): lambda t: (dist.all_reduce(t), t)[1],
-    ("all_reduce", "ring"): lambda t: alg.ring_all_reduce(t, check=False),
-    ("all_reduce", "naive"): lambda t: alg.naive_all_reduce(t, check=False),
-    ("all_reduce", "tree"): lambda t: alg.tree_all_reduce(t, check=False),
-    ("all_reduce", "recursive_doubling"): lambda t: alg.recursive_doubling_all_reduce(t, check=False),
-    ("all_reduce", "rabenseifner"): lambda t: alg.rabenseifner_all_reduce(t, check=False),
-    ("all_reduce", "double_binary_tree"): lambda t: nccl_alg.double_binary_tree_all_reduce(t, check=False),
-    ("reduce_scatter", "builtin"): lambda t: _builtin_reduce_scatter(t),
-    ("reduce_scatter", "ring"): lambda t: alg.ring_reduce_scatter(t, check=False),
-    ("all_gather", "builtin"): lambda t: _builtin_all_gather(t),
-    ("all_gather", "ring"): lambda t: alg.ring_all_gather(t, check=False),
-    ("broadcast", "builtin"): lambda t: (dist.broadcast(t, src=0), t)[1],
-    ("broadcast", "tree"): lambda t: alg.tree_broadcast(t, src=0, check=False),
-    ("broadcast", "ring"): lambda t: nccl_alg.ring_broadcast(t, src=0, check=False),
-    ("reduce", "builtin"): lambda t: (dist.reduce(t, dst=0), t)[1],
-    ("reduce", "tree"): lambda t: alg.tree_reduce(t, dst=0, check=False),
-    ("sendrecv", "builtin"): lambda t: _ring_sendrecv(t),
+_BUILTIN = {  # torch.distributed's own collective for each op nccl-tests measures
+    "all_reduce": lambda t: (dist.all_reduce(t), t)[1],
+    "reduce_scatter": lambda t: _builtin_reduce_scatter(t),
+    "all_gather": lambda t: _builtin_all_gather(t),
+    "broadcast": lambda t: (dist.broadcast(t, src=0), t)[1],
+    "reduce": lambda t: (dist.reduce(t, dst=0), t)[1],
+    "sendrecv": lambda t: _ring_sendrecv(t),
 }
-OPS = tuple(sorted({op for op, _ in IMPLEMENTATIONS}))
+
+
+def _ours(function: str):
+    fn = getattr(alg, function)
+    return lambda t: fn(t, check=False)   # roots (src/dst) default to rank 0, as the built-ins here
+
+
+# (op, algorithm) -> fn(tensor_in) -> result tensor: 'builtin' is torch.distributed's own, the others every
+# algorithm of commlib.cost.registry that commlib.algorithms runs on one link
+IMPLEMENTATIONS = {}
+for _op, _fn in _BUILTIN.items():
+    IMPLEMENTATIONS[_op, "builtin"] = _fn
+    for _a in cost.REGISTRY.values():
+        if _a.op == _op and _a.level == "link" and _a.function:
+            IMPLEMENTATIONS[_op, _a.name] = _ours(_a.function)
+BENCHED_OPS = tuple(sorted({op for op, _ in IMPLEMENTATIONS}))
 
 
 def algorithms_for(op: str) -> tuple[str, ...]:
@@ -151,8 +153,8 @@ def sweep(op: str = "all_reduce", algorithm: str = "builtin", min_bytes: int = 1
         runs = [sweep(op, algorithm, min_bytes, max_bytes, dtype, iters, warmup, factor, progress) for _ in range(repeats)]
         return combine_repeats(runs, op, dist.get_world_size())
     if (op, algorithm) not in IMPLEMENTATIONS:
-        raise ValueError(f"no ({op!r}, {algorithm!r}); op in {OPS}, algorithm for {op!r} in "
-                         f"{algorithms_for(op) if op in OPS else '-'}")
+        raise ValueError(f"no ({op!r}, {algorithm!r}); op in {BENCHED_OPS}, algorithm for {op!r} in "
+                         f"{algorithms_for(op) if op in BENCHED_OPS else '-'}")
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
     if iters < 1 or warmup < 0:

@@ -32,8 +32,9 @@ from numbers import Real
 
 import cloudpickle
 
-from commlib._launcher import Launcher
-from commlib._output import RankOutput
+from commlib.cluster.errors import ClusterTimeout, RankDied, RankError
+from commlib.cluster.launcher import Launcher
+from commlib.cluster.output import RankOutput
 
 BACKENDS = ("auto", "gloo", "nccl")
 OUTPUT_MODES = ("ordered", "live")
@@ -44,32 +45,6 @@ _WAIT_SLICE_S = 0.25    # wake at least this often, so a pending Ctrl-C is handl
 _EXIT_REPORT_S = 1.0    # how long to wait for the zygote's report of how a dead rank ended
 _STILL_PRINTING_S = 1.0  # output this recent at a timeout: forwarding it may be what took the time
 _PG_TIMEOUT_MARGIN_S = 30.0  # torch's own collective timeout stays behind ours: we report first
-
-
-class RankError(RuntimeError):
-    """A function raised inside a rank. `.rank` names it; the message holds its traceback."""
-
-    def __init__(self, rank: int, message: str, remote_traceback: str = ""):
-        super().__init__(message)
-        self.rank = rank
-        self.remote_traceback = remote_traceback
-
-
-class ClusterTimeout(TimeoutError):
-    """No answer from some ranks within the timeout. `.ranks` lists them."""
-
-    def __init__(self, message: str, ranks: list[int]):
-        super().__init__(message)
-        self.ranks = ranks
-
-
-class RankDied(RankError, ClusterTimeout):
-    """A rank process ended (killed, crashed) instead of answering: both a RankError and a ClusterTimeout.
-    It left no Python traceback; remote_traceback holds one line saying how it ended."""
-
-    def __init__(self, rank: int, message: str):
-        RankError.__init__(self, rank, message, f"RankDied: {message}")
-        self.ranks = [rank]
 
 
 def resolve_backend(backend: str, world_size: int) -> str:

@@ -15,7 +15,7 @@ def hello() -> dict:
     import torch.distributed as dist
 
     rank, p = dist.get_rank(), dist.get_world_size()
-    from commlib._worker import uses_nccl
+    from commlib.cluster.worker import uses_nccl
 
     device = "cuda" if uses_nccl() else "cpu"
     t = torch.tensor([float(rank + 1)], device=device)
@@ -24,8 +24,8 @@ def hello() -> dict:
             "pid": os.getpid(), "all_reduce_sum": t.item(), "expected": p * (p + 1) / 2}
 
 
-if __name__ == "__main__":  # torchrun --nproc-per-node=4 -m commlib.demos
-    from commlib.torchrun import init_from_env
+if __name__ == "__main__":  # torchrun --nproc-per-node=4 -m commlib.cluster.demos
+    from commlib.cluster.torchrun import init_from_env
 
     import sys
 

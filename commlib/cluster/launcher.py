@@ -29,8 +29,9 @@ import tempfile
 import threading
 import time
 
-from commlib._listener import AuthListener
-from commlib._worker import command, recv, send
+from commlib.cluster.errors import ClusterTimeout
+from commlib.cluster.listener import AuthListener
+from commlib.cluster.worker import command, recv, send
 
 ZYGOTE_EXIT_S = 1.0       # after "close", how long the zygote gets to kill the ranks before SIGKILL
 _EXIT_CODES_KEPT = 4096   # recent exit reports remembered (a few generations of the largest world)
@@ -100,8 +101,6 @@ class Launcher:
     def next_connection(self, deadline: float, what: str):
         """The next authenticated connection and its hello message; ClusterTimeout at deadline, or as
         soon as the zygote has died (nobody else is coming then)."""
-        from commlib.cluster import ClusterTimeout
-
         while True:
             try:
                 conn = self.listener.incoming.get(timeout=max(min(deadline - time.monotonic(), _POLL_S), 0.001))
@@ -130,7 +129,7 @@ class Launcher:
             return
         self._stop_zygote()
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-        pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds commlib/
         env["PYTHONPATH"] = os.pathsep.join([pkg_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         # A session of its own: a signal to this process's group (a terminal's Ctrl-C, a kernel manager
         # killing the group) does not reach it, so it is always the zygote that cleans up the ranks.

@@ -21,7 +21,7 @@ def init_from_env(backend: str = "auto", timeout: float = 300.0) -> tuple[int, i
     import torch
     import torch.distributed as dist
 
-    from commlib._worker import loopback_interface, process_group_backend
+    from commlib.cluster.worker import loopback_interface, process_group_backend
 
     if backend not in ("auto", "gloo", "nccl"):
         raise ValueError(f"backend must be one of ('auto', 'gloo', 'nccl'), got {backend!r}")

@@ -1,8 +1,8 @@
 """The processes behind a `Cluster`: a zygote that imports torch once, and the rank loop.
 
-The notebook kernel starts one zygote (`python -m commlib._worker HOST PORT TMPDIR`, authkey on
+The notebook kernel starts one zygote (`python -m commlib.cluster.worker HOST PORT TMPDIR`, authkey on
 stdin). The zygote imports torch, then creates ranks on request: by fork() on Linux, so a rank
-(re)starts in milliseconds instead of re-importing torch, or as fresh `python -m commlib._worker`
+(re)starts in milliseconds instead of re-importing torch, or as fresh `python -m commlib.cluster.worker`
 processes elsewhere. Each rank leads a session of its own, so whatever it starts (subprocesses,
 forks) is killed with it, as one process group. Every process watches its parent and ends when it
 goes away (a rank takes its group along; the zygote kills every rank's group and removes TMPDIR),
@@ -26,7 +26,7 @@ from multiprocessing.connection import Client, Connection, wait
 
 import cloudpickle
 
-from commlib._output import RankStreams
+from commlib.cluster.output import RankStreams
 
 WATCH_INTERVAL_S = 0.1
 USE_FORK = sys.platform.startswith("linux") and os.environ.get("COMMLIB_START_METHOD", "fork") == "fork"
@@ -275,7 +275,7 @@ def _reap(pid: int, block: bool = False):
 
 def command(*args: str) -> list[str]:
     """The command line that starts this module's main() (not `-m`: the package imports us first)."""
-    return [sys.executable, "-c", "import sys; from commlib._worker import main; main(sys.argv)", *args]
+    return [sys.executable, "-c", "import sys; from commlib.cluster.worker import main; main(sys.argv)", *args]
 
 
 def main(argv: list[str]) -> None:

@@ -84,24 +84,36 @@ LINKS: dict[str, Link] = {
 
 @dataclass(frozen=True)
 class Published:
-    """A published measurement: nccl-tests' busbw at large sizes, with what ran and where it was said."""
+    """A published nccl-tests busbw (GB/s, low-high where the source gives a range), what ran, where, and who said it.
+
+    One link (commlib.cost.PUBLISHED): `link` names the LINKS preset of the bottleneck link. Nodes of a preset
+    (commlib.topology.PUBLISHED): `system` is the preset, `nodes` how many, `algorithm` the model's algorithm for
+    what NCCL ran, `kind` 'calibration' (an ACHIEVABLE link was set from it), 'measured' (predicted, not
+    fitted), 'expected' (NVIDIA engineers' stated figure or formula), 'bound' (the model is an upper bound)."""
 
     system: str
     op: str
     algorithm: str
-    busbw: float        # bytes/s, nccl-tests' definition
-    link: str           # the LINKS preset of the bottleneck link
+    busbw_GBps: tuple[float, float]
     source: str
+    nodes: int = 1
+    link: str | None = None
+    kind: str = "measured"
+
+    @property
+    def busbw(self) -> float:
+        """bytes/s, nccl-tests' definition (the middle of the range)."""
+        return sum(self.busbw_GBps) / 2 * 1e9
 
 
 PUBLISHED: list[Published] = [
-    Published("8x A100 SXM (NVLink3, one node)", "all_reduce", "ring", 230e9, "nvlink3",
+    Published("8x A100 SXM (NVLink3, one node)", "all_reduce", "ring", (230.0, 230.0), link="nvlink3", source=
               "S. Jeaugey (NCCL), NVIDIA/nccl-tests issue #149, 2023-07-05: 12 NVLinks x ~20 GB/s effective = "
               "240 GB/s, ~230 GB/s reached"),
-    Published("8x H100 SXM (NVLink4, one node)", "all_reduce", "ring", 370e9, "nvlink4",
+    Published("8x H100 SXM (NVLink4, one node)", "all_reduce", "ring", (370.0, 370.0), link="nvlink4", source=
               "S. Jeaugey (NCCL), NVIDIA/nccl-tests issue #212, 2024-05-06: 450 GB/s line rate, ~20% protocol "
               "overhead, ~370 GB/s busbw with NCCL_ALGO=RING"),
-    Published("8x H100 SXM (NVLink4, one node)", "all_reduce", "nvls", 480e9, "nvlink4",
+    Published("8x H100 SXM (NVLink4, one node)", "all_reduce", "nvls", (480.0, 480.0), link="nvlink4", source=
               "S. Jeaugey (NCCL), NVIDIA/nccl-tests issue #212, 2024-05-06: NVLink SHARP, peak busbw ~480 GB/s "
               "(algbw ~275 GB/s); with NVLS busbw is not the bandwidth on the wire"),
 ]

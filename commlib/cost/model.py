@@ -15,37 +15,20 @@ import math
 import numpy as np
 
 from commlib import _validate as check
-from commlib.links import LINKS, PUBLISHED, Link, Published  # noqa: F401  (re-exported: cost.LINKS, cost.Link)
-from commlib.schedules import (_binomial_children, _dbtree_sent, binary_tree, double_binary_tree,  # noqa: F401
-                               fold_to_power_of_two, halving_ranges, tree_height)
+from commlib.cost.links import LINKS, Link
+from commlib.cost.registry import REGISTRY, algorithms
+from commlib.cost.schedules import check_p, shard_sizes
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "sendrecv")
-ALGORITHMS = ("ring", "tree", "recursive_doubling", "rabenseifner", "naive", "double_binary_tree", "scatter_allgather")
-# Which (op, algorithm) pairs exist. "ring" for all_to_all: pairwise exchange in ring order; for broadcast and
-# reduce: NCCL's pipelined chain from (to) the root.
-PAIRS = {
-    "all_reduce": ("ring", "tree", "recursive_doubling", "rabenseifner", "naive", "double_binary_tree"),
-    "all_gather": ("ring", "recursive_doubling"),
-    "reduce_scatter": ("ring", "recursive_doubling"),
-    "broadcast": ("tree", "naive", "ring", "scatter_allgather"),
-    "reduce": ("tree", "naive", "ring"),
-    "all_to_all": ("ring",),
-    "sendrecv": ("ring",),  # every rank sends n bytes to its right neighbour at once: one message, a + n b
-}
-POWER_OF_TWO_ONLY = {("all_gather", "recursive_doubling"), ("reduce_scatter", "recursive_doubling")}
-# Who implements what. NCCL has neither recursive doubling nor Rabenseifner: it chooses per call among Ring,
-# Tree (the pipelined double binary tree), NVLS, CollNet and PAT, and a protocol (LL, LL128, Simple), from
-# its tuning model (NCCL 2.30.7 src/graph/tuning.cc). MPI libraries (MPICH: Thakur et al. 2005) switch
-# between the textbook algorithms by message size.
-FAMILY = {
-    "ring": "MPI and NCCL",
-    "tree": "MPI (binomial tree)",
-    "recursive_doubling": "MPI",
-    "rabenseifner": "MPI",
-    "naive": "neither (parameter server)",
-    "double_binary_tree": "NCCL (Tree)",
-    "scatter_allgather": "MPI (long broadcast)",
-}
+# Read from the one registry (commlib.cost.registry). "ring" for all_to_all: pairwise exchange in ring order;
+# for broadcast and reduce: NCCL's pipelined chain from (to) the root. Who implements what: NCCL has neither
+# recursive doubling nor Rabenseifner; it chooses per call among Ring, Tree (the pipelined double binary tree),
+# NVLS, CollNet and PAT, and a protocol (LL, LL128, Simple), from its tuning model (NCCL 2.30.7
+# src/graph/tuning.cc). MPI libraries (MPICH: Thakur et al. 2005) switch between the textbook algorithms by size.
+ALGORITHMS = algorithms("link")
+PAIRS = {op: algorithms("link", op) for op in OPS}
+POWER_OF_TWO_ONLY = {key for key, a in REGISTRY.items() if a.power_of_two}
+FAMILY = {name: next(a.family for a in REGISTRY.values() if a.name == name) for name in ALGORITHMS}
 
 
 # ------------------------------------------------------------------------------- validation
@@ -58,11 +41,7 @@ def _check_op(op: str, algorithm: str, name: str = "algorithm") -> None:
         raise ValueError(f"no {name} {algorithm!r} for {op}; choose one of {PAIRS[op]}")
 
 
-def _check_p(world_size) -> int:
-    return check.integer("world_size", world_size, low=1)
-
-
-def _check_nbytes(nbytes) -> float:
+def check_nbytes(nbytes) -> float:
     return check.number("nbytes", nbytes, low=0, unit="bytes")
 
 
@@ -74,22 +53,10 @@ def _check_pow2(op: str, algorithm: str, p: int) -> None:
 def _validated(op: str, nbytes, world_size, algorithm: str) -> tuple[int, float]:
     """Check an (op, algorithm) pair, the size and the world size together -> (p, n)."""
     _check_op(op, algorithm)
-    p = _check_p(world_size)
-    n = _check_nbytes(nbytes)
+    p = check_p(world_size)
+    n = check_nbytes(nbytes)
     _check_pow2(op, algorithm, p)
     return p, n
-
-
-def is_power_of_two(p: int) -> bool:
-    p = check.integer("p", p)
-    return p >= 1 and p & (p - 1) == 0
-
-
-def shard_sizes(numel: int, world_size: int) -> list[int]:
-    """Split numel elements into world_size shards as evenly as possible, the first numel % p one larger."""
-    p = _check_p(world_size)
-    q, r = divmod(check.integer("numel", numel, low=0), p)
-    return [q + 1 if i < r else q for i in range(p)]
 
 
 # ------------------------------------------------------------------------------------ bytes
@@ -106,100 +73,14 @@ def bytes_sent_by_rank(op: str, nbytes: float, world_size: int, algorithm: str =
         return [0.0]
     numel = int(round(n / itemsize))
     s = [x * itemsize for x in shard_sizes(numel, p)]
-    vr = [(r - root) % p for r in range(p)]
-    if (op, algorithm) == ("all_reduce", "ring"):
-        return [2 * n - s[r] - s[(r + 1) % p] for r in range(p)]
-    if (op, algorithm) == ("reduce_scatter", "ring"):
-        return [n - s[r] for r in range(p)]
-    if (op, algorithm) == ("all_gather", "ring"):
-        return [n - s[(r + 1) % p] for r in range(p)]
-    if op == "all_to_all":
-        return [n - s[r] for r in range(p)]  # rank r keeps its own 1/p, sends one block to each other rank
-    if op == "sendrecv":
-        return [n] * p
-    if (op, algorithm) == ("all_reduce", "naive"):
-        return [(p - 1) * n if r == root else n for r in range(p)]
-    if (op, algorithm) == ("broadcast", "naive"):
-        return [(p - 1) * n if r == root else 0.0 for r in range(p)]
-    if (op, algorithm) == ("reduce", "naive") or (op, algorithm) == ("reduce", "tree"):
-        return [0.0 if r == root else n for r in range(p)]
-    if (op, algorithm) == ("broadcast", "tree"):
-        return [_binomial_children(vr[r], p) * n for r in range(p)]
-    if (op, algorithm) == ("all_reduce", "double_binary_tree"):  # each tree: n/2 up to the parent, down to each child
-        return _dbtree_sent(p, [x * itemsize for x in shard_sizes(numel, 2)])  # the first tree: the larger half
-    if (op, algorithm) == ("broadcast", "ring"):  # chain root -> root+1 -> ...: all but the last rank forward n
-        return [0.0 if vr[r] == p - 1 else n for r in range(p)]
-    if (op, algorithm) == ("reduce", "ring"):  # chain root+1 -> root+2 -> ... -> root: all but the root send n
-        return [0.0 if r == root else n for r in range(p)]
-    if (op, algorithm) == ("broadcast", "scatter_allgather"):  # binomial scatter of p chunks, then ring all-gather
-        s_rel = [s[(v + root) % p] for v in range(p)]      # chunk v belongs to relative rank v
-        out = []
-        for r in range(p):
-            v, sent, mask = vr[r], 0.0, 1
-            while mask < p:       # relative rank v sends each child v + mask the chunks of its subtree
-                if v < mask and v + mask < p:
-                    sent += sum(s_rel[v + mask:min(v + 2 * mask, p)])
-                mask <<= 1
-            out.append(sent + n - s_rel[(v + 1) % p])
-        return out
-    if (op, algorithm) == ("all_reduce", "tree"):  # binomial reduce, then binomial broadcast
-        return [(0.0 if r == root else n) + _binomial_children(vr[r], p) * n for r in range(p)]
-    if algorithm == "recursive_doubling" and op == "all_reduce":
-        out = []
-        for r in range(p):
-            new, p2 = fold_to_power_of_two(r, p)
-            if new is None:
-                out.append(n)  # hands its data over, gets the result back
-            else:
-                out.append(int(math.log2(p2)) * n + (n if r < 2 * (p - p2) else 0.0))
-        return out
-    if algorithm == "recursive_doubling":  # all_gather / reduce_scatter, power of two
-        rounds = [halving_ranges(r, p) for r in range(p)]
-        return [sum(sum(s[hi_lo[1]:hi_lo[2]]) for hi_lo in rounds[r]) for r in range(p)]
-    if algorithm == "rabenseifner":
-        out = []
-        for r in range(p):
-            new, p2 = fold_to_power_of_two(r, p)
-            if new is None:
-                out.append(n)
-                continue
-            chunk = [x * itemsize for x in shard_sizes(numel, p2)]
-            sent = n if r < 2 * (p - p2) else 0.0   # the result handed back after the folded run
-            for _, slo, shi, klo, khi in halving_ranges(new, p2):
-                sent += sum(chunk[slo:shi]) + sum(chunk[klo:khi])  # halving sends; doubling sends what it kept
-            out.append(sent)
-        return out
-    raise AssertionError((op, algorithm))  # _check_op makes this unreachable
+    return REGISTRY[op, algorithm].sent(n, p, s, root, numel, itemsize)
 
 
 def bytes_sent_per_rank(op: str, nbytes: float, world_size: int, algorithm: str = "ring") -> float:
     """Bytes sent by the busiest rank, closed form (n divisible by p). Ring all_reduce: 2(p-1)/p n;
     ring all_gather / reduce_scatter: (p-1)/p n; binomial broadcast: ceil(lg p) n; naive all_reduce: (p-1) n."""
     p, n = _validated(op, nbytes, world_size, algorithm)
-    frac = (p - 1) / p
-    lg2 = p.bit_length() - 1            # floor(lg p)
-    clg = (p - 1).bit_length()          # ceil(lg p)
-    folded = 0 if is_power_of_two(p) else 1
-    key = (op, algorithm)
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return frac * n
-    if op == "sendrecv":
-        return n if p > 1 else 0.0
-    if key == ("all_reduce", "ring"):
-        return 2 * frac * n
-    if key == ("all_reduce", "rabenseifner"):  # non-power of two: also hands the result back
-        return 2 * (2**lg2 - 1) / 2**lg2 * n + folded * n
-    if key == ("all_reduce", "recursive_doubling"):
-        return (lg2 + folded) * n
-    if key in (("all_reduce", "naive"), ("broadcast", "naive")):
-        return (p - 1) * n
-    if key in (("broadcast", "tree"), ("all_reduce", "tree")):
-        return clg * n
-    if key == ("all_reduce", "double_binary_tree"):  # 2n for p >= 4: inner in one tree, leaf in the other
-        return max(_dbtree_sent(p, [n / 2, n / 2])) if p > 1 else 0.0
-    if key == ("broadcast", "scatter_allgather"):
-        return 2 * frac * n
-    return n if p > 1 else 0.0  # reduce, and the ring (chain) broadcast: every sender sends the tensor once
+    return REGISTRY[op, algorithm].busiest(n, p)
 
 
 def bus_factor(op: str, world_size: int) -> float:
@@ -207,7 +88,7 @@ def bus_factor(op: str, world_size: int) -> float:
     broadcast, reduce, sendrecv 1."""
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
-    p = _check_p(world_size)
+    p = check_p(world_size)
     if op == "all_reduce":
         return 2 * (p - 1) / p
     if op in ("all_gather", "reduce_scatter", "all_to_all"):
@@ -230,58 +111,10 @@ def critical_path(op: str, nbytes: float, world_size: int, algorithm: str = "rin
     p, n = _validated(op, nbytes, world_size, algorithm)
     if p == 1:
         return 0.0, 0.0, 0.0
-    lg = math.log2(p)
-    clg = (p - 1).bit_length()  # ceil(lg p)
-    frac = (p - 1) / p
-    key = (op, algorithm)
-    if key == ("all_reduce", "ring"):
-        return 2 * (p - 1), 2 * frac * n, frac * n
-    if key == ("all_reduce", "tree"):
-        return 2 * clg, 2 * clg * n, clg * n
-    if key == ("all_reduce", "naive"):
-        return 2 * (p - 1), 2 * (p - 1) * n, (p - 1) * n
-    if key == ("all_reduce", "double_binary_tree"):
-        trees = double_binary_tree(p)
-        height = max(tree_height(t) for t in trees)
-        reduced = max(sum(n / 2 * len(t[r][1]) for t in trees) for r in range(p))
-        return 2 * height, bytes_sent_per_rank(op, n, p, algorithm), reduced
-    if key in (("broadcast", "ring"), ("reduce", "ring")):
-        return p - 1, n, (n if op == "reduce" else 0.0)
-    if key == ("broadcast", "scatter_allgather"):
-        return clg + p - 1, 2 * frac * n, 0.0
-    if key in (("all_reduce", "recursive_doubling"), ("all_reduce", "rabenseifner")):
-        lg2 = p.bit_length() - 1  # floor(lg p)
-        fold = (0, 0, 0) if is_power_of_two(p) else (2, 2 * n, n)
-        if algorithm == "recursive_doubling":
-            core = (lg2, lg2 * n, lg2 * n)
-        else:
-            frac2 = (2**lg2 - 1) / 2**lg2
-            core = (2 * lg2, 2 * frac2 * n, frac2 * n)
-        return tuple(float(c + f) for c, f in zip(core, fold))
-    if key == ("reduce_scatter", "ring"):
-        return p - 1, frac * n, frac * n
-    if key == ("reduce_scatter", "recursive_doubling"):  # recursive halving
-        return lg, frac * n, frac * n
-    if key == ("all_gather", "ring"):
-        return p - 1, frac * n, 0.0
-    if key == ("all_gather", "recursive_doubling"):
-        return lg, frac * n, 0.0
-    if key == ("broadcast", "tree"):
-        return clg, clg * n, 0.0
-    if key == ("broadcast", "naive"):
-        return p - 1, (p - 1) * n, 0.0
-    if key == ("reduce", "tree"):
-        return clg, clg * n, clg * n
-    if key == ("reduce", "naive"):
-        return p - 1, (p - 1) * n, (p - 1) * n
-    if key == ("all_to_all", "ring"):
-        return p - 1, frac * n, 0.0
-    if key == ("sendrecv", "ring"):
-        return 1, n, 0.0
-    raise AssertionError(key)  # _check_op makes this unreachable
+    return REGISTRY[op, algorithm].path(n, p)
 
 
-def _link(link) -> Link:
+def as_link(link) -> Link:
     if isinstance(link, str):
         if link not in LINKS:
             raise ValueError(f"link must be a Link or one of {tuple(LINKS)}, got {link!r}")
@@ -291,7 +124,7 @@ def _link(link) -> Link:
     return link
 
 
-def _gamma(gamma) -> float:
+def check_gamma(gamma) -> float:
     return check.number("gamma", gamma, low=0, unit="seconds per byte")
 
 
@@ -312,7 +145,7 @@ def breakdown(op: str, nbytes: float, world_size: int, link: Link | str, algorit
     """The model's answer term by term: latency_s (the link's call latency, once, plus alpha per message on the
     path), bandwidth_s, reduction_s, time_s, bytes_per_rank (busiest rank), algbw_GBps and busbw_GBps as
     nccl-tests would report them, and the bottleneck term."""
-    link, g = _link(link), _gamma(gamma)
+    link, g = as_link(link), check_gamma(gamma)
     messages, nb, reduced = critical_path(op, nbytes, world_size, algorithm)
     call = link.call_latency if messages else 0.0
     terms = {"latency_s": call + messages * link.latency, "bandwidth_s": nb * link.beta, "reduction_s": reduced * g}
@@ -335,7 +168,7 @@ def pipelined_ring_time(op: str, nbytes: float, world_size: int, link: Link | st
         raise ValueError(f"op must be all_reduce, reduce_scatter or all_gather for a pipelined ring, got {op!r}")
     p, n = _validated(op, nbytes, world_size, "ring")
     segment_bytes = check.number("segment_bytes", segment_bytes, low=0, strict=True, unit="bytes")
-    link, g = _link(link), _gamma(gamma)
+    link, g = as_link(link), check_gamma(gamma)
     if p == 1 or n == 0:
         return 0.0
     steps = 2 * (p - 1) if op == "all_reduce" else p - 1
@@ -350,7 +183,7 @@ def crossover_bytes(op: str, algorithm_a: str, algorithm_b: str, world_size: int
                     gamma: float = 0.0) -> float | None:
     """The size n at which two algorithms take equal time (both are a + n*slope in n), or None if they never
     cross for n > 0. Below it, the one with fewer messages wins; above it, the one with fewer bytes."""
-    link, g = _link(link), _gamma(gamma)
+    link, g = as_link(link), check_gamma(gamma)
     _check_op(op, algorithm_a, "algorithm_a")
     _check_op(op, algorithm_b, "algorithm_b")
     ma, ba, ra = critical_path(op, 1.0, world_size, algorithm_a)  # per-byte coefficients at n = 1

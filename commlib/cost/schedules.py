@@ -3,19 +3,34 @@
 commlib.algorithms runs them on real ranks; commlib.cost counts their bytes and prices them. Both read
 them from here, so the model and the code follow one schedule.
 
+    shard_sizes                            how a tensor of numel elements splits into p shards
     fold_to_power_of_two, halving_ranges   MPICH's recursive doubling / halving (Thakur et al. 2005)
     binary_tree, double_binary_tree        NCCL's trees (NCCL 2.30.7 src/graph/trees.cc)
 """
 
 from __future__ import annotations
 
-
-def _check_p(world_size) -> int:
-    from commlib.cost import _check_p as check  # one validation, with cost's messages
-    return check(world_size)
+from commlib import _validate as check
 
 
-def _binomial_children(vr: int, p: int) -> int:
+def check_p(world_size) -> int:
+    """The world size as an int >= 1 (every cost function checks it the same way)."""
+    return check.integer("world_size", world_size, low=1)
+
+
+def is_power_of_two(p: int) -> bool:
+    p = check.integer("p", p)
+    return p >= 1 and p & (p - 1) == 0
+
+
+def shard_sizes(numel: int, world_size: int) -> list[int]:
+    """Split numel elements into world_size shards as evenly as possible, the first numel % p one larger."""
+    p = check_p(world_size)
+    q, r = divmod(check.integer("numel", numel, low=0), p)
+    return [q + 1 if i < r else q for i in range(p)]
+
+
+def binomial_children(vr: int, p: int) -> int:
     """How many children relative rank vr has in a binomial tree of p ranks rooted at 0."""
     k, children = 0, 0
     while (1 << k) < p:
@@ -61,7 +76,7 @@ def binary_tree(world_size: int) -> list[tuple[int, list[int]]]:
     rank r != 0 with lowest set bit b hangs under (r ^ b) | 2b, or r ^ b when that is out of range; its
     children are r - b/2 and r + b/2 (the latter halved until in range). Rank 0's one child is the largest
     power of two below p. -> per rank (parent or -1, children)."""
-    p = _check_p(world_size)
+    p = check_p(world_size)
     tree = []
     for r in range(p):
         if r == 0:
@@ -87,7 +102,7 @@ def double_binary_tree(world_size: int) -> list[list[tuple[int, list[int]]]]:
     """NCCL's double binary tree (trees.cc, ncclGetDtree; Sanders, Speck, Traeff 2009): the binary tree, and
     a second one that mirrors it (r -> p-1-r) when p is even, or shifts it by one rank when p is odd, so that
     a rank that is a leaf in one tree is inner in the other. Each tree carries half of the data."""
-    p = _check_p(world_size)
+    p = check_p(world_size)
     first = binary_tree(p)
     if p % 2 == 0:
         move = lambda r: p - 1 - r          # noqa: E731  (the mirror is its own inverse)
@@ -112,7 +127,7 @@ def tree_height(tree: list[tuple[int, list[int]]]) -> int:
     return max(depth(r) for r in range(len(tree)))
 
 
-def _dbtree_sent(p: int, halves) -> list[float]:
+def dbtree_sent(p: int, halves) -> list[float]:
     """Bytes each rank sends in a double-binary-tree all-reduce whose trees carry `halves` bytes: in each
     tree, its half once up to its parent (reduce) and once down to each child (broadcast)."""
     trees = double_binary_tree(p)

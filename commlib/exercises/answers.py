@@ -144,9 +144,11 @@ def _first_line(text: str) -> str:
     return lines[0] if lines else "(no message)"
 
 
-def _close(a: float, b: float, rel: float = 0.02) -> bool:
-    """|a - b| <= rel |b|: a and b are the numbers _number returns and the checker computes."""
-    return abs(a - b) <= rel * abs(b)
+def close(value: float, *targets: float, rel: float = 0.02, atol: float = 0.0) -> bool:
+    """The one "close enough" of every checker: |value - target| <= rel |target| + atol for some target.
+    value is what _number read from the answer; targets are what the checker computed (the right answer, or
+    the result of a known mistake)."""
+    return any(abs(value - t) <= rel * abs(t) + atol for t in targets)
 
 
 def _values(t, at_most: int = 16) -> str:

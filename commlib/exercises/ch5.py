@@ -8,14 +8,10 @@
 
 from __future__ import annotations
 
-from commlib.answers import Verdict, _missing, _number
+from commlib.exercises.answers import Verdict, _missing, _number, close
 
 COMPRESSED = ("fp16", "powersgd", "topk", "int8", "fp8")
 COMPATIBLE = frozenset({"fp16", "powersgd"})
-
-
-def _near(x: float, want: float, rel: float = 0.01) -> bool:
-    return abs(x - want) <= rel * abs(want) + 1e-9
 
 
 def ch5_powersgd_bytes(answer, m: int = 1024, n: int = 4096, rank: int = 4, world_size: int = 8,
@@ -29,20 +25,20 @@ def ch5_powersgd_bytes(answer, m: int = 1024, n: int = 4096, rank: int = 4, worl
         return bad
     p, r, ring = world_size, rank, 2 * (world_size - 1) / world_size
     want = bytes_per_rank("powersgd", (m, n), p, itemsize, rank=r)
-    if _near(x, want):
+    if close(x, want, rel=0.01):
         return Verdict(True, f"2(p-1)/p · r(m+n) · {itemsize} = {ring:g} · {r * (m + n):,} · {itemsize} = "
                              f"{want:,.0f} bytes, against {ring * m * n * itemsize:,.0f} for the plain all-reduce "
                              f"({m * n / (r * (m + n)):.0f}x fewer).")
-    if _near(x, ring * m * n * itemsize):
+    if close(x, ring * m * n * itemsize, rel=0.01):
         return Verdict(False, "that is the plain all-reduce of the m x n gradient. PowerSGD all-reduces P (m x r) "
                               "and Q (n x r) instead.")
-    if _near(x, r * (m + n) * itemsize):
+    if close(x, r * (m + n) * itemsize, rel=0.01):
         return Verdict(False, "that is the size of P and Q. A ring all-reduce of s bytes sends 2(p-1)/p · s per rank.")
-    if _near(x, ring * r * m * itemsize) or _near(x, ring * r * n * itemsize):
+    if close(x, ring * r * m * itemsize, rel=0.01) or close(x, ring * r * n * itemsize, rel=0.01):
         return Verdict(False, "both factors travel: P (m x r) and then Q (n x r), r(m+n) values in all.")
-    if _near(x, ring * r * (m + n)):
+    if close(x, ring * r * (m + n), rel=0.01):
         return Verdict(False, f"those are values, not bytes: each fp32 value is {itemsize} bytes.")
-    if _near(x, (p - 1) / p * r * (m + n) * itemsize) or _near(x, (p - 1) * r * (m + n) * itemsize):
+    if close(x, (p - 1) / p * r * (m + n) * itemsize, rel=0.01) or close(x, (p - 1) * r * (m + n) * itemsize, rel=0.01):
         return Verdict(False, "P and Q are summed by all-reduce (they are linear in the gradient), not gathered: "
                               "the ring's factor is 2(p-1)/p.")
     return Verdict(False, "count the values of P (m x r) and Q (n x r), in bytes, times the ring's 2(p-1)/p.")
@@ -60,19 +56,19 @@ def ch5_topk_bytes(answer, numel: int = 10**6, fraction: float = 0.01, world_siz
     p, k = world_size, topk_count(numel, fraction)
     want = bytes_per_rank("topk", (numel,), p, itemsize, fraction=fraction)
     plain = 2 * (p - 1) / p * numel * itemsize
-    if _near(x, want):
+    if close(x, want, rel=0.01):
         return Verdict(True, f"(p-1) · k · (4 + {itemsize}) = {p - 1} · {k:,} · {4 + itemsize} = {want:,.0f} "
                              f"bytes; the plain all-reduce sends {plain:,.0f}. From p = {round(1 / fraction) + 1} on, "
                              "the all-gather would send more than the whole all-reduce.")
-    if _near(x, (p - 1) * k * itemsize):
+    if close(x, (p - 1) * k * itemsize, rel=0.01):
         return Verdict(False, "the values alone cannot be added up: each rank picked its own coordinates, so every "
                               "value travels with its int32 index (4 more bytes).")
-    if _near(x, 2 * (p - 1) / p * k * (4 + itemsize)) or _near(x, 2 * (p - 1) / p * k * itemsize):
+    if close(x, 2 * (p - 1) / p * k * (4 + itemsize), rel=0.01) or close(x, 2 * (p - 1) / p * k * itemsize, rel=0.01):
         return Verdict(False, "that would be an all-reduce of the k pairs, but pairs with different indices cannot be "
                               "added on the way: top-k needs an all-gather, and its bytes grow like p - 1.")
-    if _near(x, p * k * (4 + itemsize)):
+    if close(x, p * k * (4 + itemsize), rel=0.01):
         return Verdict(False, "a rank does not send its own pairs to itself: p - 1 messages of k pairs in the ring.")
-    if _near(x, k * (4 + itemsize)):
+    if close(x, k * (4 + itemsize), rel=0.01):
         return Verdict(False, "that is one rank's message. In the ring all-gather each rank forwards the pairs of "
                               "all p - 1 others.")
     return Verdict(False, "k = round(fraction · numel) pairs of (int32 index, fp32 value) per rank, all-gathered "
@@ -90,20 +86,20 @@ def ch5_crossover(answer, shape=(4096, 4096), rank: int = 4, world_size: int = 8
     x, bad = _number(answer, "the bandwidth in bytes/s")
     if bad is not None:
         return bad
-    link = cost._link(link)
+    link = cost.as_link(link)
     p = world_size
     want = closed_form.crossover_bandwidth("powersgd", shape, p, compress_s, link, rank=rank)
     saved = (closed_form.bytes_per_rank("none", shape, p) - closed_form.bytes_per_rank("powersgd", shape, p, rank=rank))
-    if _near(x, want, 0.02):
+    if close(x, want):
         return Verdict(True, f"bw* = saved bytes / (compression time + extra latency) = {saved:,.0f} B / "
                              f"{saved / want * 1e3:.3f} ms = {want / 1e9:.3g} GB/s. {link.name} carries "
                              f"{link.bandwidth / 1e9:g} GB/s: PowerSGD {'pays' if link.bandwidth < want else 'loses'} "
                              "there.")
-    if _near(x, want / 1e9, 0.02) or _near(x, want / 1e6, 0.02):
+    if close(x, want / 1e9) or close(x, want / 1e6):
         return Verdict(False, "give bytes per second (not GB/s or MB/s).")
-    if _near(x, want * 8, 0.02):
+    if close(x, want * 8):
         return Verdict(False, "that is bits per second: give bytes per second.")
-    if _near(x, saved / compress_s, 0.02):
+    if close(x, saved / compress_s):
         return Verdict(False, "close: you priced the compression time, but PowerSGD also makes two all-reduces "
                               "(P, then Q) instead of one, and each pays the link's latencies again.")
     return Verdict(False, "set the two times equal: compress_s + the latency and the bytes/bw of PowerSGD's "

@@ -5,12 +5,8 @@ from __future__ import annotations
 
 from numbers import Real
 
-from commlib.answers import Verdict, _missing
-from commlib.answers import _number as _value  # (Python number, None) or (None, the hint)
-
-
-def _near(x: float, want: float, rel: float = 0.01) -> bool:
-    return abs(x - want) <= rel * abs(want) + 1e-12
+from commlib.exercises.answers import Verdict, _missing, close
+from commlib.exercises.answers import _number as _value  # (Python number, None) or (None, the hint)
 
 
 # ------------------------------------------------------------------------------ 7.1 ZeRO memory
@@ -23,10 +19,10 @@ def ch7_zero3_memory(answer, params: float = 7e9, dp: int = 16) -> Verdict:
         return bad
     p, n = params, dp
     want = plan.model_state_bytes(p, n, 3)
-    if _near(x, want):
+    if close(x, want, rel=0.01):
         return Verdict(True, f"(2 + 2 + 12) P / N = 16 x {p:g} / {n} = {want / 1e9:g} GB: ZeRO-3 shards all three. "
                              f"DDP would hold {plan.model_state_bytes(p) / 1e9:g} GB.")
-    if _near(x, want / 1e9):
+    if close(x, want / 1e9, rel=0.01):
         return Verdict(False, "give bytes, not GB (1 GB = 1e9 bytes).")
     mistakes = [(16 * p, "that is every GPU holding everything (DDP): ZeRO-3 divides all of it by N."),
                 (plan.model_state_bytes(p, n, 1), "that is ZeRO-1 (4P + 12P/N): stage 3 shards the fp16 parameters "
@@ -41,7 +37,7 @@ def ch7_zero3_memory(answer, params: float = 7e9, dp: int = 16) -> Verdict:
                             "gradients) + 4 + 4 + 4 (fp32 weights, momentum, variance)."),
                 (16 * p * (n - 1) / n, "that is what each GPU does *not* hold; it keeps 1/N of everything.")]
     for value, hint in mistakes:
-        if _near(x, value):
+        if close(x, value, rel=0.01):
             return Verdict(False, hint)
     return Verdict(False, "mixed-precision Adam: 2 + 2 + 12 bytes per parameter, and ZeRO-3 splits all of it "
                           "over the N data-parallel GPUs.")
@@ -60,7 +56,7 @@ def ch7_tp_bytes(answer, batch: int = 1, seq: int = 4096, hidden: int = 4096, tp
     b, s, h, t = batch, seq, hidden, tp
     want = plan.tp_bytes_per_rank(b, s, h, t, act_bytes)
     bsh = b * s * h * act_bytes
-    if _near(x, want):
+    if close(x, want, rel=0.01):
         return Verdict(True, f"4 all-reduces (2 forward, 2 backward) of b·s·h = {bsh / 2**20:g} MiB, each sending "
                              f"2(t-1)/t of it: {want / 2**20:g} MiB per layer. Sequence parallelism sends the same.")
     mistakes = [(want / 2, "that is forward only (the g operators' two all-reduces): backward has two more, in "
@@ -72,7 +68,7 @@ def ch7_tp_bytes(answer, batch: int = 1, seq: int = 4096, hidden: int = 4096, tp
                 (want / t, "the activations are not split over the TP ranks: every rank all-reduces the full b·s·h."),
                 (want * 2, "4 all-reduces per layer (2 forward, 2 backward), not 8.")]
     for value, hint in mistakes:
-        if _near(x, value):
+        if close(x, value, rel=0.01):
             return Verdict(False, hint)
     return Verdict(False, "count the all-reduces of one layer (Megatron's f and g operators) and the bytes a ring "
                           "all-reduce sends per rank: 2(t-1)/t · n.")
@@ -88,17 +84,17 @@ def ch7_bubble(answer, pp: int = 4, microbatches: int = 8) -> Verdict:
         return bad
     p, m = pp, microbatches
     want = plan.pipeline_bubble(p, m)
-    if _near(x, want, 1e-3):
+    if close(x, want, rel=1e-3):
         return Verdict(True, f"(p-1)/(m+p-1) = {p - 1}/{m + p - 1} = {want:.4g} of the step, for GPipe and 1F1B "
                              f"alike.")
-    if _near(x, 100 * want, 1e-3):
+    if close(x, 100 * want, rel=1e-3):
         return Verdict(False, "give a fraction between 0 and 1, not a percentage.")
-    if _near(x, (p - 1) / m, 1e-3):
+    if close(x, (p - 1) / m, rel=1e-3):
         return Verdict(False, "(p-1)/m is the bubble relative to the ideal (busy) time, as Narayanan et al. write it; "
                               "as a share of the whole step it is (p-1)/(m+p-1).")
-    if _near(x, (p - 1) / (m + p), 1e-3) or _near(x, p / (m + p - 1), 1e-3):
+    if close(x, (p - 1) / (m + p), rel=1e-3) or close(x, p / (m + p - 1), rel=1e-3):
         return Verdict(False, "the step lasts m + p - 1 slots of (forward + backward), and each stage idles in p - 1.")
-    if _near(x, 1 / m, 1e-3) or _near(x, 1 / p, 1e-3):
+    if close(x, 1 / m, rel=1e-3) or close(x, 1 / p, rel=1e-3):
         return Verdict(False, "draw the schedule: the last stage starts after p - 1 forwards, and the first finishes "
                               "p - 1 backwards after the others.")
     return Verdict(False, "count the slots: the step takes m + p - 1, each stage works in m of them.")

@@ -99,7 +99,7 @@ def read_notebook(path: Path) -> dict:
 def learner_copies(out_dir, notebooks=None) -> list[Path]:
     """Write learner copies of `notebooks` (default: notebooks/NN_*.ipynb) into out_dir; -> the paths written.
     CopyError, before anything is written, if an input is unreadable or a copy would overwrite an input."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     paths = [Path(p) for p in notebooks] if notebooks else sorted((root / "notebooks").glob("[0-9]*.ipynb"))
     if not paths:
         raise CopyError("no notebooks given and none found in notebooks/")

@@ -28,7 +28,7 @@ import torch
 
 from commlib import overlap, plan, precision
 from commlib import topology as topo
-from commlib.answers import Verdict, _choice, _missing, _number
+from commlib.exercises.answers import Verdict, _choice, _missing, _number
 
 MODEL = plan.MODELS["llama2_7b"]
 NODE = "dgx_h100"

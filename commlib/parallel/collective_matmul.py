@@ -26,8 +26,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from commlib import algorithms as alg
-from commlib.overlap import Event, Timeline
+from commlib.algorithms import p2p
+from commlib.overlap import Span, Timeline
 
 
 class RingPass:
@@ -47,7 +47,7 @@ class RingPass:
     def start(self, send: torch.Tensor, recv: torch.Tensor, tag: int = 0):
         """Post the receive of `recv` from the previous rank and the send of `send` to the next -> a handle
         for finish(). Do not change `send` before then. tag tells apart two passes in flight at once."""
-        net = alg.NETWORK
+        net = p2p.network()
         nbytes = send.numel() * send.element_size()
         rticket = None if net is None else net.expect(self.prev, recv.numel() * recv.element_size())
         rwork = dist.irecv(recv, src=self.prev, tag=tag)
@@ -104,9 +104,9 @@ def ring_timelines(compute_s, message_s: float, overlap: bool = True) -> list[Ti
         for r in range(p):
             comm = message_s if t < steps - 1 else 0.0
             if comm:
-                events[r].append(Event("comm", t, start[r], start[r] + comm))
+                events[r].append(Span("comm", t, start[r], start[r] + comm))
             begin = start[r] if overlap else max(start[r] + comm, start[(r - 1) % p] + comm)
-            events[r].append(Event("compute", t, begin, begin + compute_s[r][t]))
+            events[r].append(Span("compute", t, begin, begin + compute_s[r][t]))
             arrive = start[(r - 1) % p] + comm
             nxt.append(max(begin + compute_s[r][t], start[r] + comm, arrive))
         start = nxt

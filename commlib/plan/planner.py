@@ -9,9 +9,9 @@ Sources, each formula beside its function:
   GPipe     Huang et al. 2019;  MoE: Shazeer et al. 2017, Lepikhin et al. 2020 (GShard)
 Ranks are laid out as Megatron does: tensor-parallel ranks adjacent (inside a node), then data-parallel,
 then pipeline stages; expert parallelism splits the data-parallel ranks (ep divides dp). Collectives are
-priced on the machine's topology.Topology by commlib.machine: each group where its ranks sit (TP inside
+priced on the machine's topology.Topology by commlib.plan.hardware: each group where its ranks sit (TP inside
 a node; DP, EP and PP across nodes once they span them), all-reduce and its halves as NCCL's multi-ring,
-all-to-all limited by each GPU's NIC. The model's shape and published presets live in commlib.models.
+all-to-all limited by each GPU's NIC. The model's shape and published presets live in commlib.plan.models.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from numbers import Real
 
 from commlib import _validate as check
 from commlib import cost
-from commlib.machine import GPUS, Hardware, collective_s, group_shape, group_topology, hardware, p2p_s  # noqa: F401
-from commlib.models import MODELS, Model  # noqa: F401
 from commlib.plan.context import cp_backward_bytes_per_rank, cp_bytes_per_rank, cp_layer_times  # noqa: F401
+from commlib.plan.hardware import GPUS, Hardware, collective_s, group_shape, group_topology, hardware, p2p_s  # noqa: F401
+from commlib.plan.models import MODELS, Model  # noqa: F401
 
 STATE_BYTES = (2, 2, 12)   # ZeRO paper, mixed-precision Adam: fp16 params, fp16 grads, fp32 params+m+v (K = 12)
 SCHEDULES = ("gpipe", "1f1b", "interleaved")

@@ -14,8 +14,8 @@ import io
 import json
 from dataclasses import dataclass
 
-from commlib import plots
-from commlib.trace import Event
+from commlib.ui import plots
+from commlib.algorithms.trace import Event
 
 _PLAYER = """<div class="commlib-animation" style="display:inline-block;text-align:center;max-width:100%">
 <img src="{first}" alt="{caption}" style="max-width:100%">
@@ -94,7 +94,7 @@ def _png(fig, dpi: int = 100) -> bytes:
 
 def ring_all_reduce(states, events_by_rank: list[list[Event]], world_size: int, interval_ms: int = 1500) -> Animation:
     """Every step of a ring all-reduce from its real traces: frame k is plots.ring_step(states, events_by_rank, k, p),
-    for k = 0 .. len(states)-1 (the start and 2(p-1) steps); states = commlib.trace.replay(events_by_rank, p)."""
+    for k = 0 .. len(states)-1 (the start and 2(p-1) steps); states = commlib.algorithms.trace.replay(events_by_rank, p)."""
     import matplotlib.pyplot as plt
 
     ax = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
-from commlib.trace import Event
+from commlib.algorithms.trace import Event
 
 
 def ring_step(states, events_by_rank: list[list[Event]], step: int, world_size: int, ax=None):
@@ -240,7 +240,7 @@ def topology_busbw(topology, op: str = "all_reduce", sizes=None, ax=None):
     sizes = np.logspace(3, 10, 50) if sizes is None else np.asarray(sizes, dtype=float)
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.6))
-    for algorithm in topo.ALGORITHMS[op]:
+    for algorithm in topo.PAIRS[op]:
         ax.plot(sizes, [topo.breakdown(op, n, topology, algorithm)["busbw_GBps"] for n in sizes], label=algorithm)
     if topology.nodes > 1:
         nic = topology.inter.bandwidth / 1e9

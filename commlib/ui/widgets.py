@@ -5,7 +5,8 @@ from __future__ import annotations
 import ipywidgets as W
 import matplotlib.pyplot as plt
 
-from commlib import plots, trace
+from commlib.ui import plots
+from commlib.algorithms import trace
 
 
 def _show(out: W.Output, fig) -> None:
@@ -149,7 +150,7 @@ def topology_calculator(nbytes: float = 1e9) -> W.VBox:
     nics = W.IntSlider(value=8, min=1, max=16, description="NICs/node")
     intra = W.Dropdown(options=list(links), value="nvlink4", description="intra")
     inter = W.Dropdown(options=list(links), value="ib_ndr", description="NIC")
-    op = W.Dropdown(options=list(topo.ALGORITHMS), value="all_reduce", description="op")
+    op = W.Dropdown(options=list(topo.PAIRS), value="all_reduce", description="op")
     size = W.FloatLogSlider(value=nbytes, base=10, min=3, max=11, step=0.25, description="bytes n",
                             readout_format=".3g")
     text, out = W.HTML(), W.Output()
@@ -173,7 +174,7 @@ def topology_calculator(nbytes: float = 1e9) -> W.VBox:
                     w.observe(update, names="value")
         t = chosen()
         rows = []
-        for algorithm in topo.ALGORITHMS[op.value]:
+        for algorithm in topo.PAIRS[op.value]:
             b = topo.breakdown(op.value, size.value, t, algorithm)
             mb = {k: f"{v / 1e6:,.1f}" for k, v in b["bytes_per_rank"].items()}
             rows.append(f"<tr><td>{algorithm}</td><td>{b['time_s'] * 1e3:,.3f} ms</td><td>{b['busbw_GBps']:,.1f}</td>"
