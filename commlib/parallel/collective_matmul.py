@@ -10,8 +10,9 @@ Wang et al., "Overlap Communication with Dependent Computation via Decomposition
 Learning Models" (ASPLOS 2023) cut it into p steps: at step t a rank multiplies the shard it holds,
 X_(r-t) @ W_r (rows (r-t) of Y_r), while it passes that shard on to rank r+1 and receives the next one
 from rank r-1. The same bytes as a ring all-gather, (p-1) |X_r| per rank, but all except the first
-step's transfer can hide behind a matmul. torch calls it async TP (torch.distributed._symmetric_memory,
-used by torchtitan); Megatron-LM's tp_comm_overlap does it with Transformer Engine's userbuffers.
+step's transfer can hide behind a matmul. torch calls it async TP (fused_all_gather_matmul in
+torch.distributed._symmetric_memory, which torchtitan turns on under torch.compile); Megatron-LM's
+--tp-comm-overlap does it with Transformer Engine's userbuffers.
 
 RingPass is the ring itself: one send to the next rank and one receive from the previous rank per step,
 posted together and waited for later, so the caller computes in between. Under topology.emulate() its

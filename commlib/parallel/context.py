@@ -13,9 +13,11 @@ Backward, the K/V blocks travel again (cp-1 sends), with an accumulator of their
 at its owner (cp sends): (2cp-1) 2 b (s/cp) h_kv.
 
 Layouts. The sequence is cut into 2 cp chunks. "contiguous": rank i holds chunks 2i and 2i+1. With a causal
-mask rank i has 4i+3 chunk pairs to compute and the last rank waits for nobody: the work is unbalanced.
-"zigzag": rank i holds chunks i and 2cp-1-i; every rank then computes 2cp+1 chunk pairs (Brandon et al.,
-"Striped Attention", 2023, and the zig-zag of Megatron-LM / torch's context_parallel, "load balancing").
+mask rank i has 4i+3 chunk pairs to compute: rank 0 three, the last rank 4cp-1, and the others wait for it.
+"zigzag": rank i holds chunks i and 2cp-1-i; every rank then computes 2cp+1 chunk pairs. Llama 3 splits the
+sequence so (Dubey et al., "The Llama 3 Herd of Models", 2024, section 3.3.2), as do Megatron-LM /
+Transformer Engine's context parallelism and torch's context_parallel with load balancing. (Striped
+Attention, Brandon et al. 2023, balances by dealing out single tokens instead.)
 
 The all-gather variant (Llama 3: Dubey et al. 2024, section 3.3.2): all-gather K and V, attend locally,
 reduce-scatter their gradients backward. Forward bytes equal the ring's, (cp-1)/cp of the whole K/V per rank;

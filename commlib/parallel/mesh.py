@@ -14,7 +14,10 @@ torch's own cost model, redistribute_cost (torch/distributed/tensor/_collective_
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import logging
+import warnings
 from collections import Counter
 
 import torch
@@ -157,11 +160,34 @@ class MeshCounter(CommDebugMode):
 
 
 # ----------------------------------------------------------------------------------- training
+@contextlib.contextmanager
+def quiet():
+    """Silence torch's notes that are about this demo, not the lesson: DTensor's "2 sequential all_gather
+    operations" (full_tensor() of a 2-D sharded parameter, done only to compare with the reference), Gloo's
+    all-to-all fallback (the redistribution table reports it), FSDP2's warning that a unit returned a view
+    (this block never changes its outputs in place)."""
+    log = logging.getLogger("torch.distributed.tensor")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="FSDP2-wrapped module")
+            warnings.filterwarnings("ignore", message="Full backward hook is firing")
+            yield
+    finally:
+        log.setLevel(level)
+
+
 def train(mesh, steps: int = 2, batch: int = 2, seq: int = 4, hidden: int = 16, heads: int = 4, ffn: int = 32,
           lr: float = 0.1) -> dict:
     """`steps` SGD steps of Block on mesh (dp, tp): dp rank d trains on rows d*batch.. of every step's batch,
     next to one process on the whole batch. The last step runs under MeshCounter.
     -> {max_err (parameters after training), counts, bytes (per mesh dimension, last step)}."""
+    with quiet():
+        return _train(mesh, steps, batch, seq, hidden, heads, ffn, lr)
+
+
+def _train(mesh, steps, batch, seq, hidden, heads, ffn, lr) -> dict:
     dp = mesh["dp"].size()
     ref = Block(hidden, heads, ffn)
     par = parallelize(copy.deepcopy(ref), mesh)
@@ -224,6 +250,11 @@ def redistribution_table(mesh, dim_name: str = "tp", shape=(8, 8)) -> list[dict]
     dimension Replicate), a float32 tensor of `shape`: {src, dst, collective (what DTensor issued, "-" for
     none, "not allowed" where torch refuses), bytes (ring bytes this rank sent), torch_bytes (what
     redistribute_cost charges; inf where it bans the move)}."""
+    with quiet():
+        return _table(mesh, dim_name, shape)
+
+
+def _table(mesh, dim_name, shape) -> list[dict]:
     from torch.distributed.tensor import DTensor, Replicate, distribute_tensor
 
     dim = mesh.mesh_dim_names.index(dim_name)
