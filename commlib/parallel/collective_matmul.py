@@ -51,15 +51,17 @@ class RingPass:
         net = p2p.network()
         nbytes = send.numel() * send.element_size()
         rticket = None if net is None else net.expect(self.prev, recv.numel() * recv.element_size())
-        rwork = dist.irecv(recv, src=self.prev, tag=tag)
         sticket = None if net is None else net.on_send(self.next, nbytes)
-        swork = dist.isend(send.contiguous(), dst=self.next, tag=tag)
+        # posted as one group: NCCL needs that when prev == next (cp = 2), Gloo posts them one by one
+        buf = send.contiguous()   # held in the handle until finish(): a temporary copy must outlive the send
+        rwork, swork = dist.batch_isend_irecv([dist.P2POp(dist.irecv, recv, self.prev, tag=tag),
+                                               dist.P2POp(dist.isend, buf, self.next, tag=tag)])
         self.sent += nbytes
-        return [(swork, sticket), (rwork, rticket)], net
+        return [(swork, sticket), (rwork, rticket)], net, buf
 
     @staticmethod
     def finish(handle) -> None:
-        works, net = handle
+        works, net, _ = handle
         for work, ticket in works:
             work.wait()
             if ticket is not None:
