@@ -90,3 +90,22 @@ def test_ring_model():
     assert cmm.exposed_s(tls[1]) == pytest.approx(0.0)
     assert cmm.exposed_s(tls[2]) == pytest.approx(0.04 + 0.001 - 0.01)
     assert plan.ring_exposed_s(4, 0.03, 0.01) == pytest.approx(0.06)
+
+
+def bad_sizes():
+    errors = []
+    for call in (lambda: live.context_parallel_attention(3), lambda: live.collective_matmul(0),
+                 lambda: live.mesh_training(2, 1), lambda: live.context_parallel_attention(2, variant="ulysses")):
+        try:
+            call()
+        except ValueError as e:
+            errors.append(str(e))
+    return errors
+
+
+def test_bad_sizes_name_the_parameter(cluster4):
+    errors = cluster4.run(bad_sizes)[0]
+    assert "cp must be an int >= 1 dividing the world size 4, got 3" in errors[0]
+    assert "tp must be an int >= 1 dividing the world size 4, got 0" in errors[1]
+    assert "dp*tp = 2*1 must equal the world size 4" in errors[2]
+    assert "variant must be 'ring' or 'all_gather'" in errors[3]

@@ -40,6 +40,14 @@ def _groups(size: int) -> list[list[int]]:
     return [list(range(i, i + size)) for i in range(0, dist.get_world_size(), size)]
 
 
+def _group_size(name: str, size) -> int:
+    """A group size that tiles the world: an int >= 1 dividing it (ValueError naming the parameter otherwise)."""
+    world = dist.get_world_size()
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1 or world % size:
+        raise ValueError(f"{name} must be an int >= 1 dividing the world size {world}, got {size!r}")
+    return size
+
+
 def _err(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a - b).abs().max().item()
 
@@ -196,6 +204,7 @@ def context_parallel_attention(cp: int, causal: bool = True, balance: str = "zig
     ranks), kv_memory (bytes of K/V held at once), positions (this rank's tokens)}."""
     if variant not in ("ring", "all_gather"):
         raise ValueError(f"variant must be 'ring' or 'all_gather', got {variant!r}")
+    _group_size("cp", cp)
     group = _groups(cp)[dist.get_rank() // cp]
     r = group.index(dist.get_rank())
     allpos = [cpx.positions(seq, cp, j, balance) for j in range(cp)]
@@ -231,7 +240,7 @@ def context_parallel_attention(cp: int, causal: bool = True, balance: str = "zig
 def collective_matmul(tp: int, overlap: bool = True, rows: int = 8, hidden: int = 16, cols: int = 12) -> dict:
     """all_gather(X) @ W_r done in tp steps over a ring (each step passes the next shard on while it multiplies)
     next to the plain all-gather then matmul. -> {max_err, sent_bytes, expected_bytes, steps}."""
-    groups = _groups(tp)
+    groups = _groups(_group_size("tp", tp))
     comm = Comm.split(groups) if tp < dist.get_world_size() else Comm()
     torch.manual_seed(11)
     x, w = torch.randn(tp * rows, hidden), torch.randn(hidden, tp * cols)
@@ -253,6 +262,8 @@ def mesh_training(dp: int, tp: int, steps: int = 2, batch: int = 2, seq: int = 4
     (plan.mesh_collectives); table: redistribution_table on this mesh (table=True)}."""
     from torch.distributed.device_mesh import init_device_mesh
 
+    if _group_size("dp", dp) * _group_size("tp", tp) != dist.get_world_size():
+        raise ValueError(f"dp*tp = {dp}*{tp} must equal the world size {dist.get_world_size()}")
     mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
     out = mh.train(mesh, steps, batch, seq, hidden, heads)
     out["expected"] = plan.mesh_collectives(len(mh.UNITS), dp, tp)
