@@ -280,6 +280,10 @@ ANSWER_CHECKERS = {
     "ch7_bubble": lambda a: ex.ch7_bubble(a, pp=4, microbatches=8),
     "ch7_in_flight": lambda a: ex.ch7_in_flight(a, pp=4, microbatches=8),
     "ch7_which_fits": lambda a: ex.ch7_which_fits(a),
+    "ch8_cp_bytes": lambda a: ex.ch8_cp_bytes(a),
+    "ch8_busiest": lambda a: ex.ch8_busiest(a, cp=8, balance="contiguous"),
+    "ch8_redistribute": lambda a: ex.ch8_redistribute(a, "Partial", "Shard(0)"),
+    "ch8_ring_exposed": lambda a: ex.ch8_ring_exposed(a),
 }
 FUNCTION_CHECKERS = ("ch0_rank_max", "ch1_ring_all_gather")  # their answers are functions: below
 
