@@ -14,6 +14,7 @@ from numbers import Integral, Real
 # formula stays finite (a world of 10**400 ranks overflows a float) and every enumeration short.
 MAX_RANKS = 2**24
 MAX_BYTES = 1e30
+MAX_COUNT = 2**53  # counts (layers, tokens, sizes): beyond a float's exact integers nothing here is sensible
 
 
 def _bound(x) -> str:
@@ -43,6 +44,13 @@ def integer(name: str, value, low: int | None = None, high: int | None = None) -
     if (low is not None and value < low) or (high is not None and value > high):
         raise ValueError(f"{name} must be {allowed}, got {shown(value)}")
     return int(value)
+
+
+def count(name: str, value, low: int = 1, high: int = MAX_COUNT) -> int:
+    """integer() bounded by MAX_COUNT, with a fast path for plain ints (the planner's search is hot)."""
+    if type(value) is int and low <= value <= high:
+        return value
+    return integer(name, value, low, high)
 
 
 def number(name: str, value, low: float | None = None, strict: bool = False, unit: str = "",
