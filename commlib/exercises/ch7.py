@@ -66,7 +66,7 @@ def ch7_tp_bytes(answer, batch: int = 1, seq: int = 4096, hidden: int = 4096, tp
                              f"2(t-1)/t of it: {want / 2**20:g} MiB per layer. Sequence parallelism sends the same.")
     mistakes = [(want / 2, "that is forward only (the g operators' two all-reduces): backward has two more, in "
                            "the f operators."),
-                (want / act_bytes, f"that counts elements; each is {act_bytes} bytes."),
+                (want / act_bytes, f"that counts elements; each is {act_bytes:g} bytes."),
                 (8 * bsh, "a ring all-reduce sends 2(t-1)/t of the tensor, not twice all of it."),
                 (4 * bsh, "each all-reduce sends 2(t-1)/t · b·s·h (a ring), and there are 4 of them."),
                 (want / 4, "that is one all-reduce; a layer has 4 (attention and MLP, forward and backward)."),
