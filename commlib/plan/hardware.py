@@ -103,6 +103,16 @@ class Hardware:
     def world(self) -> int:
         return self.nodes * self.gpus_per_node
 
+    def describe(self) -> str:
+        """Two short lines for people: the topology's one line, then the GPU (memory, dense 16-bit peak)."""
+        return (f"{self.topology.describe()}\nGPUs of {self.gpu_memory / 1e9:g} GB, "
+                f"{self.peak_flops / 1e12:,.0f} TFLOP/s dense 16-bit")
+
+    def sources(self) -> dict[str, str]:
+        """Where the numbers come from: the topology's sources, and the GPU's datasheet when it is one of GPUS."""
+        gpu = next((k for k, g in GPUS.items() if (g.memory, g.peak_flops) == (self.gpu_memory, self.peak_flops)), None)
+        return {**self.topology.sources(), **({gpu.upper(): GPUS[gpu].source} if gpu else {})}
+
 
 def hardware(name: str, nodes, achievable: bool = False) -> Hardware:
     """`nodes` of a topology preset with its GPUs (GPUS); achievable=True: NCCL's measured link speeds
