@@ -16,6 +16,12 @@ def _show(out: W.Output, fig) -> None:
     plt.close(fig)
 
 
+def _row(children) -> W.HBox:
+    """Controls side by side that wrap onto the next line where the page is narrow (never cut off, as a plain
+    HBox's are in a narrow column; sliders keep their track)."""
+    return W.HBox(children, layout=W.Layout(flex_flow="row wrap"))
+
+
 def html_table(head, rows, align: str | None = None) -> str:
     """An HTML table whose columns stay apart and aligned: padded cells, text left, numbers right (align: one 'l'
     or 'r' per column; default: the first column left, the others right). Cells are inserted as given (HTML)."""
@@ -56,7 +62,7 @@ def ring_stepper(events_by_rank, world_size: int) -> W.VBox:
 
     slider.observe(lambda change: show(change["new"]), names="value")
     show(0)
-    return W.VBox([W.HBox([play, slider]), out])
+    return W.VBox([_row([play, slider]), out])
 
 
 def format_breakdown(b: dict) -> str:
@@ -104,7 +110,7 @@ def cost_calculator(links: dict | None = None, gamma: float = 0.0) -> W.VBox:
     for w in (op, algorithm, link, p, size):
         w.observe(update, names="value")
     update()
-    return W.VBox([W.HBox([op, algorithm]), W.HBox([link, p]), size, out])
+    return W.VBox([_row([op, algorithm]), _row([link, p]), size, out])
 
 
 def reduction_explorer(numel: int = 4096) -> W.VBox:
@@ -128,7 +134,7 @@ def reduction_explorer(numel: int = 4096) -> W.VBox:
     for w in (p, mag, strategy):
         w.observe(update, names="value")
     update()
-    return W.VBox([W.HBox([p, mag]), strategy, out])
+    return W.VBox([_row([p, mag]), strategy, out])
 
 
 def overlap_explorer() -> W.VBox:
@@ -161,7 +167,7 @@ def overlap_explorer() -> W.VBox:
     for w in (params, layers, backward, link, p, cap, grad_bytes):
         w.observe(update, names="value")
     update()
-    return W.VBox([W.HBox([params, layers, backward]), W.HBox([link, p, grad_bytes]), cap, text, out])
+    return W.VBox([_row([params, layers, backward]), _row([link, p, grad_bytes]), cap, text, out])
 
 
 def topology_calculator(nbytes: float = 1e9) -> W.VBox:
@@ -214,7 +220,7 @@ def topology_calculator(nbytes: float = 1e9) -> W.VBox:
     for w in (node, achievable, nodes, gpus, nics, intra, inter, op, size):
         w.observe(update, names="value")
     update()
-    return W.VBox([W.HBox([node, achievable, nodes]), W.HBox([gpus, nics, intra, inter]), W.HBox([op, size]),
+    return W.VBox([_row([node, achievable, nodes]), _row([gpus, nics, intra, inter]), _row([op, size]),
                    text, out])
 
 
@@ -336,6 +342,6 @@ def planner(model: str = "llama2_7b", node: str = "dgx_h100", nodes: int = 2, gl
     search.on_click(best)
     fill()
     keys = list(shape)
-    return W.VBox([W.HBox([preset, *[shape[k] for k in keys[:3]]]), W.HBox([shape[k] for k in keys[3:]]),
-                   W.HBox([machine, n_nodes, achievable]), W.HBox([tp, pp, ep, micro, batch]), zero,
-                   W.HBox([mfu, hide, recompute]), out, W.HBox([search]), found])
+    return W.VBox([_row([preset, *[shape[k] for k in keys[:3]]]), _row([shape[k] for k in keys[3:]]),
+                   _row([machine, n_nodes, achievable]), _row([tp, pp, ep, micro, batch]), zero,
+                   _row([mfu, hide, recompute]), out, _row([search]), found])
