@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 PY = VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 STAMP = VENV / ".commlib-installed"
+LAB_SETTINGS = ROOT / "jupyterlab-settings"  # defaults under the learner's own settings: no news pop-up
 
 
 def _fingerprint() -> str:
@@ -56,12 +57,14 @@ def lab_command(python, root: Path = ROOT, extra=()) -> list[str]:
 
     Serves root (the notebooks link ../assets/) and opens its first numbered notebook: the URL JupyterLab prints
     (its default_url) is that notebook's, not the Launcher's. Listens on 127.0.0.1 only, with Jupyter's token;
-    fetches no news and checks for no updates (no pop-up over the chapters); as root it adds --allow-root
-    (containers and cloud VMs often run as root)."""
+    fetches no news and checks for no updates, and LAB_SETTINGS/overrides.json sets "never" as the default of
+    the notification settings, so no "Jupyter news" pop-up covers the chapters (a learner may still opt in);
+    as root it adds --allow-root (containers and cloud VMs often run as root)."""
     first = min(Path(root).glob("notebooks/[0-9]*.ipynb"), default=None)
     opens = [f"--LabApp.default_url=/lab/tree/{first.relative_to(root).as_posix()}"] if first else []
     return [str(python), "-m", "jupyter", "lab", "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={root}", *opens,
             "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            f"--LabApp.app_settings_dir={LAB_SETTINGS}",
             *(["--allow-root"] if running_as_root() else []), *extra]
 
 
