@@ -132,8 +132,6 @@ def test_notebook_runs_in_the_browser(lab, browser, path):
         shown = "\n".join(panel.locator(".jp-OutputArea-output").all_inner_texts())
         for bad in ("Loading widget", "Error displaying widget", "model not found"):
             assert bad not in shown, f"a widget failed to render: {bad!r}"
-        assert wide_output_lines(saved) == [], "printed lines wider than the book's column"
-        assert checkers_without_a_question(saved) == [], "checker calls with no question above them"
         clipped = panel.evaluate("""p => [...p.querySelectorAll('.jp-OutputArea-output .widget-box, '
             + '.jp-OutputArea-output .widget-hbox, .jp-OutputArea-output .widget-vbox')]
             .filter(e => e.offsetParent && e.scrollWidth > e.clientWidth + 2)
@@ -154,6 +152,9 @@ def test_notebook_runs_in_the_browser(lab, browser, path):
                 page.wait_for_timeout(250)
             assert _widget_state(view) != before, f"widget {i} did not change after {how}"
         assert not [e for e in errors if not re.search(r"ResizeObserver", e)], errors
+        # last, so that they hide none of the checks above: what this run printed, and where the checkers sit
+        assert wide_output_lines(saved) == [], "printed lines wider than the book's column"
+        assert checkers_without_a_question(saved) == [], "checker calls with no question above them"
     finally:
         page.screenshot(path=str(OUT / f"{path.stem}.png"), full_page=True)
         # the kernel goes with the page: its Cluster ranks must not outlive this test
