@@ -146,7 +146,10 @@ def overlap_explorer() -> W.VBox:
     backward = W.FloatSlider(value=300, min=10, max=2000, step=10, description="backward ms")
     link = W.Dropdown(options=list(cost.LINKS), value="ib_ndr", description="link")
     p = W.IntSlider(value=16, min=2, max=512, description="ranks p")
-    cap = W.FloatLogSlider(value=25, base=2, min=-2, max=12, step=0.5, description="bucket MiB")
+    # powers of two and DDP's default, 25 MiB (torch.nn.parallel.DistributedDataParallel's bucket_cap_mb), where
+    # the slider starts (a log slider's steps would round 25 to 22.6)
+    caps = sorted({2.0 ** k for k in range(-2, 13)} | {25.0})
+    cap = W.SelectionSlider(options=[(f"{c:g}", c) for c in caps], value=25.0, description="bucket MiB")
     grad_bytes = W.Dropdown(options=[("fp32 (4 B)", 4), ("bf16/fp16 (2 B)", 2)], value=4, description="gradients")
     text, out = W.HTML(), W.Output()
 
