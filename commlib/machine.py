@@ -17,14 +17,15 @@ nodes with q GPUs each and one per-GPU NIC share per GPU:
     point-to-point (pipeline stages)          alpha + n / B on NVLink, or on the GPU's NIC share across nodes
 
 On one node every group is a ring on the intra link. The pricing is exactly topology.collective_time on the
-group's topology (tests hold them equal); like topology, it leaves out cost.Link's per-call latency.
+group's topology (tests hold them equal), latencies included: NCCL's per-call latency (cost.Link.call_latency)
+once per collective, and its per-step latencies (NCCL 2.30.7 src/graph/tuning.cc; see commlib.links).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from numbers import Real
 
 from commlib import cost
@@ -83,9 +84,9 @@ class Hardware:
         object.__setattr__(self, "topology", t)
         # what one GPU can send across nodes while every GPU of its node does the same
         share = t.inter if t.nics_per_node == t.gpus_per_node else \
-            Link(f"{t.inter.name} x {t.nics_per_node}/{t.gpus_per_node}",
-                 t.inter.bandwidth * t.nics_per_node / t.gpus_per_node, t.inter.latency,
-                 f"one GPU's share of {t.nics_per_node} {t.inter.name} NICs per {t.gpus_per_node} GPUs")
+            replace(t.inter, name=f"{t.inter.name} x {t.nics_per_node}/{t.gpus_per_node}",
+                    bandwidth=t.inter.bandwidth * t.nics_per_node / t.gpus_per_node,
+                    source=f"one GPU's share of {t.nics_per_node} {t.inter.name} NICs per {t.gpus_per_node} GPUs")
         object.__setattr__(self, "nic_share", share)
         object.__setattr__(self, "_hash", hash((t, self.gpu_memory, self.peak_flops)))
 

@@ -44,6 +44,7 @@ from numbers import Integral, Real
 
 from commlib import cost
 from commlib.cost import Link
+from commlib.links import nccl_latency
 
 # -------------------------------------------------------------------------- achievable links
 # What NCCL actually reaches per direction at large sizes, next to each line rate in cost.LINKS.
@@ -71,8 +72,9 @@ ACHIEVABLE: dict[str, Link] = {
     "ib_xdr": Link("ib_xdr_nccl", 96e9, cost.LINKS["ib_xdr"].latency,
                    "XDR 800 Gb/s NIC: ASSUMED at NDR's 96% of line rate; no published NCCL figure found"),
 }
-# NCCL's per-call cost (launch and set-up) does not depend on how fast the bytes move: keep the line's
-ACHIEVABLE = {name: replace(link, call_latency=cost.LINKS[name].call_latency) for name, link in ACHIEVABLE.items()}
+# NCCL's latencies (per call, per hop) do not depend on how fast the bytes move: keep the line's
+ACHIEVABLE = {name: replace(link, call_latency=cost.LINKS[name].call_latency, ring_latency=cost.LINKS[name].ring_latency,
+                            post_overhead=cost.LINKS[name].post_overhead) for name, link in ACHIEVABLE.items()}
 
 
 def _link(link, name: str) -> Link:
@@ -220,8 +222,8 @@ def _rounds(op: str, n: float, t: Topology, algorithm: str) -> list[tuple[int, f
     if algorithm == "hierarchical":
         out = [(passes * (g - 1), n / g, None, 1)] if g > 1 else []
         return out + ([(passes * (nodes - 1), None, n / p, share)] if nodes > 1 else [])
-    if algorithm == "in_network":
-        return [(1, n, n / g if nodes > 1 else None, share)]
+    if algorithm == "in_network":  # NVLS: ld_reduce of every shard (n) + multicast store (n/g) per direction
+        return [(1, n * (1 + 1 / g) if g > 1 else None, n / g if nodes > 1 else None, share)]
     if algorithm == "bulk":  # NCCL's all-to-all: every send and receive posted at once
         return [(1, (g - 1) * n / p if g > 1 else None, (nodes - 1) * n / nodes if nodes > 1 else None, share)]
     steps: dict[tuple, int] = {}
@@ -231,27 +233,48 @@ def _rounds(op: str, n: float, t: Topology, algorithm: str) -> list[tuple[int, f
     return [(k, *key) for key, k in steps.items()]
 
 
+def _latency(op: str, t: Topology, algorithm: str, rounds) -> float:
+    """Latency of one call, without the call latency. Rings that span nodes of several GPUs: NCCL's model
+    (links.py; NCCL 2.30.7 src/graph/tuning.cc): a chunk's chain of hops crosses the network only
+    nInterSteps = passes (N-1) times; the other steps pay max(intra hop, the network's post overhead).
+    in_network: NCCL's NVLS latency (25 us on NVLink, + 18 us across nodes; no base). Otherwise every
+    step pays its slowest hop: intra latency, inter latency (one GPU per node: NCCL's exposed Tree NET value)."""
+    a_i, e = t.intra.latency, t.inter
+    if algorithm == "in_network":
+        return nccl_latency("all_reduce", t.nodes, t.gpus_per_node, "nvls", "Simple")
+    if algorithm in ("flat_ring", "multi_ring") and t.nodes > 1 and t.gpus_per_node > 1:
+        passes = 1 if op != "all_reduce" else 2
+        steps, inter = passes * (t.world_size - 1), passes * (t.nodes - 1)
+        return (steps - inter) * max(a_i, e.post_overhead) + inter * e.hop_latency
+    return sum(steps * max(a_i if x_i is not None else 0.0, e.latency if x_e is not None else 0.0)
+               for steps, x_i, x_e, _ in rounds)
+
+
 def breakdown(op: str, nbytes: float, topology: Topology, algorithm: str, gamma: float = 0.0) -> dict:
-    """The model term by term. Each step of a round takes max(a_intra + x_intra / B_intra,
-    a_inter + flows x_flow / B_rail): the intra hop and the rail run at once, the slower one sets the pace;
-    plus the links' call latency c once.
+    """The model term by term, latency and bytes apart as in NCCL's model (time = latency + bytes / bandwidth):
+    latency (_latency, plus the links' call latency c once; NVLS has none), and for each step of a round
+    max(x_intra / B_intra, flows x x_flow / B_rail): the intra hop and the rail run at once, the slower one
+    sets the pace.
     -> time_s, latency_s, intra_s / inter_s (the time during which that link set the pace), reduction_s,
     algbw_GBps, busbw_GBps (nccl-tests factors), bytes_per_rank {'intra', 'inter'}, bottleneck."""
     n = _check(op, nbytes, topology, algorithm)
     g_ = cost._gamma(gamma)
     t = topology
-    a_i, a_e = t.intra.latency, t.inter.latency
-    lat = bw_i = bw_e = 0.0
-    for steps, x_i, x_e, flows in (_rounds(op, n, t, algorithm) if t.world_size > 1 else []):
-        ti = a_i + x_i / t.intra.bandwidth if x_i is not None else -1.0
-        te = a_e + flows * x_e / t.rail_bandwidth if x_e is not None else -1.0
+    rounds = _rounds(op, n, t, algorithm) if t.world_size > 1 else []
+    lat = _latency(op, t, algorithm, rounds) if rounds else 0.0
+    bw_i = bw_e = 0.0
+    for steps, x_i, x_e, flows in rounds:
+        ti = x_i / t.intra.bandwidth if x_i is not None else -1.0
+        te = flows * x_e / t.rail_bandwidth if x_e is not None else -1.0
         if te >= ti:  # the rail sets the pace of this round
-            lat, bw_e = lat + steps * a_e, bw_e + steps * (te - a_e)
+            bw_e += steps * te
         else:
-            lat, bw_i = lat + steps * a_i, bw_i + steps * (ti - a_i)
+            bw_i += steps * ti
     p = t.world_size
     # once per call, as cost.breakdown does: NCCL's launch and set-up (0 for fitted or emulated links)
-    lat += max([t.intra.call_latency] * (t.gpus_per_node > 1) + [t.inter.call_latency] * (t.nodes > 1), default=0.0)
+    if algorithm != "in_network":
+        lat += max([t.intra.call_latency] * (t.gpus_per_node > 1) + [t.inter.call_latency] * (t.nodes > 1),
+                   default=0.0)
     reduced = (p - 1) / p * n if op in ("all_reduce", "reduce_scatter") and algorithm != "in_network" else 0.0
     red = reduced * g_
     total = lat + bw_i + bw_e + red
@@ -302,14 +325,15 @@ def bytes_per_rank(op: str, nbytes: float, topology: Topology, algorithm: str) -
     if op == "all_to_all":
         return {"intra": (g - 1) * n / p, "inter": (nodes - 1) * n / nodes}
     ring = k * (p - 1) / p * n
+    nvls = n * (1 + 1 / g) if g > 1 else 0.0  # NVLS: every shard read by ld_reduce, plus its multicast store
     if nodes == 1:
-        return {"intra": n if algorithm == "in_network" else ring, "inter": 0.0}
+        return {"intra": nvls if algorithm == "in_network" else ring, "inter": 0.0}
     if algorithm == "flat_ring":
         return {"intra": ring if g > 1 else 0.0, "inter": ring}
     if algorithm == "multi_ring":
         return {"intra": ring * (g - 1) / g, "inter": ring / g}
     if algorithm == "in_network":
-        return {"intra": n, "inter": n / g}
+        return {"intra": nvls, "inter": n / g}
     return {"intra": k * (g - 1) / g * n, "inter": k * (nodes - 1) / nodes * n / g}
 
 
