@@ -81,7 +81,7 @@ def test_nccl_latency_per_protocol_and_algorithm():
     assert (us("all_reduce", 1, 8, "nvls", "Simple"), us("all_reduce", 2, 8, "nvls", "Simple")) == pytest.approx((25, 43))
     assert us("all_reduce", 8, 1) == pytest.approx(6.6 + 14 * 5.0)  # one GPU per node: Tree NET 5.0, every step
     assert us("all_reduce", 2, 8, latency_inter=1.0) == pytest.approx(40.0 + 2 * 1.0)
-    for bad in [dict(op="scan"), dict(algorithm="pat"), dict(protocol="ll"), dict(algorithm="nvls", protocol="LL"),
+    for bad in [dict(op="scan"), dict(algorithm="pat"), dict(protocol="ll"), dict(protocol="LL", algorithm="nvls"),
                 dict(intra="nvl")]:
         kw = dict(op="all_reduce", nodes=2, gpus_per_node=8) | bad
         with pytest.raises(ValueError, match=next(iter(bad))):
