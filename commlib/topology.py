@@ -12,8 +12,13 @@ in total (the ring's volume, Thakur et al. 2005); they differ in *which* links c
                   the node's NICs add up.   busbw <= min(k B_net, g/(g-1) B_intra)
     hierarchical  reduce-scatter in the node, all-reduce of each 1/g shard across nodes (GPU i with
                   GPU i of every node, on its rail), all-gather in the node; phases one after another.
-    in_network    NVLS (NVSwitch reduces) inside the node, SHARP (the IB switch reduces) across nodes:
-                  each GPU sends n and receives n, a bound: algbw <= min(B_intra, k B_net).
+    in_network    NVLS (NVSwitch reduces) inside the node, SHARP (the IB switch reduces) across nodes. Each
+                  GPU reads every shard through the switch (multimem ld_reduce: n) and multicasts its reduced
+                  shard (n/g): n(1+1/g) per direction (S. Jeaugey, NVIDIA: NVLS "algobw = busbw * n / (n+1)",
+                  nccl-tests #239, 2024-09-02; the factor 1+1/n of nccl #2140), a bound:
+                  algbw <= min(B_intra g/(g+1), k B_net). The switch accumulates fp16/bf16 in fp32.
+                  On 8x H100 (370 GB/s achievable) 329 GB/s algbw; measured ~275 algbw, ~480 busbw (nccl-tests
+                  #212). NVLS is NCCL's default single-node all-reduce on H100 for large sizes, not the ring.
 
 Derivation of the multi_ring bound (what NCCL's tuning model does, src/graph/tuning.cc v2.30.7:
 ring busBw = nChannels x per-channel bandwidth, bwInter beyond 2 nodes; src/graph/search.cc adds
@@ -21,16 +26,26 @@ channels until nChannels x bwInter reaches the node's total): with one ring per 
 carries n/k and leaves each node once, so a node sends 2(p-1)/p n across its k NICs:
 t >= 2(p-1)/p n / (k B_net), i.e. busbw = 2(p-1)/p n / t <= k B_net, independent of g and N. A
 GPU's own NVLink egress carries the (g-1)/g of its rings that stay inside: busbw <= g/(g-1) B_intra.
-On DGX H100 (8 NDR NICs, 48 GB/s achievable each): 384 GB/s; NVIDIA reports 365-380 (PUBLISHED).
-(On exactly 2 nodes NCCL picks its tree, which sends less across the network and can beat k B_net;
-NVIDIA benchmarks the network with NCCL_ALGO=Ring there: S. Jeaugey, nccl-tests issues #160, #196.)
+On DGX H100 (8 NDR NICs, 48 GB/s achievable each): 384 GB/s; NVIDIA reports 365-380 (PUBLISHED). That
+is MORE than one node's ring (370): inside one node every hop of a ring is NVLink, across nodes one hop
+in g leaves through a NIC, so NVLink carries only (g-1)/g of the bytes (its bound rises to g/(g-1) x 370
+= 423) and the 8 NICs' 384 set the pace.
+(NCCL's default is not the ring everywhere: on one H100 node it runs NVLS for large all-reduces, on 2
+nodes its tree or NVLSTree, which send less across the network and can beat k B_net; NVIDIA benchmarks
+the network with NCCL_ALGO=Ring: S. Jeaugey, nccl-tests issues #160, #196, #212. multi_ring prices what
+NCCL_ALGO=Ring runs.)
 All-to-all cannot aggregate NICs that way: each GPU's own off-node bytes, (N-1)/N n, leave through
-its own NIC, so busbw ~ N/(N-1) (k/g) B_net (NVIDIA's formula, nccl-tests issue #130):
+its own NIC, so busbw ~ N/(N-1) (k/g) B_net (NVIDIA's formula, nccl-tests issue #130; "Alltoall cannot
+aggregate the bandwidth of multiple NICs": nccl-tests issue #267):
 
     bulk          NCCL's all-to-all: every send and receive posted at once; time = the busiest NIC's bytes
     pairwise      commlib's: p-1 steps in lockstep (rank r sends to r+s at step s), each as slow as its
                   busiest NIC; on 2 nodes x 8 it pays a NIC step 15 times where bulk pays 8 steps' bytes
 
+Latency (see commlib.links): rings that span nodes of several GPUs pay NCCL's model, base + (nsteps -
+nInterSteps) max(intra hop, net overhead) + nInterSteps Ring NET latency; one GPU per node, the NIC's
+exposed latency every step. NVLink domains can span nodes: GB200/GB300 NVL72 racks are 72-GPU "nodes"
+here (MNNVL, nccl issue #1286).
 Units: bytes, seconds, bytes/s per direction. nbytes follows nccl-tests: the full tensor for
 all_reduce, the gathered total for all_gather, the full input for reduce_scatter and all_to_all.
 Pure Python: no torch here (emulate() imports it when called, inside a rank).
@@ -60,8 +75,9 @@ ACHIEVABLE: dict[str, Link] = {
                     "370.8 (src/graph/topo.h SM90_NVLINK_BW, v2.30.7)"),
     "nvlink5": Link("nvlink5_nccl", 721.8e9, cost.LINKS["nvlink5"].latency,
                     "B200: NCCL's own model, 18 links x 40.1 GB/s = 721.8 GB/s (src/graph/topo.h "
-                    "SM100_NVLINK_BW, v2.30.7; the 'maxBw 721.8' of github.com/NVIDIA/nccl/issues/1807); "
-                    "no published ring-only measurement found"),
+                    "SM100_NVLINK_BW, v2.30.7; the 'maxBw 721.8' of github.com/NVIDIA/nccl/issues/1807). A user "
+                    "report, not NVIDIA's figure: 8x B300 with NVLS off ~695 GB/s busbw (github.com/NVIDIA/nccl/"
+                    "issues/2140, 2026-04-28)"),
     "ib_hdr": Link("ib_hdr_nccl", 24e9, cost.LINKS["ib_hdr"].latency,
                    "HDR 200 Gb/s NIC: 'we usually consider 24GB/s is the peak performance per 200G NIC' "
                    "(S. Jeaugey, NVIDIA, github.com/NVIDIA/nccl-tests/issues/119, 2022-11-17)"),
@@ -161,7 +177,24 @@ PRESETS = {
     "b200_xdr": ("nvlink5", "ib_xdr", "A what-if: the DGX B200 node with 8x ConnectX-8 SuperNICs at 800 Gb/s XDR "
                  "(NVIDIA ConnectX-8 SuperNIC User Manual: 'up to 800 gigabits per second'), as NVIDIA's B300 "
                  "systems ship; needs a PCIe Gen6 path from GPU to NIC"),
+    # Multi-node NVLink (MNNVL): one NVLink domain of 72 GPUs across 18 compute trays, so a "node" here is a rack
+    "gb200_nvl72": ("nvlink5", "ib_ndr", "NVIDIA GB200 NVL72: '72 Blackwell generation GPUs connected to a single "
+                    "NVLink domain', NVLink SHARP included (D. Addison, NVIDIA, github.com/NVIDIA/nccl/issues/1286, "
+                    "2024-05-15); NCCL drives it with its P2P transport, as inside one node (nccl#1159); NVLink5 "
+                    "1.8 TB/s per GPU both directions; per 4-GPU compute tray 4x ConnectX-7 400 Gb/s (MLCommons "
+                    "inference v6.1, Crusoe GB200-NVL72 system description): one NDR NIC per GPU"),
+    "gb300_nvl72": ("nvlink5", "ib_xdr", "NVIDIA GB300 NVL72: the same 72-GPU NVLink5 domain (MNNVL) with Blackwell "
+                    "Ultra GPUs and one ConnectX-8 SuperNIC, up to 800 Gb/s, per GPU (DGX GB300 release notes, "
+                    "'CX8' components; NVIDIA ConnectX-8 SuperNIC User Manual)"),
 }
+GPUS_PER_NODE = {"gb200_nvl72": 72, "gb300_nvl72": 72}   # GPUs per NVLink domain; every other preset: 8
+
+
+def preset_gpus(name: str) -> int:
+    """GPUs (and NICs) per node, or per NVLink domain, of a preset."""
+    if name not in PRESETS:
+        raise ValueError(f"preset must be one of {tuple(PRESETS)}, got {name!r}")
+    return GPUS_PER_NODE.get(name, 8)
 
 
 def preset(name: str, nodes=1, achievable: bool = False) -> Topology:
@@ -172,7 +205,8 @@ def preset(name: str, nodes=1, achievable: bool = False) -> Topology:
     intra, inter, _ = PRESETS[name]
     if achievable:
         intra, inter = ACHIEVABLE[intra], ACHIEVABLE[inter]
-    return Topology(nodes, 8, intra, inter, 8, name=name + (" (achievable)" if achievable else ""))
+    g = preset_gpus(name)
+    return Topology(nodes, g, intra, inter, g, name=name + (" (achievable)" if achievable else ""))
 
 
 # ---------------------------------------------------------------------------------- the model
@@ -401,14 +435,15 @@ PUBLISHED = [
               "'DGX-A100 ... 8x200Gbit/s IB cards and we measure 192GB/s AllReduce BusBW' with NCCL_ALGO=RING "
               "(D. Addison, NVIDIA, github.com/NVIDIA/nccl/issues/812, 2023-03-31)"),
     Published("dgx_h100", 4, "all_reduce", "multi_ring", (365.8, 380.0), "measured",
-              "365.84 GB/s on 4 nodes x 8 H100 with 8x 400G NICs each; 'NCCL_MIN_CTAS=24 may get you above 380 "
-              "GB/s', peak 400 (K. Iskra, NVIDIA) (github.com/NVIDIA/nccl-tests/issues/309, 2025-06)"),
+              "365.84 GB/s on 4 nodes x 8 H100 with 8x 400G NICs each, measured on VMs "
+              "(NCCL_TOPO_FILE=vm_topo_mod.xml); 'NCCL_MIN_CTAS=24 may get you above 380 GB/s', peak 400 "
+              "(K. Iskra, NVIDIA) (github.com/NVIDIA/nccl-tests/issues/309, 2025-06)"),
     Published("dgx_h100", 1, "all_reduce", "in_network", (476.0, 480.0), "bound",
               "NVLS: 'peak busBw of ~480GB/s (algbw ~275GB/s)' (S. Jeaugey, nccl-tests#212); 476 GB/s "
               "'in the expected range for H100' (D. Addison, nccl-tests#290)"),
     Published("dgx_h100", 2, "all_to_all", "bulk", (96.0, 98.0), "expected",
               "'On 2 nodes ... BusBW = 2x network bandwidth per GPU' (S. Jeaugey, nccl-tests#130) x 48-49 GB/s "
-              "per NDR NIC (D. Addison, nccl-tests#267); 2x ignores busbw's (p-1)/p = 15/16"),
+              "per NDR NIC (nccl-tests#267); 2x ignores busbw's (p-1)/p = 15/16"),
     Published("dgx_h100", 8, "all_to_all", "bulk", (54.9, 56.0), "expected",
               "'general formula is N/(N-1)x the bandwidth per GPU' (S. Jeaugey, nccl-tests#130) at N = 8, "
               "x 48-49 GB/s per NDR NIC (nccl-tests#267): 'Alltoall cannot aggregate the bandwidth of multiple NICs'"),

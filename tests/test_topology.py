@@ -198,12 +198,26 @@ def test_multi_ring_orders_leave_each_node_from_a_different_gpu():
 # ------------------------------------------------------------------------------------ presets
 def test_presets_are_real_nodes_with_sources():
     for name, (intra, inter, source) in topo.PRESETS.items():
-        node = topo.preset(name, nodes=np.int64(2))
-        assert (node.nodes, node.gpus_per_node, node.nics_per_node, node.world_size) == (2, 8, 8, 16)
+        node, g = topo.preset(name, nodes=np.int64(2)), 72 if name.endswith("nvl72") else 8
+        assert (node.nodes, node.gpus_per_node, node.nics_per_node, node.world_size) == (2, g, g, 2 * g)
+        assert topo.preset_gpus(name) == g
         assert node.intra is cost.LINKS[intra] and node.inter is cost.LINKS[inter] and len(source) > 40
         fast = topo.preset(name, 2, achievable=True)
         assert fast.intra.bandwidth < node.intra.bandwidth and fast.inter.bandwidth < node.inter.bandwidth
     assert topo.preset("dgx_h100").inter.bandwidth == 50e9 and topo.preset("b200_xdr").inter.bandwidth == 100e9
+    with pytest.raises(ValueError, match="preset must be one of"):
+        topo.preset_gpus("dgx_h200")
+
+
+def test_an_nvl72_rack_is_one_nvlink_domain():
+    """GB200 NVL72 (MNNVL, nccl#1286): 72 GPUs on NVLink5, so NVLS and rings stay on NVLink inside the rack;
+    NVLS moves n(1+1/g): algbw <= 721.8 x 72/73 achievable; across racks the 72 NICs per rack add up."""
+    rack = topo.preset("gb200_nvl72", 1, achievable=True)
+    assert rack.world_size == 72 and rack.intra.bandwidth == pytest.approx(721.8e9)
+    nvls = topo.breakdown("all_reduce", 8 * 2**30, rack, "in_network")
+    assert nvls["algbw_GBps"] == pytest.approx(721.8 * 72 / 73, rel=1e-3)
+    ring = topo.breakdown("all_reduce", 8 * 2**30, topo.preset("gb200_nvl72", 2, achievable=True), "multi_ring")
+    assert ring["busbw_GBps"] == pytest.approx(min(72 * 48, 72 / 71 * 721.8), rel=2e-2)  # NVLink-bound
     for link in topo.ACHIEVABLE.values():
         assert "github.com" in link.source or "ASSUMED" in link.source
 
