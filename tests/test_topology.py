@@ -215,7 +215,7 @@ def test_an_nvl72_rack_is_one_nvlink_domain():
     rack = topo.preset("gb200_nvl72", 1, achievable=True)
     assert rack.world_size == 72 and rack.intra.bandwidth == pytest.approx(721.8e9)
     nvls = topo.breakdown("all_reduce", 8 * 2**30, rack, "in_network")
-    assert nvls["algbw_GBps"] == pytest.approx(721.8 * 72 / 73, rel=1e-3)
+    assert nvls["algbw_GBps"] == pytest.approx(721.8 * 72 / 73, rel=5e-3)  # + 25 us of NVLS latency
     ring = topo.breakdown("all_reduce", 8 * 2**30, topo.preset("gb200_nvl72", 2, achievable=True), "multi_ring")
     assert ring["busbw_GBps"] == pytest.approx(min(72 * 48, 72 / 71 * 721.8), rel=2e-2)  # NVLink-bound
     for link in topo.ACHIEVABLE.values():
