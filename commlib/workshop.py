@@ -251,7 +251,8 @@ def _config(answer, cluster: str) -> tuple[plan.Config | None, Verdict | None]:
 
 def _memory(e: plan.Estimate) -> str:
     m = e.memory
-    gathered = f" + {m['zero3_gathered'] / 1e9:.1f} (ZeRO-3's gathered layers)" if m["zero3_gathered"] else ""
+    gathered = f" + {m['logits'] / 1e9:.1f} (fp32 logits)" if m.get("logits") else ""
+    gathered += f" + {m['zero3_gathered'] / 1e9:.1f} (ZeRO-3's gathered layers)" if m["zero3_gathered"] else ""
     return (f"{m['model_states'] / 1e9:.1f} (model states) + {m['activations'] / 1e9:.1f} (activations){gathered} "
             f"= {m['total'] / 1e9:.1f} GB")
 
