@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from commlib import cost, links
+from commlib import cost
+from commlib.cost import links
 from commlib import topology as topo
 
 INTRA = cost.Link("intra", 100e9, 1e-6, "round numbers")
