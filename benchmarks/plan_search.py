@@ -15,7 +15,6 @@ import statistics
 import time
 
 from commlib import plan
-from commlib.plan import hardware as machine
 
 MODELS = {
     "7B dense": plan.Model(layers=32, hidden=4096, heads=32, seq=4096, vocab=32000, ffn=11008 * 3 // 2),
@@ -39,7 +38,7 @@ def main() -> None:
             hw = plan.hardware("dgx_h100", nodes)
             rates = {"cold": [], "warm": []}
             for _ in range(a.rounds):
-                machine.clear_cache()
+                plan.clear_cache()
                 for kind in ("cold", "warm"):
                     t0 = time.perf_counter()
                     fits, n = plan.search(model, hw, a.global_batch)
