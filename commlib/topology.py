@@ -73,7 +73,7 @@ ACHIEVABLE: dict[str, Link] = {
                     "NVIDIA, github.com/NVIDIA/nccl-tests/issues/212, 2024-05-06); NCCL models 18 x 20.6 = "
                     "370.8 (src/graph/topo.h SM90_NVLINK_BW, v2.30.7)"),
     "nvlink5": Link("nvlink5_nccl", 721.8e9, cost.LINKS["nvlink5"].latency,
-                    "B200: NCCL's own model, 18 links x 40.1 GB/s = 721.8 GB/s (src/graph/topo.h "
+                    "B200: NCCL's topology model, 18 links x 40.1 GB/s = 721.8 GB/s (src/graph/topo.h "
                     "SM100_NVLINK_BW, v2.30.7; the 'maxBw 721.8' of github.com/NVIDIA/nccl/issues/1807). A user "
                     "report, not NVIDIA's figure: 8x B300 with NVLS off ~695 GB/s busbw (github.com/NVIDIA/nccl/"
                     "issues/2140, 2026-04-28)"),
