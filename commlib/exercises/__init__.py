@@ -20,4 +20,6 @@ from commlib.exercises.ch5 import (ch5_allreduce_compatible, ch5_crossover, ch5_
                                    ch5_topk_bytes)
 from commlib.exercises.ch6 import ch6_best_bucket, ch6_overlapped_step  # noqa: F401
 from commlib.exercises.ch7 import ch7_bubble, ch7_in_flight, ch7_tp_bytes, ch7_which_fits, ch7_zero3_memory  # noqa: F401
-from commlib.exercises.ch9 import ch9_chunked_time, ch9_exposed  # noqa: F401
+from commlib.exercises.ch8 import ch8_busiest, ch8_cp_bytes, ch8_redistribute, ch8_ring_exposed  # noqa: F401
+from commlib.exercises.ch9 import (ch9_chunked_time, ch9_exposed, ch9_kernel_algorithm, ch9_straggler,  # noqa: F401
+                                   ch9_trace_busbw)

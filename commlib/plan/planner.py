@@ -23,6 +23,7 @@ from numbers import Real
 
 from commlib import _validate as check
 from commlib import cost
+from commlib.plan.context import cp_backward_bytes_per_rank, cp_bytes_per_rank, cp_layer_times  # noqa: F401
 from commlib.plan.hardware import GPUS, Hardware, collective_s, group_shape, group_topology, hardware, p2p_s  # noqa: F401
 from commlib.plan.models import MODELS, Model  # noqa: F401
 
@@ -62,26 +63,62 @@ def model_state_breakdown(params, dp=1, zero_stage=0, param_bytes=2, grad_bytes=
             "optimizer": p * optimizer_bytes / (n if zero_stage >= 1 else 1)}
 
 
-def model_state_bytes(params, dp=1, zero_stage=0) -> float:
+def model_state_bytes(params, dp=1, zero_stage=0, grad_bytes=2) -> float:
     """Mixed-precision Adam, activations excluded (ZeRO paper, fig. 1): 16P; ZeRO-1 4P + 12P/N;
-    ZeRO-2 2P + 14P/N; ZeRO-3 16P/N (N = dp)."""
-    return sum(model_state_breakdown(params, dp, zero_stage).values())
+    ZeRO-2 2P + 14P/N; ZeRO-3 16P/N (N = dp). grad_bytes=4: Megatron-LM's default with --bf16, which keeps
+    and reduces fp32 main gradients unless --grad-reduce-in-bf16 (megatron/training/arguments.py): 18P,
+    its distributed optimizer (ZeRO-1) 6P + 12P/N (docs/user-guide/features/dist_optimizer.md)."""
+    return sum(model_state_breakdown(params, dp, zero_stage, grad_bytes=_num("grad_bytes", grad_bytes)).values())
 
 
-def activation_bytes_per_layer(seq, batch, hidden, heads, tp=1, sequence_parallel=False, recompute="none") -> float:
-    """Activations one transformer layer stores for backward, 16-bit, per GPU (Korthikanti et al. 2022, table 2):
-    sbh(10 + 24/t + 5as/(ht)); with SP sbh(34/t + 5as/(ht)); selective recomputation drops the 5as/h
-    attention term; full recomputation keeps only the layer input, 2sbh (2sbh/t with SP)."""
+BLOCKS = ("gpt", "llama")
+
+
+def activation_bytes_per_layer(seq, batch, hidden, heads, tp=1, sequence_parallel=False, recompute="none",
+                               block="gpt", ffn=0, kv_heads=0, topk=1) -> float:
+    """Activations one transformer layer stores for backward, 16-bit, per GPU, as sbh x (outside the TP region
+    + inside / t) + the attention scores (Korthikanti et al. 2022, section 4.1 and table 2). r = kv_heads/heads,
+    f = ffn (the MLP's inner width; 0: 4h), k = topk (MoE: each token's activations in k expert MLPs).
+      gpt    (GeLU MLP, LayerNorm, dropout): 10 + (4 + 4r + 4kf/h)/t + 5as/(ht); f = 4h, r = 1: sbh(10 + 24/t
+             + 5as/(ht)), the paper's. Outside: 2 LayerNorm inputs 4, QKV and MLP inputs 2 + 2, 2 dropout masks
+             1 + 1. Inside: Q 2, K 2r, V 2r, output projection input 2, GeLU input and output 2f/h each.
+             Scores: softmax output 2as/h, its dropout mask as/h and output 2as/h.
+      llama  (SwiGLU MLP, RMSNorm, no dropout): 8 + (4 + 4r + 8kf/h)/t + 2as/(ht). No masks; the SwiGLU
+             stores gate and up outputs, SiLU(gate) and their product, 2f/h each; scores: the softmax output.
+             Llama-2-7B (f = 11008 = 2.6875h, r = 1): sbh(8 + 29.5/t + 2as/(ht)); 37.5 sbh at t = 1.
+    With SP the outside part is split over t too; selective recomputation (or flash attention) drops the
+    scores; full recomputation keeps only the layer input, 2sbh (2sbh/t with SP)."""
     s, b, h, a, t = (_int(n, v) for n, v in (("seq", seq), ("batch", batch), ("hidden", hidden), ("heads", heads),
                                              ("tp", tp)))
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
+    if block not in BLOCKS:
+        raise ValueError(f"block must be one of {BLOCKS}, got {block!r}")
     _divides("heads", a, "tp", t)
+    f, k = (_int("ffn", ffn, 0) or 4 * h), _int("topk", topk)
+    r = (_int("kv_heads", kv_heads, 0) or a) / a
     sp = bool(sequence_parallel)
     if recompute == "full":
         return 2 * s * b * h / (t if sp else 1)
-    attention = 0.0 if recompute == "selective" else 5 * a * s / (h * t)
-    return s * b * h * ((34 / t if sp else 10 + 24 / t) + attention)
+    llama = block == "llama"
+    outside = 8.0 if llama else 10.0
+    inside = 4 + 4 * r + (8 if llama else 4) * k * f / h
+    scores = 0.0 if recompute == "selective" else (2 if llama else 5) * a * s / (h * t)
+    return s * b * h * ((outside + inside) / t if sp else outside + inside / t) + s * b * h * scores
+
+
+def model_activation_bytes_per_layer(model: Model, batch, tp=1, sequence_parallel=False, recompute="none") -> float:
+    """activation_bytes_per_layer for a models.Model's block, MLP width, KV heads and top-k."""
+    return activation_bytes_per_layer(model.seq, batch, model.hidden, model.heads, tp, sequence_parallel, recompute,
+                                      model.block, model.mlp_width, model.kv_heads,
+                                      model.topk if model.experts else 1)
+
+
+def logits_bytes(seq, batch, vocab, tp=1) -> float:
+    """The fp32 logits the loss keeps for backward: 4 s b V bytes, split over t by the vocabulary-parallel
+    cross-entropy (Megatron-LM, megatron/core/tensor_parallel/cross_entropy.py)."""
+    s, b, v, t = (_int(n, x) for n, x in (("seq", seq), ("batch", batch), ("vocab", vocab), ("tp", tp)))
+    return 4 * s * b * v / t
 
 
 # ------------------------------------------------------------------------------- bytes per rank
@@ -126,10 +163,14 @@ def ep_bytes_per_rank(tokens, hidden, topk, ep, act_bytes=2, imbalance=1.0) -> f
     return 2 * (1 + f) * t * k * h * _num("act_bytes", act_bytes) * (e - 1) / e
 
 
-def init_broadcast_bytes(nbytes, dp) -> float:
-    """What DDP's start-up broadcast of rank 0's parameters and buffers (nbytes) costs the busiest rank over a
-    binomial tree: ceil(lg dp) * nbytes (the root); every other rank receives nbytes once."""
-    return cost.bytes_sent_per_rank("broadcast", _num("nbytes", nbytes), _int("dp", dp), "tree")
+def init_broadcast_bytes(nbytes, dp, algorithm="tree") -> float:
+    """What DDP's start-up broadcast of rank 0's parameters and buffers (nbytes) costs the busiest rank.
+    "tree": a binomial tree, as commlib's live run on Gloo: ceil(lg dp) * nbytes (the root). "ring": NCCL's,
+    a chain (NCCL 2.30.7 src/graph/tuning.cc prices Broadcast with Ring only; src/device/broadcast.h): every
+    rank but the last forwards nbytes once. Every other rank receives nbytes once either way."""
+    if algorithm not in ("tree", "ring"):
+        raise ValueError(f"algorithm must be 'tree' or 'ring', got {algorithm!r}")
+    return cost.bytes_sent_per_rank("broadcast", _num("nbytes", nbytes), _int("dp", dp), algorithm)
 
 
 # ------------------------------------------------------------------------------------- pipeline
@@ -205,16 +246,19 @@ class Config:
     ep: int = 1
     zero_stage: int = 0
     microbatches: int = 1
+    cp: int = 1    # context parallel: the sequence split over cp ranks (ring attention), next to TP in the mesh
 
 
 def groups(hw: Hardware, config: Config) -> dict:
     """Where each kind of traffic runs: {kind: (ranks in a group, stride, nodes it spans, members per node)}
     for tp, dp (dense weights), ep, dp_experts and pp (the stage boundary that crosses nodes, if any)."""
     c = config
-    out = {"tp": (c.tp, 1), "dp": (c.dp, c.tp), "ep": (c.ep, c.tp), "dp_experts": (c.dp // c.ep, c.tp * c.ep)}
+    out = {"tp": (c.tp, 1), "dp": (c.dp * c.cp, c.tp), "ep": (c.ep, c.tp), "dp_experts": (c.dp // c.ep, c.tp * c.ep)}
+    if c.cp > 1:  # the mesh (pp, dp, cp, tp), tp innermost: cp next to it; dp's gradients reduce over dp x cp
+        out["cp"] = (c.cp, c.tp)
     out = {k: (n, stride, *group_shape(hw, n, stride)) for k, (n, stride) in out.items()}
     cross = c.pp > 1 and hw.nodes > 1  # the stages tile the world, so some boundary crosses once it spans nodes
-    out["pp"] = (2 if c.pp > 1 else 1, c.tp * c.dp, 2 if cross else 1, 1 if cross or c.pp == 1 else 2)
+    out["pp"] = (2 if c.pp > 1 else 1, c.tp * c.dp * c.cp, 2 if cross else 1, 1 if cross or c.pp == 1 else 2)
     return out
 
 
@@ -242,14 +286,31 @@ DP_COLLECTIVES = {0: [("all_reduce", 1, 0)],
                   3: [("reduce_scatter", 0, 1), ("all_gather", 0, 2)]}
 
 
+def mesh_collectives(units, dp, tp, layers=1, zero_stage=3, microbatches=1) -> dict:
+    """Collectives per step on a (dp, tp) mesh, per dimension: {"dp": {op: count}, "tp": {op: count}}. dp: each of
+    the `units` FSDP units (ZeRO-3) issues DP_COLLECTIVES[zero_stage] (all-gather forward and backward, one
+    reduce-scatter); tp: 4 all-reduces per layer (Megatron: 2 forward, 2 backward; tp_bytes_per_rank)."""
+    u, d, t, n, m = (_int(k, v) for k, v in (("units", units), ("dp", dp), ("tp", tp), ("layers", layers),
+                                             ("microbatches", microbatches)))
+    if isinstance(zero_stage, bool) or zero_stage not in DP_COLLECTIVES:
+        raise ValueError(f"zero_stage must be one of (0, 1, 2, 3), got {zero_stage!r}")
+    per_dp = {op: u * (once + each * m) for op, once, each in DP_COLLECTIVES[zero_stage]} if d > 1 else {}
+    return {"dp": per_dp, "tp": {"all_reduce": 4 * n * m} if t > 1 else {}}
+
 def validate(model: Model, hw: Hardware, config: Config, global_batch: int) -> int:
     """ValueError naming the parameter for a configuration that cannot run; -> the micro-batch size."""
     c = config
-    for name in ("dp", "tp", "pp", "ep", "microbatches"):
+    for name in ("dp", "tp", "pp", "ep", "microbatches", "cp"):
         _int(name, getattr(c, name))
-    if c.dp * c.tp * c.pp != hw.world:
-        raise ValueError(f"dp*tp*pp = {c.dp}*{c.tp}*{c.pp} = {c.dp * c.tp * c.pp} must equal the world size "
+    if c.dp * c.tp * c.pp * c.cp != hw.world:
+        mesh, sizes = ("dp*tp*pp", f"{c.dp}*{c.tp}*{c.pp}") if c.cp == 1 else \
+            ("dp*tp*pp*cp", f"{c.dp}*{c.tp}*{c.pp}*{c.cp}")
+        raise ValueError(f"{mesh} = {sizes} = {c.dp * c.tp * c.pp * c.cp} must equal the world size "
                          f"{hw.world} ({hw.nodes} nodes x {hw.gpus_per_node} GPUs)")
+    if c.cp > 1:
+        _divides("seq", model.seq, "2*cp", 2 * c.cp)
+        if c.ep > 1:
+            raise ValueError(f"cp={c.cp} with ep={c.ep} is not modelled: use cp=1 or ep=1")
     _divides("heads", model.heads, "tp", c.tp)
     _divides("layers", model.layers, "pp", c.pp)
     _divides("dp", c.dp, "ep", c.ep)
@@ -273,24 +334,32 @@ def estimate(model: Model, hw: Hardware, config: Config, global_batch: int,
     pipeline_bubble(pp, m). Data-parallel communication follows (DP_COLLECTIVES), less what
     dp_overlap hides: behind the last micro-batch's backward (2/3 of its compute) for a collective once per
     step, behind each micro-batch's compute for one per micro-batch (ZeRO-2/3). Memory: model states (ZeRO paper),
-    activations of the first stage's micro-batches in flight (Korthikanti et al.), ZeRO-3's gathered layers."""
+    activations (Korthikanti et al., per block type) of the first stage's micro-batches in flight or of the last
+    stage's with its fp32 logits, whichever is larger (one stage: both), ZeRO-3's gathered layers."""
     return _estimate(model, hw, config, global_batch, assume, validate(model, hw, config, global_batch))
 
 
 def _estimate(model, hw, c, global_batch, a, b) -> Estimate:
     t, p, d, m, s, h = c.tp, c.pp, c.dp, c.microbatches, model.seq, model.hidden
+    if c.cp > 1:  # each rank holds s/cp tokens; the gradients reduce over the dp*cp ranks (FSDP on dp x cp)
+        d, s = c.dp * c.cp, model.seq // c.cp
     ab = a.act_bytes
     layers = model.layers // p
     sp = a.sequence_parallel and t > 1
     # memory: model states (expert parameters shard over ep, their ZeRO over dp/ep), activations, gathers
     dense, experts = model.dense_params / (t * p), model.expert_params / (t * p * c.ep)
     states = model_state_bytes(dense, d, c.zero_stage) + model_state_bytes(experts, d // c.ep, c.zero_stage)
-    act = layers * microbatches_in_flight(p, m, a.schedule) * \
-        activation_bytes_per_layer(s, b, h, model.heads, t, sp, a.recompute)
+    # the first stage holds the most micro-batches in flight, the last one also the fp32 logits: the larger
+    per_layer = model_activation_bytes_per_layer(model, b, t, sp, a.recompute)
+    last_in_flight = m if a.schedule == "gpipe" else 1
+    first = layers * microbatches_in_flight(p, m, a.schedule) * per_layer
+    last = last_in_flight * (layers * per_layer + logits_bytes(s, b, model.vocab, t))
+    act, logits = (first, 0.0) if p > 1 and first >= last else \
+        (last_in_flight * layers * per_layer, last_in_flight * logits_bytes(s, b, model.vocab, t))
     layer_params = (model.params - model.embedding_params) / model.layers / t
     gathered = (2 if a.zero3_prefetch else 1) * 2 * layer_params if c.zero_stage == 3 else 0.0
-    memory = {"model_states": states, "activations": act, "zero3_gathered": gathered}
-    memory["total"] = states + act + gathered
+    memory = {"model_states": states, "activations": act, "logits": logits, "zero3_gathered": gathered}
+    memory["total"] = states + act + logits + gathered
     comp = step_flops(model, b * s, a.recompute) / (t * p) / (hw.peak_flops * a.mfu)  # one micro-batch, one stage
     # per micro-batch on one stage: TP (4 all-reduces, or AG + RS, of bsh per layer), EP, PP point-to-point
     bsh = b * s * h * ab
@@ -299,6 +368,10 @@ def _estimate(model, hw, c, global_batch, a, b) -> Estimate:
     ep_s = moe * 2 * (1 + a.imbalance) * collective_s("all_to_all", bsh * model.topk, c.ep, t, hw, a.all_to_all)
     pp_s = 2 * p2p_s(bsh, hw.nodes > 1, hw) if p > 1 else 0.0  # stages tile the world: one boundary crosses nodes
     per_mb = comp + tp_s + ep_s + pp_s
+    if c.cp > 1:  # ring attention per layer; what each block's attention does not hide is on the critical path
+        kv_hidden = h * (model.kv_heads or model.heads) // model.heads
+        cpt = cp_layer_times(b, model.seq, h, kv_hidden, c.cp, t, hw, a.mfu, ab)
+        per_mb += layers * cpt["exposed_s"]
     pipeline = (m + p - 1) * per_mb  # = m * per_mb / (1 - pipeline_bubble(p, m)): the bubble is (p-1) per_mb
     # data parallel: once per step, or per micro-batch where ZeRO must (see DP_COLLECTIVES)
     once_s, each_s, dp_bytes = 0.0, 0.0, 0.0  # collectives once per step / once per micro-batch
@@ -320,6 +393,9 @@ def _estimate(model, hw, c, global_batch, a, b) -> Estimate:
             "ep": m * moe * ep_bytes_per_rank(b * s, h, model.topk, c.ep, ab, a.imbalance) if c.ep > 1 else 0.0}
     times = {"compute": m * comp, "tp": m * tp_s, "ep": m * ep_s, "pp": m * pp_s,
              "bubble": (p - 1) * per_mb, "dp": dp_s, "dp_exposed": exposed_dp}
+    if c.cp > 1:
+        comm["cp"] = m * layers * cpt["bytes"]
+        times.update(cp=m * layers * cpt["comm_s"], cp_exposed=m * layers * cpt["exposed_s"])
     return Estimate(c, memory, comm, times, step, memory["total"] <= hw.gpu_memory)
 
 
@@ -328,29 +404,31 @@ def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
-def configurations(model: Model, hw: Hardware, global_batch: int, zero_stages=(0, 1, 2, 3), max_tp=None):
-    """Every (dp, tp, pp, ep, zero stage, micro-batches) that can run, with its micro-batch size."""
+def configurations(model: Model, hw: Hardware, global_batch: int, zero_stages=(0, 1, 2, 3), max_tp=None, max_cp=1):
+    """Every (dp, tp, pp, ep, zero stage, micro-batches, cp <= max_cp) that can run, with its micro-batch size."""
     world = hw.world
-    for tp in _divisors(world):
-        if model.heads % tp or (max_tp and tp > max_tp):
+    for tp, cp in itertools.product(_divisors(world), _divisors(world)):
+        if model.heads % tp or (max_tp and tp > max_tp) or (world // tp) % cp or cp > _int("max_cp", max_cp) \
+                or model.seq % (2 * cp) and cp > 1:
             continue
-        for pp in _divisors(world // tp):
+        for pp in _divisors(world // (tp * cp)):
             if model.layers % pp:
                 continue
-            dp = world // (tp * pp)
+            dp = world // (tp * cp * pp)
             if global_batch % dp:
                 continue
-            eps = [e for e in _divisors(dp) if model.experts % e == 0] if model.experts else [1]
+            eps = [e for e in _divisors(dp) if model.experts % e == 0] if model.experts and cp == 1 else [1]
             for ep, zero, m in itertools.product(eps, zero_stages, _divisors(global_batch // dp)):
-                yield Config(dp, tp, pp, ep, zero, m), global_batch // (dp * m)
+                yield Config(dp, tp, pp, ep, zero, m, cp), global_batch // (dp * m)
 
 
 def search(model: Model, hw: Hardware, global_batch: int, assume: Assumptions = Assumptions(),
-           zero_stages=(0, 1, 2, 3), max_tp=None) -> tuple[list[Estimate], int]:
-    """-> (the configurations that fit in memory, fastest first; how many were evaluated)."""
+           zero_stages=(0, 1, 2, 3), max_tp=None, max_cp=1) -> tuple[list[Estimate], int]:
+    """-> (the configurations that fit in memory, fastest first; how many were evaluated). max_cp > 1 adds
+    context parallelism (cp dividing the world, 2 cp dividing the sequence) to the search."""
     _int("global_batch", global_batch)
     out, n = [], 0
-    for config, b in configurations(model, hw, global_batch, zero_stages, max_tp):
+    for config, b in configurations(model, hw, global_batch, zero_stages, max_tp, max_cp):
         n += 1
         e = _estimate(model, hw, config, global_batch, assume, b)
         if e.fits:
