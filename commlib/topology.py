@@ -159,39 +159,8 @@ class Topology:
         """GPUs of a node sharing one rail when all send off-node at once: ceil(g / rails)."""
         return -(-self.gpus_per_node // self.rails)
 
-    def describe(self) -> str:
-        """One line for people, under 100 characters for the presets: '2 x DGX H100 (16 GPUs): NVLink4 370 GB/s,
-        8 x NDR 48 GB/s per node (achievable, per direction)'. sources() says where they come from."""
-        base = self.name.split(" ")[0]
-        node = f"{self.nodes} x {NODE_NAMES[base]}" if base in NODE_NAMES else \
-            f"{self.nodes} node{'s' * (self.nodes > 1)} of {self.gpus_per_node} GPUs"
-        gpus = f" ({self.world_size} GPUs)" if base in NODE_NAMES else ""
-        achievable = all(link.name.endswith("_nccl") for link in (self.intra, self.inter))
-        return (f"{node}{gpus}: {link_label(self.intra)}, {self.nics_per_node} x {link_label(self.inter)} per node "
-                f"({'achievable' if achievable else 'line rate'}, per direction)")
-
-    def sources(self) -> dict[str, str]:
-        """Where the node and each link's numbers come from: label -> source text."""
-        base = self.name.split(" ")[0]
-        out = {NODE_NAMES[base]: PRESETS[base][2]} if base in PRESETS else {}
-        for link in (self.intra, self.inter):
-            if link.source:
-                out[link_label(link)] = link.source
-        return out
-
 
 # ----------------------------------------------------------------------------------- presets
-NODE_NAMES = {"dgx_a100": "DGX A100", "dgx_h100": "DGX H100", "dgx_b200": "DGX B200", "b200_xdr": "B200 + XDR"}
-LINK_NAMES = {"nvlink3": "NVLink3", "nvlink4": "NVLink4", "nvlink5": "NVLink5", "pcie4_x16": "PCIe4 x16",
-              "pcie5_x16": "PCIe5 x16", "ib_hdr": "HDR", "ib_ndr": "NDR", "ib_xdr": "XDR", "roce100": "RoCE 100G",
-              "roce400": "RoCE 400G", "tcp100": "TCP 100G", "tcp400": "TCP 400G"}
-
-
-def link_label(link: Link) -> str:
-    """A link's short name and bandwidth per direction: 'NVLink4 370 GB/s' (NCCL's achievable nvlink4)."""
-    return f"{LINK_NAMES.get(link.name.removesuffix('_nccl'), link.name)} {link.bandwidth / 1e9:.3g} GB/s"
-
-
 PRESETS = {
     "dgx_a100": ("nvlink3", "ib_hdr", "NVIDIA DGX A100 User Guide (DU-09821-001): 8x A100 SXM4 on 6 NVSwitches "
                  "(NVLink3, 600 GB/s per GPU both directions), 8x single-port ConnectX-6 HDR 200 Gb/s for the "

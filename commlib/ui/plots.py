@@ -298,7 +298,7 @@ def topology_busbw(topology, op: str = "all_reduce", sizes=None, ax=None):
     ax.set_ylabel("busbw (GB/s)")
     nics = f"{topology.nics_per_node} NIC{'s' * (topology.nics_per_node > 1)}"
     ax.set_title(f"{op}: {topology.nodes} node{'s' * (topology.nodes > 1)} x {topology.gpus_per_node} GPUs, {nics} "
-                 f"per node\n{topo.link_label(topology.intra)} inside, {topo.link_label(topology.inter)} per NIC",
+                 f"per node\n{topology.intra.label} inside, {topology.inter.label} per NIC",
                  fontsize=9.5)
     ax.legend(fontsize=8, loc="upper left", ncol=2)  # in the band above the curves and the ceilings' labels
     return ax

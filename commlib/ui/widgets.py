@@ -176,6 +176,7 @@ def overlap_explorer() -> W.VBox:
 def topology_calculator(nbytes: float = 1e9) -> W.VBox:
     """Pick a node type (or your own nodes, GPUs, links and NICs) and an op; see time and busbw per algorithm."""
     from commlib import cost
+    from commlib import plan
     from commlib import topology as topo
 
     links = {name: link for name, link in cost.LINKS.items()}
@@ -218,7 +219,8 @@ def topology_calculator(nbytes: float = 1e9) -> W.VBox:
             rows.append((algorithm, f"{b['time_s'] * 1e3:,.3f} ms", f"{b['busbw_GBps']:,.1f}", mb["intra"],
                          mb["inter"], b["bottleneck"]))
         head = ("algorithm", "time", "busbw GB/s", "MB/rank intra", "MB/rank inter", "bottleneck")
-        text.value = (f"<p><b>{t.describe()}</b></p>" + html_table(head, rows, "lrrrrl") + sources_fold(t.sources()))
+        text.value = (f"<p><b>{plan.describe_topology(t)}</b></p>" + html_table(head, rows, "lrrrrl")
+                      + sources_fold(plan.topology_sources(t)))
         _show(out, plots.topology_busbw(t, op.value).figure)
 
     for w in (node, achievable, nodes, gpus, nics, intra, inter, op, size):
