@@ -158,12 +158,12 @@ def test_course_py_lab_prints_chapter_0_s_url_and_leaves_no_jupyterlab_when_stop
                                   stdout=out, stderr=subprocess.STDOUT)
     family = []
     try:
-        deadline, url = time.monotonic() + 120, None
+        deadline, url = time.monotonic() + 180, None  # a bound, not a timing assertion: a loaded machine is slow
         while url is None:
             assert driver.poll() is None, f"course.py lab exited ({driver.returncode}):\n{log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"no URL printed within 120 s:\n{log.read_text()[-3000:]}"
-            found = re.search(r"http://127\.0\.0\.1:\d+/\S+", log.read_text())
-            url = found.group(0) if found else time.sleep(0.2)
+            assert time.monotonic() < deadline, f"no URL printed within 180 s:\n{log.read_text()[-3000:]}"
+            found = re.search(r"(http://127\.0\.0\.1:\d+/\S*)\n", log.read_text())  # a whole line: not half-written
+            url = found.group(1) if found else time.sleep(0.2)
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+/lab/tree/notebooks/00_start_here\.ipynb\?token=\w+", url), url
         with urllib.request.urlopen(url, timeout=30) as r:
             page = r.read().decode()
@@ -172,14 +172,14 @@ def test_course_py_lab_prints_chapter_0_s_url_and_leaves_no_jupyterlab_when_stop
         start = urllib.request.Request(f"{base}/api/kernels?token={token}", data=b"{}", method="POST")
         with urllib.request.urlopen(start, timeout=60) as r:
             assert r.status == 201
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while not [p for p in psutil.Process(driver.pid).children(recursive=True) if "ipykernel" in " ".join(p.cmdline())]:
-            assert time.monotonic() < deadline, "the kernel did not start within 60 s"
+            assert time.monotonic() < deadline, "the kernel did not start within 120 s"
             time.sleep(0.2)
         family = [p.pid for p in psutil.Process(driver.pid).children(recursive=True)]
         driver.send_signal(sig)
-        assert driver.wait(90) == 128 + sig
-        assert wait_gone(family, 30) == [], f"JupyterLab or its kernel outlived course.py after signal {sig}"
+        assert driver.wait(120) == 128 + sig
+        assert wait_gone(family, 60) == [], f"JupyterLab or its kernel outlived course.py after signal {sig}"
     finally:
         if driver.poll() is None:
             driver.kill()
