@@ -165,8 +165,13 @@ def test_notebook_runs_in_the_browser(lab, browser, path):
 def test_the_url_course_py_prints_opens_chapter_0(lab, browser):
     """The URL in JupyterLab's log (course.py lab's terminal) opens chapter 0, not the Launcher; no news pop-up."""
     base, token, root, _ = lab
-    logs = "".join(p.read_text() for p in sorted(root.glob("lab-*.log")))
-    printed = re.search(r"http://127\.0\.0\.1:\d+(/\S*?)\?token=", logs)
+    deadline = time.monotonic() + 60  # the API may answer a moment before the URL is logged
+    while True:
+        logs = "".join(p.read_text() for p in sorted(root.glob("lab-*.log")))
+        printed = re.search(r"http://127\.0\.0\.1:\d+(/\S*?)\?token=", logs)
+        if printed or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert printed, f"no URL in JupyterLab's output:\n{logs[-2000:]}"
     first = min(p.name for p in NOTEBOOKS)
     assert printed.group(1) == f"/lab/tree/notebooks/{first}"
