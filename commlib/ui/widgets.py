@@ -143,7 +143,8 @@ def overlap_explorer() -> W.VBox:
 
     params = W.FloatLogSlider(value=1e9, base=10, min=7, max=11, step=0.25, description="parameters", readout_format=".2g")
     layers = W.IntSlider(value=24, min=1, max=96, description="layers")
-    backward = W.FloatSlider(value=300, min=10, max=2000, step=10, description="backward ms")
+    backward = W.FloatSlider(value=300, min=10, max=2000, step=10, description="backward ms",
+                             style={"description_width": "initial"})  # the whole label, not "backward ..."
     link = W.Dropdown(options=list(cost.LINKS), value="ib_ndr", description="link")
     p = W.IntSlider(value=16, min=2, max=512, description="ranks p")
     # powers of two and DDP's default, 25 MiB (torch.nn.parallel.DistributedDataParallel's bucket_cap_mb), where
