@@ -32,6 +32,7 @@ from numbers import Real
 
 import cloudpickle
 
+from commlib import _diagnosis, _flight_recorder as flight_recorder
 from commlib._launcher import Launcher
 from commlib._output import RankOutput
 
@@ -47,7 +48,10 @@ _PG_TIMEOUT_MARGIN_S = 30.0  # torch's own collective timeout stays behind ours:
 
 
 class RankError(RuntimeError):
-    """A function raised inside a rank. `.rank` names it; the message holds its traceback."""
+    """A function raised inside a rank. `.rank` names it; the message holds its traceback. `.diagnosis`:
+    {"kind": "mismatch"|"missing"|"p2p"|"unknown", "ranks": [culprits], "detail": the message's first line}."""
+
+    diagnosis: dict | None = None
 
     def __init__(self, rank: int, message: str, remote_traceback: str = ""):
         super().__init__(message)
@@ -56,7 +60,9 @@ class RankError(RuntimeError):
 
 
 class ClusterTimeout(TimeoutError):
-    """No answer from some ranks within the timeout. `.ranks` lists them."""
+    """No answer from some ranks within the timeout. `.ranks` lists them; `.diagnosis` as RankError's."""
+
+    diagnosis: dict | None = None
 
     def __init__(self, message: str, ranks: list[int]):
         super().__init__(message)
@@ -135,7 +141,8 @@ class Cluster:
     """
 
     def __init__(self, world_size: int = 4, backend: str = "auto", timeout: float = 60.0,
-                 start_timeout: float = 120.0, host: str = "127.0.0.1", output: str = "ordered"):
+                 start_timeout: float = 120.0, host: str = "127.0.0.1", output: str = "ordered",
+                 debug: bool = False, flight_recorder: int = flight_recorder.DEFAULT_BUFFER):
         if isinstance(world_size, bool) or not isinstance(world_size, int):
             raise TypeError(f"world_size must be an int in [1, {MAX_WORLD_SIZE}], got {type(world_size).__name__}")
         if not 1 <= world_size <= MAX_WORLD_SIZE:
@@ -143,6 +150,11 @@ class Cluster:
         self.timeout = timeout
         self.start_timeout = _check_seconds("start_timeout", start_timeout)
         self.output = output
+        if not isinstance(debug, bool):
+            raise TypeError(f"debug must be True or False, got {debug!r}")
+        if isinstance(flight_recorder, bool) or not isinstance(flight_recorder, int) or flight_recorder < 0:
+            raise ValueError(f"flight_recorder must be an int >= 0 (entries kept per rank; 0: off), got {flight_recorder!r}")
+        self.debug, self.flight_recorder = debug, flight_recorder
         self._loopback = check_host(host)
         self.world_size = world_size
         self.backend = resolve_backend(backend, world_size)
@@ -265,6 +277,7 @@ class Cluster:
                       loopback=self._loopback, port=launcher.port, store_port=launcher.store_port,
                       generation=self._generation, start_timeout=self.start_timeout,
                       pg_timeout=self.timeout + _PG_TIMEOUT_MARGIN_S, stack_dir=launcher.tmpdir,
+                      debug=self.debug, fr_buffer=self.flight_recorder,
                       sys_path=list(sys.path))
                  for r in range(self.world_size)]
         launcher.start(specs)
@@ -336,19 +349,32 @@ class Cluster:
             lines.flush()
         if errors:  # a dead rank is the cause of its peers' "connection reset" errors: name it first
             dead = [r for r, e in errors.items() if isinstance(e, RankDied)]
-            first = min(dead or errors)
+            alive = {r: ranks[r][1] for r in range(self.world_size) if r not in dead}
+            diagnosis = _diagnosis.diagnose(self._snapshots(alive), self.world_size,
+                                            {r: e.remote_traceback for r, e in errors.items()})
+            named = [r for r in diagnosis["ranks"] if r in errors]  # the culprit's own error, if it raised one
+            first = min(named or dead or errors)
             others = sorted(set(errors) - {first})
             err = errors[first]
-            if others:
-                err.args = (err.args[0] + f"\n(ranks {others} failed too)",)
+            err.args = (diagnosis["detail"] + "\n" + err.args[0] + (f"\n(ranks {others} failed too)" if others else ""),)
+            err.diagnosis = diagnosis
             raise err
         if len(results) < self.world_size:
             stuck = [r for r in range(self.world_size) if r not in results]
             now = time.monotonic()
             printing = [r for r in stuck if now - lines.last_at.get(r, -math.inf) < _STILL_PRINTING_S
                         or ranks[r][0].poll(0)]
-            raise ClusterTimeout(self._timeout_message(ranks, name, stuck, printing), stuck)
+            asked = flight_recorder.ask({r: pid for r, (_, pid) in enumerate(ranks)}, self._state.tmpdir)
+            message = self._timeout_message(ranks, name, stuck, printing)  # the stacks, meanwhile
+            snaps = flight_recorder.collect(asked, self._state.tmpdir, time.monotonic() + 1.0)
+            diagnosis = _diagnosis.diagnose(snaps, self.world_size, stuck=stuck)
+            err = ClusterTimeout(diagnosis["detail"] + "\n" + message, stuck)
+            err.diagnosis = diagnosis
+            raise err
         return [results[r] for r in range(self.world_size)]
+
+    def _snapshots(self, pids: dict) -> dict:
+        return flight_recorder.request_snapshots(pids, self._state.tmpdir, time.monotonic() + 2.0)
 
     def _died(self, rank: int, pid: int, when: str, deadline: float) -> RankDied:
         code = self._state.exit_code(pid, max(0.0, min(_EXIT_REPORT_S, deadline - time.monotonic())))
