@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 import commlib as cl
 from commlib import overlap
-from commlib._worker import uses_nccl
+from commlib.cluster.worker import uses_nccl
 
 
 def mlp(layers: int, width: int):

@@ -12,7 +12,8 @@ import os
 import statistics
 import time
 
-from commlib import machine, plan
+from commlib import plan
+from commlib.plan import hardware as machine
 
 MODELS = {
     "7B dense": plan.Model(layers=32, hidden=4096, heads=32, seq=4096, vocab=32000, ffn=11008 * 3 // 2),

@@ -13,11 +13,12 @@ import statistics
 
 import commlib as cl
 from commlib import algorithms as alg
+from commlib.algorithms import p2p
 from commlib import bench
 
 
 def one_round(size: int, algorithm: str, segment_bytes: int, iters: int) -> float:
-    alg.SEGMENT_BYTES = segment_bytes
+    p2p.SEGMENT_BYTES = segment_bytes
     row = bench.sweep("all_reduce", algorithm, size, size, iters=iters, warmup=1)[0]
     assert row["wrong"] == 0, row
     return row["busbw_GBps"]
@@ -29,7 +30,7 @@ def main() -> None:
     ap.add_argument("--sizes", nargs="+", default=["16M", "32M", "64M"])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--iters", type=int, default=3)
-    ap.add_argument("--segment-bytes", type=bench.parse_size, default=alg.SEGMENT_BYTES)
+    ap.add_argument("--segment-bytes", type=bench.parse_size, default=p2p.SEGMENT_BYTES)
     a = ap.parse_args()
     print(f"machine: {os.cpu_count()} cores; ring segment {a.segment_bytes} B; median of {a.rounds} rounds "
           f"x {a.iters} iterations")

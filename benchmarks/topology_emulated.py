@@ -12,7 +12,7 @@ cluster (4 local ranks), measured against commlib.topology's model of the same l
    hierarchical over the flat ring against the model's (target: within 25%), and how exact the pacing was:
    how late receivers went on after the network's delivery time (the wake-up alone, and all causes,
    including loopback data arriving after that time).
-The work is commlib.emulated_bench's (chapter 3 runs the same at one small size); --json saves the result,
+The work is commlib.bench.emulated's (chapter 3 runs the same at one small size); --json saves the result,
 which chapter 3 shows as the committed measurement.
 """
 
@@ -21,7 +21,7 @@ import json
 
 import commlib as cl
 from commlib import bench
-from commlib import emulated_bench as eb
+from commlib.bench import emulated as eb
 
 
 def main() -> None:

@@ -4,7 +4,7 @@
 
 Steps: fetch the pinned JavaScript the pages load (MathJax, the ipywidgets HTML manager) once, with npm,
 into build/book-vendor/ (checked against pinned sha512 hashes); stage index.md, the numbered
-notebooks (in file-name order, solutions dropped with --no-solutions, by commlib.teaching's rule) and
+notebooks (in file-name order, solutions dropped with --no-solutions, by commlib.exercises.learner_copies's rule) and
 assets/ into build/book-src/; run Sphinx with MyST-NB (book/conf.py, execution off).
 """
 
@@ -98,7 +98,7 @@ def _write_if_changed(path: Path, data: bytes) -> None:
 
 def stage(src: Path, solutions: bool = True) -> list[str]:
     """Lay out the book's sources in src/: index.md, notebooks/NN_*.ipynb, assets/; -> the chapters' names."""
-    from commlib import teaching
+    from commlib.exercises import learner_copies as teaching
 
     notebooks = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
     if not notebooks:

@@ -75,10 +75,10 @@ def _parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="python -m commlib", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
     b = sub.add_parser("bench", help="sweep a collective over message sizes (nccl-tests columns)")
-    b.add_argument("--op", default="all_reduce", choices=bench.OPS)
+    b.add_argument("--op", default="all_reduce", choices=bench.BENCHED_OPS)
     b.add_argument("--algorithm", default="builtin",
                    help="builtin (torch.distributed) or a commlib algorithm: "
-                        + "; ".join(f"{op}: {', '.join(bench.algorithms_for(op))}" for op in bench.OPS))
+                        + "; ".join(f"{op}: {', '.join(bench.algorithms_for(op))}" for op in bench.BENCHED_OPS))
     b.add_argument("--world-size", type=int, default=None,
                    help="start a local Cluster of this many ranks; omit under torchrun")
     b.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"))
@@ -101,7 +101,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "learner-copies":
-        from commlib.teaching import CopyError, learner_copies
+        from commlib.exercises.learner_copies import CopyError, learner_copies
 
         try:
             written = learner_copies(args.out_dir, args.notebooks or None)
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         import torch.distributed as dist
 
-        from commlib.torchrun import init_from_env
+        from commlib.cluster.torchrun import init_from_env
 
         try:
             rank, p = init_from_env(backend=args.backend)

@@ -24,7 +24,7 @@ DDP_FIRST_BUCKET_MB = 1.0    # with the default cap only: torch DDP's first buck
 
 
 @dataclass(frozen=True)
-class Event:
+class Span:
     kind: str      # "forward", "compute" (backward, producing bucket `bucket`) or "comm"
     bucket: int
     start: float
@@ -35,7 +35,7 @@ class Event:
 class Timeline:
     """Events of one step, (forward and) backward with its gradient communication, in seconds from its start."""
 
-    events: list[Event] = field(default_factory=list)
+    events: list[Span] = field(default_factory=list)
 
     @property
     def compute_s(self) -> float:
@@ -71,15 +71,15 @@ def simulate(compute_s, comm_s, overlap: bool = True, forward_s: float = 0.0) ->
     forward = check.number("forward_s", forward_s, low=0, unit="seconds")
     if len(compute) != len(comm):
         raise ValueError(f"compute_s and comm_s need one entry per bucket, got {len(compute)} and {len(comm)}")
-    events, t, ready = ([Event("forward", -1, 0.0, forward)] if forward else []), forward, []
+    events, t, ready = ([Span("forward", -1, 0.0, forward)] if forward else []), forward, []
     for i, c in enumerate(compute):
-        events.append(Event("compute", i, t, t + c))
+        events.append(Span("compute", i, t, t + c))
         t += c
         ready.append(t)
     stream = forward if overlap else t
     for i, c in enumerate(comm):
         start = max(ready[i], stream)
-        events.append(Event("comm", i, start, start + c))
+        events.append(Span("comm", i, start, start + c))
         stream = start + c
     return Timeline(events)
 
@@ -351,12 +351,12 @@ class _HostClock:
         events, prev, stream = [], 0.0, 0.0
         for b in range(len(ready_at)):
             ready = ready_at[b] - t0
-            events.append(Event("compute", b, prev, ready))
+            events.append(Span("compute", b, prev, ready))
             prev = ready
             # one stream: an all-reduce launched while the previous one runs starts when that one is done
             start = max(launched_at[b] - t0, stream)
             stream = max(start, (done_at[b] or end) - t0)  # a future's callback may still be on its way
-            events.append(Event("comm", b, start, stream))
+            events.append(Span("comm", b, start, stream))
         return Timeline(events)
 
 
@@ -375,7 +375,7 @@ class _CudaClock:
     def mark(self, stream=None):
         import torch
 
-        event = torch.cuda.Event(enable_timing=True)
+        event = torch.cuda.Span(enable_timing=True)
         event.record(stream if stream is not None else torch.cuda.current_stream(self.device))
         return event
 
@@ -405,7 +405,7 @@ class _CudaClock:
         events, prev = [], 0.0
         for b in range(len(ready_at)):
             ready = since(ready_at[b])
-            events.append(Event("compute", b, prev, ready))
+            events.append(Span("compute", b, prev, ready))
             prev = ready
-            events.append(Event("comm", b, since(launched_at[b]), since(done_at[b])))
+            events.append(Span("comm", b, since(launched_at[b]), since(done_at[b])))
         return Timeline(events)

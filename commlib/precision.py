@@ -83,7 +83,7 @@ def _check_grads(grads) -> list[torch.Tensor]:
     return [g.detach().reshape(-1) for g in grads]
 
 
-def _sum_in_order(xs: list[torch.Tensor], order: str, acc_dtype) -> torch.Tensor:
+def sum_in_order(xs: list[torch.Tensor], order: str, acc_dtype) -> torch.Tensor:
     """Sum one tensor per rank in the collective's order, rounding every partial sum to acc_dtype."""
     p = len(xs)
     xs = [x.to(acc_dtype) for x in xs]
@@ -129,7 +129,7 @@ def simulate_reduction(grads, strategy: str, order: str = "ring") -> torch.Tenso
     p = len(xs)
     wire, acc, before, after, stored = _plan(strategy, p)
     sent = [_predivide(x.to(wire), before) for x in xs]
-    total = _sum_in_order(sent, order, acc)
+    total = sum_in_order(sent, order, acc)
     mean = total / after if after != 1 else total
     return mean.to(stored).to(torch.float32).reshape(grads[0].shape)
 

@@ -43,7 +43,8 @@ from dataclasses import dataclass, field, replace
 from numbers import Integral, Real
 
 from commlib import cost
-from commlib.cost import Link
+from commlib.cost import Link, Published
+from commlib.cost.registry import algorithms
 
 # -------------------------------------------------------------------------- achievable links
 # What NCCL actually reaches per direction at large sizes, next to each line rate in cost.LINKS.
@@ -174,22 +175,18 @@ def preset(name: str, nodes=1, achievable: bool = False) -> Topology:
 
 
 # ---------------------------------------------------------------------------------- the model
-ALGORITHMS = {
-    "all_reduce": ("flat_ring", "multi_ring", "hierarchical", "in_network"),
-    "reduce_scatter": ("flat_ring", "multi_ring", "hierarchical"),
-    "all_gather": ("flat_ring", "multi_ring", "hierarchical"),
-    "all_to_all": ("pairwise", "bulk"),
-}
+# op -> the node-level algorithms of commlib.cost.registry (as cost.PAIRS is for one link)
+PAIRS = {op: algorithms("nodes", op) for op in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")}
 
 
 def _check(op: str, nbytes, topology: Topology, algorithm: str) -> float:
-    if op not in ALGORITHMS:
-        raise ValueError(f"op must be one of {tuple(ALGORITHMS)}, got {op!r}")
-    if algorithm not in ALGORITHMS[op]:
-        raise ValueError(f"algorithm for {op} must be one of {ALGORITHMS[op]}, got {algorithm!r}")
+    if op not in PAIRS:
+        raise ValueError(f"op must be one of {tuple(PAIRS)}, got {op!r}")
+    if algorithm not in PAIRS[op]:
+        raise ValueError(f"algorithm for {op} must be one of {PAIRS[op]}, got {algorithm!r}")
     if not isinstance(topology, Topology):
         raise TypeError(f"topology must be a Topology, got {type(topology).__name__}")
-    return cost._check_nbytes(nbytes)
+    return cost.check_nbytes(nbytes)
 
 
 def _pairwise_flows(t: Topology) -> list[tuple[bool, bool, int]]:
@@ -238,7 +235,7 @@ def breakdown(op: str, nbytes: float, topology: Topology, algorithm: str, gamma:
     -> time_s, latency_s, intra_s / inter_s (the time during which that link set the pace), reduction_s,
     algbw_GBps, busbw_GBps (nccl-tests factors), bytes_per_rank {'intra', 'inter'}, bottleneck."""
     n = _check(op, nbytes, topology, algorithm)
-    g_ = cost._gamma(gamma)
+    g_ = cost.check_gamma(gamma)
     t = topology
     a_i, a_e = t.intra.latency, t.inter.latency
     lat = bw_i = bw_e = 0.0
@@ -271,9 +268,9 @@ def collective_time(op: str, nbytes: float, topology: Topology, algorithm: str, 
 def best_algorithm(op: str, nbytes: float, topology: Topology, in_network: bool = False) -> tuple[str, float]:
     """-> (the fastest of the algorithms of `op`, its seconds). in_network (NVLS/SHARP) only if asked: it needs
     switches that reduce."""
-    if op not in ALGORITHMS:
-        raise ValueError(f"op must be one of {tuple(ALGORITHMS)}, got {op!r}")
-    times = {a: collective_time(op, nbytes, topology, a) for a in ALGORITHMS[op] if in_network or a != "in_network"}
+    if op not in PAIRS:
+        raise ValueError(f"op must be one of {tuple(PAIRS)}, got {op!r}")
+    times = {a: collective_time(op, nbytes, topology, a) for a in PAIRS[op] if in_network or a != "in_network"}
     best = min(times, key=times.get)
     return best, times[best]
 
@@ -353,39 +350,24 @@ def bytes_by_rank(op: str, nbytes: float, topology: Topology, algorithm: str, it
 
 
 # ------------------------------------------------------------------- model vs published results
-@dataclass(frozen=True)
-class Published:
-    """A published nccl-tests busbw (GB/s, low-high) for `nodes` of a preset, and the model's algorithm for what
-    NCCL ran. kind: 'calibration' (an ACHIEVABLE link was set from it), 'measured' (predicted, not fitted),
-    'expected' (NVIDIA engineers' stated figure or formula), 'bound' (the model is an upper bound)."""
-
-    system: str
-    nodes: int
-    op: str
-    algorithm: str
-    busbw_GBps: tuple[float, float]
-    kind: str
-    source: str
-
-
 PUBLISHED = [
-    Published("dgx_a100", 1, "all_reduce", "flat_ring", (230.0, 232.5), "calibration",
+    Published("dgx_a100", "all_reduce", "flat_ring", (230.0, 232.5), nodes=1, kind="calibration", source=
               "~230 GB/s (S. Jeaugey, NVIDIA, nccl-tests#149); 232.54 GB/s measured (nccl-tests#175, 2023-10-29)"),
-    Published("dgx_h100", 1, "all_reduce", "flat_ring", (370.0, 370.0), "calibration",
+    Published("dgx_h100", "all_reduce", "flat_ring", (370.0, 370.0), nodes=1, kind="calibration", source=
               "370 GB/s with NCCL_ALGO=RING (S. Jeaugey, NVIDIA, nccl-tests#212, 2024-05-06)"),
-    Published("dgx_a100", 2, "all_reduce", "multi_ring", (192.0, 192.0), "measured",
+    Published("dgx_a100", "all_reduce", "multi_ring", (192.0, 192.0), nodes=2, kind="measured", source=
               "'DGX-A100 ... 8x200Gbit/s IB cards and we measure 192GB/s AllReduce BusBW' with NCCL_ALGO=RING "
               "(D. Addison, NVIDIA, github.com/NVIDIA/nccl/issues/812, 2023-03-31)"),
-    Published("dgx_h100", 4, "all_reduce", "multi_ring", (365.8, 380.0), "measured",
+    Published("dgx_h100", "all_reduce", "multi_ring", (365.8, 380.0), nodes=4, kind="measured", source=
               "365.84 GB/s on 4 nodes x 8 H100 with 8x 400G NICs each; 'NCCL_MIN_CTAS=24 may get you above 380 "
               "GB/s', peak 400 (K. Iskra, NVIDIA) (github.com/NVIDIA/nccl-tests/issues/309, 2025-06)"),
-    Published("dgx_h100", 1, "all_reduce", "in_network", (476.0, 480.0), "bound",
+    Published("dgx_h100", "all_reduce", "in_network", (476.0, 480.0), nodes=1, kind="bound", source=
               "NVLS: 'peak busBw of ~480GB/s (algbw ~275GB/s)' (S. Jeaugey, nccl-tests#212); 476 GB/s "
               "'in the expected range for H100' (D. Addison, nccl-tests#290)"),
-    Published("dgx_h100", 2, "all_to_all", "bulk", (96.0, 98.0), "expected",
+    Published("dgx_h100", "all_to_all", "bulk", (96.0, 98.0), nodes=2, kind="expected", source=
               "'On 2 nodes ... BusBW = 2x network bandwidth per GPU' (S. Jeaugey, nccl-tests#130) x 48-49 GB/s "
               "per NDR NIC (D. Addison, nccl-tests#267); 2x ignores busbw's (p-1)/p = 15/16"),
-    Published("dgx_h100", 8, "all_to_all", "bulk", (54.9, 56.0), "expected",
+    Published("dgx_h100", "all_to_all", "bulk", (54.9, 56.0), nodes=8, kind="expected", source=
               "'general formula is N/(N-1)x the bandwidth per GPU' (S. Jeaugey, nccl-tests#130) at N = 8, "
               "x 48-49 GB/s per NDR NIC (nccl-tests#267): 'Alltoall cannot aggregate the bandwidth of multiple NICs'"),
 ]
@@ -406,7 +388,7 @@ def model_vs_published(nbytes: float = 8 * 2**30) -> list[dict]:
 
 
 def emulate(gpus_per_node, bandwidth, latency=0.0, nics_per_node=1):
-    """Inside ranks (every rank calls it): pace commlib's messages between emulated nodes; see commlib.emulation."""
-    from commlib.emulation import emulate as _emulate
+    """Inside ranks (every rank calls it): pace commlib's messages between emulated nodes; see commlib.algorithms.emulation."""
+    from commlib.algorithms.emulation import emulate as _emulate
 
     return _emulate(gpus_per_node, bandwidth, latency, nics_per_node)

@@ -10,7 +10,7 @@ import sys
 import torch.distributed as dist
 
 import commlib as cl
-from commlib import demos
+from commlib.cluster import demos
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 import commlib as cl
 from commlib import algorithms as alg
+from commlib.algorithms import p2p
 from commlib import cost
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -36,7 +37,7 @@ def sizes_for(p):
 def matrix(p):
     """Every dtype and op up to p = 5; at p = 8 (slow on 2 cores) one float, one low-precision, one int."""
     dtypes = alg.DTYPES if p <= 5 else (torch.float32, torch.bfloat16, torch.int64)
-    return [(d, op) for d in dtypes for op in alg.OPS if not (op == "avg" and not d.is_floating_point)]
+    return [(d, op) for d in dtypes for op in alg.REDUCE_OPS if not (op == "avg" and not d.is_floating_point)]
 
 
 def data(rank, numel, dtype, case):
@@ -158,11 +159,11 @@ def test_every_algorithm_matches_the_builtin(cluster):
 
 def check_everything_grouped():
     """The schedule NCCL gets (each ring step's receives and sends posted as one group), run over Gloo."""
-    alg.GROUP_P2P = True
+    p2p.GROUP_P2P = True
     try:
         return check_everything()
     finally:
-        alg.GROUP_P2P = None
+        p2p.GROUP_P2P = None
 
 
 def test_grouped_schedule_matches_the_builtin_too(cluster):
@@ -176,7 +177,7 @@ def test_grouped_schedule_matches_the_builtin_too(cluster):
 def ring_in_small_segments(grouped):
     """The ring with 16-byte segments (4 float32): many segments per chunk, uneven last segments."""
     p, r = dist.get_world_size(), dist.get_rank()
-    alg.GROUP_P2P = grouped
+    p2p.GROUP_P2P = grouped
     try:
         failures = []
         for numel in (1003, 4 * p, 1):
@@ -198,7 +199,7 @@ def ring_in_small_segments(grouped):
                 failures.append(f"ring_all_gather numel={numel} segments of 16 B")
         return failures
     finally:
-        alg.GROUP_P2P = None
+        p2p.GROUP_P2P = None
 
 
 @pytest.mark.parametrize("grouped", [None, True], ids=["pipelined", "grouped"])
@@ -245,13 +246,13 @@ def test_bytes_sent_equal_the_cost_model(cluster, numel, dtype):
 
 
 def ring_trace(numel, grouped=None):
-    alg.GROUP_P2P = grouped
+    p2p.GROUP_P2P = grouped
     try:
         tr = alg.Trace()
         alg.ring_all_reduce(torch.ones(numel), trace=tr)
         return tr.events
     finally:
-        alg.GROUP_P2P = None
+        p2p.GROUP_P2P = None
 
 
 @pytest.mark.parametrize("grouped", [None, True], ids=["pipelined", "grouped"])

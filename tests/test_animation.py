@@ -1,4 +1,4 @@
-"""commlib.animation: one frame per step of a real ring all-reduce, drawn from its trace, in a player that
+"""commlib.ui.animation: one frame per step of a real ring all-reduce, drawn from its trace, in a player that
 needs no network."""
 
 import re
@@ -9,7 +9,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from commlib import animation, plots, trace  # noqa: E402
+from commlib.ui import animation  # noqa: E402
+from commlib.ui import plots
+from commlib.algorithms import trace
 
 
 @pytest.fixture(scope="module")

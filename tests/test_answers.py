@@ -1,4 +1,4 @@
-"""commlib.answers: any answer becomes a number, a name or a hint that says what is wrong with it."""
+"""commlib.exercises.answers: any answer becomes a number, a name or a hint that says what is wrong with it."""
 
 from decimal import Decimal
 from fractions import Fraction
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from commlib.answers import Verdict, _choice, _number, _values
+from commlib.exercises.answers import Verdict, _choice, _number, _values
 
 
 @pytest.mark.parametrize("answer, want, hint", [

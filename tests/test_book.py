@@ -19,7 +19,7 @@ import pytest
 from conftest import browser_skip_mark
 
 from book import build as book
-from commlib import teaching
+from commlib.exercises import learner_copies as teaching
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
@@ -236,7 +236,7 @@ def test_every_internal_link_and_anchor_resolves(seen, site):
 @browser_test
 def test_the_ring_animation_is_in_the_book_and_steps(seen, site, browser):
     animated = [name for name, state in seen.items() if state["animations"]]
-    assert animated, ("no page of the book shows the ring animation (commlib.animation.ring_all_reduce): "
+    assert animated, ("no page of the book shows the ring animation (commlib.ui.animation.ring_all_reduce): "
                       "chapter 1 should display it below the ring stepper")
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     try:

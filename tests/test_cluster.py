@@ -239,7 +239,7 @@ def test_a_second_interrupt_while_ranks_are_killed_waits_until_all_are_dead(clus
         if len(calls) == 1:
             signal.raise_signal(signal.SIGINT)
 
-    monkeypatch.setattr("commlib.cluster.os.killpg", kill_then_interrupt)
+    monkeypatch.setattr("commlib.cluster.core.os.killpg", kill_then_interrupt)
     try:
         with pytest.raises(KeyboardInterrupt):
             cluster4._kill_ranks()
@@ -361,7 +361,7 @@ def test_nccl_without_gpus_is_a_clear_value_error():
 
 
 def test_nccl_groups_keep_gloo_for_cpu_tensors():
-    from commlib._worker import process_group_backend
+    from commlib.cluster.worker import process_group_backend
 
     assert process_group_backend("nccl") == "cpu:gloo,cuda:nccl"
     assert process_group_backend("gloo") == "gloo"

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 import commlib as cl
-from commlib import _diagnosis as diagnosis, _flight_recorder as flight_recorder  # LAYOUT: commlib.cluster
+from commlib.cluster import diagnosis, flight_recorder
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 TIMEOUT = 3.0

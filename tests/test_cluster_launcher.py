@@ -1,4 +1,4 @@
-"""commlib._launcher: what ranks start dies with them; interrupts, a dead zygote and a dead parent
+"""commlib.cluster.launcher: what ranks start dies with them; interrupts, a dead zygote and a dead parent
 leave nothing behind (no process, no temp folder), each within its bound."""
 
 import contextlib
@@ -19,7 +19,7 @@ import pytest
 import torch.distributed as dist
 
 import commlib as cl
-from commlib import _launcher
+from commlib.cluster import launcher as _launcher
 from conftest import alive, wait_gone
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -1,4 +1,4 @@
-"""commlib._listener: no local client, however it behaves, stops the next run()."""
+"""commlib.cluster.listener: no local client, however it behaves, stops the next run()."""
 
 import os
 import socket

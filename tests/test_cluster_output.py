@@ -1,4 +1,4 @@
-"""commlib._output: a rank's stdout is a real text stream, all it prints arrives labelled, and a
+"""commlib.cluster.output: a rank's stdout is a real text stream, all it prints arrives labelled, and a
 timeout while output still arrives says so."""
 
 import io
@@ -13,7 +13,7 @@ import pytest
 import torch.distributed as dist
 
 import commlib as cl
-from commlib._output import RankOutput
+from commlib.cluster.output import RankOutput
 from conftest import timeout_of
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

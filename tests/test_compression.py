@@ -145,7 +145,7 @@ def run_hook(method, steps, algorithm="builtin", **params):
     """Inside a rank: the method's hook on `steps` buckets of this rank's gradients.
     -> (means, bytes sent per step, true gradients, the residual at the end)."""
     torch.set_num_threads(1)
-    state, hook = tradeoff.hook_for(method, cp.Comm(algorithm), **params)
+    state, hook = tradeoff.hook_for(method, cp.HookComm(algorithm), **params)
     stand_ins = [torch.zeros(s) for s in SHAPES]  # hooks read shapes from them and key residuals by them
     means, sent, true = [], [], []
     for step in range(steps):
@@ -285,7 +285,7 @@ def paced_hook(method, bandwidth, latency, **params):
     from commlib import topology
 
     torch.set_num_threads(1)
-    state, hook = tradeoff.hook_for(method, cp.Comm("ring"), **params)
+    state, hook = tradeoff.hook_for(method, cp.HookComm("ring"), **params)
     stand_ins = [torch.zeros(s) for s in SHAPES]
     with topology.emulate(2, bandwidth, latency) as net:
         for step in range(2):
@@ -313,7 +313,7 @@ def builtin_inside_emulate():
     from commlib import topology
 
     with topology.emulate(2, 1e9):
-        cp.Comm("builtin").all_reduce(torch.ones(4))
+        cp.HookComm("builtin").all_reduce(torch.ones(4))
 
 
 def test_builtin_collectives_are_refused_inside_emulate(cluster4):

@@ -1,4 +1,4 @@
-"""commlib.emulated_bench: its traces count what topology's closed forms say; its rows price what it ran with
+"""commlib.bench.emulated: its traces count what topology's closed forms say; its rows price what it ran with
 topology's model. How close measured and model come is a benchmark (benchmarks/topology_emulated.py), not a test."""
 
 import json
@@ -7,7 +7,7 @@ import pytest
 
 import commlib as cl
 from commlib import cost
-from commlib import emulated_bench as eb
+from commlib.bench import emulated as eb
 from commlib import topology as topo
 
 
@@ -20,7 +20,7 @@ def cluster():
 def test_traced_bytes_are_topologys_exact_and_closed_form_counts(cluster):
     shape = topo.Topology(2, 2, "nvlink4", "ib_ndr", 2)
     got = cluster.run(eb.traced_bytes, 1000, 2)
-    for name, (op, _) in eb.ALGORITHMS.items():
+    for name, (op, _) in eb.RUNNABLE.items():
         exact = topo.bytes_by_rank(op, 4000, shape, name, itemsize=4)
         assert [g[name] for g in got] == [(e["intra"], e["inter"]) for e in exact], name
         closed = topo.bytes_per_rank(op, 4000, shape, name)
@@ -34,14 +34,14 @@ def test_a_small_run_prices_each_row_with_the_model_of_its_links(cluster):
     nic = cost.Link("y", result["nic"]["bandwidth"], 1e-4, "")
     assert result["nic"]["bandwidth"] == pytest.approx(intra.bandwidth / 8)
     model = topo.Topology(2, 2, intra, nic, 2)
-    assert [r["algorithm"] for r in result["rows"]] == list(eb.ALGORITHMS)
+    assert [r["algorithm"] for r in result["rows"]] == list(eb.RUNNABLE)
     for r in result["rows"]:
         assert r["measured_s"] > 0 and r["nics"] == 2 and r["nbytes"] == 64 << 10
         assert r["model_s"] == pytest.approx(topo.collective_time(r["op"], r["nbytes"], model, r["algorithm"],
                                                                   gamma=result["gamma"]))
     assert result["pacing"][0]["messages"] > 0 and len(result["builtin"]) == 1
     text = eb.format_result(result)
-    assert all(name in text for name in eb.ALGORITHMS) and "not paced" in text
+    assert all(name in text for name in eb.RUNNABLE) and "not paced" in text
 
 
 def test_bad_runs_are_named(cluster):

@@ -1,4 +1,4 @@
-"""commlib.emulation: the NIC arithmetic on an injected clock (no sleeping), and the live path for which
+"""commlib.algorithms.emulation: the NIC arithmetic on an injected clock (no sleeping), and the live path for which
 messages get paced and that results stay right. How exact the pacing is in time: benchmarks/topology_emulated.py."""
 
 import collections
@@ -15,7 +15,8 @@ from test_algorithms import errors_of
 
 import commlib as cl
 from commlib import algorithms as alg
-from commlib import emulation as em
+from commlib.algorithms import p2p
+from commlib.algorithms import emulation as em
 from commlib import topology as topo
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -154,7 +155,7 @@ def paced_everything(bandwidth, latency, nics):
                 "recursive_doubling": lambda t, tr: alg.recursive_doubling_all_reduce(t, trace=tr),
                 "tree": lambda t, tr: alg.tree_all_reduce(t, trace=tr)}
         for grouped in (None, True):
-            alg.GROUP_P2P = grouped
+            p2p.GROUP_P2P = grouped
             for name, fn in runs.items():
                 tr = alg.Trace()
                 got = fn(x.clone(), tr)
@@ -163,7 +164,7 @@ def paced_everything(bandwidth, latency, nics):
                 sent += [(e.src, e.dst, e.nbytes) for e in tr.events if e.inter_node]
                 if any(e.inter_node is None for e in tr.events):
                     failures.append(f"{name}: trace does not mark inter-node messages")
-            alg.GROUP_P2P = None
+            p2p.GROUP_P2P = None
         tr = alg.Trace()
         if not torch.equal(alg.pairwise_all_to_all(a2a_in, trace=tr), a2a_want):
             failures.append("pairwise_all_to_all")

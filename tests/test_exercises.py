@@ -10,6 +10,7 @@ import torch.distributed as dist
 
 from commlib import cost as ex_cost
 from commlib import exercises as ex
+from commlib.exercises import ch4
 from conftest import timeout_of
 from odd_answers import ODD_ANSWERS, verdict_failures
 
@@ -215,18 +216,18 @@ def test_ch6_checkers():
     assert "choose one of" in ex.ch6_best_bucket(7).message
 
 
-def test_ch8_checkers():
+def test_ch9_checkers():
     from commlib import cost
 
     t = cost.collective_time("all_reduce", 4096, 8, "ib_ndr", "ring")
-    assert ex.ch8_chunked_time(4096 * t, 16 << 20, 4096, 8, "ib_ndr").ok
-    assert "many small ones" in ex.ch8_chunked_time(
+    assert ex.ch9_chunked_time(4096 * t, 16 << 20, 4096, 8, "ib_ndr").ok
+    assert "many small ones" in ex.ch9_chunked_time(
         cost.collective_time("all_reduce", 16 << 20, 8, "ib_ndr"), 16 << 20, 4096, 8, "ib_ndr").message
     bw = cost.breakdown("all_reduce", 4096, 8, "ib_ndr")["bandwidth_s"]
-    assert "latency" in ex.ch8_chunked_time(4096 * bw, 16 << 20, 4096, 8, "ib_ndr").message
-    assert ex.ch8_exposed(0.020, 0.080, 0.050, 0.030).ok
-    assert "overlapped part" in ex.ch8_exposed(0.050, 0.080, 0.050, 0.030).message
-    assert "busy time" in ex.ch8_exposed(0.100, 0.080, 0.050, 0.030).message
+    assert "latency" in ex.ch9_chunked_time(4096 * bw, 16 << 20, 4096, 8, "ib_ndr").message
+    assert ex.ch9_exposed(0.020, 0.080, 0.050, 0.030).ok
+    assert "overlapped part" in ex.ch9_exposed(0.050, 0.080, 0.050, 0.030).message
+    assert "busy time" in ex.ch9_exposed(0.100, 0.080, 0.050, 0.030).message
 
 
 # ------------------------------------------------------------------ odd answers: a Verdict, never an exception
@@ -242,9 +243,9 @@ ANSWER_CHECKERS = {
     "ch4_safe_strategy": lambda a: ex.ch4_safe_strategy(a, world_size=64),
     "ch6_overlapped_step": lambda a: ex.ch6_overlapped_step(a, compute_s=0.100, comm_s=0.080, buckets=10),
     "ch6_best_bucket": lambda a: ex.ch6_best_bucket(a),
-    "ch8_chunked_time": lambda a: ex.ch8_chunked_time(a, total_bytes=16 << 20, chunk_bytes=4096, world_size=8,
+    "ch9_chunked_time": lambda a: ex.ch9_chunked_time(a, total_bytes=16 << 20, chunk_bytes=4096, world_size=8,
                                                       link="ib_ndr"),
-    "ch8_exposed": lambda a: ex.ch8_exposed(a, compute_s=0.080, comm_s=0.050, overlapped_s=0.030),
+    "ch9_exposed": lambda a: ex.ch9_exposed(a, compute_s=0.080, comm_s=0.050, overlapped_s=0.030),
     # chapters 3 and 7 keep their checkers in their own modules; commlib.exercises re-exports them
     "ch3_multi_ring_busbw": lambda a: ex.ch3_multi_ring_busbw(a, nodes=2, gpus_per_node=8, nics_per_node=4,
                                                               intra="nvlink4", inter="ib_ndr"),
@@ -306,8 +307,8 @@ def test_bucket_choices_take_numpy_and_reject_odd_numbers():
     (lambda: ex.ch6_overlapped_step(0.108, compute_s="0.1"), TypeError, "compute_s"),
     (lambda: ex.ch6_best_bucket(25, layers=0), ValueError, "layers"),
     (lambda: ex.ch6_best_bucket(25, options=(25, "big")), TypeError, "options[1]"),
-    (lambda: ex.ch8_chunked_time(1.0, 16 << 20, 0, 8, "ib_ndr"), ValueError, "chunk_bytes"),
-    (lambda: ex.ch8_exposed(0.02, compute_s=0.08, comm_s=float("nan"), overlapped_s=0.03), ValueError, "comm_s"),
+    (lambda: ex.ch9_chunked_time(1.0, 16 << 20, 0, 8, "ib_ndr"), ValueError, "chunk_bytes"),
+    (lambda: ex.ch9_exposed(0.02, compute_s=0.08, comm_s=float("nan"), overlapped_s=0.03), ValueError, "comm_s"),
 ])
 def test_bad_parameters_name_the_parameter(call, exc, words):
     with pytest.raises(exc) as info:
@@ -319,7 +320,7 @@ def test_bad_parameters_name_the_parameter(call, exc, words):
 def test_overflow_count_is_the_simulated_sequential_fp16_sum(value):
     from commlib import precision
 
-    p = ex._fp16_overflow_ranks(value)
+    p = ch4._fp16_overflow_ranks(value)
     overflows = lambda q: bool(torch.isinf(  # noqa: E731
         precision.simulate_reduction([torch.tensor([value])] * q, "fp16", "sequential")).any())
     assert overflows(p) and not overflows(p - 1)

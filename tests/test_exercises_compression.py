@@ -1,11 +1,11 @@
-"""commlib.exercises_compression: right answers pass, each typical mistake gets its hint, odd answers never raise."""
+"""commlib.exercises.ch5: right answers pass, each typical mistake gets its hint, odd answers never raise."""
 
 import math
 
 import numpy as np
 import pytest
 
-from commlib import exercises_compression as ex
+from commlib.exercises import ch5 as ex
 from commlib.compression import bytes_per_rank, crossover_bandwidth
 
 M, N, R, P = 1024, 4096, 4, 8

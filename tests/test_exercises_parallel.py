@@ -1,9 +1,9 @@
-"""commlib.exercises_parallel: right answers pass, each typical mistake gets its hint, odd answers never raise."""
+"""commlib.exercises.ch7: right answers pass, each typical mistake gets its hint, odd answers never raise."""
 
 import numpy as np
 import pytest
 
-from commlib import exercises_parallel as ex
+from commlib.exercises import ch7 as ex
 from commlib import plan
 
 P, N = 7e9, 16

@@ -1,4 +1,4 @@
-"""commlib.exercises_topology: right answers pass, each typical mistake gets its hint, odd answers never raise."""
+"""commlib.exercises.ch3: right answers pass, each typical mistake gets its hint, odd answers never raise."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from commlib import cost
-from commlib import exercises_topology as ex
+from commlib.exercises import ch3 as ex
 from commlib import topology as topo
 
 ODD = [None, ..., "200", True, np.array([1.0, 2.0]), float("nan"), float("inf"), -1, 10**400, [], {}, object()]

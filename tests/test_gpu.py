@@ -16,7 +16,8 @@ import torch.distributed as dist
 
 import commlib as cl
 from commlib import algorithms as alg
-from commlib import bench, demos, overlap, profiling
+from commlib import bench, overlap, profiling
+from commlib.cluster import demos
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

@@ -1,8 +1,9 @@
-"""commlib.models: parameter counts of the presets against the published ones."""
+"""commlib.plan.models: parameter counts of the presets against the published ones."""
 
 import pytest
 
-from commlib import models, plan
+from commlib import plan
+from commlib.plan import models
 
 
 @pytest.mark.parametrize("name, params, active", [

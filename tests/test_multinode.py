@@ -1,4 +1,4 @@
-"""commlib.multinode (via commlib.algorithms) against torch.distributed's built-ins at node shapes 2x2, 4x1, 1x4
+"""commlib.algorithms.nodes (via commlib.algorithms) against torch.distributed's built-ins at node shapes 2x2, 4x1, 1x4
 (4 ranks) and 2x3, 3x2 (6 ranks); their bytes per rank, intra- and inter-node, against commlib.topology."""
 
 import sys
@@ -11,6 +11,7 @@ from test_algorithms import compare, data, errors_of, reference
 
 import commlib as cl
 from commlib import algorithms as alg
+from commlib.algorithms import p2p
 from commlib import topology as topo
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -25,7 +26,7 @@ def check_against_builtins(shapes):
     failures, case = [], 0
     for nodes, g in shapes:
         for grouped in (None, True):  # the pipelined Gloo schedule and NCCL's grouped one
-            alg.GROUP_P2P = grouped
+            p2p.GROUP_P2P = grouped
             try:
                 for dtype, op in CASES:
                     for numel in sorted({0, 1, p - 1, p + 1, 1003}):
@@ -40,7 +41,7 @@ def check_against_builtins(shapes):
                                 failures.append(f"{label}: not in place")
                             compare(label, t.view(-1), x, op, ref, failures)
             finally:
-                alg.GROUP_P2P = None
+                p2p.GROUP_P2P = None
         x = data(r, 2 * p * 3, torch.float32, case).view(2 * p, 3)
         want = torch.empty_like(x)
         dist.all_to_all_single(want, x)
@@ -65,7 +66,7 @@ def in_small_segments(shapes):
     p, r = dist.get_world_size(), dist.get_rank()
     failures = []
     for grouped in (None, True):
-        alg.GROUP_P2P, alg.SEGMENT_BYTES = grouped, 16
+        p2p.GROUP_P2P, p2p.SEGMENT_BYTES = grouped, 16
         try:
             for nodes, g in shapes:
                 x = data(r, 1003, torch.float32, 5)
@@ -74,7 +75,7 @@ def in_small_segments(shapes):
                     t = x.clone()
                     compare(f"{name} {nodes}x{g} grouped={grouped} segments of 16 B", fn(t, g), x, "sum", ref, failures)
         finally:
-            alg.GROUP_P2P, alg.SEGMENT_BYTES = None, 1 << 21
+            p2p.GROUP_P2P, p2p.SEGMENT_BYTES = None, 1 << 21
     return failures
 
 

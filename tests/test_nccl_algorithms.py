@@ -1,4 +1,4 @@
-"""commlib.nccl_algorithms (NCCL's Tree all-reduce and chain broadcast, from send/recv) against the
+"""commlib.algorithms.nccl (NCCL's Tree all-reduce and chain broadcast, from send/recv) against the
 built-ins, and their bytes against commlib.cost, for world sizes 1-5 and 8."""
 
 import sys
@@ -11,7 +11,7 @@ import torch.distributed as dist
 import commlib as cl
 from commlib import algorithms as alg
 from commlib import cost
-from commlib.nccl_algorithms import double_binary_tree_all_reduce, ring_broadcast
+from commlib.algorithms.nccl import double_binary_tree_all_reduce, ring_broadcast
 from test_algorithms import compare, data, matrix, reference, sizes_for
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

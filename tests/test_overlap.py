@@ -247,7 +247,7 @@ def test_the_seeds_example_with_forward_split_off():
     """The seed's 100 ms is the whole step's compute: ~1/3 forward, which no gradient all-reduce of this step can
     hide behind, and ~2/3 backward. 80 ms of communication in 10 buckets is then longer than backward."""
     tl = overlap.simulate([0.200 / 3 / 10] * 10, [0.008] * 10, forward_s=0.100 / 3)
-    assert tl.events[0] == overlap.Event("forward", -1, 0.0, 0.100 / 3)
+    assert tl.events[0] == overlap.Span("forward", -1, 0.0, 0.100 / 3)
     assert tl.compute_s == pytest.approx(0.100)
     assert tl.total_s == pytest.approx(0.100 / 3 + 0.200 / 3 / 10 + 0.080)   # forward + first bucket + all comm
     assert min(e.start for e in tl.events if e.kind == "comm") >= 0.100 / 3

@@ -1,4 +1,4 @@
-"""Chapter 5's figures (commlib.plots) and the committed sweep they draw (benchmarks/compression_tradeoff.json)."""
+"""Chapter 5's figures (commlib.ui.plots) and the committed sweep they draw (benchmarks/compression_tradeoff.json)."""
 
 import json
 import math
@@ -10,7 +10,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from commlib import compression, plots  # noqa: E402
+from commlib import compression  # noqa: E402
+from commlib.ui import plots
 from commlib.compression import tradeoff  # noqa: E402
 
 SWEEP = Path(__file__).resolve().parents[1] / "benchmarks" / "compression_tradeoff.json"

@@ -1,4 +1,4 @@
-"""commlib.teaching: learner copies lose exactly the solution cells and all outputs."""
+"""commlib.exercises.learner_copies: learner copies lose exactly the solution cells and all outputs."""
 
 import json
 import subprocess
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from commlib import teaching
+from commlib.exercises import learner_copies as teaching
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 import commlib as cl
-from commlib import demos
+from commlib.cluster import demos
 from conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[1]

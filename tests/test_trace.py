@@ -1,6 +1,6 @@
-"""commlib.trace: byte counts, and replay() on a hand-written ring all-reduce of 2 ranks."""
+"""commlib.algorithms.trace: byte counts, and replay() on a hand-written ring all-reduce of 2 ranks."""
 
-from commlib.trace import Event, Trace, replay
+from commlib.algorithms.trace import Event, Trace, replay
 
 
 def msg(phase, step, src, dst, chunk):

@@ -1,10 +1,11 @@
-"""commlib.widgets and commlib.plots: the stepper shows the state of the step the slider is on."""
+"""commlib.ui.widgets and commlib.ui.plots: the stepper shows the state of the step the slider is on."""
 
 import matplotlib
 
 matplotlib.use("Agg")
 from commlib import algorithms as alg  # noqa: E402
-from commlib import plots, widgets  # noqa: E402
+from commlib.ui import plots  # noqa: E402
+from commlib.ui import widgets
 
 
 def test_ring_stepper_follows_the_slider(cluster4, ring_traces):
@@ -109,4 +110,4 @@ def test_topology_calculator_prices_every_algorithm():
     assert f"{topo.collective_time('all_to_all', 1e9, custom, 'pairwise') * 1e3:,.3f} ms" in text.value
     assert "bulk" in text.value and not gpus.disabled and len(out.outputs) == 1
     ax = plots.topology_busbw(custom, "all_reduce", sizes=[1e6, 1e9])
-    assert [line.get_label() for line in ax.get_lines()[:4]] == list(topo.ALGORITHMS["all_reduce"])
+    assert [line.get_label() for line in ax.get_lines()[:4]] == list(topo.PAIRS["all_reduce"])

@@ -1,11 +1,12 @@
-"""commlib.widgets.planner: the verdict, memory and communication follow the controls; bad configurations
+"""commlib.ui.widgets.planner: the verdict, memory and communication follow the controls; bad configurations
 are named, not raised; the search button lists the fastest configurations that fit."""
 
 import matplotlib
 
 matplotlib.use("Agg")
 
-from commlib import plan, widgets  # noqa: E402
+from commlib import plan  # noqa: E402
+from commlib.ui import widgets
 
 
 def controls(box):
@@ -82,7 +83,7 @@ def test_format_estimate_names_what_is_exposed():
 
 
 def test_pipeline_timeline_draws_every_event_and_the_bubble():
-    from commlib import plots
+    from commlib.ui import plots
     from commlib.parallel import pipeline as pl
 
     events = pl.simulate("1f1b", 3, 5)

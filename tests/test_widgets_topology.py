@@ -4,7 +4,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 from commlib import topology as topo  # noqa: E402
-from commlib import widgets  # noqa: E402
+from commlib.ui import widgets  # noqa: E402
 
 
 def test_a_preset_fills_the_custom_controls_and_custom_starts_from_it():

@@ -1,4 +1,4 @@
-"""commlib.workshop: the chapter 9 scenario's numbers, and checkers that accept every right answer and name the
+"""commlib.exercises.workshop: the chapter 9 scenario's numbers, and checkers that accept every right answer and name the
 usual mistakes."""
 
 import math
@@ -9,7 +9,7 @@ import torch
 
 from commlib import cost, overlap, plan, precision
 from commlib import topology as topo
-from commlib import workshop as ws
+from commlib.exercises import workshop as ws
 from odd_answers import ODD_ANSWERS, Hostile, verdict_failures
 
 ONE, TWO = ws.CLUSTERS

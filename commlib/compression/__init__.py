@@ -21,13 +21,13 @@ against_torch: our hooks next to torch's own (powerSGD_hook, fp16_compress_hook)
 
 from commlib.compression.closed_form import (METHODS, bytes_per_rank, collectives, comm_time,
                                              crossover_bandwidth, topk_count)
-from commlib.compression.comm import Bucket, Comm, HookState, allreduce_hook
+from commlib.compression.comm import Bucket, HookComm, HookState, allreduce_hook
 from commlib.compression.powersgd import PowerSGDState, orthogonalize_, powersgd_hook
 from commlib.compression.quantize import QuantState, dequantize, fp16_hook, int8_ring_sum, quantize, quantize_hook
 from commlib.compression.sparse import TopKState, topk, topk_hook
 from commlib.compression.tradeoff import VARIANTS, hook_for
 
 __all__ = ["METHODS", "bytes_per_rank", "collectives", "comm_time", "crossover_bandwidth", "topk_count",
-           "Bucket", "Comm", "HookState", "allreduce_hook", "PowerSGDState", "orthogonalize_", "powersgd_hook",
+           "Bucket", "HookComm", "HookState", "allreduce_hook", "PowerSGDState", "orthogonalize_", "powersgd_hook",
            "QuantState", "dequantize", "fp16_hook", "int8_ring_sum", "quantize", "quantize_hook",
            "TopKState", "topk", "topk_hook", "VARIANTS", "hook_for"]

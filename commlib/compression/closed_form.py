@@ -110,7 +110,7 @@ def collectives(method: str, shape, world_size: int, itemsize: int = 4, **params
     shape: one tensor's shape, or a list of shapes (the parameters of one bucket)."""
     method = check_method(method)
     params = _params(method, params)
-    p = cost._check_p(world_size)
+    p = cost.check_p(world_size)
     itemsize = _check_itemsize(itemsize)
     shapes = _shapes(shape)
     numel = sum(math.prod(s) for s in shapes)
@@ -143,7 +143,7 @@ def bytes_per_rank(method: str, shape, world_size: int, itemsize: int = 4, **par
     """Bytes one rank sends to reduce one bucket (the busiest rank, shards of equal size; module docstring).
     method: none | fp16 | powersgd (rank=, min_compression_rate=2) | topk (fraction=) | int8 | fp8.
     shape: a tensor's shape, or a list of shapes (a bucket; PowerSGD decides per matrix)."""
-    p = cost._check_p(world_size)
+    p = cost.check_p(world_size)
     return float(sum(cost.bytes_sent_per_rank(op, nbytes, p) for op, nbytes in
                      collectives(method, shape, p, itemsize, **params)))
 
@@ -168,8 +168,8 @@ def crossover_bandwidth(method: str, shape, world_size: int, compress_s: float, 
     inf: compressing is faster on any link; 0.0: it is faster on no link slower than some bandwidth."""
     if isinstance(compress_s, bool) or not isinstance(compress_s, Real) or not compress_s >= 0:
         raise ValueError(f"compress_s must be seconds >= 0, got {compress_s!r}")
-    link = cost._link(link)
-    p = cost._check_p(world_size)
+    link = cost.as_link(link)
+    p = cost.check_p(world_size)
 
     def latency_and_bytes(m, kw):
         parts = [cost.breakdown(op, nb, p, link) for op, nb in collectives(m, shape, p, itemsize, **kw)]

@@ -26,7 +26,7 @@ from commlib import cost
 COMM_ALGORITHMS = ("builtin", "ring")
 
 
-class Comm:
+class HookComm:
     """The collectives a hook calls, timed and counted on this rank.
 
     algorithm "builtin": torch.distributed's own (Gloo or NCCL); bytes_sent adds what a ring sends for each
@@ -56,9 +56,9 @@ class Comm:
         return time.perf_counter()
 
     def _check_paced(self) -> None:
-        if self.algorithm == "builtin" and alg.NETWORK is not None:
-            raise RuntimeError("Comm('builtin') runs torch.distributed's own collectives, which topology.emulate() "
-                               "does not pace; use Comm('ring') inside emulate()")
+        if self.algorithm == "builtin" and alg.network() is not None:
+            raise RuntimeError("HookComm('builtin') runs torch.distributed's own collectives, which topology.emulate() "
+                               "does not pace; use HookComm('ring') inside emulate()")
 
     def _sent_since(self, n_events: int) -> int:
         """Bytes of the messages traced after the first n_events (not Trace.bytes_sent: that sums them all)."""
@@ -144,13 +144,13 @@ class HookState:
     iter: completed iterations (a bucket with is_last() ends one). hook_seconds - comm.seconds: the time
     spent compressing and decompressing."""
 
-    def __init__(self, error_feedback: bool = True, comm: Comm | None = None):
+    def __init__(self, error_feedback: bool = True, comm: HookComm | None = None):
         if not isinstance(error_feedback, bool):
             raise TypeError(f"error_feedback must be True or False, got {error_feedback!r}")
-        if comm is not None and not isinstance(comm, Comm):
-            raise TypeError(f"comm must be a compression.Comm, got {type(comm).__name__}")
+        if comm is not None and not isinstance(comm, HookComm):
+            raise TypeError(f"comm must be a compression.HookComm, got {type(comm).__name__}")
         self.error_feedback = error_feedback
-        self.comm = comm if comm is not None else Comm()
+        self.comm = comm if comm is not None else HookComm()
         self.residuals: dict[int, torch.Tensor] = {}  # id(parameter) -> its flat residual
         self.iter, self.hook_seconds = 0, 0.0
 

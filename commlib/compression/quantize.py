@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from commlib.compression.comm import HookState
-from commlib.precision import _sum_in_order
+from commlib.precision import sum_in_order
 
 CODES = {"int8": (torch.int8, 127.0), "fp8": (torch.float8_e4m3fn, 448.0)}  # code dtype, largest code
 
@@ -85,6 +85,6 @@ def int8_ring_sum(codes) -> dict:
     xs = [x.to(torch.int64) for x in xs]
     if any(((x < -128) | (x > 127)).any() for x in xs):
         raise ValueError("codes must be ints in [-128, 127] (int8)")
-    ring = _sum_in_order([x.to(torch.int8) for x in xs], "ring", torch.int8)
+    ring = sum_in_order([x.to(torch.int8) for x in xs], "ring", torch.int8)
     exact = torch.stack(xs).sum(0)
     return {"ring": ring, "exact": exact, "wrapped": ring.to(torch.int64) != exact}

@@ -10,7 +10,7 @@ that is left out here.
     rows = tradeoff(cluster, steps=100)      # one row per variant in VARIANTS, ranks of a commlib.Cluster
     train("topk", fraction=0.01)             # inside a rank: one variant -> this rank's numbers
 
-Per variant: bytes a rank sends per step (counted by compression.Comm) and the closed form, the test
+Per variant: bytes a rank sends per step (counted by compression.HookComm) and the closed form, the test
 loss and accuracy at the end, and per step (median) the seconds inside the hook, inside its collectives,
 and their difference: the compute cost of compressing and decompressing. On a shared laptop the
 seconds are noisy; the bytes and the losses are not (same seed, same result).
@@ -42,7 +42,7 @@ import torch.distributed as dist
 
 from commlib import cost, topology
 from commlib.compression import closed_form
-from commlib.compression.comm import Comm, HookState, allreduce_hook
+from commlib.compression.comm import HookComm, HookState, allreduce_hook
 from commlib.compression.powersgd import PowerSGDState, powersgd_hook
 from commlib.compression.quantize import QuantState, fp16_hook, quantize_hook
 from commlib.compression.sparse import TopKState, topk_hook
@@ -62,7 +62,7 @@ VARIANTS = {  # name -> (method, parameters of its hook)
 IN, HIDDEN, CLASSES = 32, 256, 10
 
 
-def hook_for(method: str, comm: Comm | None = None, **params):
+def hook_for(method: str, comm: HookComm | None = None, **params):
     """-> (state, hook) for a method of closed_form.METHODS; params go to its state (rank=, fraction=, ...)."""
     closed_form.check_method(method)
     if method in ("none", "fp16"):
@@ -107,7 +107,7 @@ def train(method: str = "none", steps: int = 100, seed: int = 0, batch_size: int
     test_x, test_y = batch(teacher, 2048, torch.Generator().manual_seed(seed + 999_983))
     gen = torch.Generator().manual_seed(seed * 1000 + 1 + rank)  # each rank its own batches
     ddp = torch.nn.parallel.DistributedDataParallel(student)
-    state, hook = hook_for(method, Comm(algorithm), **params)
+    state, hook = hook_for(method, HookComm(algorithm), **params)
     ddp.register_comm_hook(state, hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=lr, momentum=momentum)
     rows, losses = [], []

@@ -27,7 +27,7 @@ from commlib import algorithms as alg
 from commlib import cost
 
 IMPLS = ("torch", "commlib")
-OPS = ("sum", "avg")  # what these parallelisms reduce: sums (partial results) and means (gradients)
+REDUCTIONS = ("sum", "avg")  # what these parallelisms reduce: sums (partial results) and means (gradients)
 
 
 class _Done:
@@ -229,8 +229,8 @@ class Comm:
 
 
 def _check_op(op: str) -> None:
-    if op not in OPS:
-        raise ValueError(f"op must be one of {OPS}, got {op!r}")
+    if op not in REDUCTIONS:
+        raise ValueError(f"op must be one of {REDUCTIONS}, got {op!r}")
 
 
 def _offsets(sizes: list[int]) -> list[int]:

@@ -1,0 +1,5 @@
+"""Benchmarks that run inside ranks: sweep.py is nccl-tests' method (python -m commlib bench); emulated.py times
+the node-aware algorithms on an emulated cluster of nodes beside commlib.topology's model (chapter 3)."""
+
+from commlib.bench.sweep import (BENCHED_OPS, DTYPES, IMPLEMENTATIONS, algorithms_for, combine_repeats,  # noqa: F401
+                                 format_table, loopback_link, measure_gamma, parse_size, run_sweep, sizes, sweep)

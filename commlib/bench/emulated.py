@@ -1,0 +1,205 @@
+"""The node-aware algorithms timed on an emulated cluster of 2-GPU nodes, beside commlib.topology's model.
+
+    result = emulated_bench.run(cluster, sizes=[4 << 20], ratio=8, latency=1e-3, nics=(1, 2))
+    print(emulated_bench.format_result(result))
+
+1. calibrate (in ranks): the intra-node link is loopback. Ranks 0<->1, 2<->3, ... exchange n bytes at once
+   (as the ranks of a node do inside an algorithm); an alpha-beta fit over the sizes gives the intra Link.
+   gamma: a rank adding tensors while the others do too.
+2. time_algorithms (in ranks): under topology.emulate(g, bandwidth = intra / ratio, latency, nics), time
+   flat ring, multi-ring, hierarchical all-reduce and pairwise all-to-all (the slowest rank's median over
+   repeats, rounds interleaved so a slow spell hits all alike), and torch's own dist.all_reduce, which the
+   emulator does not pace.
+3. The model: topology.collective_time for Topology(N, g, intra, the emulated NIC, nics), with gamma.
+
+benchmarks/topology_emulated.py runs the full sweep and writes benchmarks/topology_emulated.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from commlib import algorithms as alg
+from commlib import cost
+from commlib import topology as topo
+
+
+
+def _call(entry):
+    """The registry entry's function in commlib.algorithms, called as fn(t, g, **kw) for nodes of g ranks."""
+    fn = getattr(alg, entry.function)
+    return (lambda t, g, **kw: fn(t, g, **kw)) if entry.per_node else (lambda t, g, **kw: fn(t, **kw))
+
+
+# name -> (op, the call on this rank for nodes of g ranks, passing on trace= or check=): every node-level
+# algorithm of commlib.cost.registry that commlib.algorithms runs
+RUNNABLE = {a.name: (a.op, _call(a)) for a in cost.REGISTRY.values() if a.level == "nodes" and a.function}
+
+
+# ---------------------------------------------------------------------------------- in ranks
+def calibrate(sizes, repeats: int):
+    """-> ({nbytes: [seconds per exchange with rank ^ 1]}, [seconds per byte of add_]), this rank (even world size).
+    All pairs exchange at once, as the GPUs of a node do inside an algorithm; the emulator is not on yet."""
+    torch.set_num_threads(1)
+    peer = dist.get_rank() ^ 1
+    out = {}
+    for n in sizes:
+        a, b = torch.ones(n // 4), torch.empty(n // 4)
+        exchange = [dist.P2POp(dist.irecv, b, peer), dist.P2POp(dist.isend, a, peer)]
+        for _ in range(2):  # warm-up
+            [w.wait() for w in dist.batch_isend_irecv(exchange)]
+        out[n] = []
+        for _ in range(repeats):
+            dist.barrier()
+            t0 = time.perf_counter()
+            [w.wait() for w in dist.batch_isend_irecv(exchange)]
+            out[n].append(time.perf_counter() - t0)
+    acc, inc = torch.ones(max(sizes) // 4), torch.ones(max(sizes) // 4)
+    gamma = []
+    for _ in range(repeats):
+        dist.barrier()
+        t0 = time.perf_counter()
+        acc.add_(inc)
+        gamma.append((time.perf_counter() - t0) / max(sizes))
+    return out, gamma
+
+
+def time_algorithms(sizes, repeats: int, gpus_per_node: int, bandwidth: float, latency: float, nics: int):
+    """-> ({(algorithm, nbytes): [seconds per run]}, [(late_s, overslept_s, data after due, paced_s)]), this rank.
+    'builtin' is dist.all_reduce under the same emulation: not paced."""
+    torch.set_num_threads(1)
+    runs = {name: (op, lambda t, g, fn=fn: fn(t, g, check=False)) for name, (op, fn) in RUNNABLE.items()}
+    runs["builtin"] = ("all_reduce", lambda t, g: dist.all_reduce(t))
+    times = {(name, n): [] for n in sizes for name in runs}
+    with topo.emulate(gpus_per_node, bandwidth, latency, nics) as net:
+        for name, n in times:  # warm-up
+            runs[name][1](torch.ones(n // 4), gpus_per_node)
+        net.log.clear()
+        for _ in range(repeats):
+            for name, n in times:
+                t = torch.ones(n // 4)
+                dist.barrier()
+                t0 = time.perf_counter()
+                runs[name][1](t, gpus_per_node)
+                times[(name, n)].append(time.perf_counter() - t0)
+        log = [(m.late_s, m.overslept_s, m.data_at > m.due, m.due - m.posted) for m in net.log]
+    return times, log
+
+
+def traced_bytes(numel: int, gpus_per_node: int, dtype=torch.float32) -> dict:
+    """-> {algorithm: (bytes this rank sent inside its node, bytes it sent to other nodes)}, from the traces."""
+    out = {}
+    for name, (_, fn) in RUNNABLE.items():
+        tr = alg.Trace()
+        fn(torch.ones(numel, dtype=dtype), gpus_per_node, trace=tr)
+        cross = [e.src // gpus_per_node != e.dst // gpus_per_node for e in tr.events]  # the flat ring knows no nodes
+        out[name] = (sum(e.nbytes for e, c in zip(tr.events, cross) if not c),
+                     sum(e.nbytes for e, c in zip(tr.events, cross) if c))
+    return out
+
+
+# ----------------------------------------------------------------------------------- driver
+def slowest_rank_median(per_rank: list[list[float]]) -> float:
+    """Median over runs of the slowest rank's time: a collective is done when its last rank is."""
+    return statistics.median(max(run) for run in zip(*per_rank))
+
+
+def _quantile(xs: list[float], f: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(f * len(xs)))]
+
+
+def run(cluster, sizes=(4 << 20,), ratio: float = 8.0, latency: float = 1e-3, nics=(1, 2), repeats: int = 3,
+        gpus_per_node: int = 2) -> dict:
+    """Calibrate, emulate, time and price (module docstring) -> a JSON-ready dict: machine, intra link, gamma,
+    NIC bandwidth, rows {nics, algorithm, op, nbytes, measured_s, model_s}, builtin all-reduce times, pacing."""
+    g, p = gpus_per_node, cluster.world_size
+    if p % g or p // g < 2 or p % 2:
+        raise ValueError(f"the cluster's world size ({p}) must be even (calibration pairs ranks) and at least "
+                         f"2 nodes of gpus_per_node ({g})")
+    sizes = [int(n) for n in sizes]
+    if any(n % (4 * p) for n in sizes):
+        raise ValueError(f"sizes must be multiples of 4 x world size ({4 * p}) bytes, got {sizes}")
+    load0 = os.getloadavg()
+    cal_sizes = sorted({1 << 18, 1 << 20, 4 << 20, *(n // g for n in sizes)})
+    out = cluster.run(calibrate, cal_sizes, repeats)
+    alpha, beta = cost.fit_alpha_beta(cal_sizes, [slowest_rank_median([o[0][n] for o in out]) for n in cal_sizes])
+    gamma = statistics.median(x for o in out for x in o[1])
+    intra = cost.Link("loopback", 1 / beta, alpha, "fitted: the ranks of each node exchanging at once")
+    nic = cost.Link("emulated NIC", intra.bandwidth / ratio, latency, f"topology.emulate(): loopback / {ratio:g}")
+    rows, builtin, pacing = [], [], []
+    for k in nics:
+        out = cluster.run(time_algorithms, sizes, repeats, g, nic.bandwidth, latency, k)
+        model = topo.Topology(p // g, g, intra, nic, k)
+        for n in sizes:
+            for name, (op, _) in RUNNABLE.items():
+                rows.append({"nics": k, "algorithm": name, "op": op, "nbytes": n,
+                             "measured_s": slowest_rank_median([o[0][(name, n)] for o in out]),
+                             "model_s": topo.collective_time(op, n, model, name, gamma=gamma)})
+            builtin.append({"nics": k, "nbytes": n,
+                            "measured_s": slowest_rank_median([o[0][("builtin", n)] for o in out])})
+        log = [m for o in out for m in o[1]]
+        late, overslept = [m[0] for m in log], [m[1] for m in log]
+        pacing.append({"nics": k, "messages": len(log), "paced_median_s": statistics.median(m[3] for m in log),
+                       "late_median_s": _quantile(late, .5), "late_p95_s": _quantile(late, .95),
+                       "overslept_median_s": _quantile(overslept, .5), "overslept_p95_s": _quantile(overslept, .95),
+                       "data_after_due": sum(m[2] for m in log) / len(log)})
+    return {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor(),
+                        "torch": torch.__version__, "load_start": load0, "load_end": os.getloadavg(),
+                        "date": time.strftime("%Y-%m-%d")},
+            "world_size": p, "gpus_per_node": g, "ratio": ratio, "repeats": repeats,
+            "intra": {"bandwidth": intra.bandwidth, "latency": intra.latency}, "gamma": gamma,
+            "nic": {"bandwidth": nic.bandwidth, "latency": latency}, "rows": rows, "builtin": builtin,
+            "pacing": pacing}
+
+
+COMMITTED = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks",
+                         "topology_emulated.json")
+
+
+def load_committed(path: str = COMMITTED) -> dict:
+    """The result benchmarks/topology_emulated.py --json saved (in a source checkout of commlib)."""
+    with open(path) as f:
+        return json.load(f)
+
+
+def format_result(result: dict) -> str:
+    """The measured/model table, the hierarchical-over-flat speedups and the pacing error, as text."""
+    size = lambda n: f"{n / 2**20:g}M"  # noqa: E731
+    m = result["machine"]
+    p, g, intra, nic = result["world_size"], result["gpus_per_node"], result["intra"], result["nic"]
+    lines = [f"{p} ranks as {p // g} nodes x {g}; intra (loopback, fitted) {intra['bandwidth'] / 1e9:.2f} GB/s, "
+             f"alpha {intra['latency'] * 1e6:.0f} us; emulated NIC {nic['bandwidth'] / 1e9:.3f} GB/s "
+             f"(1/{result['ratio']:g}), latency {nic['latency'] * 1e3:g} ms; gamma "
+             f"{result['gamma'] * 1e9:.2f} ns/B; median of {result['repeats']}, slowest rank",
+             f"machine: {m['cpus']} cores, load {m['load_start'][0]:.1f} at start, {m['load_end'][0]:.1f} at the end",
+             f"{'NICs':>4} {'algorithm':>13} {'size':>5} {'measured':>9} {'model':>9} {'measured/model':>15}"]
+    for r in result["rows"]:
+        lines.append(f"{r['nics']:>4} {r['algorithm']:>13} {size(r['nbytes']):>5} {r['measured_s'] * 1e3:>7.1f}ms "
+                     f"{r['model_s'] * 1e3:>7.1f}ms {r['measured_s'] / r['model_s']:>14.2f}x")
+    by = {(r["nics"], r["nbytes"], r["algorithm"]): r for r in result["rows"]}
+    lines.append("hierarchical over the flat ring: measured vs model speedup")
+    for k, n, name in by:
+        if name == "flat_ring":
+            f, h = by[(k, n, "flat_ring")], by[(k, n, "hierarchical")]
+            lines.append(f"  {k} NIC(s), {size(n):>5}: measured {f['measured_s'] / h['measured_s']:.2f}x, "
+                         f"model {f['model_s'] / h['model_s']:.2f}x")
+    for b in result["builtin"]:
+        flat = by[(b["nics"], b["nbytes"], "flat_ring")]
+        lines.append(f"dist.all_reduce under the same emulation ({b['nics']} NIC(s), {size(b['nbytes'])}): "
+                     f"{b['measured_s'] * 1e3:.1f} ms, the paced flat ring {flat['measured_s'] * 1e3:.1f} ms: "
+                     "not paced")
+    for q in result["pacing"]:
+        lines.append(f"pacing, {q['nics']} NIC(s): {q['messages']} messages (median paced time "
+                     f"{q['paced_median_s'] * 1e3:.1f} ms); receivers went on late by a median "
+                     f"{q['late_median_s'] * 1e3:.2f} ms (p95 {q['late_p95_s'] * 1e3:.2f} ms), of which the wake-up "
+                     f"{q['overslept_median_s'] * 1e3:.2f} ms; loopback data after the due time: "
+                     f"{q['data_after_due']:.0%}")
+    return "\n".join(lines)

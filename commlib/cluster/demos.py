@@ -1,0 +1,34 @@
+"""Small rank functions for chapter 0 and the torchrun example: they run unchanged in a Cluster or under torchrun."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+
+def hello() -> dict:
+    """Who am I, and does a collective work? Every rank contributes rank+1 to an all_reduce.
+
+    The sum over p ranks is p(p+1)/2, which the caller can check.
+    """
+    import torch
+    import torch.distributed as dist
+
+    rank, p = dist.get_rank(), dist.get_world_size()
+    from commlib.cluster.worker import uses_nccl
+
+    device = "cuda" if uses_nccl() else "cpu"
+    t = torch.tensor([float(rank + 1)], device=device)
+    dist.all_reduce(t)
+    return {"rank": rank, "world_size": p, "backend": dist.get_backend(), "host": socket.gethostname(),
+            "pid": os.getpid(), "all_reduce_sum": t.item(), "expected": p * (p + 1) / 2}
+
+
+if __name__ == "__main__":  # torchrun --nproc-per-node=4 -m commlib.cluster.demos
+    from commlib.cluster.torchrun import init_from_env
+
+    import sys
+
+    init_from_env()
+    sys.stdout.write(f"{hello()}\n")  # one write: the ranks share the launcher's stdout
+    sys.stdout.flush()

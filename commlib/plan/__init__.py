@@ -1,0 +1,18 @@
+"""Planning a training job: memory per GPU, bytes per rank and step time of DP / ZeRO 1-3 / TP / SP / PP / EP,
+and a search over configurations. Pure Python (no torch); sizes in bytes, times in seconds.
+
+    planner.py    the formulas (ZeRO, Megatron, GPipe/1F1B, MoE), Config/Estimate, estimate() and search()
+    hardware.py   the machine: a commlib.topology.Topology of GPUs with their memory and FLOP/s, and what a
+                  parallel group's collectives cost on it
+    models.py     the model: a decoder's shape, its parameter count, published presets
+"""
+
+from commlib.plan.hardware import (ALGORITHM, ALL_TO_ALL, GPU, GPUS, PRESET_GPU, Hardware, clear_cache,  # noqa: F401
+                                   collective_s, group_shape, group_topology, hardware, p2p_s)
+from commlib.plan.models import MODELS, SOURCES, Model  # noqa: F401
+from commlib.plan.planner import (DP_COLLECTIVES, RECOMPUTE, SCHEDULES, STATE_BYTES, Assumptions, Config,  # noqa: F401
+                                  Estimate, activation_bytes_per_layer, configurations, dp_bytes_per_rank,
+                                  ep_bytes_per_rank, estimate, groups, init_broadcast_bytes,
+                                  microbatches_in_flight, model_state_breakdown, model_state_bytes,
+                                  pipeline_bubble, pp_bytes_per_rank, search, step_flops, tp_bytes_per_rank,
+                                  validate)

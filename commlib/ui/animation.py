@@ -1,0 +1,110 @@
+"""Step-through animations that need no kernel: PNG frames in one self-contained HTML player.
+
+A static page (the book), a notebook whose scripts do not run (untrusted, or on a code host) and a live
+notebook all show the first frame as a plain <img>; where scripts run, buttons and a slider step or play
+through every frame. The HTML loads nothing from the network and holds no random id, so the same frames
+give the same HTML.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from dataclasses import dataclass
+
+from commlib.ui import plots
+from commlib.algorithms.trace import Event
+
+_PLAYER = """<div class="commlib-animation" style="display:inline-block;text-align:center;max-width:100%">
+<img src="{first}" alt="{caption}" style="max-width:100%">
+<div class="commlib-animation-controls" hidden style="margin:4px 0">
+<button type="button" data-go="first" title="first step">&laquo; first</button>
+<button type="button" data-go="back" title="previous step">&lsaquo; back</button>
+<button type="button" data-go="play" title="play every step">play</button>
+<button type="button" data-go="next" title="next step">next &rsaquo;</button>
+<button type="button" data-go="last" title="last step">last &raquo;</button>
+<input type="range" min="0" max="{last}" value="0" step="1" aria-label="step" style="vertical-align:middle">
+<span class="commlib-animation-step">step 0 of {last}</span>
+</div>
+<script>
+(function (root) {{
+  // frames[0] is the <img>'s own src, so that the first frame shows where scripts do not run
+  const img = root.querySelector("img"), slider = root.querySelector("input"), label = root.querySelector("span");
+  const frames = [img.src].concat({rest}), captions = {captions};
+  const play = root.querySelector("[data-go=play]");
+  let k = 0, timer = null;
+  function show(i) {{
+    k = Math.max(0, Math.min(frames.length - 1, i));
+    img.src = frames[k]; img.alt = captions[k]; slider.value = k; label.textContent = "step " + k + " of " + (frames.length - 1);
+    root.dataset.frame = k;
+  }}
+  function stop() {{ clearInterval(timer); timer = null; play.textContent = "play"; }}
+  const go = {{first: () => show(0), back: () => show(k - 1), next: () => show(k + 1), last: () => show(frames.length - 1),
+    play: () => {{
+      if (timer) return stop();
+      if (k === frames.length - 1) show(0);
+      play.textContent = "pause";
+      timer = setInterval(() => {{ show(k + 1); if (k === frames.length - 1) stop(); }}, {interval});
+    }}}};
+  root.querySelectorAll("button").forEach(b => b.addEventListener("click", () => {{
+    if (b.dataset.go !== "play") stop();
+    go[b.dataset.go]();
+  }}));
+  slider.addEventListener("input", () => {{ stop(); show(parseInt(slider.value, 10)); }});
+  root.querySelector(".commlib-animation-controls").hidden = false;
+  show(0);
+}})(document.currentScript.parentElement);
+</script>
+</div>"""
+
+
+@dataclass(frozen=True)
+class Animation:
+    """Frames (PNG bytes) with a caption each, shown interval_ms apart when played. Displays as the HTML player."""
+
+    frames: tuple[bytes, ...]
+    captions: tuple[str, ...]
+    interval_ms: int = 1500
+
+    def __post_init__(self):
+        if not self.frames or len(self.frames) != len(self.captions):
+            raise ValueError(f"frames and captions: one caption per frame, at least one frame "
+                             f"(got {len(self.frames)} frames, {len(self.captions)} captions)")
+
+    def to_html(self) -> str:
+        uris = ["data:image/png;base64," + base64.b64encode(f).decode("ascii") for f in self.frames]
+        return _PLAYER.format(first=uris[0], caption=html.escape(self.captions[0]), last=len(uris) - 1,
+                              rest=json.dumps(uris[1:]),
+                              captions=json.dumps(list(self.captions)).replace("</", "<\\/"),
+                              interval=int(self.interval_ms))
+
+    _repr_html_ = to_html
+
+    def __repr__(self) -> str:
+        return f"Animation({len(self.frames)} frames: {self.captions[0]!r} ... {self.captions[-1]!r})"
+
+
+def _png(fig, dpi: int = 100) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
+
+
+def ring_all_reduce(states, events_by_rank: list[list[Event]], world_size: int, interval_ms: int = 1500) -> Animation:
+    """Every step of a ring all-reduce from its real traces: frame k is plots.ring_step(states, events_by_rank, k, p),
+    for k = 0 .. len(states)-1 (the start and 2(p-1) steps); states = commlib.algorithms.trace.replay(events_by_rank, p)."""
+    import matplotlib.pyplot as plt
+
+    ax = None
+    frames, captions = [], []
+    try:
+        for k in range(len(states)):
+            ax = plots.ring_step(states, events_by_rank, k, world_size, ax=ax)
+            frames.append(_png(ax.figure))
+            captions.append(ax.get_title())
+    finally:
+        if ax is not None:
+            plt.close(ax.figure)  # the player is the output, not the figure at its last step
+    return Animation(tuple(frames), tuple(captions), interval_ms)

@@ -1,0 +1,318 @@
+"""ipywidgets UIs for the notebooks: thin layers over commlib's pure functions and plots."""
+
+from __future__ import annotations
+
+import ipywidgets as W
+import matplotlib.pyplot as plt
+
+from commlib.ui import plots
+from commlib.algorithms import trace
+
+
+def _show(out: W.Output, fig) -> None:
+    """Replace the picture in `out` with fig (works in a kernel and outside one, as in tests)."""
+    out.outputs = ()
+    out.append_display_data(fig)
+    plt.close(fig)
+
+
+def ring_stepper(events_by_rank, world_size: int) -> W.VBox:
+    """Play / slider through a real ring all-reduce trace (one list of Events per rank), step by step."""
+    states = trace.replay(events_by_rank, world_size)
+    last = len(states) - 1
+    play = W.Play(value=0, min=0, max=last, step=1, interval=1200, description="play")
+    slider = W.IntSlider(value=0, min=0, max=last, description="step")
+    W.jslink((play, "value"), (slider, "value"))
+    out = W.Output()
+
+    def show(step: int) -> None:
+        _show(out, plots.ring_step(states, events_by_rank, step, world_size).figure)
+
+    slider.observe(lambda change: show(change["new"]), names="value")
+    show(0)
+    return W.VBox([W.HBox([play, slider]), out])
+
+
+def format_breakdown(b: dict) -> str:
+    """The cost model's answer as a small HTML table."""
+    def t(s):
+        return f"{s * 1e3:.3f} ms" if s >= 1e-3 else f"{s * 1e6:.2f} µs"
+
+    rows = [("time", t(b["time_s"])), ("  latency term (messages × α)", t(b["latency_s"])),
+            ("  bandwidth term (bytes × β)", t(b["bandwidth_s"])), ("  reduction term (bytes × γ)", t(b["reduction_s"])),
+            ("bottleneck", b["bottleneck"]), ("bytes sent by the busiest rank", f"{b['bytes_per_rank'] / 1e6:,.3f} MB"),
+            ("algbw", f"{b['algbw_GBps']:.2f} GB/s"), ("busbw", f"{b['busbw_GBps']:.2f} GB/s")]
+    body = "".join(f"<tr><td style='text-align:left'>{k}</td><td style='text-align:right'>{v}</td></tr>" for k, v in rows)
+    return f"<table>{body}</table>"
+
+
+def cost_calculator(links: dict | None = None, gamma: float = 0.0) -> W.VBox:
+    """Pick an op, algorithm, link, world size and message size; see the model's time term by term."""
+    from commlib import cost
+
+    links = dict(links or cost.LINKS)
+    op = W.Dropdown(options=[o for o in cost.OPS if o != "sendrecv"], value="all_reduce", description="op")
+    algorithm = W.Dropdown(options=cost.PAIRS["all_reduce"], value="ring", description="algorithm")
+    link = W.Dropdown(options=list(links), value=list(links)[0], description="link")
+    p = W.IntSlider(value=8, min=2, max=1024, description="ranks p")
+    size = W.FloatLogSlider(value=1e8, base=10, min=3, max=11, step=0.25, description="bytes n", readout_format=".3g")
+    out = W.HTML()
+
+    def update(_=None):
+        if tuple(algorithm.options) != cost.PAIRS[op.value]:  # the algorithm list follows the op
+            keep = algorithm.value if algorithm.value in cost.PAIRS[op.value] else cost.PAIRS[op.value][0]
+            algorithm.options = cost.PAIRS[op.value]
+            if algorithm.value != keep:
+                algorithm.value = keep
+                return  # setting the value fires update again
+        try:
+            b = cost.breakdown(op.value, size.value, p.value, links[link.value], algorithm.value, gamma)
+        except ValueError as e:
+            out.value = f"<b>{e}</b>"
+            return
+        src = links[link.value].source
+        out.value = format_breakdown(b) + f"<p style='font-size:smaller'>{link.value}: {src}</p>"
+
+    for w in (op, algorithm, link, p, size):
+        w.observe(update, names="value")
+    update()
+    return W.VBox([W.HBox([op, algorithm]), W.HBox([link, p]), size, out])
+
+
+def reduction_explorer(numel: int = 4096) -> W.VBox:
+    """Sliders for the number of ranks and the gradients' magnitude, a choice of strategy: what the
+    averaged gradient loses (inf, nan, flushed to zero) and how wrong the rest is."""
+    from commlib import precision
+
+    p = W.IntSlider(value=8, min=2, max=256, description="ranks p")
+    mag = W.FloatLogSlider(value=1000, base=10, min=-9, max=5, step=0.25, description="gradient ~", readout_format=".1e")
+    strategy = W.ToggleButtons(options=precision.STRATEGIES, value="fp16", description="strategy")
+    out = W.HTML()
+
+    def update(_=None):
+        r = precision.experiment(p.value, mag.value, strategy.value, numel=numel)
+        lost = r["inf"] + r["nan"] + r["flushed_to_zero"]
+        verdict = "all values kept" if lost == 0 else f"<b>{lost} of {numel} values lost</b>"
+        out.value = (f"<p>{verdict}: inf {r['inf']}, nan {r['nan']}, flushed to zero {r['flushed_to_zero']}; "
+                     f"mean relative error of the rest {r['mean_rel_error']:.2e} "
+                     f"(max {r['max_rel_error']:.2e})</p>")
+
+    for w in (p, mag, strategy):
+        w.observe(update, names="value")
+    update()
+    return W.VBox([W.HBox([p, mag]), strategy, out])
+
+
+def overlap_explorer() -> W.VBox:
+    """A model of `layers` equal layers on `p` ranks over a link: pick the bucket cap and see the timeline."""
+    from commlib import cost, overlap
+
+    params = W.FloatLogSlider(value=1e9, base=10, min=7, max=11, step=0.25, description="parameters", readout_format=".2g")
+    layers = W.IntSlider(value=24, min=1, max=96, description="layers")
+    backward = W.FloatSlider(value=300, min=10, max=2000, step=10, description="backward ms")
+    link = W.Dropdown(options=list(cost.LINKS), value="ib_ndr", description="link")
+    p = W.IntSlider(value=16, min=2, max=512, description="ranks p")
+    cap = W.FloatLogSlider(value=25, base=2, min=-2, max=12, step=0.5, description="bucket MiB")
+    grad_bytes = W.Dropdown(options=[("fp32 (4 B)", 4), ("bf16/fp16 (2 B)", 2)], value=4, description="gradients")
+    text, out = W.HTML(), W.Output()
+
+    def update(_=None):
+        per_layer = params.value * grad_bytes.value / layers.value
+        compute, comm, sizes = overlap.buckets_from_layers([per_layer] * layers.value,
+                                                           [backward.value / 1e3 / layers.value] * layers.value,
+                                                           p.value, link.value, bucket_cap_mb=cap.value)
+        with_overlap = overlap.simulate(compute, comm, overlap=True)
+        without = overlap.simulate(compute, comm, overlap=False)
+        text.value = (f"{len(sizes)} buckets; communication {with_overlap.comm_s * 1e3:.1f} ms, backward "
+                      f"{with_overlap.compute_s * 1e3:.0f} ms.<br>Without overlap: step {without.total_s * 1e3:.1f} ms. "
+                      f"<b>With overlap: step {with_overlap.total_s * 1e3:.1f} ms</b>, exposed "
+                      f"{with_overlap.exposed_comm_s * 1e3:.1f} ms ({with_overlap.overlap_fraction:.0%} hidden). "
+                      f"The last bucket, {sizes[-1] / 2**20:,.1f} MiB, can only start when backward ends.")
+        _show(out, plots.timeline(with_overlap).figure)
+
+    for w in (params, layers, backward, link, p, cap, grad_bytes):
+        w.observe(update, names="value")
+    update()
+    return W.VBox([W.HBox([params, layers, backward]), W.HBox([link, p, grad_bytes]), cap, text, out])
+
+
+def topology_calculator(nbytes: float = 1e9) -> W.VBox:
+    """Pick a node type (or your own nodes, GPUs, links and NICs) and an op; see time and busbw per algorithm."""
+    from commlib import cost
+    from commlib import topology as topo
+
+    links = {name: link for name, link in cost.LINKS.items()}
+    links.update({f"{name} (achievable)": link for name, link in topo.ACHIEVABLE.items()})
+    node = W.Dropdown(options=["custom", *topo.PRESETS], value="dgx_h100", description="node")
+    achievable = W.Checkbox(value=True, description="NCCL's achievable speeds")
+    nodes = W.IntSlider(value=2, min=1, max=64, description="nodes")
+    gpus = W.IntSlider(value=8, min=1, max=16, description="GPUs/node")
+    nics = W.IntSlider(value=8, min=1, max=16, description="NICs/node")
+    intra = W.Dropdown(options=list(links), value="nvlink4", description="intra")
+    inter = W.Dropdown(options=list(links), value="ib_ndr", description="NIC")
+    op = W.Dropdown(options=list(topo.PAIRS), value="all_reduce", description="op")
+    size = W.FloatLogSlider(value=nbytes, base=10, min=3, max=11, step=0.25, description="bytes n",
+                            readout_format=".3g")
+    text, out = W.HTML(), W.Output()
+
+    def chosen() -> topo.Topology:
+        if node.value == "custom":
+            return topo.Topology(nodes.value, gpus.value, links[intra.value], links[inter.value], nics.value)
+        return topo.preset(node.value, nodes.value, achievable=achievable.value)
+
+    def update(_=None):
+        for w in (gpus, nics, intra, inter):
+            w.disabled = node.value != "custom"
+        if node.value != "custom":  # show the preset's node, so that "custom" starts from it
+            suffix = " (achievable)" if achievable.value else ""
+            wanted = ((gpus, 8), (nics, 8), (intra, topo.PRESETS[node.value][0] + suffix),
+                      (inter, topo.PRESETS[node.value][1] + suffix))
+            if any(w.value != v for w, v in wanted):
+                for w, v in wanted:
+                    w.unobserve(update, names="value")
+                    w.value = v
+                    w.observe(update, names="value")
+        t = chosen()
+        rows = []
+        for algorithm in topo.PAIRS[op.value]:
+            b = topo.breakdown(op.value, size.value, t, algorithm)
+            mb = {k: f"{v / 1e6:,.1f}" for k, v in b["bytes_per_rank"].items()}
+            rows.append(f"<tr><td>{algorithm}</td><td>{b['time_s'] * 1e3:,.3f} ms</td><td>{b['busbw_GBps']:,.1f}</td>"
+                        f"<td>{mb['intra']}</td><td>{mb['inter']}</td><td>{b['bottleneck']}</td></tr>")
+        head = ("<tr><th>algorithm</th><th>time</th><th>busbw GB/s</th><th>MB/rank intra</th><th>MB/rank inter</th>"
+                "<th>bottleneck</th></tr>")
+        note = topo.PRESETS[node.value][2] if node.value in topo.PRESETS else "your own node"
+        text.value = (f"<table>{head}{''.join(rows)}</table><p style='font-size:smaller'>{t.world_size} GPUs; "
+                      f"{t.intra.name}: {t.intra.bandwidth / 1e9:g} GB/s, NIC {t.inter.name}: "
+                      f"{t.inter.bandwidth / 1e9:g} GB/s per direction. {note}</p>")
+        _show(out, plots.topology_busbw(t, op.value).figure)
+
+    for w in (node, achievable, nodes, gpus, nics, intra, inter, op, size):
+        w.observe(update, names="value")
+    update()
+    return W.VBox([W.HBox([node, achievable, nodes]), W.HBox([gpus, nics, intra, inter]), W.HBox([op, size]),
+                   text, out])
+
+
+# ------------------------------------------------------------------------------------ the planner
+def _gb(nbytes: float) -> str:
+    return f"{nbytes / 1e9:,.2f} GB"
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:,.1f} ms"
+
+
+def _where(size: int, nodes: int, per_node: int) -> str:
+    if size == 1:
+        return "-"
+    if nodes == 1:
+        return f"{size} ranks in one node"
+    return f"{size} ranks on {nodes} nodes, {per_node} per node"
+
+
+def format_estimate(e, hw) -> str:
+    """A plan.Estimate as HTML: the verdict, memory per GPU, each kind of communication (bytes per rank per
+    step, time, where its group sits), and the step."""
+    from commlib import plan
+
+    c, m, t = e.config, e.memory, e.times
+    verdict = (f"<b style='color:#2a7'>fits</b>: {_gb(m['total'])} of {_gb(hw.gpu_memory)} per GPU" if e.fits else
+               f"<b style='color:#c33'>does not fit</b>: {_gb(m['total'])} &gt; {_gb(hw.gpu_memory)} per GPU")
+    head = (f"<p>{verdict}. dp {c.dp} x tp {c.tp} x pp {c.pp} = {c.dp * c.tp * c.pp} GPUs, ep {c.ep}, "
+            f"{f'ZeRO-{c.zero_stage}' if c.zero_stage else 'no ZeRO'}, {c.microbatches} micro-batch(es).</p>")
+    rows = "".join(f"<tr><td>{k}</td><td style='text-align:right'>{_gb(m[k])}</td></tr>"
+                   for k in ("model_states", "activations", "zero3_gathered", "total"))
+    where = plan.groups(hw, c)
+    exposed = {"dp": f"{_ms(t['dp_exposed'])} exposed of {_ms(t['dp'])}", "tp": "on the critical path",
+               "ep": "on the critical path", "pp": "on the critical path"}
+    comm = "".join(f"<tr><td>{k}</td><td style='text-align:right'>{_gb(e.comm_bytes[k])}</td>"
+                   f"<td>{_where(*where[k][:1], *where[k][2:])}</td><td>{exposed[k] if e.comm_bytes[k] else '-'}"
+                   f"</td></tr>" for k in ("dp", "tp", "pp", "ep"))
+    step = (f"<p><b>step {e.step_s:,.3f} s</b> = compute {_ms(t['compute'])} + TP {_ms(t['tp'])} + EP {_ms(t['ep'])}"
+            f" + PP {_ms(t['pp'])} + bubble {_ms(t['bubble'])} + exposed DP {_ms(t['dp_exposed'])}</p>")
+    return (head + f"<table><tr><th>memory per GPU</th><th></th></tr>{rows}</table>"
+            "<table><tr><th>traffic</th><th>bytes per rank per step</th><th>group</th><th>overlap</th></tr>"
+            f"{comm}</table>" + step)
+
+
+def planner(model: str = "llama2_7b", node: str = "dgx_h100", nodes: int = 2, global_batch: int = 64) -> W.VBox:
+    """Model shape, cluster (a topology preset) and configuration in; memory per GPU, communication by kind,
+    step time and a verdict (fits / does not fit) out. 'fastest that fits' runs plan.search."""
+    from commlib import plan
+    from commlib import topology as topo
+
+    style = {"description_width": "initial"}
+    preset = W.Dropdown(options=[*plan.MODELS, "custom"], value=model, description="model")
+    shape = {k: W.IntText(description=k, layout=W.Layout(width="150px"), style=style)
+             for k in ("layers", "hidden", "heads", "seq", "vocab", "ffn", "experts", "topk")}
+    machine = W.Dropdown(options=list(topo.PRESETS), value=node, description="node")
+    n_nodes = W.IntSlider(value=nodes, min=1, max=64, description="nodes")
+    achievable = W.Checkbox(value=True, description="NCCL's achievable speeds", style=style)
+    powers = [1, 2, 4, 8, 16, 32, 64]
+    tp, pp, ep = (W.Dropdown(options=powers, value=1, description=k, layout=W.Layout(width="150px"))
+                  for k in ("tp", "pp", "ep"))
+    zero = W.ToggleButtons(options=[0, 1, 2, 3], value=0, description="ZeRO", style={"button_width": "40px"})
+    micro = W.IntText(value=1, description="micro-batches", style=style, layout=W.Layout(width="170px"))
+    batch = W.IntText(value=global_batch, description="global batch", style=style, layout=W.Layout(width="170px"))
+    mfu = W.FloatSlider(value=0.4, min=0.05, max=1.0, step=0.05, description="MFU")
+    hide = W.FloatSlider(value=0.0, min=0.0, max=1.0, step=0.1, description="DP overlap", style=style)
+    recompute = W.Dropdown(options=list(plan.RECOMPUTE), value="selective", description="recompute", style=style)
+    search = W.Button(description="fastest that fits")
+    out, found = W.HTML(), W.HTML()
+    busy = [False]
+
+    def fill(_=None):
+        if preset.value in plan.MODELS:
+            busy[0] = True
+            for k, w in shape.items():
+                w.value = getattr(plan.MODELS[preset.value], k)
+            busy[0] = False
+        update()
+
+    def chosen():
+        hw = plan.hardware(machine.value, n_nodes.value, achievable=achievable.value)
+        base = plan.MODELS.get(preset.value)
+        kw = {k: w.value for k, w in shape.items()}
+        extra = {} if base is None else {"kv_heads": base.kv_heads, "tied": base.tied}
+        assume = plan.Assumptions(mfu=mfu.value, dp_overlap=hide.value, recompute=recompute.value)
+        return plan.Model(**kw, **extra), hw, assume
+
+    def update(_=None):
+        if busy[0]:
+            return
+        try:
+            m, hw, assume = chosen()
+            if hw.world % (tp.value * pp.value):
+                raise ValueError(f"tp*pp = {tp.value * pp.value} must divide the {hw.world} GPUs")
+            c = plan.Config(hw.world // (tp.value * pp.value), tp.value, pp.value, ep.value, zero.value, micro.value)
+            out.value = format_estimate(plan.estimate(m, hw, c, batch.value, assume), hw) + \
+                f"<p style='font-size:smaller'>{m.params / 1e9:.2f}B parameters; {hw.world} GPUs: {hw.topology}</p>"
+        except (ValueError, TypeError) as err:
+            out.value = f"<b>{err}</b>"
+
+    def best(_=None):
+        try:
+            m, hw, assume = chosen()
+            fits, n = plan.search(m, hw, batch.value, assume)
+        except (ValueError, TypeError) as err:
+            found.value = f"<b>{err}</b>"
+            return
+        rows = "".join(f"<tr><td>{e.config.dp}</td><td>{e.config.tp}</td><td>{e.config.pp}</td><td>{e.config.ep}</td>"
+                       f"<td>{e.config.zero_stage}</td><td>{e.config.microbatches}</td><td>{e.step_s:,.3f} s</td>"
+                       f"<td>{_gb(e.memory['total'])}</td></tr>" for e in fits[:5])
+        found.value = (f"<p>{len(fits)} of {n} configurations fit; the fastest:</p><table><tr><th>dp</th><th>tp</th>"
+                       f"<th>pp</th><th>ep</th><th>ZeRO</th><th>micro-batches</th><th>step</th><th>memory</th></tr>"
+                       f"{rows}</table>" if fits else f"<p>none of {n} configurations fits.</p>")
+
+    preset.observe(fill, names="value")
+    for w in (*shape.values(), machine, n_nodes, achievable, tp, pp, ep, zero, micro, batch, mfu, hide, recompute):
+        w.observe(update, names="value")
+    for w in shape.values():
+        w.observe(lambda change: None if busy[0] else setattr(preset, "value", "custom"), names="value")
+    search.on_click(best)
+    fill()
+    keys = list(shape)
+    return W.VBox([W.HBox([preset, *[shape[k] for k in keys[:3]]]), W.HBox([shape[k] for k in keys[3:]]),
+                   W.HBox([machine, n_nodes, achievable]), W.HBox([tp, pp, ep, micro, batch]), zero,
+                   W.HBox([mfu, hide, recompute]), out, W.HBox([search]), found])
