@@ -197,3 +197,27 @@ def test_nothing_found_is_unknown():
     d = diagnosis.diagnose({0: snap([record(1)], 2), 1: snap([record(1)], 2)}, 2, stuck=[1])
     assert d == {"kind": "unknown", "ranks": [], "detail": d["detail"]} and d["detail"].startswith("unknown:")
     assert flight_recorder.DEFAULT_BUFFER > 0
+
+
+def test_monitored_barrier_names_the_ranks_that_never_came():
+    text = "RuntimeError: [Rank 0]: Ranks 1, 3 failed to pass monitoredBarrier in 1000 ms"
+    d = diagnosis.diagnose({}, 4, errors={0: text})
+    assert d["kind"] == "missing" and d["ranks"] == [1, 3] and "ranks 0, 2 reached" in d["detail"]
+
+
+def test_records_table_and_arrivals_read_the_records():
+    a, b = record(1), record(1)
+    a["time_created_ns"], b["time_created_ns"] = 1_000_000, 51_000_000
+    snaps = {0: snap([a], 2), 1: snap([b], 2)}
+    assert flight_recorder.table(snaps) == "rank 0: #1 all_reduce [4] float32\nrank 1: #1 all_reduce [4] float32"
+    assert flight_recorder.arrivals(snaps) == {1: {0: 0.0, 1: 50.0}}
+
+
+def test_torch_analyser_reads_the_dumps_written_for_it(tmp_path):
+    snaps = {r: snap([record(1), record(2, op="broadcast" if r == 2 else "all_reduce")], 4) for r in range(4)}
+    for s in snaps.values():
+        s["fr"].update(pg_config={"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"}},
+                       pg_status={}, comm_lib_version="")
+    assert len(flight_recorder.write_dumps(snaps, str(tmp_path))) == 4
+    out = flight_recorder.torch_analyser(str(tmp_path))
+    assert "Culprit rank 2" in out and "COLLECTIVE_TYPE_MISMATCH" in out

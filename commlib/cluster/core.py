@@ -320,31 +320,28 @@ class Cluster:
         if errors:  # a dead rank is the cause of its peers' "connection reset" errors: name it first
             dead = [r for r, e in errors.items() if isinstance(e, RankDied)]
             alive = {r: ranks[r][1] for r in range(self.world_size) if r not in dead}
-            diagnosis = _diagnosis.diagnose(self._snapshots(alive), self.world_size,
-                                            {r: e.remote_traceback for r, e in errors.items()})
+            snaps = flight_recorder.request_snapshots(alive, self._state.tmpdir, time.monotonic() + 2.0)
+            diagnosis = _diagnosis.diagnose(snaps, self.world_size, {r: e.remote_traceback for r, e in errors.items()})
             named = [r for r in diagnosis["ranks"] if r in errors]  # the culprit's own error, if it raised one
             first = min(named or dead or errors)
             others = sorted(set(errors) - {first})
             err = errors[first]
             err.args = (diagnosis["detail"] + "\n" + err.args[0] + (f"\n(ranks {others} failed too)" if others else ""),)
-            err.diagnosis = diagnosis
+            err.diagnosis, err.snapshots = diagnosis, snaps
             raise err
         if len(results) < self.world_size:
             stuck = [r for r in range(self.world_size) if r not in results]
             now = time.monotonic()
             printing = [r for r in stuck if now - lines.last_at.get(r, -math.inf) < _STILL_PRINTING_S
                         or ranks[r][0].poll(0)]
-            asked = flight_recorder.ask({r: pid for r, (_, pid) in enumerate(ranks)}, self._state.tmpdir)
-            message = self._timeout_message(ranks, name, stuck, printing)  # the stacks, meanwhile
-            snaps = flight_recorder.collect(asked, self._state.tmpdir, time.monotonic() + 1.0)
+            message = self._timeout_message(ranks, name, stuck, printing)  # the stacks first: one signal at a time
+            snaps = flight_recorder.request_snapshots({r: pid for r, (_, pid) in enumerate(ranks)},
+                                                      self._state.tmpdir, time.monotonic() + 2.0)
             diagnosis = _diagnosis.diagnose(snaps, self.world_size, stuck=stuck)
             err = ClusterTimeout(diagnosis["detail"] + "\n" + message, stuck)
-            err.diagnosis = diagnosis
+            err.diagnosis, err.snapshots = diagnosis, snaps
             raise err
         return [results[r] for r in range(self.world_size)]
-
-    def _snapshots(self, pids: dict) -> dict:
-        return flight_recorder.request_snapshots(pids, self._state.tmpdir, time.monotonic() + 2.0)
 
     def _died(self, rank: int, pid: int, when: str, deadline: float) -> RankDied:
         code = self._state.exit_code(pid, max(0.0, min(_EXIT_REPORT_S, deadline - time.monotonic())))

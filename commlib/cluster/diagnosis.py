@@ -5,7 +5,8 @@
 
 In this order:
   1. torch's fingerprint check (Cluster(debug=True): TORCH_DISTRIBUTED_DEBUG=DETAIL) raised "Detected
-     mismatch between collectives on ranks" -> mismatch; the culprits differ from the majority.
+     mismatch between collectives on ranks" -> mismatch; the culprits differ from the majority. Or
+     torch's monitored_barrier said "Ranks 3 failed to pass monitoredBarrier" -> missing.
   2. the Flight Recorder records, aligned per process group by collective sequence number and compared
      with torch's own matcher (torch.distributed.flight_recorder: Op.match, which checks the type, the
      sizes and the dtypes) -> the first number at which ranks disagree (mismatch: the minority are the
@@ -20,7 +21,6 @@ A snapshot is flight_recorder.snapshot()'s dict, or None for a rank that could n
 from __future__ import annotations
 
 import re
-from collections import Counter
 
 _DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
            "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool"}
@@ -56,6 +56,14 @@ def _dtype(name: str) -> str:
     return _DTYPES.get(name, name.lower())
 
 
+def describe_record(entry: dict) -> str:
+    """'#3 all_reduce [4] float32' from one Flight Recorder entry."""
+    op = entry["profiling_name"].split(":", 1)[-1].split(" ")[0]
+    sizes = entry.get("input_sizes") or entry.get("output_sizes") or [[]]
+    dtypes = entry.get("input_dtypes") or entry.get("output_dtypes") or ["?"]
+    return f"#{entry['collective_seq_id']} {op} {list(sizes[0]) if sizes else []} {_dtype(dtypes[0])}"
+
+
 def _call(entry: dict) -> str:
     """'all_reduce #3 of [4] float32' from one Flight Recorder entry."""
     op = entry["profiling_name"].split(":", 1)[-1].split(" ")[0]
@@ -82,7 +90,7 @@ def _sides(classes: dict, describe) -> str:
     culprits, majority = _split(classes)
     parts = [f"{_ranks(ranks)} called {describe(key)}"
              for key, ranks in sorted(classes.items(), key=lambda kv: (sorted(kv[1]) == majority, min(kv[1])))]
-    return "; ".join(parts)
+    return (", where " if majority else "; ").join(parts)
 
 
 # ---------------------------------------------------------------------------- 1. fingerprints
@@ -102,9 +110,26 @@ def from_fingerprints(errors: dict, snapshots: dict | None = None) -> dict | Non
     culprits, _ = _split(classes)
     sides = _sides(classes, lambda k: f"{k[1]} #{k[0]} of [{k[2]}] {_dtype(k[3])}")
     where = _group_of(snapshots or {}, culprits)
-    detail = (f"mismatch: {_ranks(culprits, 'differ')} from the others in the same collective of {where} "
-              f"({sides}), caught by torch's fingerprint check (TORCH_DISTRIBUTED_DEBUG=DETAIL) before it ran.")
+    detail = (f"mismatch in {where}: {sides} (caught before it ran by torch's fingerprint check, "
+              f"TORCH_DISTRIBUTED_DEBUG=DETAIL).")
     return {"kind": "mismatch", "ranks": culprits, "detail": detail}
+
+
+_MONITORED = re.compile(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier")
+
+
+def from_monitored_barrier(errors: dict, world_size: int) -> dict | None:
+    """torch's monitored_barrier (Gloo) names the ranks that did not reach it in time."""
+    for text in errors.values():
+        m = _MONITORED.search(str(text))
+        if m:
+            absent = sorted({int(r) for r in m.group(1).replace(" ", "").split(",") if r})
+            inside = [r for r in range(world_size) if r not in absent]
+            return {"kind": "missing", "ranks": absent,
+                    "detail": f"missing: {_ranks(absent)} never reached the monitored_barrier that "
+                              f"{_ranks(inside)} reached (torch's monitored_barrier names them), "
+                              f"in the group it was called on."}
+    return None
 
 
 # --------------------------------------------------------------------------------- 2. records
@@ -172,8 +197,7 @@ def from_records(snapshots: dict) -> dict | None:
                 culprits, _ = _split(table)
                 sides = _sides(table, lambda i: _call(classes[i][0]))
                 return {"kind": "mismatch", "ranks": culprits,
-                        "detail": f"mismatch: {_ranks(culprits, 'enter')} a different collective from the "
-                                  f"others at the same position in {where}: {sides}."}
+                        "detail": f"mismatch in {where}: {sides}."}
             if absent and present:
                 waiting = sorted(present)
                 last = {r: max(per_rank[r], default=0) for r in absent}
@@ -218,13 +242,13 @@ def from_waiting(snapshots: dict, stuck: list) -> dict | None:
 def diagnose(snapshots: dict, world_size: int, errors: dict | None = None, stuck=()) -> dict:
     """The diagnosis of one failed run (see the module docstring)."""
     snapshots = {r: snapshots.get(r) for r in range(world_size)}
-    found = (from_fingerprints(errors or {}, snapshots) or from_records(snapshots)
+    found = (from_fingerprints(errors or {}, snapshots) or from_monitored_barrier(errors or {}, world_size) or from_records(snapshots)
              or (from_waiting(snapshots, list(stuck)) if stuck else None))
     if found:
         return found
     heard = sorted(r for r, s in snapshots.items() if s)
     failed = [f"rank {r} raised in {_waiting_call(s['failed'])}" for r, s in snapshots.items() if s and s.get("failed")]
-    why = "; ".join(failed) + "; " if failed else ""
+    why = "; ".join(failed[:2]) + ("; ..." if len(failed) > 2 else "") + "; " if failed else ""
     why += (f"{_ranks(heard)} show no mismatched, missing or unmatched collective in their Flight Recorder "
            f"records" if heard else "no rank could be asked for its Flight Recorder records")
     return {"kind": "unknown", "ranks": [], "detail": f"unknown: {why}; read the errors and stacks below."}

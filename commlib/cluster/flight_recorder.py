@@ -57,6 +57,8 @@ def start_dump_thread(path: str) -> None:
     main = threading.main_thread().ident
 
     def serve():
+        if hasattr(signal, "SIGUSR1"):  # the stack dump (faulthandler, SIGUSR1) is for the main thread, not us
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
         while True:
             signal.sigwait({DUMP_SIGNAL})
             try:
@@ -206,3 +208,66 @@ def collect(asked: list, folder: str, deadline: float) -> dict:
 def request_snapshots(pids: dict, folder: str, deadline: float) -> dict:
     """ask() then collect()."""
     return collect(ask(pids, folder), folder, deadline)
+
+
+# --------------------------------------------------------------------------- reading records
+def records(snapshot: dict | None) -> list[dict]:
+    """The collective records of one snapshot, oldest first (send/recv are not recorded on Gloo)."""
+    fr = (snapshot or {}).get("fr") or {}
+    return [e for e in fr.get("entries", []) if not e.get("is_p2p")]
+
+
+def describe(entry: dict) -> str:
+    """'#2 all_reduce [4] float32' for one record (what the diagnosis calls it)."""
+    from commlib.cluster.diagnosis import describe_record
+
+    return describe_record(entry)
+
+
+def table(snapshots: dict, last: int = 3) -> str:
+    """Each rank's last `last` records, one line per rank: what the Flight Recorder saw, side by side."""
+    lines = []
+    for rank in sorted(snapshots):
+        recs = records(snapshots[rank])[-last:]
+        shown = " | ".join(describe(e) for e in recs) if recs else "(no records)"
+        lines.append(f"rank {rank}: {shown if snapshots[rank] else '(no snapshot: the rank was gone)'}")
+    return "\n".join(lines)
+
+
+def arrivals(snapshots: dict) -> dict:
+    """{collective number: {rank: ms after the first rank called it}}, from the records' creation times:
+    the rank that arrives last at every collective is the straggler the others wait for."""
+    created: dict = {}
+    for rank, snap in snapshots.items():
+        for e in records(snap):
+            created.setdefault((e["process_group"][0], e["collective_seq_id"]), {})[rank] = e["time_created_ns"]
+    out = {}
+    for (_, seq), by_rank in sorted(created.items()):
+        first = min(by_rank.values())
+        out[seq] = {r: (t - first) / 1e6 for r, t in sorted(by_rank.items())}
+    return out
+
+
+def write_dumps(snapshots: dict, folder: str, prefix: str = "rank_") -> list[str]:
+    """Write each rank's records as the file torch writes on a GPU job's timeout (TORCH_NCCL_DUMP_ON_TIMEOUT):
+    folder/{prefix}{rank}, a pickle torch's analyser reads: `torchfrtrace folder -p {prefix}`."""
+    os.makedirs(folder, exist_ok=True)
+    paths = []
+    for rank, snap in sorted(snapshots.items()):
+        if snap and snap.get("fr"):
+            path = os.path.join(folder, f"{prefix}{rank}")
+            with open(path, "wb") as f:
+                pickle.dump(snap["fr"], f)
+            paths.append(path)
+    return paths
+
+
+def torch_analyser(folder: str, prefix: str = "rank_", timeout_s: float = 60.0) -> str:
+    """Run torch's own Flight Recorder analyser (torch.distributed.flight_recorder.fr_trace, the `torchfrtrace`
+    command) on the dumps in folder -> what it prints."""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", folder, "-p", prefix,
+           "--allow-incomplete-ranks"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    return (done.stdout + done.stderr).strip()
