@@ -23,7 +23,7 @@ PROBLEMS = [
                   "Pick the algorithm. NCCL: Ring,\nTree, NVLS, CollNet, PAT. MPI:\nrecursive doubling, Rabenseifner"]),
     ("Latency + bandwidth",
      "t = c + α·hops + n·β;\nsmall messages pay α, big ones n·β;\nbusbw vs the per-direction link rate",
-     "Ch. 2, 4, 5, 8", ["Fewer, bigger messages (buckets);\nlarger batches, accumulation",
+     "Ch. 2, 4, 5, 9", ["Fewer, bigger messages (buckets);\nlarger batches, accumulation",
                         "Fewer bytes: BF16 / FP16 gradients\n(safely: Ch. 4); compression:\nPowerSGD, top-k, 8-bit (Ch. 5)"]),
     ("Topology",
      "NVLink inside a node, NICs\nbetween nodes: a node's NICs add\nup for AllReduce, not AllToAll",
@@ -31,7 +31,7 @@ PROBLEMS = [
                "Rings through every NIC,\nhierarchical, in-network\nreduction (NVLS, SHARP)"]),
     ("Overlap",
      "Exposed communication: the part\nnot hidden behind backward;\nthe last bucket never is",
-     "Ch. 6, 7, 8", ["Bucketed async all-reduce from\ngradient hooks (DDP); bucket size:\nα per bucket vs the tail",
+     "Ch. 6, 7, 9", ["Bucketed async all-reduce from\ngradient hooks (DDP); bucket size:\nα per bucket vs the tail",
                      "Profile: measure exposed comm,\ncompare with the model; prefetch\n(FSDP) costs memory"]),
 ]
 
@@ -66,7 +66,7 @@ def draw() -> plt.Figure:
         ax.add_patch(FancyArrowPatch((x + 1.5, 4.0), (x + 1.5, 3.5), arrowstyle="-|>",
                                      mutation_scale=12, color=color, lw=1.2))
     ax.text(6.5, 0.7, "FP16 reductions (Ch. 4) halve the bytes, but partial sums can overflow at 65504: "
-            "accumulate in FP32, pre-divide, or use BF16.\nCh. 9 puts it all together on a real model and cluster.",
+            "accumulate in FP32, pre-divide, or use BF16.\nCh. 11 puts it all together on a real model and cluster.",
             ha="center", va="center", fontsize=8.6, color="#333333")
     return fig
 

@@ -179,7 +179,7 @@ def paced_everything(bandwidth, latency, nics):
             failures.append("released before due")
         if os.path.exists(net.shared.path):
             failures.append(f"the shared table {net.shared.path} outlives the ranks' start")
-    if alg.NETWORK is not None:
+    if alg.network() is not None:
         failures.append("NETWORK left set")
     return failures, sent, paced
 
@@ -213,5 +213,5 @@ def emulate_errors():
                         "differ": lambda: topo.emulate(2, 1e9 * (1 + dist.get_rank())).__enter__(),
                         "nested": nested,
                         "nan": lambda: topo.emulate(2, float("nan")).__enter__()}, (ValueError, RuntimeError))
-    errors["left set"] = alg.NETWORK is not None
+    errors["left set"] = alg.network() is not None
     return errors

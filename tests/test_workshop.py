@@ -1,4 +1,4 @@
-"""commlib.exercises.workshop: the chapter 9 scenario's numbers, and checkers that accept every right answer and name the
+"""commlib.exercises.workshop: the chapter 11 scenario's numbers, and checkers that accept every right answer and name the
 usual mistakes."""
 
 import math

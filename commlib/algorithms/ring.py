@@ -153,7 +153,7 @@ def ring_all_reduce(t: torch.Tensor, op: str = "sum", trace: Trace | None = None
     """In place, like dist.all_reduce: reduce-scatter then all-gather around the ring.
     2(p-1) steps; each rank sends 2(p-1)/p * n bytes: 2(p-1) a + 2(p-1)/p n b + (p-1)/p n g. Each chunk
     travels in segments of at most segment_bytes (default SEGMENT_BYTES, 2 MiB), each one message:
-    cost.pipelined_ring_time prices a smaller segment (chapter 8)."""
+    cost.pipelined_ring_time prices a smaller segment (chapter 9)."""
     _check_segment(segment_bytes)
     flat = _prepare("ring_all_reduce", t, op, check)
     p = dist.get_world_size()

@@ -10,6 +10,6 @@ has a GPU) that run functions defined in a notebook, never hang, and say why a r
 Imports nothing else from commlib.
 """
 
-from commlib.cluster.core import MAX_TIMEOUT_S, MAX_WORLD_SIZE, Cluster, resolve_backend  # noqa: F401
+from commlib.cluster.core import BACKENDS, MAX_TIMEOUT_S, MAX_WORLD_SIZE, OUTPUT_MODES, Cluster, check_host, resolve_backend  # noqa: F401,E501
 from commlib.cluster.errors import ClusterTimeout, RankDied, RankError  # noqa: F401
 from commlib.cluster.torchrun import init_from_env  # noqa: F401

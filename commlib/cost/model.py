@@ -162,7 +162,7 @@ def pipelined_ring_time(op: str, nbytes: float, world_size: int, link: Link | st
     """A ring that moves each chunk in segments of at most segment_bytes, every segment a message paying alpha:
     all_reduce c + 2(p-1) m a + 2(p-1)/p n b + (p-1)/p n g with m = ceil(n / p / segment_bytes) segments per
     chunk (reduce_scatter / all_gather: p-1 steps instead of 2(p-1)). Big segments: the plain ring. Small
-    ones: the alpha term grows like 1 / segment_bytes and the bandwidth falls (chapter 8; NCCL's smaller
+    ones: the alpha term grows like 1 / segment_bytes and the bandwidth falls (chapter 9; NCCL's smaller
     NCCL_BUFFSIZE has the same effect through smaller slices of its FIFO)."""
     if op not in ("all_reduce", "reduce_scatter", "all_gather"):
         raise ValueError(f"op must be all_reduce, reduce_scatter or all_gather for a pipelined ring, got {op!r}")

@@ -1,4 +1,4 @@
-"""Chapter 9, the workshop: Llama-2-7B on one and on two DGX H100 nodes, planned as it would really run.
+"""Chapter 11, the workshop: Llama-2-7B on one and on two DGX H100 nodes, planned as it would really run.
 
 The scenario, from which every number of the chapter is computed:
   model     Llama-2-7B (plan.MODELS["llama2_7b"]; its 291 tensors in tensors()), 16-bit weights and
