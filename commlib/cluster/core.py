@@ -324,6 +324,11 @@ class Cluster:
             diagnosis = _diagnosis.diagnose(snaps, self.world_size, {r: e.remote_traceback for r, e in errors.items()})
             named = [r for r in diagnosis["ranks"] if r in errors]  # the culprit's own error, if it raised one
             first = min(named or dead or errors)
+            if diagnosis["kind"] == "unknown":  # then the error itself is the best clue: say it first
+                lines = (errors[first].remote_traceback or errors[first].args[0]).strip().splitlines()
+                diagnosis = _diagnosis.diagnose(snaps, self.world_size, headline=(
+                    f"rank {first} raised {lines[-1]}" if not isinstance(errors[first], RankDied) else
+                    errors[first].args[0].splitlines()[0]) if lines else "")
             others = sorted(set(errors) - {first})
             err = errors[first]
             err.args = (diagnosis["detail"] + "\n" + err.args[0] + (f"\n(ranks {others} failed too)" if others else ""),)
@@ -337,7 +342,7 @@ class Cluster:
             message = self._timeout_message(ranks, name, stuck, printing)  # the stacks first: one signal at a time
             snaps = flight_recorder.request_snapshots({r: pid for r, (_, pid) in enumerate(ranks)},
                                                       self._state.tmpdir, time.monotonic() + 2.0)
-            diagnosis = _diagnosis.diagnose(snaps, self.world_size, stuck=stuck)
+            diagnosis = _diagnosis.diagnose(snaps, self.world_size, stuck=stuck, headline=message.split(" (a ")[0])
             err = ClusterTimeout(diagnosis["detail"] + "\n" + message, stuck)
             err.diagnosis, err.snapshots = diagnosis, snaps
             raise err

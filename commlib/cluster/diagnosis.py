@@ -201,7 +201,12 @@ def from_records(snapshots: dict) -> dict | None:
             if absent and present:
                 waiting = sorted(present)
                 last = {r: max(per_rank[r], default=0) for r in absent}
-                before = ", ".join(f"rank {r} stopped at #{n}" for r, n in last.items())
+                if len(set(last.values())) == 1:
+                    n = next(iter(last.values()))
+                    they = "it" if len(absent) == 1 else "they"
+                    before = f"{they} had called none there" if n == 0 else f"{they} stopped at #{n}"
+                else:
+                    before = ", ".join(f"rank {r} stopped at #{n}" for r, n in last.items())
                 return {"kind": "missing", "ranks": absent,
                         "detail": f"missing: {_ranks(absent)} never entered {_call(classes[0][0])} in {where}, "
                                   f"which {_ranks(waiting)} entered ({before})."}
@@ -239,16 +244,21 @@ def from_waiting(snapshots: dict, stuck: list) -> dict | None:
     return None
 
 
-def diagnose(snapshots: dict, world_size: int, errors: dict | None = None, stuck=()) -> dict:
-    """The diagnosis of one failed run (see the module docstring)."""
+def diagnose(snapshots: dict, world_size: int, errors: dict | None = None, stuck=(), headline: str = "") -> dict:
+    """The diagnosis of one failed run (see the module docstring). headline: the first line of the error that
+    will be raised, which an unknown diagnosis repeats (it is then the best clue)."""
     snapshots = {r: snapshots.get(r) for r in range(world_size)}
-    found = (from_fingerprints(errors or {}, snapshots) or from_monitored_barrier(errors or {}, world_size) or from_records(snapshots)
-             or (from_waiting(snapshots, list(stuck)) if stuck else None))
+    errors = errors or {}
+    found = (from_fingerprints(errors, snapshots) or from_monitored_barrier(errors, world_size)
+             or from_records(snapshots) or (from_waiting(snapshots, list(stuck)) if stuck else None))
     if found:
         return found
     heard = sorted(r for r, s in snapshots.items() if s)
-    failed = [f"rank {r} raised in {_waiting_call(s['failed'])}" for r, s in snapshots.items() if s and s.get("failed")]
-    why = "; ".join(failed[:2]) + ("; ..." if len(failed) > 2 else "") + "; " if failed else ""
-    why += (f"{_ranks(heard)} show no mismatched, missing or unmatched collective in their Flight Recorder "
-           f"records" if heard else "no rank could be asked for its Flight Recorder records")
-    return {"kind": "unknown", "ranks": [], "detail": f"unknown: {why}; read the errors and stacks below."}
+    if headline:
+        why = headline.rstrip(".:") + "; "
+    else:
+        failed = [f"rank {r} raised in {_waiting_call(s['failed'])}" for r, s in snapshots.items() if s and s.get("failed")]
+        why = "; ".join(failed[:2]) + ("; ..." if len(failed) > 2 else "") + "; " if failed else ""
+    why += (f"the Flight Recorder records of {_ranks(heard)} show no mismatched, missing or unmatched collective"
+            if heard else "no rank could be asked for its Flight Recorder records")
+    return {"kind": "unknown", "ranks": [], "detail": f"unknown: {why}."}
