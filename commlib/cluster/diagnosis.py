@@ -262,3 +262,17 @@ def diagnose(snapshots: dict, world_size: int, errors: dict | None = None, stuck
     why += (f"the Flight Recorder records of {_ranks(heard)} show no mismatched, missing or unmatched collective"
             if heard else "no rank could be asked for its Flight Recorder records")
     return {"kind": "unknown", "ranks": [], "detail": f"unknown: {why}."}
+
+
+def summary(error, width: int = 100) -> str:
+    """A failed run's diagnosis for people: the kind and culprits, then the detail wrapped to `width`.
+    error: the exception run() raised, or its .diagnosis."""
+    import textwrap
+
+    d = getattr(error, "diagnosis", error)
+    if not isinstance(d, dict) or "detail" not in d:
+        return f"no diagnosis: {type(error).__name__}"
+    head = f"{type(error).__name__}: " if isinstance(error, BaseException) else ""
+    lines = [f"{head}kind={d['kind']!r}, culprits={d['ranks']}"]
+    lines += textwrap.wrap(d["detail"], width=width, subsequent_indent="  ")
+    return "\n".join(lines)

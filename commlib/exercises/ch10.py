@@ -76,7 +76,7 @@ def ch10_culprit(answer, error) -> Verdict:
         return bad
     want = sorted(diagnosis["ranks"])
     if ranks == want:
-        return Verdict(True, f"{diagnosis['kind']}: {diagnosis['detail']}")
+        return Verdict(True, diagnosis["detail"])
     if set(ranks) < set(want):
         return Verdict(False, "some of them: more than one rank is to blame here.")
     if set(want) < set(ranks):
