@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from commlib import _validate as check
+
 from commlib.algorithms.p2p import (_DTYPE_CODE, Trace, _agree, _flat, _Messages, _offsets, _prepare, _reduce_into,
                                     _write_back)
 from commlib.cost import fold_to_power_of_two, halving_ranges, shard_sizes
@@ -16,10 +18,7 @@ from commlib.cost import fold_to_power_of_two, halving_ranges, shard_sizes
 
 # ------------------------------------------------------------------------------ binomial tree
 def _check_root(name: str, root) -> int:
-    p = dist.get_world_size()
-    if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < p:
-        raise ValueError(f"{name} must be a rank in [0, {p - 1}], got {root!r}")
-    return root
+    return check.integer(name, root, low=0, high=dist.get_world_size() - 1)   # a rank
 
 
 def _tree_broadcast_(flat, src, msgs, step0=0) -> None:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from commlib import _validate as check
+
 from commlib.algorithms.trace import Event, Trace
 
 REDUCE_OPS = ("sum", "max", "min", "avg")  # what a reduction may do (torch.distributed.ReduceOp names)
@@ -199,7 +201,5 @@ def _segments(lo: int, hi: int, itemsize: int, segment_bytes: int | None = None)
 
 
 def _check_segment(segment_bytes) -> int | None:
-    if segment_bytes is not None and (isinstance(segment_bytes, bool) or not isinstance(segment_bytes, int)
-                                      or segment_bytes < 1):
-        raise ValueError(f"segment_bytes must be an int >= 1 (bytes) or None for {SEGMENT_BYTES}, got {segment_bytes!r}")
-    return segment_bytes
+    """None (SEGMENT_BYTES) or an int >= 1 (bytes)."""
+    return None if segment_bytes is None else check.integer("segment_bytes", segment_bytes, low=1)
