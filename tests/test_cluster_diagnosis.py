@@ -219,5 +219,26 @@ def test_torch_analyser_reads_the_dumps_written_for_it(tmp_path):
         s["fr"].update(pg_config={"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"}},
                        pg_status={}, comm_lib_version="")
     assert len(flight_recorder.write_dumps(snaps, str(tmp_path))) == 4
+    back = flight_recorder.read_dumps(str(tmp_path))
+    assert sorted(back) == [0, 1, 2, 3] and flight_recorder.table(back) == flight_recorder.table(snaps)
     out = flight_recorder.torch_analyser(str(tmp_path))
     assert "Culprit rank 2" in out and "COLLECTIVE_TYPE_MISMATCH" in out
+
+
+def test_replay_steps_mark_the_odd_and_the_missing_ranks():
+    snaps = {0: snap([record(1), record(2), record(3)], 3), 1: snap([record(1), record(2, size=8)], 3),
+             2: snap([record(1), record(2), record(3)], 3)}
+    steps = flight_recorder.replay_steps(snaps)
+    assert [s["seq"] for s in steps] == [1, 2, 3] and [s["odd"] for s in steps] == [[], [1], [1]]
+    assert steps[1]["calls"][1] == "#2 all_reduce [8] float32" and steps[2]["calls"][1] is None
+
+
+def test_replay_widget_opens_on_the_first_odd_collective_and_follows_the_slider():
+    from commlib.ui import replay
+
+    snaps = {r: snap([record(1), record(2, op="broadcast" if r == 2 else "all_reduce")], 3) for r in range(3)}
+    box = replay.replay(snaps)
+    (play, slider), view = box.children[0].children, box.children[1]
+    assert slider.value == 1 and "ranks [2] differ" in view.value and "broadcast" in view.value
+    slider.value = 0
+    assert "every rank agrees" in view.value

@@ -262,6 +262,18 @@ def write_dumps(snapshots: dict, folder: str, prefix: str = "rank_") -> list[str
     return paths
 
 
+def read_dumps(folder: str, prefix: str = "rank_") -> dict:
+    """The dumps in folder named {prefix}{rank} (this course's, or a GPU job's written on a watchdog timeout)
+    -> {rank: snapshot}, which table(), arrivals(), replay_steps() and the replay widget read."""
+    out = {}
+    for name in sorted(os.listdir(folder)):
+        tail = name[len(prefix):] if name.startswith(prefix) else ""
+        if tail.isdigit():
+            with open(os.path.join(folder, name), "rb") as f:
+                out[int(tail)] = {"fr": pickle.load(f), "waiting": None, "failed": None, "groups": {}}
+    return out
+
+
 def torch_analyser(folder: str, prefix: str = "rank_", timeout_s: float = 60.0) -> str:
     """Run torch's own Flight Recorder analyser (torch.distributed.flight_recorder.fr_trace, the `torchfrtrace`
     command) on the dumps in folder -> what it prints."""
@@ -271,3 +283,29 @@ def torch_analyser(folder: str, prefix: str = "rank_", timeout_s: float = 60.0) 
            "--allow-incomplete-ranks"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     return (done.stdout + done.stderr).strip()
+
+
+def replay_steps(snapshots: dict) -> list[dict]:
+    """The records rank by rank, one collective at a time (per process group, in number order) ->
+    [{"group", "seq", "calls": {rank: '#n op [size] dtype' or None (no record)}, "odd": [ranks]}];
+    odd: the ranks whose call differs from the most common one, or that have none."""
+    from collections import Counter
+
+    by_step: dict = {}
+    for rank, snap in snapshots.items():
+        for e in records(snap):
+            by_step.setdefault((e["process_group"][0], e["collective_seq_id"]), {})[rank] = describe(e)
+    lowest = {}  # per group, the first number every rank with records still has (ring buffers wrap)
+    for rank, snap in snapshots.items():
+        for g in {e["process_group"][0] for e in records(snap)}:
+            first = min(e["collective_seq_id"] for e in records(snap) if e["process_group"][0] == g)
+            lowest[g] = max(lowest.get(g, 0), first)
+    steps = []
+    for (group, seq), calls in sorted(by_step.items(), key=lambda kv: (len(kv[0][0]), kv[0])):
+        if seq < lowest.get(group, 0):
+            continue
+        full = {r: calls.get(r) for r in sorted(snapshots) if snapshots[r]}
+        common, _ = Counter(c for c in full.values() if c).most_common(1)[0]
+        steps.append({"group": group, "seq": seq, "calls": full,
+                      "odd": [r for r, call in full.items() if call != common]})
+    return steps
