@@ -116,6 +116,21 @@ def test_a_recv_recv_deadlock_names_the_ranks_left_waiting(clusters, world_size,
     assert f"rank {b} in recv from rank {a} ([4] float32)" in err.diagnosis["detail"]
 
 
+def loader_error(culprit):
+    dist.all_reduce(torch.ones(4))
+    if dist.get_rank() == culprit:
+        raise KeyError("batch 17")
+    dist.all_reduce(torch.ones(4))
+
+
+@pytest.mark.parametrize("world_size,culprit", [(3, 1), (4, 3)])
+def test_a_rank_that_raised_before_a_collective_is_missing_from_it(clusters, world_size, culprit):
+    err = fails(clusters(world_size, False), loader_error, culprit)
+    assert isinstance(err, cl.RankError) and err.rank == culprit
+    assert err.diagnosis["kind"] == "missing" and err.diagnosis["ranks"] == [culprit]
+    assert "KeyError: 'batch 17'" in str(err)
+
+
 def test_a_plain_exception_is_unknown_and_says_where(clusters):
     def boom():
         if dist.get_rank() == 1:
@@ -126,7 +141,7 @@ def test_a_plain_exception_is_unknown_and_says_where(clusters):
         clusters(2, False).run(boom)
     err = info.value
     assert err.rank == 1 and err.diagnosis["kind"] == "unknown" and err.diagnosis["ranks"] == []
-    assert "ValueError: not a communication problem" in str(err)
+    assert str(err).startswith("unknown: rank 1 raised ValueError: not a communication problem; the Flight")
 
 
 def test_the_flight_recorder_can_be_switched_off():

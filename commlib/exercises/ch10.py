@@ -14,8 +14,8 @@ KINDS = ("mismatch", "missing", "p2p", "unknown")
 SCENARIOS = {
     "nan_skip": ("rank 3 sees a NaN loss and skips the step, and with it the step's all_reduce of the gradients",
                  "missing", "rank 3 never enters the all_reduce the others wait in."),
-    "ragged_last_batch": ("the last batch is shorter on rank 1, and each rank all-reduces a buffer sized by its "
-                          "own batch", "mismatch", "same collective, same position, a different size on rank 1."),
+    "ragged_last_batch": ("in a Cluster(debug=True), the last batch is shorter on rank 1, and each rank "
+                          "all-reduces a buffer sized by its own batch", "mismatch", "same collective, same position, a different size on rank 1."),
     "both_send_first": ("pipeline stages 0 and 1 both call recv first, then send: each waits for the other's "
                         "message", "p2p", "two recvs with no send to match them: both ranks are left waiting."),
     "eval_branch": ("rank 2 takes an evaluation branch that broadcasts a metric while the others all-reduce "
