@@ -19,7 +19,7 @@ OUT = Path(__file__).with_name("knowledge_map.svg")
 PROBLEMS = [
     ("Communication patterns",
      "Which collective moves which bytes:\nAllReduce = ReduceScatter\n+ AllGather; ring: 2(p-1)/p · n",
-     "Ch. 1, 7", ["Pick the collective: ZeRO/FSDP\nshard (ReduceScatter + AllGather);\nTP, PP, EP send activations",
+     "Ch. 1, 7, 8", ["Pick the collective: ZeRO/FSDP\nshard (ReduceScatter + AllGather);\nTP, PP, EP send activations",
                   "Pick the algorithm. NCCL: Ring,\nTree, NVLS, CollNet, PAT. MPI:\nrecursive doubling, Rabenseifner"]),
     ("Latency + bandwidth",
      "t = c + α·hops + n·β;\nsmall messages pay α, big ones n·β;\nbusbw vs the per-direction link rate",
@@ -27,11 +27,11 @@ PROBLEMS = [
                         "Fewer bytes: BF16 / FP16 gradients\n(safely: Ch. 4); compression:\nPowerSGD, top-k, 8-bit (Ch. 5)"]),
     ("Topology",
      "NVLink inside a node, NICs\nbetween nodes: a node's NICs add\nup for AllReduce, not AllToAll",
-     "Ch. 3", ["Keep traffic inside the node:\nTP on NVLink, DP across nodes",
+     "Ch. 3, 8", ["Keep traffic inside the node:\nTP on NVLink, DP across nodes",
                "Rings through every NIC,\nhierarchical, in-network\nreduction (NVLS, SHARP)"]),
     ("Overlap",
      "Exposed communication: the part\nnot hidden behind backward;\nthe last bucket never is",
-     "Ch. 6, 7, 9", ["Bucketed async all-reduce from\ngradient hooks (DDP); bucket size:\nα per bucket vs the tail",
+     "Ch. 6, 7, 8, 9", ["Bucketed async all-reduce from\ngradient hooks (DDP); bucket size:\nα per bucket vs the tail",
                      "Profile: measure exposed comm,\ncompare with the model; prefetch\n(FSDP) costs memory"]),
 ]
 

@@ -3,6 +3,7 @@
     python -m commlib bench --op all_reduce --algorithm ring --world-size 4 --min-bytes 1K --max-bytes 64M
     torchrun --nproc-per-node=8 -m commlib bench --op all_reduce --algorithm builtin   # no --world-size
     python -m commlib learner-copies OUT_DIR [NOTEBOOK ...]
+    python -m commlib diagnose TRACE... [--hardware PRESET] [--json]   # per-rank torch.profiler traces
 
 A bad argument ends it with exit code 2 and one line naming the argument, before anything starts
 (under torchrun, printed by rank 0 only).
@@ -69,6 +70,24 @@ def _bench_problem(args) -> str | None:
     return None
 
 
+def _presets():
+    from commlib import topology
+
+    return topology.PRESETS
+
+
+def _diagnose(args) -> int:
+    from commlib.profiling.diagnose import diagnose, format_report, json_report
+    from commlib.profiling.traces import TraceError
+
+    try:
+        report = diagnose(args.traces, hardware=args.hardware)
+    except TraceError as e:
+        _fail(f"diagnose: {e}")
+    print(json.dumps(json_report(report)) if args.json else format_report(report))
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     from commlib import bench
 
@@ -92,6 +111,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="sweep all sizes this many times, interleaved, and keep each size's median (default 1)")
     b.add_argument("--timeout", default=600.0, type=float, help="seconds for the whole sweep (local Cluster)")
     b.add_argument("--json", action="store_true", help="print one JSON list of rows instead of the table")
+    d = sub.add_parser("diagnose", help="every collective in per-rank torch.profiler traces: busbw, model, "
+                                        "overlap, stragglers")
+    d.add_argument("traces", nargs="+", help="trace files (.json, .json.gz), one per rank, or folders of them")
+    d.add_argument("--hardware", default=None, choices=tuple(_presets()),
+                   help="the machine to price calls on (default: inferred from the GPU named in the traces)")
+    d.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
     lc = sub.add_parser("learner-copies", help="copies of the notebooks without the cells tagged 'solution'")
     lc.add_argument("out_dir", help="folder to write the copies to")
     lc.add_argument("notebooks", nargs="*", help="notebooks to copy (default: notebooks/NN_*.ipynb)")
@@ -100,6 +125,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "diagnose":
+        return _diagnose(args)
     if args.command == "learner-copies":
         from commlib.exercises.learner_copies import CopyError, learner_copies
 

@@ -228,6 +228,18 @@ def test_ch9_checkers():
     assert ex.ch9_exposed(0.020, 0.080, 0.050, 0.030).ok
     assert "overlapped part" in ex.ch9_exposed(0.050, 0.080, 0.050, 0.030).message
     assert "busy time" in ex.ch9_exposed(0.100, 0.080, 0.050, 0.030).message
+    algbw = 26550272 / 2636.669e-6 / 1e9
+    assert ex.ch9_trace_busbw(algbw, 26550272, 2636.669, "all_reduce", 2).ok          # factor 1 on 2 ranks
+    assert ex.ch9_trace_busbw(algbw * 1.5, 26550272, 2636.669, "all_reduce", 4).ok
+    assert "algbw" in ex.ch9_trace_busbw(algbw, 26550272, 2636.669, "all_reduce", 4).message
+    assert "units" in ex.ch9_trace_busbw(algbw * 1e3, 26550272, 2636.669, "all_reduce", 2).message
+    assert ex.ch9_kernel_algorithm("ring", "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)").ok
+    assert ex.ch9_kernel_algorithm("unknown", "ncclDevKernel_AllReduce_Sum_f32_RING_LL").ok
+    assert ex.ch9_kernel_algorithm("tree", "ncclDevKernel_AllReduce_Sum_bf16_TREE_LL").ok
+    assert "does not prove a ring" in ex.ch9_kernel_algorithm("ring", "ncclDevKernel_AllReduce_Sum_f32_RING_LL").message
+    assert ex.ch9_straggler(1, [400.0, 120.0, 390.0]).ok
+    assert "arrived first" in ex.ch9_straggler(0, [400.0, 120.0, 390.0]).message
+    assert not ex.ch9_straggler(2, [400.0, 120.0, 390.0]).ok
 
 
 # ------------------------------------------------------------------ odd answers: a Verdict, never an exception
@@ -246,6 +258,10 @@ ANSWER_CHECKERS = {
     "ch9_chunked_time": lambda a: ex.ch9_chunked_time(a, total_bytes=16 << 20, chunk_bytes=4096, world_size=8,
                                                       link="ib_ndr"),
     "ch9_exposed": lambda a: ex.ch9_exposed(a, compute_s=0.080, comm_s=0.050, overlapped_s=0.030),
+    "ch9_trace_busbw": lambda a: ex.ch9_trace_busbw(a, nbytes=26550272, duration_us=2636.669, op="all_reduce",
+                                                    group_size=2),
+    "ch9_kernel_algorithm": lambda a: ex.ch9_kernel_algorithm(a, "ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
+    "ch9_straggler": lambda a: ex.ch9_straggler(a, [400.0, 120.0, 390.0]),
     "ch10_kind": lambda a: ex.ch10_kind(a, "nan_skip"),
     "ch10_culprit": lambda a: ex.ch10_culprit(a, {"kind": "mismatch", "ranks": [2], "detail": "rank 2 differs"}),
     # chapters 3 and 7 keep their checkers in their own modules; commlib.exercises re-exports them
@@ -266,6 +282,10 @@ ANSWER_CHECKERS = {
     "ch7_bubble": lambda a: ex.ch7_bubble(a, pp=4, microbatches=8),
     "ch7_in_flight": lambda a: ex.ch7_in_flight(a, pp=4, microbatches=8),
     "ch7_which_fits": lambda a: ex.ch7_which_fits(a),
+    "ch8_cp_bytes": lambda a: ex.ch8_cp_bytes(a),
+    "ch8_busiest": lambda a: ex.ch8_busiest(a, cp=8, balance="contiguous"),
+    "ch8_redistribute": lambda a: ex.ch8_redistribute(a, "Partial", "Shard(0)"),
+    "ch8_ring_exposed": lambda a: ex.ch8_ring_exposed(a),
 }
 FUNCTION_CHECKERS = ("ch0_rank_max", "ch1_ring_all_gather", "ch10_fix_exchange")  # their answers are functions: below
 
@@ -310,6 +330,9 @@ def test_bucket_choices_take_numpy_and_reject_odd_numbers():
     (lambda: ex.ch6_best_bucket(25, layers=0), ValueError, "layers"),
     (lambda: ex.ch6_best_bucket(25, options=(25, "big")), TypeError, "options[1]"),
     (lambda: ex.ch9_chunked_time(1.0, 16 << 20, 0, 8, "ib_ndr"), ValueError, "chunk_bytes"),
+    (lambda: ex.ch9_trace_busbw(1.0, 1e6, 0, "all_reduce", 2), ValueError, "duration_us"),
+    (lambda: ex.ch9_kernel_algorithm("ring", "aten::mm"), ValueError, "kernel must be"),
+    (lambda: ex.ch9_straggler(0, [1.0]), ValueError, "durations_us"),
     (lambda: ex.ch9_exposed(0.02, compute_s=0.08, comm_s=float("nan"), overlapped_s=0.03), ValueError, "comm_s"),
 ])
 def test_bad_parameters_name_the_parameter(call, exc, words):

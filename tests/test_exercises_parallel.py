@@ -113,7 +113,7 @@ def test_ch7_which_fits(answer, ok, hint):
 
 def test_exactly_one_option_fits():
     m, hw = plan.MODELS["llama2_7b"], plan.hardware("dgx_h100", 2)
-    fits = [k for k, c in ex.ch7_fits_options().items() if plan.estimate(m, hw, c, 128).fits]
+    fits = [k for k, c in ex.fits_options().items() if plan.estimate(m, hw, c, 128).fits]
     assert fits == ["D"]
 
 

@@ -17,6 +17,7 @@ import torch.distributed as dist
 import commlib as cl
 from commlib import algorithms as alg
 from commlib import bench, overlap, profiling
+from commlib.profiling import diagnose, traces
 from commlib.cluster import demos
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -182,3 +183,26 @@ def test_profiler_reads_the_gpu_timeline(gpu_cluster):
         assert report["compute_s"] > 0, report
         if gpu_cluster.world_size > 1:  # one rank: NCCL may copy instead of running a kernel
             assert report["comm_s"] > 0, report
+
+
+def nccl_step():
+    x = torch.ones(1 << 20, device="cuda")                         # 4 MiB of float32
+    for _ in range(3):
+        dist.all_reduce(x)
+    p = dist.get_world_size()
+    out = torch.empty(p << 18, device="cuda", dtype=torch.bfloat16)
+    dist.all_gather_single(out, torch.ones(1 << 18, device="cuda", dtype=torch.bfloat16))
+
+
+def test_diagnose_reads_the_nccl_kernels_of_a_live_run(gpu_cluster, tmp_path):
+    p = gpu_cluster.world_size
+    if p < 2:
+        pytest.skip("one rank: NCCL may copy instead of running a kernel")
+    gpu_cluster.run(traces.record, nccl_step, str(tmp_path / "rank{rank}.json"))
+    report = diagnose.diagnose(str(tmp_path))
+    assert report["backend"] == "nccl" and report["world_size"] == p
+    rows = {(c["op"], c["bytes"], c["dtype"], c["group_size"]) for c in report["calls"]}
+    assert rows == {("all_reduce", 4 << 20, "float32", p), ("all_gather", p << 19, "bfloat16", p)}, rows
+    assert all(c["kernel"].lower().startswith("nccl") and c["protocol"] is None for c in report["calls"])
+    assert all(c["busbw_GBps"] > 0 for c in report["calls"])
+    assert set(report["overlap"]) == set(range(p))

@@ -137,7 +137,7 @@ def ch7_in_flight(answer, pp: int = 4, microbatches: int = 8) -> Verdict:
 
 
 # ------------------------------------------------------------------------------ 7.5 what fits
-def ch7_fits_options() -> dict:
+def fits_options() -> dict:
     """The configurations of exercise 7.5 (Llama-2 7B, 2 DGX H100 nodes, global batch 128)."""
     from commlib import plan
 
@@ -149,13 +149,13 @@ def ch7_fits_options() -> dict:
 
 def ch7_which_fits(answer, model: str = "llama2_7b", node: str = "dgx_h100", nodes: int = 2,
                    global_batch: int = 128) -> Verdict:
-    """The letter of the one configuration in ch7_fits_options() whose memory per GPU fits the GPUs."""
+    """The letter of the one configuration in fits_options() whose memory per GPU fits the GPUs."""
     from commlib import plan
 
     bad = _missing(answer)
     if bad is not None:
         return bad
-    options = ch7_fits_options()
+    options = fits_options()
     if not isinstance(answer, str) or answer.strip().upper() not in options:
         return Verdict(False, f"answer with one letter of {list(options)}.")
     m, hw = plan.MODELS[model], plan.hardware(node, nodes)

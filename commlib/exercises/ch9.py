@@ -1,4 +1,5 @@
-"""Chapter 9 (profiling): the time of a chunked all-reduce, exposed communication.
+"""Chapter 9 (profiling): the time of a chunked all-reduce, exposed communication, reading a real trace (busbw
+of a kernel, what its name proves) and stragglers.
 
 Each checker returns a Verdict and never raises on a wrong, odd or missing answer (commlib.exercises.answers
 reads it); a nonsensical parameter, the notebook author's, is a ValueError/TypeError naming it.
@@ -7,7 +8,7 @@ reads it); a nonsensical parameter, the notebook author's, is a ValueError/TypeE
 from __future__ import annotations
 
 from commlib import _validate as check
-from commlib.exercises.answers import close, _number, Verdict
+from commlib.exercises.answers import close, _choice, _number, Verdict
 
 
 def ch9_chunked_time(answer, total_bytes: float, chunk_bytes: float, world_size: int, link) -> Verdict:
@@ -53,3 +54,73 @@ def ch9_exposed(answer, compute_s: float, comm_s: float, overlapped_s: float) ->
         return Verdict(False, "that is the busy time of the step (compute + exposed communication); ask only "
                               "for the exposed part.")
     return Verdict(False, "exposed = communication time minus the part that overlapped with compute.")
+
+
+def ch9_trace_busbw(answer, nbytes: float, duration_us: float, op: str, group_size: int) -> Verdict:
+    """busbw (GB/s) of one collective read from a trace: nbytes / duration x nccl-tests' bus factor."""
+    from commlib import cost
+
+    nbytes = check.number("nbytes", nbytes, low=0, strict=True, unit="bytes")
+    duration_us = check.number("duration_us", duration_us, low=0, strict=True, unit="microseconds")
+    factor = cost.bus_factor(op, group_size)
+    answer, bad = _number(answer, "the busbw in GB/s")
+    if bad is not None:
+        return bad
+    algbw = nbytes / (duration_us * 1e-6) / 1e9
+    if close(answer, algbw * factor):
+        return Verdict(True, f"{nbytes:.0f} B / {duration_us:g} µs = {algbw:.2f} GB/s algbw, x {factor:g} "
+                             f"= {algbw * factor:.2f} GB/s busbw.")
+    if close(answer, algbw) and factor != 1:
+        return Verdict(False, f"that is the algbw; multiply by the bus factor of {op} on {group_size} ranks.")
+    if close(answer, algbw * factor * 1e3) or close(answer, algbw * factor * 1e-3) or close(answer, algbw * 8):
+        return Verdict(False, "check the units: bytes / seconds / 1e9 gives GB/s (the duration is in µs).")
+    return Verdict(False, "algbw = bytes / duration (GB = 1e9 B); busbw = algbw x the bus factor, "
+                          "2(p-1)/p for all_reduce.")
+
+
+ALGORITHM_ANSWERS = ("ring", "tree", "unknown")
+
+
+def ch9_kernel_algorithm(answer, kernel: str) -> Verdict:
+    """Which algorithm does this NCCL kernel name prove NCCL ran: 'ring', 'tree' or 'unknown'?"""
+    from commlib.profiling.traces import kernel_info
+
+    if not isinstance(kernel, str):
+        raise TypeError(f"kernel must be an NCCL kernel name (str), got {type(kernel).__name__}")
+    info = kernel_info(kernel)
+    if info["form"] is None:
+        raise ValueError(f"kernel must be an NCCL kernel name (ncclKernel_... or ncclDevKernel_...), got {kernel!r}")
+    answer, bad = _choice(answer, ALGORITHM_ANSWERS)
+    if bad is not None:
+        return bad
+    want = info["algorithm"] if info["algorithm"] in ("ring", "tree") else "unknown"
+    if answer == want:
+        why = ("before NCCL 2.19 each algorithm had its own kernel, so the name is proof"
+               if info["form"] == "old" else
+               "NCCL 2.19+ names TREE for the tree only; every other algorithm runs in the RING_LL kernel")
+        return Verdict(True, f"{want}: {why}. The LL in the name is never proof of the protocol.")
+    if info["form"] == "new" and answer == "ring":
+        return Verdict(False, "NCCL 2.19+ launches the RING_LL kernel for ring, NVLS, CollNet and PAT alike "
+                              "(src/device/generate.py, best_kernel): the name does not prove a ring.")
+    return Verdict(False, "read the algorithm between the op and the protocol; ask whether that NCCL version "
+                          "compiled one kernel per algorithm (before 2.19) or not.")
+
+
+def ch9_straggler(answer, durations_us) -> Verdict:
+    """Which rank arrived last at a collective, given each rank's duration in it (a list, rank order)?"""
+    if isinstance(durations_us, (str, bytes)) or not hasattr(durations_us, "__len__") or len(durations_us) < 2:
+        raise ValueError(f"durations_us must be a list of at least 2 durations, got {durations_us!r}")
+    durations = [check.number(f"durations_us[{i}]", d, low=0, unit="microseconds") for i, d in enumerate(durations_us)]
+    answer, bad = _choice(answer, tuple(range(len(durations))), "a rank")
+    if bad is not None:
+        return bad
+    last = min(range(len(durations)), key=durations.__getitem__)
+    waits = sum(d - durations[last] for d in durations)
+    if answer == last:
+        return Verdict(True, f"rank {last}: its call is the shortest because it arrived last, when the data of "
+                             f"all the others was ready. The others waited {waits:g} µs in all.")
+    if answer == max(range(len(durations)), key=durations.__getitem__):
+        return Verdict(False, "that rank spent longest in the call: it arrived first and waited. The calls end "
+                              "together, so who arrived last?")
+    return Verdict(False, "a collective ends on every rank at about the same time: read each duration back "
+                          "from the end to see who arrived when.")

@@ -5,7 +5,10 @@
     tensor.py    Megatron tensor parallelism (f/g operators), and its sequence-parallel variant
     pipeline.py  GPipe and 1F1B over point-to-point; live activations; the measured bubble
     experts.py   a mixture-of-experts layer: top-k routing, all-to-all dispatch and combine
-    live.py      the runs chapter 7 shows (and the tests check): each parallelism beside its reference
+    context.py   context parallelism: ring attention (contiguous or zig-zag), and all-gathered K/V (Llama 3)
+    collective_matmul.py  the ring pass, its timeline model, and the collective matmul (async TP)
+    mesh.py      FSDP2 x DTensor TP on a 2-D DeviceMesh; CommDebugMode per mesh dimension; redistributions
+    live.py      the runs chapters 7 and 8 show (and the tests check): each parallelism beside its reference
 
 commlib.plan prices the same communication in closed form; tests hold the two equal.
 """

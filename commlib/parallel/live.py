@@ -10,6 +10,9 @@ run the same functions.
     tensor_parallel_block  a Megatron transformer layer, TP or SP               all-reduce / all-gather, reduce-scatter
     pipelined              GPipe or 1F1B over point-to-point                    send / recv
     expert_parallel        a top-k MoE layer, experts spread over the ranks     all-to-all
+    context_parallel_attention  ring attention or all-gathered K/V (chapter 8)  send / recv, all-gather
+    collective_matmul      all-gather + matmul in p overlapped steps (async TP)  send / recv
+    mesh_training          FSDP2 x TP on a 2-D DeviceMesh, counted by CommDebugMode (commlib.parallel.mesh)
 """
 
 from __future__ import annotations
@@ -18,10 +21,15 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from commlib import plan
+from commlib.parallel import collective_matmul as cmm
+from commlib.parallel import context as cpx
 from commlib.parallel import experts as ex
+from commlib.parallel import mesh as mh
 from commlib.parallel import pipeline as pl
 from commlib.parallel import tensor as tp
 from commlib.parallel import zero
+from commlib.parallel.collective_matmul import RingPass
 from commlib.parallel.comm import Comm
 
 SIZES = [16, 32, 32, 8]     # the ZeRO toy MLP: every unit's weight + bias count divides by 4
@@ -30,6 +38,14 @@ BATCH, STEPS, LR = 12, 3, 1e-2
 
 def _groups(size: int) -> list[list[int]]:
     return [list(range(i, i + size)) for i in range(0, dist.get_world_size(), size)]
+
+
+def _group_size(name: str, size) -> int:
+    """A group size that tiles the world: an int >= 1 dividing it (ValueError naming the parameter otherwise)."""
+    world = dist.get_world_size()
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1 or world % size:
+        raise ValueError(f"{name} must be an int >= 1 dividing the world size {world}, got {size!r}")
+    return size
 
 
 def _err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -169,3 +185,133 @@ def expert_parallel(ep: int, topk: int, impl: str = "commlib", imbalance=None, t
     per = experts // ep
     received = int(((picks >= r * per) & (picks < (r + 1) * per)).sum())
     return {"errors": errors, "sent": dict(comm.sent), "received": received}
+
+
+# ------------------------------------------------------------------------- context parallelism
+def _cp_inputs(batch, heads, seq, head_dim, seed=7):
+    torch.manual_seed(seed)
+    q, k, v, g = (torch.randn(batch, heads, seq, head_dim) for _ in range(4))
+    return q, k, v, g
+
+
+def context_parallel_attention(cp: int, causal: bool = True, balance: str = "zigzag", variant: str = "ring",
+                               overlap: bool = True, batch: int = 2, heads: int = 2, seq: int = 32,
+                               head_dim: int = 8) -> dict:
+    """Attention over `seq` tokens split over groups of cp ranks (balance: zigzag | contiguous), by ring attention
+    (variant="ring") or by all-gathering K/V ("all_gather"), forward and backward, next to torch's attention on
+    the whole sequence in one process. -> {max_err_out, max_err_grad (q, k and v), sent_bytes (forward),
+    expected_bytes (plan.cp_bytes_per_rank), backward_bytes, work (chunk pairs per rank, a list over the cp
+    ranks), kv_memory (bytes of K/V held at once), positions (this rank's tokens)}."""
+    if variant not in ("ring", "all_gather"):
+        raise ValueError(f"variant must be 'ring' or 'all_gather', got {variant!r}")
+    _group_size("cp", cp)
+    group = _groups(cp)[dist.get_rank() // cp]
+    r = group.index(dist.get_rank())
+    allpos = [cpx.positions(seq, cp, j, balance) for j in range(cp)]
+    q, k, v, g = _cp_inputs(batch, heads, seq, head_dim)
+    full = [t.clone().requires_grad_() for t in (q, k, v)]
+    ref = cpx.reference(*full, causal=causal)
+    (ref * g).sum().backward()
+    mine = allpos[r]
+    local = [t[:, :, mine].clone().requires_grad_() for t in (q, k, v)]
+    stats: dict = {}
+    if variant == "ring":
+        out = cpx.ring_attention(*local, RingPass(group), mine, allpos, causal, overlap, stats)
+    else:
+        comm = Comm.split(_groups(cp)) if cp < dist.get_world_size() else Comm()
+        out = cpx.all_gather_attention(*local, comm, mine, allpos, causal)
+    (out * g[:, :, mine]).sum().backward()
+    if variant == "all_gather":
+        stats = {"forward_bytes": comm.sent["all_gather_kv"], "backward_bytes": comm.sent["reduce_scatter_dkv"],
+                 "work": cpx.work_per_rank(cp, causal, balance)[r]}
+    work = [None] * dist.get_world_size()
+    dist.all_gather_object(work, stats["work"])
+    kv_hidden, itemsize = heads * head_dim, q.element_size()
+    return {"max_err_out": _err(out, ref[:, :, mine]),
+            "max_err_grad": max(_err(a.grad, b.grad[:, :, mine]) for a, b in zip(local, full)),
+            "sent_bytes": stats["forward_bytes"], "backward_bytes": stats["backward_bytes"],
+            "expected_bytes": plan.cp_bytes_per_rank(batch, seq, kv_hidden, cp, itemsize),
+            "work": [work[j] for j in group],
+            "kv_memory": cpx.kv_memory(batch, seq, kv_hidden, cp, itemsize, variant),
+            "positions": mine.tolist()}
+
+
+# --------------------------------------------------------------------------- collective matmul
+def collective_matmul(tp: int, overlap: bool = True, rows: int = 8, hidden: int = 16, cols: int = 12) -> dict:
+    """all_gather(X) @ W_r done in tp steps over a ring (each step passes the next shard on while it multiplies)
+    next to the plain all-gather then matmul. -> {max_err, sent_bytes, expected_bytes, steps}."""
+    groups = _groups(_group_size("tp", tp))
+    comm = Comm.split(groups) if tp < dist.get_world_size() else Comm()
+    torch.manual_seed(11)
+    x, w = torch.randn(tp * rows, hidden), torch.randn(hidden, tp * cols)
+    r = comm.rank
+    xr, wr = x[r * rows:(r + 1) * rows], w[:, r * cols:(r + 1) * cols]
+    plain = cmm.all_gather_matmul(xr, wr, comm.group)
+    ring = RingPass(comm.ranks)
+    y = cmm.collective_matmul(xr, wr, ring, overlap)
+    return {"max_err": _err(y, plain), "sent_bytes": ring.sent,
+            "expected_bytes": cmm.bytes_per_rank(rows, hidden, tp, xr.element_size()), "steps": len(ring.steps)}
+
+
+# ---------------------------------------------------------------------------------- 2-D mesh
+def mesh_training(dp: int, tp: int, steps: int = 2, batch: int = 2, seq: int = 4, hidden: int = 16,
+                  heads: int = 4, table: bool = False) -> dict:
+    """A transformer block trained on init_device_mesh("cpu", (dp, tp)): FSDP2 over dp, DTensor TP over tp,
+    next to one process on the whole batch. -> {max_err (parameters after `steps` SGD steps), counts and
+    bytes: per mesh dimension, what CommDebugMode saw in the last step, expected: the planner's counts
+    (plan.mesh_collectives); table: redistribution_table on this mesh (table=True)}."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if _group_size("dp", dp) * _group_size("tp", tp) != dist.get_world_size():
+        raise ValueError(f"dp*tp = {dp}*{tp} must equal the world size {dist.get_world_size()}")
+    mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+    out = mh.train(mesh, steps, batch, seq, hidden, heads)
+    out["expected"] = plan.mesh_collectives(len(mh.UNITS), dp, tp)
+    if table:
+        out["table"] = mh.redistribution_table(mesh)
+    return out
+
+
+# ------------------------------------------------------------------- overlap on emulated links
+def ring_overlap(kind: str = "attention", bandwidth: float = 100e6, latency: float = 0.0, overlap: bool = True,
+                 balance: str = "zigzag", seq: int = 2048, heads: int = 4, head_dim: int = 64, rows: int = 256,
+                 hidden: int = 1024) -> dict:
+    """Ring attention's forward (kind="attention", causal) or the collective matmul ("matmul") on all ranks,
+    every link between two ranks emulated (topology.emulate, one rank per node: bandwidth B/s, latency s).
+    -> {measured: the time this rank did not compute (exposed communication), model: the same from
+    collective_matmul.ring_timelines on every rank's measured compute, compute_s, message_s, steps, late_s: how
+    much later than the model this rank's messages arrived (the emulation's error: wake-ups on a busy machine)}."""
+    from commlib import topology
+
+    if kind not in ("attention", "matmul"):
+        raise ValueError(f"kind must be 'attention' or 'matmul', got {kind!r}")
+    p = dist.get_world_size()
+    torch.manual_seed(0)
+    if kind == "attention":
+        allpos = [cpx.positions(seq, p, j, balance) for j in range(p)]
+        q, k, v = (torch.randn(1, heads, seq // p, head_dim) for _ in range(3))
+
+        def once(ring):
+            with torch.no_grad():
+                cpx.ring_attention(q, k, v, ring, allpos[dist.get_rank()], allpos, True, overlap)
+        nbytes = 2 * q.numel() * q.element_size()
+    else:
+        x, w = torch.randn(rows, hidden), torch.randn(hidden, hidden)
+
+        def once(ring):
+            cmm.collective_matmul(x, w, ring, overlap)
+        nbytes = x.numel() * x.element_size()
+    once(RingPass())              # warm up, not paced
+    dist.barrier()
+    ring = RingPass()
+    with topology.emulate(gpus_per_node=1, bandwidth=bandwidth, latency=latency) as em:
+        dist.barrier()
+        once(ring)
+    compute = [c for c, _ in ring.steps]
+    everyone = [None] * p
+    dist.all_gather_object(everyone, compute)
+    message_s = latency + nbytes / bandwidth
+    model = cmm.ring_timelines(everyone, message_s, overlap)[dist.get_rank()]
+    return {"measured": sum(w for _, w in ring.steps), "model": cmm.exposed_s(model), "compute_s": sum(compute),
+            "message_s": message_s, "steps": ring.steps, "nbytes": nbytes,
+            "late_s": sum(m.late_s for m in em.log)}   # the emulation's own delay past the model, all messages

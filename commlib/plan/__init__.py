@@ -5,6 +5,7 @@ and a search over configurations. Pure Python (no torch); sizes in bytes, times 
     hardware.py   the machine: a commlib.topology.Topology of GPUs with their memory and FLOP/s, and what a
                   parallel group's collectives cost on it
     models.py     the model: a decoder's shape, its parameter count, published presets
+    context.py    context parallelism: ring attention's bytes and what the attention hides of them
 """
 
 from commlib.plan.hardware import (ALGORITHM, ALL_TO_ALL, GPU, GPUS, PRESET_GPU, Hardware, clear_cache,  # noqa: F401
@@ -15,4 +16,6 @@ from commlib.plan.planner import (DP_COLLECTIVES, RECOMPUTE, SCHEDULES, STATE_BY
                                   ep_bytes_per_rank, estimate, groups, init_broadcast_bytes,
                                   microbatches_in_flight, model_state_breakdown, model_state_bytes,
                                   pipeline_bubble, pp_bytes_per_rank, search, step_flops, tp_bytes_per_rank,
-                                  validate)
+                                  mesh_collectives, validate)
+from commlib.plan.context import (cp_backward_bytes_per_rank, cp_bytes_per_rank, cp_layer_times,  # noqa: F401
+                                  ring_exposed_s)

@@ -23,6 +23,7 @@ from numbers import Real
 
 from commlib import _validate as check
 from commlib import cost
+from commlib.plan.context import cp_backward_bytes_per_rank, cp_bytes_per_rank, cp_layer_times  # noqa: F401
 from commlib.plan.hardware import GPUS, Hardware, collective_s, group_shape, group_topology, hardware, p2p_s  # noqa: F401
 from commlib.plan.models import MODELS, Model  # noqa: F401
 
@@ -205,16 +206,19 @@ class Config:
     ep: int = 1
     zero_stage: int = 0
     microbatches: int = 1
+    cp: int = 1    # context parallel: the sequence split over cp ranks (ring attention), next to TP in the mesh
 
 
 def groups(hw: Hardware, config: Config) -> dict:
     """Where each kind of traffic runs: {kind: (ranks in a group, stride, nodes it spans, members per node)}
     for tp, dp (dense weights), ep, dp_experts and pp (the stage boundary that crosses nodes, if any)."""
     c = config
-    out = {"tp": (c.tp, 1), "dp": (c.dp, c.tp), "ep": (c.ep, c.tp), "dp_experts": (c.dp // c.ep, c.tp * c.ep)}
+    out = {"tp": (c.tp, 1), "dp": (c.dp * c.cp, c.tp), "ep": (c.ep, c.tp), "dp_experts": (c.dp // c.ep, c.tp * c.ep)}
+    if c.cp > 1:  # the mesh (pp, dp, cp, tp), tp innermost: cp next to it; dp's gradients reduce over dp x cp
+        out["cp"] = (c.cp, c.tp)
     out = {k: (n, stride, *group_shape(hw, n, stride)) for k, (n, stride) in out.items()}
     cross = c.pp > 1 and hw.nodes > 1  # the stages tile the world, so some boundary crosses once it spans nodes
-    out["pp"] = (2 if c.pp > 1 else 1, c.tp * c.dp, 2 if cross else 1, 1 if cross or c.pp == 1 else 2)
+    out["pp"] = (2 if c.pp > 1 else 1, c.tp * c.dp * c.cp, 2 if cross else 1, 1 if cross or c.pp == 1 else 2)
     return out
 
 
@@ -242,14 +246,31 @@ DP_COLLECTIVES = {0: [("all_reduce", 1, 0)],
                   3: [("reduce_scatter", 0, 1), ("all_gather", 0, 2)]}
 
 
+def mesh_collectives(units, dp, tp, layers=1, zero_stage=3, microbatches=1) -> dict:
+    """Collectives per step on a (dp, tp) mesh, per dimension: {"dp": {op: count}, "tp": {op: count}}. dp: each of
+    the `units` FSDP units (ZeRO-3) issues DP_COLLECTIVES[zero_stage] (all-gather forward and backward, one
+    reduce-scatter); tp: 4 all-reduces per layer (Megatron: 2 forward, 2 backward; tp_bytes_per_rank)."""
+    u, d, t, n, m = (_int(k, v) for k, v in (("units", units), ("dp", dp), ("tp", tp), ("layers", layers),
+                                             ("microbatches", microbatches)))
+    if isinstance(zero_stage, bool) or zero_stage not in DP_COLLECTIVES:
+        raise ValueError(f"zero_stage must be one of (0, 1, 2, 3), got {zero_stage!r}")
+    per_dp = {op: u * (once + each * m) for op, once, each in DP_COLLECTIVES[zero_stage]} if d > 1 else {}
+    return {"dp": per_dp, "tp": {"all_reduce": 4 * n * m} if t > 1 else {}}
+
 def validate(model: Model, hw: Hardware, config: Config, global_batch: int) -> int:
     """ValueError naming the parameter for a configuration that cannot run; -> the micro-batch size."""
     c = config
-    for name in ("dp", "tp", "pp", "ep", "microbatches"):
+    for name in ("dp", "tp", "pp", "ep", "microbatches", "cp"):
         _int(name, getattr(c, name))
-    if c.dp * c.tp * c.pp != hw.world:
-        raise ValueError(f"dp*tp*pp = {c.dp}*{c.tp}*{c.pp} = {c.dp * c.tp * c.pp} must equal the world size "
+    if c.dp * c.tp * c.pp * c.cp != hw.world:
+        mesh, sizes = ("dp*tp*pp", f"{c.dp}*{c.tp}*{c.pp}") if c.cp == 1 else \
+            ("dp*tp*pp*cp", f"{c.dp}*{c.tp}*{c.pp}*{c.cp}")
+        raise ValueError(f"{mesh} = {sizes} = {c.dp * c.tp * c.pp * c.cp} must equal the world size "
                          f"{hw.world} ({hw.nodes} nodes x {hw.gpus_per_node} GPUs)")
+    if c.cp > 1:
+        _divides("seq", model.seq, "2*cp", 2 * c.cp)
+        if c.ep > 1:
+            raise ValueError(f"cp={c.cp} with ep={c.ep} is not modelled: use cp=1 or ep=1")
     _divides("heads", model.heads, "tp", c.tp)
     _divides("layers", model.layers, "pp", c.pp)
     _divides("dp", c.dp, "ep", c.ep)
@@ -279,6 +300,8 @@ def estimate(model: Model, hw: Hardware, config: Config, global_batch: int,
 
 def _estimate(model, hw, c, global_batch, a, b) -> Estimate:
     t, p, d, m, s, h = c.tp, c.pp, c.dp, c.microbatches, model.seq, model.hidden
+    if c.cp > 1:  # each rank holds s/cp tokens; the gradients reduce over the dp*cp ranks (FSDP on dp x cp)
+        d, s = c.dp * c.cp, model.seq // c.cp
     ab = a.act_bytes
     layers = model.layers // p
     sp = a.sequence_parallel and t > 1
@@ -299,6 +322,10 @@ def _estimate(model, hw, c, global_batch, a, b) -> Estimate:
     ep_s = moe * 2 * (1 + a.imbalance) * collective_s("all_to_all", bsh * model.topk, c.ep, t, hw, a.all_to_all)
     pp_s = 2 * p2p_s(bsh, hw.nodes > 1, hw) if p > 1 else 0.0  # stages tile the world: one boundary crosses nodes
     per_mb = comp + tp_s + ep_s + pp_s
+    if c.cp > 1:  # ring attention per layer; what each block's attention does not hide is on the critical path
+        kv_hidden = h * (model.kv_heads or model.heads) // model.heads
+        cpt = cp_layer_times(b, model.seq, h, kv_hidden, c.cp, t, hw, a.mfu, ab)
+        per_mb += layers * cpt["exposed_s"]
     pipeline = (m + p - 1) * per_mb  # = m * per_mb / (1 - pipeline_bubble(p, m)): the bubble is (p-1) per_mb
     # data parallel: once per step, or per micro-batch where ZeRO must (see DP_COLLECTIVES)
     once_s, each_s, dp_bytes = 0.0, 0.0, 0.0  # collectives once per step / once per micro-batch
@@ -320,6 +347,9 @@ def _estimate(model, hw, c, global_batch, a, b) -> Estimate:
             "ep": m * moe * ep_bytes_per_rank(b * s, h, model.topk, c.ep, ab, a.imbalance) if c.ep > 1 else 0.0}
     times = {"compute": m * comp, "tp": m * tp_s, "ep": m * ep_s, "pp": m * pp_s,
              "bubble": (p - 1) * per_mb, "dp": dp_s, "dp_exposed": exposed_dp}
+    if c.cp > 1:
+        comm["cp"] = m * layers * cpt["bytes"]
+        times.update(cp=m * layers * cpt["comm_s"], cp_exposed=m * layers * cpt["exposed_s"])
     return Estimate(c, memory, comm, times, step, memory["total"] <= hw.gpu_memory)
 
 
@@ -328,29 +358,31 @@ def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
-def configurations(model: Model, hw: Hardware, global_batch: int, zero_stages=(0, 1, 2, 3), max_tp=None):
-    """Every (dp, tp, pp, ep, zero stage, micro-batches) that can run, with its micro-batch size."""
+def configurations(model: Model, hw: Hardware, global_batch: int, zero_stages=(0, 1, 2, 3), max_tp=None, max_cp=1):
+    """Every (dp, tp, pp, ep, zero stage, micro-batches, cp <= max_cp) that can run, with its micro-batch size."""
     world = hw.world
-    for tp in _divisors(world):
-        if model.heads % tp or (max_tp and tp > max_tp):
+    for tp, cp in itertools.product(_divisors(world), _divisors(world)):
+        if model.heads % tp or (max_tp and tp > max_tp) or (world // tp) % cp or cp > _int("max_cp", max_cp) \
+                or model.seq % (2 * cp) and cp > 1:
             continue
-        for pp in _divisors(world // tp):
+        for pp in _divisors(world // (tp * cp)):
             if model.layers % pp:
                 continue
-            dp = world // (tp * pp)
+            dp = world // (tp * cp * pp)
             if global_batch % dp:
                 continue
-            eps = [e for e in _divisors(dp) if model.experts % e == 0] if model.experts else [1]
+            eps = [e for e in _divisors(dp) if model.experts % e == 0] if model.experts and cp == 1 else [1]
             for ep, zero, m in itertools.product(eps, zero_stages, _divisors(global_batch // dp)):
-                yield Config(dp, tp, pp, ep, zero, m), global_batch // (dp * m)
+                yield Config(dp, tp, pp, ep, zero, m, cp), global_batch // (dp * m)
 
 
 def search(model: Model, hw: Hardware, global_batch: int, assume: Assumptions = Assumptions(),
-           zero_stages=(0, 1, 2, 3), max_tp=None) -> tuple[list[Estimate], int]:
-    """-> (the configurations that fit in memory, fastest first; how many were evaluated)."""
+           zero_stages=(0, 1, 2, 3), max_tp=None, max_cp=1) -> tuple[list[Estimate], int]:
+    """-> (the configurations that fit in memory, fastest first; how many were evaluated). max_cp > 1 adds
+    context parallelism (cp dividing the world, 2 cp dividing the sequence) to the search."""
     _int("global_batch", global_batch)
     out, n = [], 0
-    for config, b in configurations(model, hw, global_batch, zero_stages, max_tp):
+    for config, b in configurations(model, hw, global_batch, zero_stages, max_tp, max_cp):
         n += 1
         e = _estimate(model, hw, config, global_batch, assume, b)
         if e.fits:

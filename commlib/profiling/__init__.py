@@ -1,7 +1,10 @@
 """Where does a step's time go? live.py profiles a run of this course's ranks under torch.profiler and splits it
 into compute, communication, their overlap, exposed communication and idle time, and times collectives the
-ways chapter 9 compares (chunked, segmented, asynchronous)."""
+ways chapter 9 compares (chunked, segmented, asynchronous). traces.py reads per-rank torch.profiler traces (CPU/Gloo
+and CUDA/NCCL) into collective calls; diagnose.py applies the three steps to them and finds stragglers
+(`python -m commlib diagnose`)."""
 
 from commlib.profiling.live import (COMM_KERNEL_WORDS, COMM_PREFIXES, Interval, breakdown, intersect,  # noqa: F401
                                     intervals_from_events, length, profile, time_async, time_in_chunks,
                                     time_ring_segments, union)
+from commlib.profiling.traces import TraceError  # noqa: F401  (the modules: profiling.traces, profiling.diagnose)

@@ -1,0 +1,263 @@
+"""The source chapter's three steps on a job's own traces, plus stragglers.
+
+    report = diagnose(["rank0.json", "rank1.json"], hardware="dgx_h100")   # or a folder; -> a dict
+    print(format_report(report))
+
+1. Profile: every collective call on every rank (traces.py), with algbw = bytes / duration and
+   busbw = algbw x nccl-tests' bus factor (cost.bus_factor).
+2. Against the model: measured / model for each call, the model being topology's multi-ring (plan.hardware's
+   group pricing) on a hardware preset, given or inferred from the GPU's name in the trace, at the link
+   speeds NCCL reaches (topology.ACHIEVABLE). Calls more than `far` x the model are flagged with a probable
+   cause, the first that applies: it waited for a late rank; the message is too small (the model is mostly
+   per-call latency: fuse them, bigger buckets); it took over twice as long as the same rank's fastest
+   identical call (waiting or contention, not the link); a small-message protocol on a large message (only
+   where the trace states the protocol: kernel names do not, see traces.py); compute kernels ran beside it
+   (NCCL runs on the same SMs); busbw far below the link's (check the link, NCCL's transport, other traffic).
+3. Overlap per rank: communication time, the part hidden under compute, the exposed part, idle time.
+
+Stragglers: a collective ends on every rank at about the same moment (nobody finishes before the last rank's
+data arrived), so each rank's duration in a call, read back from its end, is its arrival: the rank with the
+shortest duration arrived last, the others waited (their duration minus the shortest) and the shortest is
+the transfer. No clocks are compared between ranks. Calls are matched by process group and order.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+from commlib import cost
+from commlib import plan
+from commlib import topology as topo
+from commlib.profiling.live import intersect, length, union
+from commlib.profiling.traces import Call, RankTrace, load
+
+P2P = ("send", "recv", "send_recv")
+# GPU names (deviceProperties) -> the preset whose intra-node link they have; PCIe boards have none
+GPU_PRESETS = ((r"A100(?!.*PCIE)", "dgx_a100"), (r"H100(?!.*PCIE)|H200", "dgx_h100"), (r"B200", "dgx_b200"))
+SMALL_BYTES = 1 << 20   # below this a message pays mostly latency on NVLink-class links
+
+
+# ------------------------------------------------------------------------------------- step 2
+def infer_hardware(ranks: list[RankTrace]) -> tuple[str | None, str]:
+    """-> (preset or None, why): the GPU's name in deviceProperties, if it says which node it is."""
+    names = {r.device for r in ranks if r.device}
+    if not names and any(r.backend == "nccl" for r in ranks):
+        return None, "no GPU named in the traces (no deviceProperties): give --hardware for a model"
+    if not names:
+        return None, "no GPU in the traces (CPU/Gloo): no hardware model unless --hardware"
+    name = sorted(names)[0]
+    for pattern, preset in GPU_PRESETS:
+        if re.search(pattern, name, re.IGNORECASE):
+            return preset, f"{name} in the trace: an SXM board, priced as {preset} (its NVLink generation)"
+    return None, f"{name} in the trace: no preset matches its links; give --hardware"
+
+
+def model(call: Call, hw: plan.Hardware) -> dict | None:
+    """The model's time_s, latency_s and busbw_GBps for one call on hw (None where no model applies)."""
+    p, n = call.group_size, call.bytes
+    if not p or not n or p < 2 or call.op not in (*cost.OPS, *P2P) or p > hw.world:
+        return None
+    if call.op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+        t = plan.group_topology(hw, p, 1)
+        b = topo.breakdown(call.op, n, t, "multi_ring" if call.op != "all_to_all" else "bulk")
+    else:  # broadcast / reduce as NCCL's chain, p2p as one message, on NVLink inside a node, else the NIC share
+        link = hw.intra if p <= hw.gpus_per_node else hw.nic_share
+        op, size = ("sendrecv", 2) if call.op in P2P else (call.op, p)
+        b = cost.breakdown(op, n, size, link, "ring")
+    return {"time_s": b["time_s"], "latency_s": b["latency_s"], "busbw_GBps": b["busbw_GBps"]}
+
+
+def cause(call: Call, ratio: float, m: dict, wait_us: float, waited_for, beside_compute_us: float,
+          fastest_us: float | None = None) -> str:
+    """The probable cause of a call `ratio` x slower than its model (see the module docstring for the order);
+    fastest_us: the same rank's fastest identical call (same op, bytes and group)."""
+    if wait_us > 0.5 * call.duration_us:
+        return f"waited {wait_us:.0f} us for rank {waited_for} to arrive: not the network"
+    if m["latency_s"] > 0.5 * m["time_s"] or call.bytes < SMALL_BYTES:
+        return "message too small: latency-bound, every call pays it again; fuse calls (bigger buckets)"
+    if fastest_us and call.duration_us > 2 * fastest_us:
+        return (f"{call.duration_us / fastest_us:.1f}x its fastest identical call ({fastest_us:.0f} us): "
+                "waiting or contention, not the link")
+    if call.protocol == "ll":
+        return "LL (small-message protocol) on a large message: half the bandwidth; check NCCL_PROTO"
+    if beside_compute_us > 0.5 * call.duration_us:
+        return "compute kernels ran beside it: they share the GPU's SMs and memory with NCCL"
+    return "busbw far below the link's: check the link, NCCL's transport, other traffic"
+
+
+# ------------------------------------------------------------------------------------- step 3
+def overlap(rank: RankTrace) -> dict:
+    """Per rank, in us: comm_us (union of its calls), hidden_us (under compute), exposed_us, compute_us,
+    idle_us (neither), wall_us."""
+    comm = union((c.start_us, c.end_us) for c in rank.calls)
+    compute = union(rank.compute)
+    hidden = length(intersect(comm, compute))
+    wall = rank.wall[1] - rank.wall[0]
+    return {"comm_us": length(comm), "hidden_us": hidden, "exposed_us": length(comm) - hidden,
+            "compute_us": length(compute), "idle_us": wall - length(union(comm + compute)), "wall_us": wall}
+
+
+# ----------------------------------------------------------------------------------- stragglers
+def matched(ranks: list[RankTrace]) -> list[list[Call]]:
+    """Collectives matched across ranks: the i-th call of a process group on every rank that has it (point-
+    to-point calls left out: they do not end together across a group). Matching stops at the first index
+    where the ranks disagree on the op."""
+    per = {}
+    for r in ranks:
+        for c in r.calls:
+            if c.op not in P2P:
+                per.setdefault(c.group, {}).setdefault(r.rank, []).append(c)
+    out = []
+    for by_rank in per.values():
+        if len(by_rank) < 2:
+            continue
+        for i in range(min(len(v) for v in by_rank.values())):
+            calls = [v[i] for v in by_rank.values()]
+            if len({c.op for c in calls}) > 1:
+                break
+            out.append(calls)
+    return out
+
+
+def stragglers(ranks: list[RankTrace], min_share: float = 0.05) -> tuple[list[dict], dict]:
+    """-> (stragglers, waits). Per matched call: transfer = the shortest duration, each rank's wait = its
+    duration - transfer, the rank with the shortest duration arrived last and is charged the others' waits.
+    stragglers: [{rank, delay_us, calls}] for ranks charged at least min_share of all ranks' communication
+    time, largest first. waits: {(rank, start_us): (wait_us, late rank)} for every matched call."""
+    waits, delay, count = {}, {}, {}
+    for calls in matched(ranks):
+        last = min(calls, key=lambda c: c.duration_us)
+        total = 0.0
+        for c in calls:
+            w = c.duration_us - last.duration_us
+            waits[(c.rank, c.start_us)] = (w, last.rank)
+            total += w
+        delay[last.rank] = delay.get(last.rank, 0.0) + total
+        count[last.rank] = count.get(last.rank, 0) + 1
+    comm = sum(c.duration_us for r in ranks for c in r.calls if c.op not in P2P)
+    out = [{"rank": r, "delay_us": d, "calls": count[r]} for r, d in delay.items() if comm and d >= min_share * comm]
+    return sorted(out, key=lambda s: -s["delay_us"]), waits
+
+
+# ------------------------------------------------------------------------------------- the report
+def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: bool = True) -> dict:
+    """Traces (files, a folder, or RankTraces from traces.load) -> the report: world_size, ranks,
+    hardware, calls (the --json keys, plus kernel, wait_us, flag), overlap per rank, stragglers, notes."""
+    ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces)
+    world = next((r.world_size for r in ranks if r.world_size), None) or len(ranks)
+    notes = []
+    if hardware is not None:
+        if hardware not in topo.PRESETS:
+            raise ValueError(f"hardware must be one of {tuple(topo.PRESETS)}, got {hardware!r}")
+        why = f"{hardware} (given)"
+    else:
+        hardware, why = infer_hardware(ranks)
+    hw = plan.hardware(hardware, max(1, -(-world // 8)), achievable) if hardware else None
+    if len(ranks) < world:
+        notes.append(f"{len(ranks)} of {world} ranks' traces: stragglers are found only among these")
+    late, waits = stragglers(ranks)
+    calls, overlaps = [], {}
+    for r in ranks:
+        compute = union(r.compute)
+        fastest = {}
+        for c in r.calls:
+            key = (c.op, c.bytes, c.group)
+            fastest[key] = min(fastest.get(key, c.duration_us), c.duration_us)
+        for c in r.calls:
+            row = _row(c, hw, far, waits.get((c.rank, c.start_us)), compute, fastest[(c.op, c.bytes, c.group)])
+            if row["flag"] and row["wait_us"] is None and len(ranks) < world:
+                row["flag"] += "; or a late peer (not in these traces)"
+            calls.append(row)
+        overlaps[r.rank] = overlap(r)
+    if any(c["dtype"] is None and c["bytes"] for c in calls):
+        notes.append("some dtypes are not in the trace (Gloo, tensor lists): their bytes assume 4-byte elements")
+    return {"world_size": world, "ranks": [r.rank for r in ranks], "backend": ranks[0].backend,
+            "hardware": hardware, "hardware_why": why, "calls": calls, "overlap": overlaps,
+            "stragglers": late, "notes": notes}
+
+
+def _row(c: Call, hw, far: float, wait, compute, fastest_us: float | None = None) -> dict:
+    nbytes = c.bytes
+    dur_s = c.duration_us * 1e-6
+    algbw = nbytes / dur_s / 1e9 if nbytes and dur_s > 0 else None
+    op = "sendrecv" if c.op in P2P else c.op
+    factor = cost.bus_factor(op, c.group_size) if op in cost.OPS and c.group_size else None
+    m = model(c, hw) if hw else None
+    ratio = dur_s / m["time_s"] if m and m["time_s"] > 0 else None
+    wait_us, late = wait if wait else (0.0, None)
+    row = {"rank": c.rank, "op": c.op, "group": c.group, "bytes": nbytes, "dtype": c.dtype,
+           "group_size": c.group_size, "algorithm": c.algorithm, "protocol": c.protocol,
+           "start_us": c.start_us, "duration_us": c.duration_us, "algbw_GBps": algbw,
+           "busbw_GBps": algbw * factor if algbw is not None and factor is not None else None,
+           "model_ratio": ratio, "model_busbw_GBps": m["busbw_GBps"] if m else None,
+           "wait_us": wait_us if wait else None, "kernel": c.kernel, "flag": None}
+    if ratio is not None and ratio > far:
+        beside = length(intersect([(c.start_us, c.end_us)], compute))
+        row["flag"] = cause(c, ratio, m, wait_us, late, beside, fastest_us)
+    elif ratio is None and wait and wait_us > 0.5 * c.duration_us:
+        row["flag"] = f"waited {wait_us:.0f} us for rank {late} to arrive: not the network"
+    return row
+
+
+def json_report(report: dict) -> dict:
+    """The --json object: the report with start_us relative to the earliest call of the job."""
+    t0 = min((c["start_us"] for c in report["calls"]), default=0.0)
+    calls = [{**c, "start_us": c["start_us"] - t0} for c in report["calls"]]
+    return {**report, "calls": calls, "overlap": {str(k): v for k, v in report["overlap"].items()}}
+
+
+# ------------------------------------------------------------------------------------- text
+def _f(x, fmt=".1f", none="-"):
+    return none if x is None else format(x, fmt)
+
+
+def summary(report: dict) -> list[dict]:
+    """Calls grouped by (op, bytes, group size, algorithm, kernel): count, mean duration, busbw, model ratio."""
+    groups = {}
+    for c in report["calls"]:
+        key = (c["op"], c["bytes"], c["group_size"], c["algorithm"])
+        groups.setdefault(key, []).append(c)
+    rows = []
+    for (op, nbytes, p, algo), cs in groups.items():
+        mean = sum(c["duration_us"] for c in cs) / len(cs)
+        bus = [c["busbw_GBps"] for c in cs if c["busbw_GBps"] is not None]
+        ratios = [c["model_ratio"] for c in cs if c["model_ratio"] is not None]
+        rows.append({"op": op, "bytes": nbytes, "group_size": p, "algorithm": algo, "calls": len(cs),
+                     "mean_us": mean, "busbw_GBps": sum(bus) / len(bus) if bus else None,
+                     "model_ratio": sum(ratios) / len(ratios) if ratios else None,
+                     "flagged": sum(1 for c in cs if c["flag"])})
+    return sorted(rows, key=lambda r: -r["mean_us"] * r["calls"])
+
+
+def format_report(report: dict, limit: int = 12) -> str:
+    """The report as text, under 100 characters a line: calls grouped, flags, overlap, stragglers."""
+    out = [f"# {len(report['ranks'])} rank(s) of a {report['world_size']}-rank {report['backend']} job; "
+           f"hardware: {report['hardware'] or 'none'}", f"#   ({report['hardware_why']})"]
+    out.append(f"{'op':<15}{'bytes':>11}{'p':>4}{'algo':>7}{'calls':>6}{'mean us':>10}{'busbw GB/s':>11}"
+               f"{'x model':>9}{'flagged':>8}")
+    for r in summary(report)[:limit]:
+        out.append(f"{r['op']:<15}{_f(r['bytes'], 'd'):>11}{_f(r['group_size'], 'd'):>4}{r['algorithm'] or '?':>7}"
+                   f"{r['calls']:>6}{r['mean_us']:>10.1f}{_f(r['busbw_GBps'], '.2f'):>11}"
+                   f"{_f(r['model_ratio']):>9}{r['flagged']:>8}")
+    flags = {}
+    for c in report["calls"]:
+        if c["flag"]:
+            flags.setdefault(re.sub(r"\d+(\.\d+)?", "N", c["flag"]), []).append(c)   # one line per kind
+    for cs in flags.values():
+        c = cs[0]
+        out.append(f"! {len(cs)} call(s) flagged, e.g. rank {c['rank']} {c['op']} {_f(c['bytes'], 'd')} B "
+                   f"{c['duration_us']:.0f} us:")
+        out += textwrap.wrap(c["flag"], 96, initial_indent="!   ", subsequent_indent="!   ")
+    out.append("rank  comm ms  hidden ms  exposed ms  idle ms   (step 3: overlap)")
+    for rank, o in report["overlap"].items():
+        out.append(f"{rank:>4}{o['comm_us'] / 1e3:>9.2f}{o['hidden_us'] / 1e3:>11.2f}{o['exposed_us'] / 1e3:>12.2f}"
+                   f"{o['idle_us'] / 1e3:>9.2f}")
+    if report["stragglers"]:
+        for s in report["stragglers"]:
+            out.append(f"straggler: rank {s['rank']} held the others back {s['delay_us'] / 1e3:.2f} ms "
+                       f"in all, over {s['calls']} call(s)")
+    else:
+        out.append("stragglers: none found")
+    out += [f"note: {n}" for n in report["notes"]]
+    return "\n".join(out)
