@@ -13,18 +13,19 @@ nodes with q GPUs each and one per-GPU NIC share per GPU:
                                               the NICs of all its GPUs: busbw ~ q k/g B_nic across nodes)
     all_to_all                                bulk (NCCL's: all at once) or pairwise; each GPU's off-node
                                               bytes leave through its own NIC share: all-to-all cannot
-                                              aggregate NICs (nccl-tests issue #130)
+                                              aggregate NICs (nccl-tests issue #267)
     point-to-point (pipeline stages)          alpha + n / B on NVLink, or on the GPU's NIC share across nodes
 
 On one node every group is a ring on the intra link. The pricing is exactly topology.collective_time on the
-group's topology (tests hold them equal); like topology, it leaves out cost.Link's per-call latency.
+group's topology (tests hold them equal), latencies included: NCCL's per-call latency (cost.Link.call_latency)
+once per collective, and its per-step latencies (NCCL 2.30.7 src/graph/tuning.cc; see commlib.links).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from numbers import Real
 
 from commlib import cost
@@ -46,8 +47,13 @@ GPUS = {
                               "(989 dense), 80 GB HBM3"),
     "b200": GPU(180e9, 2250e12, "NVIDIA HGX B200 specifications: 180 GB HBM3E per GPU, FP16/BF16 Tensor Core 4.5 "
                                 "PFLOPS with sparsity (2.25 dense) per GPU"),
+    "gb200": GPU(186e9, 2.5e15, "NVIDIA GB200 NVL72 specifications: FP16/BF16 Tensor Core 360 PFLOPS with sparsity "
+                                "per 72 GPUs (2.5 PFLOPS dense per GPU), up to 13.4 TB HBM3e (186 GB per GPU)"),
+    "gb300": GPU(279e9, 2.5e15, "NVIDIA GB300 NVL72 specifications: FP16/BF16 Tensor Core 360 PFLOPS with sparsity "
+                                "per 72 GPUs (2.5 PFLOPS dense per GPU), up to 20 TB HBM3e (279 GB per GPU)"),
 }
-PRESET_GPU = {"dgx_a100": "a100", "dgx_h100": "h100", "dgx_b200": "b200", "b200_xdr": "b200"}
+PRESET_GPU = {"dgx_a100": "a100", "dgx_h100": "h100", "dgx_b200": "b200", "b200_xdr": "b200",
+              "gb200_nvl72": "gb200", "gb300_nvl72": "gb300"}
 
 
 def _positive(name: str, value) -> float:
@@ -83,9 +89,9 @@ class Hardware:
         object.__setattr__(self, "topology", t)
         # what one GPU can send across nodes while every GPU of its node does the same
         share = t.inter if t.nics_per_node == t.gpus_per_node else \
-            Link(f"{t.inter.name} x {t.nics_per_node}/{t.gpus_per_node}",
-                 t.inter.bandwidth * t.nics_per_node / t.gpus_per_node, t.inter.latency,
-                 f"one GPU's share of {t.nics_per_node} {t.inter.name} NICs per {t.gpus_per_node} GPUs")
+            replace(t.inter, name=f"{t.inter.name} x {t.nics_per_node}/{t.gpus_per_node}",
+                    bandwidth=t.inter.bandwidth * t.nics_per_node / t.gpus_per_node,
+                    source=f"one GPU's share of {t.nics_per_node} {t.inter.name} NICs per {t.gpus_per_node} GPUs")
         object.__setattr__(self, "nic_share", share)
         object.__setattr__(self, "_hash", hash((t, self.gpu_memory, self.peak_flops)))
 

@@ -146,8 +146,8 @@ def topology_calculator(nbytes: float = 1e9) -> W.VBox:
     node = W.Dropdown(options=["custom", *topo.PRESETS], value="dgx_h100", description="node")
     achievable = W.Checkbox(value=True, description="NCCL's achievable speeds")
     nodes = W.IntSlider(value=2, min=1, max=64, description="nodes")
-    gpus = W.IntSlider(value=8, min=1, max=16, description="GPUs/node")
-    nics = W.IntSlider(value=8, min=1, max=16, description="NICs/node")
+    gpus = W.IntSlider(value=8, min=1, max=72, description="GPUs/node")
+    nics = W.IntSlider(value=8, min=1, max=72, description="NICs/node")
     intra = W.Dropdown(options=list(links), value="nvlink4", description="intra")
     inter = W.Dropdown(options=list(links), value="ib_ndr", description="NIC")
     op = W.Dropdown(options=list(topo.PAIRS), value="all_reduce", description="op")
@@ -165,7 +165,8 @@ def topology_calculator(nbytes: float = 1e9) -> W.VBox:
             w.disabled = node.value != "custom"
         if node.value != "custom":  # show the preset's node, so that "custom" starts from it
             suffix = " (achievable)" if achievable.value else ""
-            wanted = ((gpus, 8), (nics, 8), (intra, topo.PRESETS[node.value][0] + suffix),
+            g = topo.preset_gpus(node.value)
+            wanted = ((gpus, g), (nics, g), (intra, topo.PRESETS[node.value][0] + suffix),
                       (inter, topo.PRESETS[node.value][1] + suffix))
             if any(w.value != v for w, v in wanted):
                 for w, v in wanted:
@@ -274,7 +275,7 @@ def planner(model: str = "llama2_7b", node: str = "dgx_h100", nodes: int = 2, gl
         hw = plan.hardware(machine.value, n_nodes.value, achievable=achievable.value)
         base = plan.MODELS.get(preset.value)
         kw = {k: w.value for k, w in shape.items()}
-        extra = {} if base is None else {"kv_heads": base.kv_heads, "tied": base.tied}
+        extra = {} if base is None else {"kv_heads": base.kv_heads, "tied": base.tied, "block": base.block}
         assume = plan.Assumptions(mfu=mfu.value, dp_overlap=hide.value, recompute=recompute.value)
         return plan.Model(**kw, **extra), hw, assume
 
