@@ -20,6 +20,7 @@ TABLES = {
     "cluster_start_dispatch.py": ["cluster start:", "run(noop) dispatch median:", "spawn / dispatch:"],
     "compression_tradeoff.py": ["bytes/step", "measured", "textbook"],
     "ddp_overlap.py": ["torch DDP: step", "BucketedDDP (overlap) / torch DDP:", "overlap / no-overlap:"],
+    "flight_recorder_overhead.py": ["on/off - 1", "run() dispatch", "all_reduce 1 MiB", "8 B, 1 rank"],
     "model_fit.py": ["p=2 sendrecv fit", "p=4 ring busbw at 1 MiB"],
     "pipeline_bubble.py": ["(p-1)/(m+p-1)", "1f1b"],
     "plan_search.py": ["cold /s", "warm /s", "7B dense", "8x1B MoE"],
