@@ -107,9 +107,11 @@ def activation_bytes_per_layer(seq, batch, hidden, heads, tp=1, sequence_paralle
     return s * b * h * ((outside + inside) / t if sp else outside + inside / t) + s * b * h * scores
 
 
-def model_activation_bytes_per_layer(model: Model, batch, tp=1, sequence_parallel=False, recompute="none") -> float:
-    """activation_bytes_per_layer for a models.Model's block, MLP width, KV heads and top-k."""
-    return activation_bytes_per_layer(model.seq, batch, model.hidden, model.heads, tp, sequence_parallel, recompute,
+def model_activation_bytes_per_layer(model: Model, batch, tp=1, sequence_parallel=False, recompute="none",
+                                     seq=None) -> float:
+    """activation_bytes_per_layer for a models.Model's block, MLP width, KV heads and top-k; seq: the tokens a rank
+    holds (model.seq, or model.seq / cp under context parallelism)."""
+    return activation_bytes_per_layer(model.seq if seq is None else seq, batch, model.hidden, model.heads, tp, sequence_parallel, recompute,
                                       model.block, model.mlp_width, model.kv_heads,
                                       model.topk if model.experts else 1)
 
@@ -350,7 +352,7 @@ def _estimate(model, hw, c, global_batch, a, b) -> Estimate:
     dense, experts = model.dense_params / (t * p), model.expert_params / (t * p * c.ep)
     states = model_state_bytes(dense, d, c.zero_stage) + model_state_bytes(experts, d // c.ep, c.zero_stage)
     # the first stage holds the most micro-batches in flight, the last one also the fp32 logits: the larger
-    per_layer = model_activation_bytes_per_layer(model, b, t, sp, a.recompute)
+    per_layer = model_activation_bytes_per_layer(model, b, t, sp, a.recompute, seq=s)
     last_in_flight = m if a.schedule == "gpipe" else 1
     first = layers * microbatches_in_flight(p, m, a.schedule) * per_layer
     last = last_in_flight * (layers * per_layer + logits_bytes(s, b, model.vocab, t))
