@@ -50,3 +50,10 @@ def test_bad_runs_are_named(cluster):
     for g in (3, 4):
         with pytest.raises(ValueError, match="at least 2 nodes of gpus_per_node"):
             eb.run(cluster, sizes=[1 << 20], gpus_per_node=g)
+
+
+def test_the_committed_report_fits_the_column():
+    from commlib.bench import emulated
+
+    text = emulated.format_result(emulated.load_committed())
+    assert max(len(line) for line in text.splitlines()) <= 100 and "hierarchical over the flat ring" in text

@@ -110,6 +110,17 @@ class Link:
         """Seconds per byte."""
         return 1.0 / self.bandwidth
 
+    @property
+    def label(self) -> str:
+        """Its short name and bandwidth per direction, for people: 'NVLink4 370 GB/s' (NCCL's achievable nvlink4)."""
+        return f"{LINK_NAMES.get(self.name.removesuffix('_nccl'), self.name)} {self.bandwidth / 1e9:.3g} GB/s"
+
+
+# short names of the LINKS presets (and of topology.ACHIEVABLE's, which add "_nccl") for captions
+LINK_NAMES = {"nvlink3": "NVLink3", "nvlink4": "NVLink4", "nvlink5": "NVLink5", "pcie4_x16": "PCIe4 x16",
+              "pcie5_x16": "PCIe5 x16", "ib_hdr": "HDR", "ib_ndr": "NDR", "ib_xdr": "XDR", "roce100": "RoCE 100G",
+              "roce400": "RoCE 400G", "tcp100": "TCP 100G", "tcp400": "TCP 400G"}
+
 
 def _nvlink(name, gpu, total_gbps):
     per_dir = total_gbps / 2

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import math
 import sys
+import textwrap
 from dataclasses import dataclass
 from decimal import Decimal
 from numbers import Integral, Real
 
 import numpy as np
+
+
+WIDTH = 100  # characters per printed line: the book's column holds them, JupyterLab breaks no word
 
 
 @dataclass(frozen=True)
@@ -23,7 +27,12 @@ class Verdict:
     message: str
 
     def __repr__(self) -> str:
-        return ("Correct. " if self.ok else "Not yet. ") + self.message
+        """The verdict as the notebook prints it: lines of at most WIDTH characters (the book's column), wrapped
+        between words, the message's own line breaks kept."""
+        text = ("Correct. " if self.ok else "Not yet. ") + self.message
+        return "\n".join(line if len(line) <= WIDTH else
+                         textwrap.fill(line, WIDTH, break_long_words=False, break_on_hyphens=False)
+                         for line in text.split("\n"))
 
     def __bool__(self) -> bool:
         return self.ok

@@ -6,6 +6,7 @@ and a search over configurations. Pure Python (no torch); sizes in bytes, times 
                   parallel group's collectives cost on it
     models.py     the model: a decoder's shape, its parameter count, published presets
     context.py    context parallelism: ring attention's bytes and what the attention hides of them
+    summary.py    a cluster as people read it: one line (describe_topology) and its sources
 """
 
 from commlib.plan.hardware import (ALGORITHM, ALL_TO_ALL, GPU, GPUS, PRESET_GPU, Hardware, clear_cache,  # noqa: F401
@@ -20,3 +21,4 @@ from commlib.plan.planner import (BLOCKS, DP_COLLECTIVES, RECOMPUTE, SCHEDULES, 
                                   mesh_collectives, validate)
 from commlib.plan.context import (cp_backward_bytes_per_rank, cp_bytes_per_rank, cp_layer_times,  # noqa: F401
                                   ring_exposed_s)
+from commlib.plan.summary import NODE_NAMES, describe_topology, topology_sources  # noqa: F401

@@ -31,6 +31,7 @@ from numbers import Real
 from commlib import cost
 from commlib import topology as topo
 from commlib.cost import Link
+from commlib.plan.summary import describe_topology, topology_sources
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,16 @@ class Hardware:
     @property
     def world(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    def describe(self) -> str:
+        """Two short lines for people: the topology's one line (plan.describe_topology), then the GPU."""
+        return (f"{describe_topology(self.topology)}\nGPUs of {self.gpu_memory / 1e9:g} GB, "
+                f"{self.peak_flops / 1e12:,.0f} TFLOP/s dense 16-bit")
+
+    def sources(self) -> dict[str, str]:
+        """Where the numbers come from: the topology's sources, and the GPU's datasheet when it is one of GPUS."""
+        gpu = next((k for k, g in GPUS.items() if (g.memory, g.peak_flops) == (self.gpu_memory, self.peak_flops)), None)
+        return {**topology_sources(self.topology), **({gpu.upper(): GPUS[gpu].source} if gpu else {})}
 
 
 def hardware(name: str, nodes, achievable: bool = False) -> Hardware:
