@@ -10,10 +10,13 @@ Extra arguments are passed on (to jupyter lab, to pytest, or to book/build.py). 
 only when requirements.txt or pyproject.toml change.
 """
 
+import contextlib
 import hashlib
 import os
+import signal
 import subprocess
 import sys
+import time
 import venv
 from pathlib import Path
 
@@ -21,6 +24,7 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 PY = VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 STAMP = VENV / ".commlib-installed"
+LAB_SETTINGS = ROOT / "jupyterlab-settings"  # defaults under the learner's own settings: no news pop-up
 
 
 def _fingerprint() -> str:
@@ -51,11 +55,58 @@ def running_as_root() -> bool:
 def lab_command(python, root: Path = ROOT, extra=()) -> list[str]:
     """The JupyterLab command line of `course.py lab` (tests/test_browser.py starts the same one on a copy).
 
-    Serves root (the notebooks link ../assets/), opens its first numbered notebook, listens on 127.0.0.1
-    only, with Jupyter's token; as root it adds --allow-root (containers and cloud VMs often run as root)."""
+    Serves root (the notebooks link ../assets/) and opens its first numbered notebook: the URL JupyterLab prints
+    (its default_url) is that notebook's, not the Launcher's. Listens on 127.0.0.1 only, with Jupyter's token;
+    fetches no news and checks for no updates, and LAB_SETTINGS/overrides.json sets "never" as the default of
+    the notification settings, so no "Jupyter news" pop-up covers the chapters (a learner may still opt in);
+    as root it adds --allow-root (containers and cloud VMs often run as root)."""
     first = min(Path(root).glob("notebooks/[0-9]*.ipynb"), default=None)
-    return [str(python), "-m", "jupyter", "lab", "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={root}",
-            *(["--allow-root"] if running_as_root() else []), *([str(first)] if first else []), *extra]
+    opens = [f"--LabApp.default_url=/lab/tree/{first.relative_to(root).as_posix()}"] if first else []
+    return [str(python), "-m", "jupyter", "lab", "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={root}", *opens,
+            "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            f"--LabApp.app_settings_dir={LAB_SETTINGS}",
+            *(["--allow-root"] if running_as_root() else []), *extra]
+
+
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+def run(cmd: list[str], stop: int = signal.SIGTERM, grace_s: float = 30.0, cwd: Path = ROOT) -> int:
+    """Run cmd in a process group of its own until it ends. Ctrl-C, SIGTERM or SIGHUP to course.py send `stop` to
+    that group (JupyterLab then shuts its kernels down), and SIGKILL after grace_s: nothing it started outlives
+    course.py. -> its exit status (128 + the signal's number when a signal stopped it)."""
+    if os.name == "nt":  # no process groups or SIGHUP: Ctrl-C reaches the console's processes anyway
+        return subprocess.run(cmd, cwd=cwd).returncode
+    proc, got = None, []
+
+    def forward(signum, frame):
+        got.append(signum)
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, stop)
+
+    saved = {s: signal.signal(s, forward) for s in STOP_SIGNALS}  # before the child exists: no window for an orphan
+    try:
+        proc = subprocess.Popen(cmd, cwd=cwd, start_new_session=True)  # a terminal's Ctrl-C reaches only course.py
+        if got:
+            forward(got[0], None)
+        deadline = None
+        while True:
+            try:
+                code = proc.wait(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                if got and deadline is None:
+                    deadline = time.monotonic() + grace_s
+                if deadline is not None and time.monotonic() > deadline:
+                    os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        if proc is not None:  # what is left of its group (a child that ignored the signal) goes with it
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+    return 128 + got[0] if got else code
 
 
 COMMANDS = ("lab", "test", "book")
@@ -77,7 +128,7 @@ def main(argv: list[str]) -> int:
         cmd = [str(PY), str(ROOT / "book" / "build.py"), *argv[1:]]
     else:
         cmd = [str(PY), "-m", "pytest", *argv[1:]]
-    return subprocess.run(cmd, cwd=ROOT).returncode
+    return run(cmd, signal.SIGTERM if argv[0] == "lab" else signal.SIGINT)  # pytest and Sphinx clean up on Ctrl-C
 
 
 if __name__ == "__main__":

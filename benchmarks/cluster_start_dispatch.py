@@ -1,6 +1,8 @@
 """Cluster start time, run() dispatch overhead, and the same no-op via a fresh spawn per call.
 
-    python benchmarks/cluster_start_dispatch.py [--world-size 4] [--runs 200] [--spawns 3]
+    python benchmarks/cluster_start_dispatch.py [--world-size 4] [--runs 200] [--spawns 3] [--quick]
+
+--quick (what CI runs): 2 ranks, 20 runs, 1 spawn.
 
 Targets (2 cores): start <= 5 s for 4 ranks; dispatch <= 5 ms median.
 """
@@ -46,7 +48,10 @@ def main() -> None:
     ap.add_argument("--world-size", type=int, default=4)
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--spawns", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="a smoke run for CI (overrides the sizes)")
     a = ap.parse_args()
+    if a.quick:
+        vars(a).update(world_size=2, runs=20, spawns=1)
 
     t0 = time.perf_counter()
     c = cl.Cluster(world_size=a.world_size)

@@ -4,7 +4,9 @@ emulated slow inter-node links against plain loopback, with the crossovers measu
     python benchmarks/compression_tradeoff.py [--part all|accuracy|links] [--world-size 4]
         [--steps 400] [--seeds 0 1 2]                                      # accuracy
         [--link-steps 60] [--rounds 3] [--bandwidths 5e6 1e7 ...]          # links
-        [--out benchmarks/compression_tradeoff.json]
+        [--out benchmarks/compression_tradeoff.json] [--quick]
+
+--quick (what CI runs): 10 steps, one seed, one round of 3 links at 5 steps; writes nothing unless --out.
 
 The notebook (chapter 5) runs a few variants live for a few dozen steps; this script is the committed result
 it plots where a live run would be too long. A part that is not run keeps what the file already holds.
@@ -134,19 +136,25 @@ def main():
     ap.add_argument("--link-steps", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--bandwidths", type=float, nargs="+", default=BANDWIDTHS)
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "compression_tradeoff.json"))
+    ap.add_argument("--out", default=None, help="default: benchmarks/compression_tradeoff.json (none with --quick)")
+    ap.add_argument("--quick", action="store_true", help="a smoke run for CI (overrides the sizes)")
     args = ap.parse_args()
+    if args.quick:
+        vars(args).update(steps=10, seeds=[0], link_steps=5, rounds=1, bandwidths=[1e7, 1e8, 1e9])
+    elif args.out is None:
+        args.out = os.path.join(os.path.dirname(__file__), "compression_tradeoff.json")
     out = {}
-    if os.path.exists(args.out):
+    if args.out and os.path.exists(args.out):
         with open(args.out) as f:
             out = json.load(f)
     if args.part in ("all", "accuracy"):
         out.update(accuracy(args))
     if args.part in ("all", "links"):
         out["links"] = links(args)
-    with open(args.out, "w") as f:
-        json.dump(out, f, indent=1)  # inf is written as Infinity (Python's json reads it back)
-    print(f"wrote {args.out}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(out, f, indent=1)  # inf is written as Infinity (Python's json reads it back)
+        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """Step time of commlib's BucketedDDP vs torch DDP (same model, same bucket cap) vs no overlap.
 
     python benchmarks/ddp_overlap.py [--world-size 2] [--layers 8] [--width 1024] [--batch 64] [--steps 12]
-                                     [--backend auto|gloo|nccl]
+                                     [--backend auto|gloo|nccl] [--quick]
+
+--quick (what CI runs): 2 ranks, 2 x 128 MLP, 3 steps, 1 round: it runs and prints, no speed claim.
 
 On CPU (Gloo) the model and data live in host memory. With NCCL (backend auto picks it when every
 rank has a GPU) they live on each rank's GPU, and every timed step ends with torch.cuda.synchronize().
@@ -71,7 +73,10 @@ def main() -> None:
     ap.add_argument("--bucket-cap-mb", type=float, default=overlap.DDP_BUCKET_CAP_MB)
     ap.add_argument("--rounds", type=int, default=3, help="variants alternate; median over rounds")
     ap.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"))
+    ap.add_argument("--quick", action="store_true", help="a smoke run for CI (overrides the sizes)")
     a = ap.parse_args()
+    if a.quick:
+        vars(a).update(world_size=2, layers=2, width=128, batch=16, steps=3, rounds=1)
     grad_mb = a.layers * (a.width * a.width + a.width) * 4 / 2**20
     print(f"machine: {os.cpu_count()} cores; {a.world_size} ranks; MLP {a.layers} x {a.width}: {grad_mb:.0f} MiB "
           f"of gradients; batch {a.batch}; bucket cap {a.bucket_cap_mb} MiB")

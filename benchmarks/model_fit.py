@@ -1,7 +1,9 @@
 """How well does t = alpha + n*beta predict sizes it was not fitted on? And how close does the ring get
 to this machine's loopback bandwidth? Everything measured in this one run.
 
-    python benchmarks/model_fit.py [--max-bytes 64M] [--iters 20]
+    python benchmarks/model_fit.py [--max-bytes 64M] [--iters 20] [--quick]
+
+--quick (what CI runs): sizes 1 KiB .. 1 MiB, 2 iterations, 1 sweep.
 
 1. sendrecv between 2 ranks, sizes 1 KiB .. max doubling (each size: median over 5 interleaved
    sweeps); fit on every other size, predict the others; median relative error (target <= 20%).
@@ -41,7 +43,10 @@ def main() -> None:
     ap.add_argument("--max-bytes", type=bench.parse_size, default=64 << 20)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=5, help="interleaved sweeps; each size keeps its median")
+    ap.add_argument("--quick", action="store_true", help="a smoke run for CI (overrides the sizes)")
     a = ap.parse_args()
+    if a.quick:
+        vars(a).update(max_bytes=1 << 20, iters=2, repeats=1)
     loop = bench.loopback_link()
     gamma = bench.measure_gamma()
     print(f"machine: {os.cpu_count()} cores; loopback TCP stream {loop.bandwidth / 1e9:.2f} GB/s, "

@@ -1,6 +1,8 @@
 """The pipeline bubble measured on a local Cluster against (p-1)/(m+p-1), for GPipe and 1F1B.
 
-    python benchmarks/pipeline_bubble.py [--world-sizes 2 4] [--microbatches 1 2 4 8 16] [--compute-ms 5]
+    python benchmarks/pipeline_bubble.py [--world-sizes 2 4] [--microbatches 1 2 4 8 16] [--compute-ms 5] [--quick]
+
+--quick (what CI runs): 2 stages, 1 and 4 micro-batches, 1 ms stages, 1 round.
 
 Two kinds of stage: "paced" (each forward sleeps compute_ms more, backward twice that: a stage of known
 cost, which a laptop with fewer cores than ranks can run without its ranks fighting over cores) and
@@ -23,7 +25,10 @@ def main() -> None:
     ap.add_argument("--compute-ms", type=float, default=5.0)
     ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="a smoke run for CI (overrides the sizes)")
     a = ap.parse_args()
+    if a.quick:
+        vars(a).update(world_sizes=[2], microbatches=[1, 4], compute_ms=1.0, hidden=64, rounds=1)
     print(f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}; median of {a.rounds} rounds")
     print(f"{'p':>2} {'m':>3} {'stage':>6} {'schedule':>8} {'measured':>9} {'(p-1)/(m+p-1)':>14} {'step ms':>8}")
     for p in a.world_sizes:

@@ -1,6 +1,8 @@
 """Rank output throughput: lines per second per rank that a Cluster forwards to the notebook.
 
-    python benchmarks/rank_output.py [--world-size 4] [--lines 200000] [--output ordered|live|both]
+    python benchmarks/rank_output.py [--world-size 4] [--lines 200000] [--output ordered|live|both] [--quick]
+
+--quick (what CI runs): 2 ranks, 5,000 lines each.
 
 Every rank prints --lines short lines (print(), as a learner's loop would); the parent's stdout goes
 to a sink that counts the lines, so the figure is the forwarding path alone (rank stream, pipe,
@@ -53,7 +55,10 @@ def main() -> None:
     ap.add_argument("--world-size", type=int, default=4)
     ap.add_argument("--lines", type=int, default=200_000, help="lines per rank")
     ap.add_argument("--output", default="both", choices=("ordered", "live", "both"))
+    ap.add_argument("--quick", action="store_true", help="a smoke run for CI (overrides the sizes)")
     a = ap.parse_args()
+    if a.quick:
+        vars(a).update(world_size=2, lines=5000)
     modes = ("ordered", "live") if a.output == "both" else (a.output,)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"machine: {os.cpu_count()} cores, load average {load:.2f}; world_size={a.world_size}, "

@@ -1,6 +1,8 @@
 """busbw of commlib's ring all-reduce vs Gloo's built-in all_reduce, measured in one run.
 
-    python benchmarks/ring_vs_builtin.py [--world-sizes 2 4] [--sizes 16M 32M 64M] [--rounds 5]
+    python benchmarks/ring_vs_builtin.py [--world-sizes 2 4] [--sizes 16M 32M 64M] [--rounds 5] [--quick]
+
+--quick (what CI runs): 2 ranks, 1 MiB, 1 round of 1 iteration.
 
 Both run in the same Cluster, alternating round by round (so drift on a busy machine hits both
 alike); each round is a bench.sweep of a few iterations; the table gives the median over rounds.
@@ -31,7 +33,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--segment-bytes", type=bench.parse_size, default=p2p.SEGMENT_BYTES)
+    ap.add_argument("--quick", action="store_true", help="a smoke run for CI (overrides the sizes)")
     a = ap.parse_args()
+    if a.quick:
+        vars(a).update(world_sizes=[2], sizes=["1M"], rounds=1, iters=1)
     print(f"machine: {os.cpu_count()} cores; ring segment {a.segment_bytes} B; median of {a.rounds} rounds "
           f"x {a.iters} iterations")
     print(f"{'p':>3} {'size':>6} {'builtin busbw':>14} {'ring busbw':>11} {'ring/builtin':>13}")

@@ -2,7 +2,9 @@
 cluster (4 local ranks), measured against commlib.topology's model of the same links.
 
     python benchmarks/topology_emulated.py [--sizes 8M 32M] [--ratio 8] [--latency 1e-3] [--nics 1 2] [--repeats 5]
-                                           [--json benchmarks/topology_emulated.json]
+                                           [--json benchmarks/topology_emulated.json] [--quick]
+
+--quick (what CI runs): 256 KiB, 1 and 2 NICs, 1 repeat, 1 ms latency; writes no JSON unless --json.
 
 1. Calibrate the intra-node link (loopback: ranks 0<->1 and 2<->3 exchanging at once, alpha-beta fit over the
    sizes) and gamma (a rank adding tensors while the others do too).
@@ -32,7 +34,10 @@ def main() -> None:
     ap.add_argument("--nics", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--json", help="also write the result to this file")
+    ap.add_argument("--quick", action="store_true", help="a smoke run for CI (overrides the sizes)")
     a = ap.parse_args()
+    if a.quick:
+        vars(a).update(sizes=["256K"], repeats=1)
     with cl.Cluster(world_size=4, timeout=900) as c:
         result = eb.run(c, [bench.parse_size(s) for s in a.sizes], a.ratio, a.latency, a.nics, a.repeats)
     print(eb.format_result(result))

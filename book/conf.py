@@ -10,6 +10,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 project = "commlib"
+author = "the commlib contributors"  # the footer's "By ..." (Sphinx's default: "Author name not set")
+copyright = "the commlib contributors, MIT licence"
 html_title = "commlib: communication overhead in distributed training"
 extensions = ["myst_nb", "sphinx.ext.mathjax"]
 myst_enable_extensions = ["dollarmath", "amsmath"]  # $...$ and $$...$$ as JupyterLab renders them

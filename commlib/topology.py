@@ -12,8 +12,13 @@ in total (the ring's volume, Thakur et al. 2005); they differ in *which* links c
                   the node's NICs add up.   busbw <= min(k B_net, g/(g-1) B_intra)
     hierarchical  reduce-scatter in the node, all-reduce of each 1/g shard across nodes (GPU i with
                   GPU i of every node, on its rail), all-gather in the node; phases one after another.
-    in_network    NVLS (NVSwitch reduces) inside the node, SHARP (the IB switch reduces) across nodes:
-                  each GPU sends n and receives n, a bound: algbw <= min(B_intra, k B_net).
+    in_network    NVLS (NVSwitch reduces) inside the node, SHARP (the IB switch reduces) across nodes. Each
+                  GPU reads every shard through the switch (multimem ld_reduce: n) and multicasts its reduced
+                  shard (n/g): n(1+1/g) per direction (S. Jeaugey, NVIDIA: NVLS "algobw = busbw * n / (n+1)",
+                  nccl-tests #239, 2024-09-02; the factor 1+1/n of nccl #2140), a bound:
+                  algbw <= min(B_intra g/(g+1), k B_net). The switch accumulates fp16/bf16 in fp32.
+                  On 8x H100 (370 GB/s achievable) 329 GB/s algbw; measured ~275 algbw, ~480 busbw (nccl-tests
+                  #212). NVLS is NCCL's default single-node all-reduce on H100 for large sizes, not the ring.
 
 Derivation of the multi_ring bound (what NCCL's tuning model does, src/graph/tuning.cc v2.30.7:
 ring busBw = nChannels x per-channel bandwidth, bwInter beyond 2 nodes; src/graph/search.cc adds
@@ -21,16 +26,24 @@ channels until nChannels x bwInter reaches the node's total): with one ring per 
 carries n/k and leaves each node once, so a node sends 2(p-1)/p n across its k NICs:
 t >= 2(p-1)/p n / (k B_net), i.e. busbw = 2(p-1)/p n / t <= k B_net, independent of g and N. A
 GPU's own NVLink egress carries the (g-1)/g of its rings that stay inside: busbw <= g/(g-1) B_intra.
-On DGX H100 (8 NDR NICs, 48 GB/s achievable each): 384 GB/s; NVIDIA reports 365-380 (PUBLISHED).
-(On exactly 2 nodes NCCL picks its tree, which sends less across the network and can beat k B_net;
-NVIDIA benchmarks the network with NCCL_ALGO=Ring there: S. Jeaugey, nccl-tests issues #160, #196.)
+On DGX H100 (8 NDR NICs, 48 GB/s achievable each): 384 GB/s; NVIDIA reports 365-380 (PUBLISHED). That
+is MORE than one node's ring (370): inside one node every hop of a ring is NVLink, across nodes one hop
+in g leaves through a NIC, so NVLink carries only (g-1)/g of the bytes (its bound rises to g/(g-1) x 370
+= 423) and the 8 NICs' 384 set the pace.
+(NCCL's default is not the ring everywhere: on one H100 node it runs NVLS for large all-reduces, on 2
+nodes its tree or NVLSTree, which send less across the network and can beat k B_net; NVIDIA benchmarks
+the network with NCCL_ALGO=Ring: S. Jeaugey, nccl-tests issues #160, #196, #212. multi_ring prices what
+NCCL_ALGO=Ring runs.)
 All-to-all cannot aggregate NICs that way: each GPU's own off-node bytes, (N-1)/N n, leave through
-its own NIC, so busbw ~ N/(N-1) (k/g) B_net (NVIDIA's formula, nccl-tests issue #130):
+its own NIC, so busbw ~ N/(N-1) (k/g) B_net (NVIDIA's formula, nccl-tests issue #130; "Alltoall cannot
+aggregate the bandwidth of multiple NICs": nccl-tests issue #267):
 
     bulk          NCCL's all-to-all: every send and receive posted at once; time = the busiest NIC's bytes
     pairwise      commlib's: p-1 steps in lockstep (rank r sends to r+s at step s), each as slow as its
                   busiest NIC; on 2 nodes x 8 it pays a NIC step 15 times where bulk pays 8 steps' bytes
 
+Latency: NCCL's model (commlib.cost.links; _latency). NVLink domains can span nodes: GB200/GB300 NVL72
+racks are 72-GPU "nodes" here (MNNVL, nccl issue #1286).
 Units: bytes, seconds, bytes/s per direction. nbytes follows nccl-tests: the full tensor for
 all_reduce, the gathered total for all_gather, the full input for reduce_scatter and all_to_all.
 Pure Python: no torch here (emulate() imports it when called, inside a rank).
@@ -45,6 +58,7 @@ from numbers import Real
 from commlib import _validate as check
 from commlib import cost
 from commlib.cost import Link, Published
+from commlib.cost.links import nccl_latency
 from commlib.cost.registry import algorithms
 
 # -------------------------------------------------------------------------- achievable links
@@ -60,9 +74,10 @@ ACHIEVABLE: dict[str, Link] = {
                     "NVIDIA, github.com/NVIDIA/nccl-tests/issues/212, 2024-05-06); NCCL models 18 x 20.6 = "
                     "370.8 (src/graph/topo.h SM90_NVLINK_BW, v2.30.7)"),
     "nvlink5": Link("nvlink5_nccl", 721.8e9, cost.LINKS["nvlink5"].latency,
-                    "B200: NCCL's own model, 18 links x 40.1 GB/s = 721.8 GB/s (src/graph/topo.h "
-                    "SM100_NVLINK_BW, v2.30.7; the 'maxBw 721.8' of github.com/NVIDIA/nccl/issues/1807); "
-                    "no published ring-only measurement found"),
+                    "B200: NCCL's topology model, 18 links x 40.1 GB/s = 721.8 GB/s (src/graph/topo.h "
+                    "SM100_NVLINK_BW, v2.30.7; the 'maxBw 721.8' of github.com/NVIDIA/nccl/issues/1807). A user "
+                    "report, not NVIDIA's figure: 8x B300 with NVLS off ~695 GB/s busbw (github.com/NVIDIA/nccl/"
+                    "issues/2140, 2026-04-28)"),
     "ib_hdr": Link("ib_hdr_nccl", 24e9, cost.LINKS["ib_hdr"].latency,
                    "HDR 200 Gb/s NIC: 'we usually consider 24GB/s is the peak performance per 200G NIC' "
                    "(S. Jeaugey, NVIDIA, github.com/NVIDIA/nccl-tests/issues/119, 2022-11-17)"),
@@ -73,8 +88,8 @@ ACHIEVABLE: dict[str, Link] = {
     "ib_xdr": Link("ib_xdr_nccl", 96e9, cost.LINKS["ib_xdr"].latency,
                    "XDR 800 Gb/s NIC: ASSUMED at NDR's 96% of line rate; no published NCCL figure found"),
 }
-# NCCL's per-call cost (launch and set-up) does not depend on how fast the bytes move: keep the line's
-ACHIEVABLE = {name: replace(link, call_latency=cost.LINKS[name].call_latency) for name, link in ACHIEVABLE.items()}
+# NCCL's latencies (per call, per hop) do not depend on how fast the bytes move: keep the line's
+ACHIEVABLE = {k: replace(cost.LINKS[k], name=v.name, bandwidth=v.bandwidth, source=v.source) for k, v in ACHIEVABLE.items()}
 
 
 def _link(link, name: str) -> Link:
@@ -91,21 +106,12 @@ def _link(link, name: str) -> Link:
     return link
 
 
-MAX_NODES, MAX_GPUS_PER_NODE = 2**20, 2**12  # far beyond any machine; they keep every formula's floats finite
-MAX_STEPS = 2**21
-MAX_BYTES, MAX_SECONDS = 1e30, 1e30  # world size x GPUs per node: what the exact per-step and per-rank enumerations may walk
+MAX_NODES, MAX_GPUS_PER_NODE, MAX_BYTES = 2**20, 2**12, 1e30  # beyond any machine; every float stays finite
+MAX_STEPS = 2**21  # world size x GPUs per node: what the exact enumerations (pairwise steps, per rank) may walk
 
 
-def _count(value, name: str, high: int = MAX_GPUS_PER_NODE) -> int:
-    return check.integer(name, value, 1, high)
-
-
-def _enumerable(t: Topology, what: str) -> None:
-    """The exact enumerations (pairwise steps, per-rank bytes) take world_size x gpus_per_node steps: refuse
-    sizes where that would run for minutes."""
-    if t.world_size * t.gpus_per_node > MAX_STEPS:
-        raise ValueError(f"topology is too large for {what}: world_size x gpus_per_node must be <= {MAX_STEPS}, "
-                         f"got {t.world_size} x {t.gpus_per_node}")
+def _steps(t) -> None:
+    check.integer("topology's world_size x gpus_per_node", t.world_size * t.gpus_per_node, 1, MAX_STEPS)
 
 
 @dataclass(frozen=True)
@@ -121,16 +127,15 @@ class Topology:
     name: str = field(default="", compare=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "nodes", _count(self.nodes, "nodes", MAX_NODES))
-        object.__setattr__(self, "gpus_per_node", _count(self.gpus_per_node, "gpus_per_node"))
-        object.__setattr__(self, "nics_per_node", _count(self.nics_per_node, "nics_per_node"))
+        for name, high in (("nodes", MAX_NODES), ("gpus_per_node", MAX_GPUS_PER_NODE), ("nics_per_node", 2**12)):
+            object.__setattr__(self, name, check.integer(name, getattr(self, name), 1, high))
         object.__setattr__(self, "intra", _link(self.intra, "intra"))
         object.__setattr__(self, "inter", _link(self.inter, "inter"))
 
     @classmethod
     def for_world_size(cls, world_size, gpus_per_node, intra, inter, nics_per_node=1) -> Topology:
         """The topology of world_size ranks in nodes of gpus_per_node (ValueError unless it divides)."""
-        p, g = _count(world_size, "world_size", MAX_NODES * MAX_GPUS_PER_NODE), _count(gpus_per_node, "gpus_per_node")
+        p, g = check.integer("world_size", world_size, 1, 2**32), check.integer("gpus_per_node", gpus_per_node, 1)
         if p % g:
             raise ValueError(f"world_size ({p}) must be a multiple of gpus_per_node ({g})")
         return cls(p // g, g, intra, inter, nics_per_node)
@@ -170,7 +175,24 @@ PRESETS = {
     "b200_xdr": ("nvlink5", "ib_xdr", "A what-if: the DGX B200 node with 8x ConnectX-8 SuperNICs at 800 Gb/s XDR "
                  "(NVIDIA ConnectX-8 SuperNIC User Manual: 'up to 800 gigabits per second'), as NVIDIA's B300 "
                  "systems ship; needs a PCIe Gen6 path from GPU to NIC"),
+    # Multi-node NVLink (MNNVL): one NVLink domain of 72 GPUs across 18 compute trays, so a "node" here is a rack
+    "gb200_nvl72": ("nvlink5", "ib_ndr", "NVIDIA GB200 NVL72: '72 Blackwell generation GPUs connected to a single "
+                    "NVLink domain', NVLink SHARP included (D. Addison, NVIDIA, github.com/NVIDIA/nccl/issues/1286, "
+                    "2024-05-15); NCCL drives it with its P2P transport, as inside one node (nccl#1159); NVLink5 "
+                    "1.8 TB/s per GPU both directions; per 4-GPU compute tray 4x ConnectX-7 400 Gb/s (MLCommons "
+                    "inference v6.1, Crusoe GB200-NVL72 system description): one NDR NIC per GPU"),
+    "gb300_nvl72": ("nvlink5", "ib_xdr", "NVIDIA GB300 NVL72: the same 72-GPU NVLink5 domain (MNNVL) with Blackwell "
+                    "Ultra GPUs and one ConnectX-8 SuperNIC, up to 800 Gb/s, per GPU (DGX GB300 release notes, "
+                    "'CX8' components; NVIDIA ConnectX-8 SuperNIC User Manual)"),
 }
+GPUS_PER_NODE = {"gb200_nvl72": 72, "gb300_nvl72": 72}   # GPUs per NVLink domain; every other preset: 8
+
+
+def preset_gpus(name: str) -> int:
+    """GPUs (and NICs) per node, or per NVLink domain, of a preset."""
+    if name not in PRESETS:
+        raise ValueError(f"preset must be one of {tuple(PRESETS)}, got {name!r}")
+    return GPUS_PER_NODE.get(name, 8)
 
 
 def preset(name: str, nodes=1, achievable: bool = False) -> Topology:
@@ -180,7 +202,8 @@ def preset(name: str, nodes=1, achievable: bool = False) -> Topology:
     intra, inter, _ = PRESETS[name]
     if achievable:
         intra, inter = ACHIEVABLE[intra], ACHIEVABLE[inter]
-    return Topology(nodes, 8, intra, inter, 8, name=name + (" (achievable)" if achievable else ""))
+    g = preset_gpus(name)
+    return Topology(nodes, g, intra, inter, g, name=name + (" (achievable)" if achievable else ""))
 
 
 # ---------------------------------------------------------------------------------- the model
@@ -194,7 +217,7 @@ def _check(op: str, nbytes, topology: Topology, algorithm: str) -> float:
     if not isinstance(topology, Topology):
         raise TypeError(f"topology must be a Topology, got {type(topology).__name__}")
     if algorithm == "pairwise":
-        _enumerable(topology, "the pairwise all-to-all's steps")
+        _steps(topology)
     return check.number("nbytes", nbytes, low=0, unit="bytes", high=MAX_BYTES)
 
 
@@ -226,8 +249,8 @@ def _rounds(op: str, n: float, t: Topology, algorithm: str) -> list[tuple[int, f
     if algorithm == "hierarchical":
         out = [(passes * (g - 1), n / g, None, 1)] if g > 1 else []
         return out + ([(passes * (nodes - 1), None, n / p, share)] if nodes > 1 else [])
-    if algorithm == "in_network":
-        return [(1, n, n / g if nodes > 1 else None, share)]
+    if algorithm == "in_network":  # NVLS: ld_reduce of every shard (n) + multicast store (n/g) per direction
+        return [(1, n * (1 + 1 / g) if g > 1 else None, n / g if nodes > 1 else None, share)]
     if algorithm == "bulk":  # NCCL's all-to-all: every send and receive posted at once
         return [(1, (g - 1) * n / p if g > 1 else None, (nodes - 1) * n / nodes if nodes > 1 else None, share)]
     steps: dict[tuple, int] = {}
@@ -237,27 +260,48 @@ def _rounds(op: str, n: float, t: Topology, algorithm: str) -> list[tuple[int, f
     return [(k, *key) for key, k in steps.items()]
 
 
+def _latency(op: str, t: Topology, algorithm: str, rounds) -> float:
+    """Latency of one call, without the call latency. Rings that span nodes of several GPUs: NCCL's model
+    (links.py; NCCL 2.30.7 src/graph/tuning.cc): a chunk's chain of hops crosses the network only
+    nInterSteps = passes (N-1) times; the other steps pay max(intra hop, the network's post overhead).
+    in_network: NCCL's NVLS latency (25 us on NVLink, + 18 us across nodes; no base). Otherwise every
+    step pays its slowest hop: intra latency, inter latency (one GPU per node: NCCL's exposed Tree NET value)."""
+    a_i, e = t.intra.latency, t.inter
+    if algorithm == "in_network":
+        return nccl_latency("all_reduce", t.nodes, t.gpus_per_node, "nvls", "Simple")
+    if algorithm in ("flat_ring", "multi_ring") and t.nodes > 1 and t.gpus_per_node > 1:
+        passes = 1 if op != "all_reduce" else 2
+        steps, inter = passes * (t.world_size - 1), passes * (t.nodes - 1)
+        return (steps - inter) * max(a_i, e.post_overhead) + inter * e.hop_latency
+    return sum(steps * max(a_i if x_i is not None else 0.0, e.latency if x_e is not None else 0.0)
+               for steps, x_i, x_e, _ in rounds)
+
+
 def breakdown(op: str, nbytes: float, topology: Topology, algorithm: str, gamma: float = 0.0) -> dict:
-    """The model term by term. Each step of a round takes max(a_intra + x_intra / B_intra,
-    a_inter + flows x_flow / B_rail): the intra hop and the rail run at once, the slower one sets the pace;
-    plus the links' call latency c once.
+    """The model term by term, latency and bytes apart as in NCCL's model (time = latency + bytes / bandwidth):
+    latency (_latency, plus the links' call latency c once; NVLS has none), and for each step of a round
+    max(x_intra / B_intra, flows x x_flow / B_rail): the intra hop and the rail run at once, the slower one
+    sets the pace.
     -> time_s, latency_s, intra_s / inter_s (the time during which that link set the pace), reduction_s,
     algbw_GBps, busbw_GBps (nccl-tests factors), bytes_per_rank {'intra', 'inter'}, bottleneck."""
     n = _check(op, nbytes, topology, algorithm)
     g_ = check.number("gamma", gamma, low=0, unit="seconds per byte", high=1.0)
     t = topology
-    a_i, a_e = t.intra.latency, t.inter.latency
-    lat = bw_i = bw_e = 0.0
-    for steps, x_i, x_e, flows in (_rounds(op, n, t, algorithm) if t.world_size > 1 else []):
-        ti = a_i + x_i / t.intra.bandwidth if x_i is not None else -1.0
-        te = a_e + flows * x_e / t.rail_bandwidth if x_e is not None else -1.0
+    rounds = _rounds(op, n, t, algorithm) if t.world_size > 1 else []
+    lat = _latency(op, t, algorithm, rounds) if rounds else 0.0
+    bw_i = bw_e = 0.0
+    for steps, x_i, x_e, flows in rounds:
+        ti = x_i / t.intra.bandwidth if x_i is not None else -1.0
+        te = flows * x_e / t.rail_bandwidth if x_e is not None else -1.0
         if te >= ti:  # the rail sets the pace of this round
-            lat, bw_e = lat + steps * a_e, bw_e + steps * (te - a_e)
+            bw_e += steps * te
         else:
-            lat, bw_i = lat + steps * a_i, bw_i + steps * (ti - a_i)
+            bw_i += steps * ti
     p = t.world_size
     # once per call, as cost.breakdown does: NCCL's launch and set-up (0 for fitted or emulated links)
-    lat += max([t.intra.call_latency] * (t.gpus_per_node > 1) + [t.inter.call_latency] * (t.nodes > 1), default=0.0)
+    if algorithm != "in_network":
+        lat += max([t.intra.call_latency] * (t.gpus_per_node > 1) + [t.inter.call_latency] * (t.nodes > 1),
+                   default=0.0)
     reduced = (p - 1) / p * n if op in ("all_reduce", "reduce_scatter") and algorithm != "in_network" else 0.0
     red = reduced * g_
     total = lat + bw_i + bw_e + red
@@ -288,8 +332,8 @@ def share_after(share_before: float, before_s: float, after_s: float) -> float:
     compute = before_s (1 - s) / s, share = after_s / (compute + after_s)."""
     if isinstance(share_before, bool) or not isinstance(share_before, Real) or not 0 < share_before < 1:
         raise ValueError(f"share_before must be a number between 0 and 1 (exclusive), got {share_before!r}")
-    before_s = check.number("before_s", before_s, 0, strict=True, unit="seconds", high=MAX_SECONDS)
-    after_s = check.number("after_s", after_s, 0, strict=True, unit="seconds", high=MAX_SECONDS)
+    before_s, after_s = (check.number(k, v, 0, strict=True, unit="seconds", high=MAX_BYTES)
+                         for k, v in (("before_s", before_s), ("after_s", after_s)))
     compute = before_s * (1 - share_before) / share_before
     return after_s / (compute + after_s)
 
@@ -306,24 +350,23 @@ def bytes_per_rank(op: str, nbytes: float, topology: Topology, algorithm: str) -
     if op == "all_to_all":
         return {"intra": (g - 1) * n / p, "inter": (nodes - 1) * n / nodes}
     ring = k * (p - 1) / p * n
+    nvls = n * (1 + 1 / g) if g > 1 else 0.0  # NVLS: every shard read by ld_reduce, plus its multicast store
     if nodes == 1:
-        return {"intra": n if algorithm == "in_network" else ring, "inter": 0.0}
+        return {"intra": nvls if algorithm == "in_network" else ring, "inter": 0.0}
     if algorithm == "flat_ring":
         return {"intra": ring if g > 1 else 0.0, "inter": ring}
     if algorithm == "multi_ring":
         return {"intra": ring * (g - 1) / g, "inter": ring / g}
     if algorithm == "in_network":
-        return {"intra": n, "inter": n / g}
+        return {"intra": nvls, "inter": n / g}
     return {"intra": k * (g - 1) / g * n, "inter": k * (nodes - 1) / nodes * n / g}
 
 
 def multi_ring_orders(nodes: int, gpus_per_node: int) -> list[list[int]]:
     """The g rings of multi_ring: ring c visits every node, entering at GPU c+1 and leaving from GPU c
     (so through NIC c mod k). Ring g-1 is the flat ring 0, 1, ..., p-1."""
-    nodes, g = _count(nodes, "nodes", MAX_NODES), _count(gpus_per_node, "gpus_per_node")
-    if nodes * g * g > MAX_STEPS:
-        raise ValueError(f"nodes x gpus_per_node^2 must be <= {MAX_STEPS} (the rings' length x their number), "
-                         f"got {nodes} x {g}^2")
+    nodes, g = check.integer("nodes", nodes, 1, MAX_NODES), check.integer("gpus_per_node", gpus_per_node, 1)
+    check.integer("nodes x gpus_per_node^2 (the rings' steps)", nodes * g * g, 1, MAX_STEPS)
     return [[m * g + (c + 1 + i) % g for m in range(nodes) for i in range(g)] for c in range(g)]
 
 
@@ -332,7 +375,7 @@ def bytes_by_rank(op: str, nbytes: float, topology: Topology, algorithm: str, it
     (all_reduce flat_ring / multi_ring / hierarchical, all_to_all pairwise), uneven shards included."""
     n = _check(op, nbytes, topology, algorithm)
     itemsize = check.integer("itemsize", itemsize, 1, 2**10)
-    _enumerable(topology, "bytes_by_rank")
+    _steps(topology)
     t, g, nodes, p = topology, topology.gpus_per_node, topology.nodes, topology.world_size
     numel = int(round(n / itemsize))
     out = [{"intra": 0.0, "inter": 0.0} for _ in range(p)]
@@ -371,14 +414,15 @@ PUBLISHED = [
               "'DGX-A100 ... 8x200Gbit/s IB cards and we measure 192GB/s AllReduce BusBW' with NCCL_ALGO=RING "
               "(D. Addison, NVIDIA, github.com/NVIDIA/nccl/issues/812, 2023-03-31)"),
     Published("dgx_h100", "all_reduce", "multi_ring", (365.8, 380.0), nodes=4, kind="measured", source=
-              "365.84 GB/s on 4 nodes x 8 H100 with 8x 400G NICs each; 'NCCL_MIN_CTAS=24 may get you above 380 "
-              "GB/s', peak 400 (K. Iskra, NVIDIA) (github.com/NVIDIA/nccl-tests/issues/309, 2025-06)"),
+              "365.84 GB/s on 4 nodes x 8 H100 with 8x 400G NICs each, measured on VMs "
+              "(NCCL_TOPO_FILE=vm_topo_mod.xml); 'NCCL_MIN_CTAS=24 may get you above 380 GB/s', peak 400 "
+              "(K. Iskra, NVIDIA) (github.com/NVIDIA/nccl-tests/issues/309, 2025-06)"),
     Published("dgx_h100", "all_reduce", "in_network", (476.0, 480.0), nodes=1, kind="bound", source=
               "NVLS: 'peak busBw of ~480GB/s (algbw ~275GB/s)' (S. Jeaugey, nccl-tests#212); 476 GB/s "
               "'in the expected range for H100' (D. Addison, nccl-tests#290)"),
     Published("dgx_h100", "all_to_all", "bulk", (96.0, 98.0), nodes=2, kind="expected", source=
               "'On 2 nodes ... BusBW = 2x network bandwidth per GPU' (S. Jeaugey, nccl-tests#130) x 48-49 GB/s "
-              "per NDR NIC (D. Addison, nccl-tests#267); 2x ignores busbw's (p-1)/p = 15/16"),
+              "per NDR NIC (nccl-tests#267); 2x ignores busbw's (p-1)/p = 15/16"),
     Published("dgx_h100", "all_to_all", "bulk", (54.9, 56.0), nodes=8, kind="expected", source=
               "'general formula is N/(N-1)x the bandwidth per GPU' (S. Jeaugey, nccl-tests#130) at N = 8, "
               "x 48-49 GB/s per NDR NIC (nccl-tests#267): 'Alltoall cannot aggregate the bandwidth of multiple NICs'"),

@@ -85,3 +85,15 @@ def test_tensor_values_are_shown_briefly():
     assert _values(torch.arange(3.0)) == "[0.0, 1.0, 2.0]"
     assert _values(torch.zeros(2, 20)) == f"{[0.0] * 16} ... (40 values, shape (2, 20))"
     assert _values(torch.empty(3, device="meta")) == "a torch.float32 tensor of shape (3,) on meta"
+
+
+def test_a_verdict_prints_in_lines_that_fit_the_column():
+    from commlib.exercises.answers import WIDTH, Verdict
+
+    words = " ".join(f"word{i}" for i in range(60))
+    text = repr(Verdict(True, words + "\n  an indented line of its own"))
+    lines = text.splitlines()
+    assert text.startswith("Correct. word0") and all(len(line) <= WIDTH for line in lines)
+    assert " ".join(" ".join(lines[:-1]).split()) == "Correct. " + words  # wrapped between words, nothing lost
+    assert lines[-1] == "  an indented line of its own"
+    assert repr(Verdict(False, "short")) == "Not yet. short"

@@ -3,15 +3,21 @@ page opened in headless Chromium (Debian's, driven by Playwright, as tests/test_
 
 Asserts per page: it loads with no console error, no failed request and no request off this machine (MathJax
 and the widget manager are served by the book); every image loads, and every figure the notebook holds is
-on its page; every widget view rendered from its saved state; the math rendered; both commands that run
-the course live are on it; every internal link and #anchor resolves. The ring animation is on a page and
-steps. Screenshots go to test-output/book/. Without chromium the browser tests skip as test_browser.py's do.
+on its page; every widget view rendered from its saved state, says it is a saved view, and is not clipped;
+no output is wider than the book's column; the math rendered; both commands that run the course live are on
+it; no footer says "Author name not set"; every internal link and #anchor resolves. The ring animation is on
+a page and steps. Screenshots go to test-output/book/. Without chromium the browser tests skip as
+test_browser.py's do.
+
+Without a browser (from the notebooks themselves): every checker call has its question above it in the same
+section, and every printed line fits the book's column (COLUMN characters).
 """
 
 import functools
 import http.server
 import json
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -26,7 +32,87 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
 PAGES = ["index.html", *(f"notebooks/{p.stem}.html" for p in NOTEBOOKS), "genindex.html", "search.html"]
 OUT = ROOT / "test-output" / "book"
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/svg+xml", "image/gif")
+COLUMN = 100  # characters of a printed line that the book's column and JupyterLab hold (DEVELOPERS.md)
 browser_test = browser_skip_mark()
+
+# a checker call: exercises.chN_x(...), ex.chN_x(...) (an alias), exercises_topology.chN_x(...), ws.check_x(...)
+CHECKER_CALL = re.compile(r"\b\w+\.ch\d+_\w+\(|\bws\.check_\w+\(|\bcheck_\w+\(")
+# a question: "Exercise N.M", a question mark, or a task ("Find one configuration that fits ...")
+QUESTION = re.compile(r"\bExercise\b|\?|(?:^|[.:!]\s+|\n)(?:Find|Write|Estimate|Choose|Compute|Give|Name|Pick|"
+                      r"Predict|Say|Show)\b")
+HEADING = re.compile(r"^#{1,6} ", re.M)
+
+
+def checkers_without_a_question(nb: dict) -> list[str]:
+    """Code cells (not solutions) that call a checker with no question in a markdown cell above them in the same
+    section (since the last heading, the heading's own cell from the heading on). -> their first lines."""
+    bad, section = [], ""
+    for cell in nb["cells"]:
+        text = teaching._source(cell)
+        if cell["cell_type"] == "markdown":
+            headings = list(HEADING.finditer(text))
+            section = text[headings[-1].start():] if headings else section + "\n" + text
+        elif CHECKER_CALL.search(text) and not teaching.is_solution(cell) and not QUESTION.search(section):
+            bad.append(text.strip().splitlines()[-1][:80])
+    return bad
+
+
+def wide_output_lines(nb: dict, width: int = COLUMN) -> list[str]:
+    """Printed lines (stream and text/plain outputs, not widgets' fallbacks) longer than width characters.
+    -> 'cell <id>: <length> chars: <start of the line>'."""
+    bad = []
+    for i, cell in enumerate(nb["cells"]):
+        for out in cell.get("outputs", []) if cell["cell_type"] == "code" else []:
+            data = out.get("data", {})
+            if "application/vnd.jupyter.widget-view+json" in data or "text/html" in data:
+                continue  # a widget's or an HTML table's text/plain is a fallback the reader does not see
+            text = out.get("text") or data.get("text/plain") or ""
+            text = "".join(text) if isinstance(text, list) else text
+            bad += [f"cell {cell.get('id', i)}: {len(line)} chars: {line[:50]!r}"
+                    for line in text.splitlines() if len(line) > width]
+    return bad
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_checker_call_has_its_question_above_it(path):
+    assert checkers_without_a_question(json.loads(path.read_text())) == [], \
+        "checker cells with no question (Exercise N.M, a '?', or a task) above them in their section"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_printed_line_fits_the_column(path):
+    assert wide_output_lines(json.loads(path.read_text())) == [], \
+        f"printed lines longer than {COLUMN} characters: they break mid-word in JupyterLab and wrap in the book"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_cells_carry_no_test_comments_and_name_the_source_chapter(path):
+    """Learners read every cell: nbval's markers live in cell tags (nbval-ignore-output), not in the code, and the
+    chapter the course grew from is "the source chapter" (chapter 0 introduces it), never "the seed"."""
+    nb = json.loads(path.read_text())
+    sources = [(cell["cell_type"], teaching._source(cell)) for cell in nb["cells"]]
+    assert [s.strip().splitlines()[0] for _, s in sources if "NBVAL" in s] == []
+    assert [s[:60] for kind, s in sources if kind == "markdown" and re.search(r"\b[Tt]he seed\b", s)] == []
+
+
+def test_the_checks_catch_what_they_look_for():
+    md = lambda s: {"cell_type": "markdown", "source": s, "metadata": {}}  # noqa: E731
+    code = lambda s, out="": {"cell_type": "code", "source": s, "metadata": {},  # noqa: E731
+                              "outputs": [{"output_type": "stream", "name": "stdout", "text": out}]}
+    call = "answer = None\nexercises.ch4_overflow_world_size(answer, value=3000.0)"
+    assert checkers_without_a_question({"cells": [md("## What the libraries do\n\nThey do X."), code(call)]}) \
+        == ["exercises.ch4_overflow_world_size(answer, value=3000.0)"]
+    for question in ("**Exercise 4.1.** At what p ...", "At what p does it overflow?", "Find one that fits."):
+        assert checkers_without_a_question({"cells": [md("## Exercises"), md(question), code(call)]}) == []
+    # a question of an earlier section does not count
+    assert len(checkers_without_a_question({"cells": [md("## A\n\nWhy?"), md("## B\n\nText."), code(call)]})) == 1
+    assert wide_output_lines({"cells": [code("print()", "x" * 100 + "\n" + "y" * 101)]}) == \
+        ["cell 0: 101 chars: " + repr("y" * 50)]
+
+
+def test_no_page_says_author_name_not_set(built):
+    pages = [p for p in built.rglob("*.html") if not p.is_relative_to(built / "_static")]
+    assert pages and not [p.name for p in pages if "Author name not set" in p.read_text()]
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +215,18 @@ _PAGE_STATE = """() => {
       !m.querySelector('mjx-container') ? 'not typeset: ' + m.textContent.slice(0, 60)
       : m.querySelector('mjx-merror') ? 'error: ' + m.textContent.slice(0, 60) : ''),
     animations: document.querySelectorAll('.commlib-animation').length,
+    // outputs wider than the column, and widget boxes that clip (or scroll) what they hold
+    column: Math.round(article.getBoundingClientRect().width),
+    wide: [...article.querySelectorAll('.cell_output, .cell_output *')].filter(e => {
+        const r = e.getBoundingClientRect(), a = article.getBoundingClientRect();
+        return r.width > 0 && (r.right > a.right + 2 || r.left < a.left - 2 ||
+               (e.matches('pre, .widget-box, .widget-hbox, .widget-vbox, .widget-subarea')
+                && e.scrollWidth > e.clientWidth + 2));
+      }).map(e => `${e.tagName.toLowerCase()}.${[...e.classList].slice(0, 2).join('.')}: ` +
+                  `${Math.round(Math.max(e.getBoundingClientRect().width, e.scrollWidth))} px ` +
+                  `(${(e.innerText || '').trim().slice(0, 40)})`).slice(0, 10),
+    savedNote: [...document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]')].map(s =>
+      getComputedStyle(s.parentElement, '::before').content),
   };
 }"""
 
@@ -195,6 +293,10 @@ def test_page_in_the_browser(seen, name):
     assert state["offsite"] == [], f"the page asked for something off this machine: {state['offsite']}"
     assert state["problems"] == [] and state["broken"] == [], state["problems"] + [f"broken image: {b}" for b in state["broken"]]
     assert "python3 course.py lab" in state["text"] and "python3 course.py test" in state["text"]
+    assert "Author name not set" not in state["text"]
+    assert state["wide"] == [], f"outputs or widgets wider than the book's column ({state['column']} px)"
+    assert all("saved view" in note for note in state["savedNote"]), \
+        "a saved widget view does not say that it is one (book/_static/commlib-book.css)"
     assert [v for v in state["views"] if v] == [], "widget views that did not render from their saved state"
     assert [m for m in state["math"] if m] == [], "math that MathJax did not typeset"
     if name.startswith("notebooks/"):

@@ -4,8 +4,11 @@ JupyterLab is started by the command line `course.py lab` uses (conftest's `lab`
 so what the course serves is what the test sees. Asserts per notebook: every image and link in its
 rendered markdown loads; "run all" finished (its own promise resolved, every code cell has an execution
 count, the kernel is idle) and no cell produced an error; every ipywidgets view rendered (no "Loading
-widget...", no missing model); one control per widget changes what the widget shows.
-Screenshots go to test-output/browser/. Skip locally with COMMLIB_SKIP_BROWSER=1; .ci/run sets
+widget...", no missing model) and clips nothing (a row of controls wider than the notebook wraps); one control
+per widget changes what the widget shows; every printed line of this run fits the book's column and every
+checker call has its question above it (test_book's rules, applied to what this machine printed). The URL that
+`course.py lab` prints opens chapter 0, with no news pop-up. (test_course.py checks that stopping course.py
+leaves no JupyterLab.) Screenshots go to test-output/browser/. Skip locally with COMMLIB_SKIP_BROWSER=1; .ci/run sets
 COMMLIB_REQUIRE_BROWSER=1, which turns a missing browser into a failure instead of a skip.
 """
 
@@ -16,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import browser_skip_mark
+from test_book import checkers_without_a_question, wide_output_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
@@ -128,6 +132,11 @@ def test_notebook_runs_in_the_browser(lab, browser, path):
         shown = "\n".join(panel.locator(".jp-OutputArea-output").all_inner_texts())
         for bad in ("Loading widget", "Error displaying widget", "model not found"):
             assert bad not in shown, f"a widget failed to render: {bad!r}"
+        clipped = panel.evaluate("""p => [...p.querySelectorAll('.jp-OutputArea-output .widget-box, '
+            + '.jp-OutputArea-output .widget-hbox, .jp-OutputArea-output .widget-vbox')]
+            .filter(e => e.offsetParent && e.scrollWidth > e.clientWidth + 2)
+            .map(e => `${e.scrollWidth} px in ${e.clientWidth} px: ${(e.innerText || '').trim().slice(0, 40)}`)""")
+        assert clipped == [], f"widget rows that clip their controls: {clipped}"
         # interactive widget views: top-level outputs holding rendered widgets with a control in them
         views = panel.locator(".jp-Cell-outputArea > .jp-OutputArea-child > .jp-OutputArea-output:has(.jupyter-widgets)")
         views = [views.nth(i) for i in range(views.count())]
@@ -143,8 +152,46 @@ def test_notebook_runs_in_the_browser(lab, browser, path):
                 page.wait_for_timeout(250)
             assert _widget_state(view) != before, f"widget {i} did not change after {how}"
         assert not [e for e in errors if not re.search(r"ResizeObserver", e)], errors
+        # last, so that they hide none of the checks above: what this run printed, and where the checkers sit
+        assert wide_output_lines(saved) == [], "printed lines wider than the book's column"
+        assert checkers_without_a_question(saved) == [], "checker calls with no question above them"
     finally:
         page.screenshot(path=str(OUT / f"{path.stem}.png"), full_page=True)
         # the kernel goes with the page: its Cluster ranks must not outlive this test
         page.evaluate(f"() => window.jupyterapp && {CURRENT} && {CURRENT}.sessionContext && {CURRENT}.sessionContext.shutdown()")
+        page.close()
+
+
+def test_the_url_course_py_prints_opens_chapter_0(lab, browser):
+    """The URL in JupyterLab's log (course.py lab's terminal) opens chapter 0, not the Launcher; no news pop-up."""
+    base, token, root, _ = lab
+    deadline = time.monotonic() + 60  # the API may answer a moment before the URL is logged
+    while True:
+        logs = "".join(p.read_text() for p in sorted(root.glob("lab-*.log")))
+        printed = re.search(r"http://127\.0\.0\.1:\d+(/\S*?)\?token=", logs)
+        if printed or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert printed, f"no URL in JupyterLab's output:\n{logs[-2000:]}"
+    first = min(p.name for p in NOTEBOOKS)
+    assert printed.group(1) == f"/lab/tree/notebooks/{first}"
+    OUT.mkdir(parents=True, exist_ok=True)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:  # the printed URL's token is elided ("...") when it was configured, as the fixture does: use ours
+        page.goto(f"{base}{printed.group(1)}?token={token}", wait_until="domcontentloaded")
+        page.wait_for_function(f"() => window.jupyterapp && {CURRENT} && {CURRENT}.context "
+                               f"&& {CURRENT}.context.isReady", timeout=90_000)
+        assert page.evaluate(f"() => {CURRENT}.context.path") == f"notebooks/{first}"
+        config = json.loads(page.locator("#jupyter-config-data").text_content())
+        assert config["news"] == {"disabled": True}, "JupyterLab would ask about, and show, Jupyter news"
+        # the pop-up would be up as soon as the app is restored: wait for that, then look
+        page.wait_for_function("() => window.jupyterapp.restored && true", timeout=30_000)
+        page.evaluate("() => window.jupyterapp.restored")
+        page.wait_for_timeout(1500)  # not a timing assertion: a chance for a toast to appear, had it been asked for
+        toasts = page.locator(".jp-toast-message, .Toastify__toast").all_inner_texts()
+        assert not [t for t in toasts if "news" in t.lower()], toasts
+    finally:
+        page.screenshot(path=str(OUT / "course_url.png"))
+        page.evaluate(f"() => window.jupyterapp && {CURRENT} && {CURRENT}.sessionContext && "
+                      f"{CURRENT}.sessionContext.shutdown()")
         page.close()

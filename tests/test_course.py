@@ -1,10 +1,17 @@
 """course.py: the JupyterLab it starts serves what the notebooks link, on 127.0.0.1, behind a token, also as root."""
 
+import contextlib
 import http.client
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import psutil
+import pytest
+from conftest import alive, wait_gone
 
 import course
 
@@ -14,10 +21,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_lab_serves_the_repository_root_and_opens_the_first_chapter(monkeypatch):
     monkeypatch.setattr(course, "running_as_root", lambda: False)
     cmd = course.lab_command("python", ROOT, ["--no-browser"])
-    first = min(ROOT.glob("notebooks/[0-9]*.ipynb"))
     assert cmd[:4] == ["python", "-m", "jupyter", "lab"] and cmd[-1] == "--no-browser"
     assert "--ServerApp.ip=127.0.0.1" in cmd and f"--ServerApp.root_dir={ROOT}" in cmd  # ../assets/ is inside it
-    assert str(first) in cmd and "--allow-root" not in cmd
+    # the URL JupyterLab prints (its default_url) opens chapter 0, not the Launcher
+    assert "--LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb" in cmd and "--allow-root" not in cmd
+    assert "--LabApp.news_url=None" in cmd  # no "Jupyter news" pop-up over the chapters
 
 
 def test_lab_starts_as_root(monkeypatch):
@@ -53,7 +61,7 @@ def test_lab_as_root_says_why_it_allows_root(monkeypatch, capsys):
     ran = []
     monkeypatch.setattr(course, "ensure_env", lambda: None)
     monkeypatch.setattr(course, "running_as_root", lambda: True)
-    monkeypatch.setattr(course.subprocess, "run", lambda cmd, cwd: ran.append(cmd) or type("R", (), {"returncode": 0}))
+    monkeypatch.setattr(course, "run", lambda cmd, stop: ran.append(cmd) or 0)
     assert course.main(["lab", "--no-browser"]) == 0
     assert ran == [course.lab_command(course.PY, ROOT, ["--no-browser"])] and "--allow-root" in ran[0]
     out = capsys.readouterr().out.strip().splitlines()
@@ -65,3 +73,123 @@ def test_an_unknown_subcommand_is_named(capsys):
     err = capsys.readouterr().err
     assert "unknown subcommand 'bogus'" in err and "lab, test, book" in err
     assert course.main([]) == 2 and "no subcommand" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ stopping course.py stops what it started
+STUB = """
+import os, subprocess, sys, time
+# a stand-in for JupyterLab: a grandchild (its 'kernel') in its process group, both pids written down
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+if sys.argv[2] == "ignore":
+    import signal
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(f"{os.getpid()} {child.pid}")
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(600)
+"""
+DRIVER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import course
+course.ensure_env = lambda: None  # no venv built: the stub stands in for JupyterLab
+course.lab_command = lambda python, root, extra: [sys.executable, "-c", sys.argv[2], sys.argv[3], sys.argv[4]]
+if hasattr(course, "run"):  # a short grace before SIGKILL, for the child that ignores SIGTERM
+    run = course.run
+    course.run = lambda cmd, stop: run(cmd, stop, grace_s=float(sys.argv[5]))
+sys.exit(course.main(["lab"]))
+"""
+
+
+def _wait_for(path: Path, proc, within_s: float = 60.0) -> list[int]:
+    deadline = time.monotonic() + within_s
+    while not path.exists():
+        assert proc.poll() is None, f"course.py exited early ({proc.returncode})"
+        assert time.monotonic() < deadline, f"the stub did not start within {within_s} s"
+        time.sleep(0.05)
+    return [int(x) for x in path.read_text().split()]
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX signals")
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGHUP", "SIGINT", "SIGTERM ignored by the child"])
+def test_stopping_course_py_stops_everything_it_started(tmp_path, how):
+    sig = getattr(signal, how.split()[0])
+    pids_file = tmp_path / "pids"
+    ignore = "ignore" if "ignored" in how else "obey"
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(ROOT), STUB, str(pids_file), ignore,
+                               "1.0" if ignore == "ignore" else "30.0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        started = _wait_for(pids_file, driver)
+        assert all(alive(p) for p in started)
+        driver.send_signal(sig)
+        assert driver.wait(60) == 128 + sig  # bounded: a stuck course.py fails here, not hangs
+        assert wait_gone(started, 30) == [], f"left running after {how} to course.py"
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        for pid in (_wait_for(pids_file, driver, 0) if pids_file.exists() else []):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                psutil.Process(pid).kill()
+
+
+def test_the_child_s_exit_status_is_course_py_s(tmp_path):
+    assert course.run([sys.executable, "-c", "raise SystemExit(3)"], cwd=tmp_path) == 3
+
+
+LAB_DRIVER = """
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import course
+course.ensure_env = lambda: None  # this environment's Python already has JupyterLab
+course.PY, course.ROOT = sys.executable, Path(sys.argv[2])
+sys.exit(course.main(["lab", "--no-browser", "--ServerApp.port=" + sys.argv[3], "--ServerApp.port_retries=0"]))
+"""
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX signals")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_course_py_lab_prints_chapter_0_s_url_and_leaves_no_jupyterlab_when_stopped(tmp_path, sig):
+    """The real `course.py lab` on a copy of the notebooks: its printed URL opens chapter 0 (and answers), the page
+    fetches no news; a running kernel; then SIGTERM or SIGHUP to course.py: no JupyterLab, no kernel left."""
+    import re
+    import shutil
+    import urllib.request
+
+    from conftest import free_port
+
+    shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks", ignore=shutil.ignore_patterns("traces", ".ipynb_*"))
+    log = tmp_path / "lab.log"
+    with open(log, "w") as out:
+        driver = subprocess.Popen([sys.executable, "-c", LAB_DRIVER, str(ROOT), str(tmp_path), str(free_port())],
+                                  stdout=out, stderr=subprocess.STDOUT)
+    family = []
+    try:
+        deadline, url = time.monotonic() + 180, None  # a bound, not a timing assertion: a loaded machine is slow
+        while url is None:
+            assert driver.poll() is None, f"course.py lab exited ({driver.returncode}):\n{log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"no URL printed within 180 s:\n{log.read_text()[-3000:]}"
+            found = re.search(r"(http://127\.0\.0\.1:\d+/\S*)\n", log.read_text())  # a whole line: not half-written
+            url = found.group(1) if found else time.sleep(0.2)
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/lab/tree/notebooks/00_start_here\.ipynb\?token=\w+", url), url
+        with urllib.request.urlopen(url, timeout=30) as r:
+            page = r.read().decode()
+        assert r.status == 200 and '"news": {"disabled": true}' in page.replace("\n", "")
+        base, token = url.split("/lab/")[0], url.split("token=")[1]
+        start = urllib.request.Request(f"{base}/api/kernels?token={token}", data=b"{}", method="POST")
+        with urllib.request.urlopen(start, timeout=60) as r:
+            assert r.status == 201
+        deadline = time.monotonic() + 120
+        while not [p for p in psutil.Process(driver.pid).children(recursive=True) if "ipykernel" in " ".join(p.cmdline())]:
+            assert time.monotonic() < deadline, "the kernel did not start within 120 s"
+            time.sleep(0.2)
+        family = [p.pid for p in psutil.Process(driver.pid).children(recursive=True)]
+        driver.send_signal(sig)
+        assert driver.wait(120) == 128 + sig
+        assert wait_gone(family, 60) == [], f"JupyterLab or its kernel outlived course.py after signal {sig}"
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        for pid in family:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                psutil.Process(pid).kill()

@@ -62,3 +62,10 @@ def test_bad_parameters_are_named_before_anything_runs(cluster, kwargs, words):
     with pytest.raises((ValueError, TypeError)) as info:
         eb.run(cluster, sizes=[1 << 20], **kwargs)
     assert words in str(info.value)
+
+
+def test_the_committed_report_fits_the_column():
+    from commlib.bench import emulated
+
+    text = emulated.format_result(emulated.load_committed())
+    assert max(len(line) for line in text.splitlines()) <= 100 and "hierarchical over the flat ring" in text

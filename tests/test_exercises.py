@@ -262,6 +262,8 @@ ANSWER_CHECKERS = {
                                                     group_size=2),
     "ch9_kernel_algorithm": lambda a: ex.ch9_kernel_algorithm(a, "ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
     "ch9_straggler": lambda a: ex.ch9_straggler(a, [400.0, 120.0, 390.0]),
+    "ch10_kind": lambda a: ex.ch10_kind(a, "nan_skip"),
+    "ch10_culprit": lambda a: ex.ch10_culprit(a, {"kind": "mismatch", "ranks": [2], "detail": "rank 2 differs"}),
     # chapters 3 and 7 keep their checkers in their own modules; commlib.exercises re-exports them
     "ch3_multi_ring_busbw": lambda a: ex.ch3_multi_ring_busbw(a, nodes=2, gpus_per_node=8, nics_per_node=4,
                                                               intra="nvlink4", inter="ib_ndr"),
@@ -285,7 +287,7 @@ ANSWER_CHECKERS = {
     "ch8_redistribute": lambda a: ex.ch8_redistribute(a, "Partial", "Shard(0)"),
     "ch8_ring_exposed": lambda a: ex.ch8_ring_exposed(a),
 }
-FUNCTION_CHECKERS = ("ch0_rank_max", "ch1_ring_all_gather")  # their answers are functions: below
+FUNCTION_CHECKERS = ("ch0_rank_max", "ch1_ring_all_gather", "ch10_fix_exchange")  # their answers are functions: below
 
 
 def test_every_checker_is_in_the_odd_answer_tables():
@@ -413,6 +415,18 @@ class Returner:  # callable: calling it makes an instance
     pass
 
 
+def right_exchange(t):
+    peer = dist.get_rank() ^ 1
+    out = torch.empty_like(t)
+    if dist.get_rank() % 2 == 0:
+        dist.send(t, peer)
+        dist.recv(out, peer)
+    else:
+        dist.recv(out, peer)
+        dist.send(t, peer)
+    return out
+
+
 ODD_FUNCTIONS = [(f.__name__, f) for f in (returns_none, returns_text, returns_several, returns_array, returns_huge,
                                            returns_nan, returns_list, returns_lock, returns_meta, returns_2d,
                                            returns_complex, rank_1_dies, takes_two_arguments, Returner)]
@@ -425,7 +439,8 @@ def test_odd_functions_get_a_verdict_never_an_exception(cluster4, name):
     check = getattr(ex, name)
     with timeout_of(cluster4, 10):
         assert verdict_failures(lambda fn: check(cluster4, fn), ODD_FUNCTIONS) == []
-    assert check(cluster4, right_max if name == "ch0_rank_max" else right_all_gather).ok  # the cluster still works
+    right = {"ch0_rank_max": right_max, "ch1_ring_all_gather": right_all_gather, "ch10_fix_exchange": right_exchange}
+    assert check(cluster4, right[name]).ok  # the cluster still works
 
 
 def test_function_checkers_name_what_went_wrong(cluster4):

@@ -70,6 +70,55 @@ def test_activation_memory_korthikanti_2022_table_2():
     assert act(tp=t) / act(tp=t, sequence_parallel=True, recompute="selective") == pytest.approx(5.4, abs=0.05)
 
 
+def test_activation_memory_of_a_llama_block():
+    """SwiGLU (gate, up, SiLU(gate), their product: 4 x 2sbf), RMSNorm (its input, 2sbh, as LayerNorm), no dropout
+    (no masks; the scores keep only the softmax output, 2as^2b): 8 + (4 + 4r + 8f/h)/t + 2as/(ht)."""
+    m = plan.MODELS["llama2_7b"]
+    s, b, h, a, f, t = m.seq, 1, m.hidden, m.heads, 11008, 8
+    assert m.block == "llama" and m.mlp_width == f and f / h == 2.6875
+    sbh = s * b * h
+    act = lambda **kw: plan.model_activation_bytes_per_layer(m, b, **kw)  # noqa: E731
+    assert act(recompute="selective") == pytest.approx(sbh * (8 + 4 + 4 + 8 * f / h)) == pytest.approx(37.5 * sbh)
+    assert act() == pytest.approx(sbh * (37.5 + 2 * a * s / h))
+    assert act(tp=t, recompute="selective") == pytest.approx(sbh * (8 + 29.5 / t))
+    assert act(tp=t, sequence_parallel=True) == pytest.approx(sbh * (37.5 / t + 2 * a * s / (h * t)))
+    assert act(recompute="full") == 2 * sbh
+    # GPT's block in the same terms is the paper's 34 sbh; grouped-query attention shrinks K and V (r = 8/32)
+    gpt = plan.activation_bytes_per_layer(s, b, h, a, recompute="selective")
+    assert gpt == pytest.approx(34 * sbh)
+    mixtral = plan.MODELS["mixtral_8x7b"]   # top-2: each token's SwiGLU activations in two experts
+    assert plan.model_activation_bytes_per_layer(mixtral, 1, recompute="selective") == pytest.approx(
+        sbh * (8 + 4 + 4 * 8 / 32 + 2 * 8 * 14336 / h))
+    with pytest.raises(ValueError, match="block must be one of"):
+        plan.activation_bytes_per_layer(s, b, h, a, block="mamba")
+
+
+def test_the_fp32_logits_are_counted_on_the_last_stage():
+    m, hw = plan.MODELS["llama2_7b"], plan.hardware("dgx_h100", 1)
+    assert plan.logits_bytes(4096, 2, 32000, tp=2) == 4 * 4096 * 2 * 32000 / 2
+    e = plan.estimate(m, hw, plan.Config(dp=8, zero_stage=1, microbatches=4), 32)
+    assert e.memory["logits"] == plan.logits_bytes(m.seq, 1, m.vocab)   # one micro-batch at a time (1F1B)
+    assert e.memory["total"] == pytest.approx(sum(v for k, v in e.memory.items() if k != "total"))
+    # two stages: the first holds 2 micro-batches of 16 layers, the last 1 with the logits: the larger counts
+    e2 = plan.estimate(m, hw, plan.Config(dp=4, pp=2, microbatches=8), 32)
+    per = plan.model_activation_bytes_per_layer(m, 1, 1, True, "selective")
+    assert (e2.memory["activations"], e2.memory["logits"]) == pytest.approx((16 * 2 * per, 0.0))
+
+
+def test_megatron_bf16_keeps_fp32_main_gradients():
+    """megatron/training/arguments.py: with --bf16, gradients accumulate and reduce in fp32 unless
+    --grad-reduce-in-bf16; docs/user-guide/features/dist_optimizer.md: 18 bytes/param, 6 + 12/d distributed."""
+    assert plan.model_state_bytes(1.0, grad_bytes=4) == 18
+    assert plan.model_state_bytes(1.0, 8, 1, grad_bytes=4) == pytest.approx(6 + 12 / 8)
+    assert plan.model_state_bytes(1.0, 8, 1) == pytest.approx(4 + 12 / 8)
+
+
+def test_ddp_start_broadcast_tree_or_nccls_chain():
+    assert plan.init_broadcast_bytes(1000, 8, "ring") == 1000   # NCCL: a chain, each rank forwards once
+    with pytest.raises(ValueError, match="algorithm must be 'tree' or 'ring'"):
+        plan.init_broadcast_bytes(1000, 8, "binomial")
+
+
 def test_flops_narayanan_2021_equation_3():
     B, s, l, h, V = 8, GPT3.seq, GPT3.layers, GPT3.hidden, GPT3.vocab
     assert GPT3.params == pytest.approx(175e9, rel=0.01)
@@ -371,7 +420,7 @@ def test_degenerate_plans_are_named(call, exc, words):
 def test_divisors_are_every_divisor_in_order():
     import signal
 
-    from commlib.plan.planner import _divisors
+    from commlib.plan.divisors import divisors as _divisors
 
     for n in list(range(1, 400)) + [720720]:
         assert _divisors(n) == [k for k in range(1, n + 1) if n % k == 0]

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from commlib import cost
+from commlib.cost import links
 from commlib import topology as topo
 
 INTRA = cost.Link("intra", 100e9, 1e-6, "round numbers")
@@ -48,10 +49,44 @@ def test_the_call_latency_is_paid_once_as_in_cost():
         for n in (8, 2**20):
             assert topo.collective_time("all_reduce", n, topology, "flat_ring") == pytest.approx(
                 cost.collective_time("all_reduce", n, p, link))
-    b = topo.breakdown("all_reduce", 8, topo.preset("dgx_h100", 2), "multi_ring")
-    assert b["latency_s"] == pytest.approx(6.6e-6 + 2 * 15 * 5e-6)  # c once, then 2(p-1) hops on the NIC
     for name, link in topo.ACHIEVABLE.items():
-        assert (link.latency, link.call_latency) == (cost.LINKS[name].latency, cost.LINKS[name].call_latency)
+        line = cost.LINKS[name]
+        assert (link.latency, link.call_latency, link.ring_latency, link.post_overhead) == (
+            line.latency, line.call_latency, line.ring_latency, line.post_overhead)
+
+
+@pytest.mark.parametrize("achievable", [False, True])
+def test_small_all_reduce_latency_is_nccls_ring_ll_model(achievable):
+    """NCCL 2.30.7 src/graph/tuning.cc, Ring/LL: base 6.6 + (nsteps - nInterSteps) x max(NVLink 0.6, net overhead 1.0)
+    + nInterSteps x (Ring NET 2.7 + latencyInter 0), nInterSteps = 2(nNodes-1): 2x8 H100 40.0 us, 4x8 78.8 us
+    (not 2(p-1) x 5 us + 6.6 = 156.6 and 316.6)."""
+    for nodes, want in [(1, 6.6 + 14 * 0.6), (2, 6.6 + 28 * 1.0 + 2 * 2.7), (4, 6.6 + 56 * 1.0 + 6 * 2.7)]:
+        t_ = topo.preset("dgx_h100", nodes, achievable)
+        for algorithm in ("flat_ring", "multi_ring"):
+            b = topo.breakdown("all_reduce", 1024, t_, algorithm)
+            assert b["latency_s"] * 1e6 == pytest.approx(want)
+            assert b["latency_s"] == pytest.approx(links.nccl_latency("all_reduce", nodes, 8))
+            assert b["time_s"] * 1e6 == pytest.approx(want, abs=0.1)  # 1 KiB: the bytes add < 0.1 us
+    assert want == pytest.approx(78.8)
+    rs = topo.breakdown("reduce_scatter", 1024, topo.preset("dgx_h100", 4, achievable), "multi_ring")
+    assert rs["latency_s"] * 1e6 == pytest.approx(6.6 + 28 * 1.0 + 3 * 2.7)  # nsteps p-1, nInterSteps nNodes-1
+
+
+def test_nccl_latency_per_protocol_and_algorithm():
+    """tuning.cc's other branches: Simple triples the net overhead and uses 3.4 / 14 us hops; the tree pays
+    2 x (chain in the node + log2 nodes levels); NVLS is 25 us on NVLink, + 18 us across nodes."""
+    us = lambda *a, **k: links.nccl_latency(*a, **k) * 1e6  # noqa: E731
+    assert us("all_reduce", 2, 8, "ring", "Simple") == pytest.approx(8.4 + 28 * 3.4 + 2 * 14.0)
+    assert us("all_reduce", 2, 8, "ring", "LL128") == pytest.approx(14.0 + 28 * 1.9 + 2 * 4.0)
+    assert us("all_reduce", 2, 8, "tree") == pytest.approx(6.8 + 2 * (7 * 0.6 + 1 * 5.0))
+    assert (us("all_reduce", 1, 8, "nvls", "Simple"), us("all_reduce", 2, 8, "nvls", "Simple")) == pytest.approx((25, 43))
+    assert us("all_reduce", 8, 1) == pytest.approx(6.6 + 14 * 5.0)  # one GPU per node: Tree NET 5.0, every step
+    assert us("all_reduce", 2, 8, latency_inter=1.0) == pytest.approx(40.0 + 2 * 1.0)
+    for bad in [dict(op="scan"), dict(algorithm="pat"), dict(protocol="ll"), dict(protocol="LL", algorithm="nvls"),
+                dict(intra="nvl")]:
+        kw = dict(op="all_reduce", nodes=2, gpus_per_node=8) | bad
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            links.nccl_latency(**kw)
 
 
 def test_best_algorithm_and_the_share_after_a_move():
@@ -78,15 +113,17 @@ def test_multi_node_formulas(nodes, g, k):
     c, p = cluster(nodes, g, k), nodes * g
     a_i, b_i, a_e, b_e = INTRA.latency, INTRA.beta, INTER.latency, INTER.beta
     per_rail = math.ceil(g / k)  # GPUs sharing a NIC when every GPU of a node sends off-node at once
-    assert t("all_reduce", c, "flat_ring") == pytest.approx(2 * (p - 1) * max(a_i + N / p * b_i, a_e + N / p * b_e))
+    # rings: NCCL's latency (these links have no post overhead, hop_latency = latency) + the slower link per step
+    ring_lat = (2 * (p - 1) - 2 * (nodes - 1)) * a_i + 2 * (nodes - 1) * a_e
+    assert t("all_reduce", c, "flat_ring") == pytest.approx(ring_lat + 2 * (p - 1) * max(N / p * b_i, N / p * b_e))
     assert t("all_reduce", c, "multi_ring") == pytest.approx(
-        2 * (p - 1) * max(a_i + (g - 1) * N / (g * p) * b_i, a_e + per_rail * N / (g * p) * b_e))
+        ring_lat + 2 * (p - 1) * max((g - 1) * N / (g * p) * b_i, per_rail * N / (g * p) * b_e))
     assert t("all_reduce", c, "hierarchical") == pytest.approx(
         2 * (g - 1) * (a_i + N / g * b_i) + 2 * (nodes - 1) * (a_e + per_rail * N / p * b_e))
     assert t("reduce_scatter", c, "hierarchical") == pytest.approx(
         (g - 1) * (a_i + N / g * b_i) + (nodes - 1) * (a_e + per_rail * N / p * b_e))
     assert t("all_to_all", c, "bulk") == pytest.approx(
-        max(a_i + (g - 1) * N / p * b_i, a_e + per_rail * (nodes - 1) / nodes * N * b_e))
+        max(a_i, a_e) + max((g - 1) * N / p * b_i, per_rail * (nodes - 1) / nodes * N * b_e))
 
 
 def test_busbw_bounds_at_large_sizes():
@@ -99,8 +136,9 @@ def test_busbw_bounds_at_large_sizes():
         assert bus("all_reduce", "flat_ring") == pytest.approx(INTER.bandwidth)
         assert bus("all_reduce", "multi_ring") == pytest.approx(min(k * INTER.bandwidth, g / (g - 1) * INTRA.bandwidth))
         assert bus("all_to_all", "bulk") == pytest.approx((p - 1) / p * nodes / (nodes - 1) * k / g * INTER.bandwidth)
-        assert topo.breakdown("all_reduce", N, c, "in_network")["algbw_GBps"] * 1e9 == pytest.approx(
-            min(INTRA.bandwidth, k * INTER.bandwidth))
+        nvls = topo.breakdown("all_reduce", N, c, "in_network")
+        assert (N / (nvls["time_s"] - nvls["latency_s"])) == pytest.approx(  # NVLS moves n(1 + 1/g) per direction
+            min(INTRA.bandwidth / (1 + 1 / g), k * INTER.bandwidth))
 
 
 def test_pairwise_all_to_all_counts_flows_per_nic():
@@ -161,12 +199,26 @@ def test_multi_ring_orders_leave_each_node_from_a_different_gpu():
 # ------------------------------------------------------------------------------------ presets
 def test_presets_are_real_nodes_with_sources():
     for name, (intra, inter, source) in topo.PRESETS.items():
-        node = topo.preset(name, nodes=np.int64(2))
-        assert (node.nodes, node.gpus_per_node, node.nics_per_node, node.world_size) == (2, 8, 8, 16)
+        node, g = topo.preset(name, nodes=np.int64(2)), 72 if name.endswith("nvl72") else 8
+        assert (node.nodes, node.gpus_per_node, node.nics_per_node, node.world_size) == (2, g, g, 2 * g)
+        assert topo.preset_gpus(name) == g
         assert node.intra is cost.LINKS[intra] and node.inter is cost.LINKS[inter] and len(source) > 40
         fast = topo.preset(name, 2, achievable=True)
         assert fast.intra.bandwidth < node.intra.bandwidth and fast.inter.bandwidth < node.inter.bandwidth
     assert topo.preset("dgx_h100").inter.bandwidth == 50e9 and topo.preset("b200_xdr").inter.bandwidth == 100e9
+    with pytest.raises(ValueError, match="preset must be one of"):
+        topo.preset_gpus("dgx_h200")
+
+
+def test_an_nvl72_rack_is_one_nvlink_domain():
+    """GB200 NVL72 (MNNVL, nccl#1286): 72 GPUs on NVLink5, so NVLS and rings stay on NVLink inside the rack;
+    NVLS moves n(1+1/g): algbw <= 721.8 x 72/73 achievable; across racks the 72 NICs per rack add up."""
+    rack = topo.preset("gb200_nvl72", 1, achievable=True)
+    assert rack.world_size == 72 and rack.intra.bandwidth == pytest.approx(721.8e9)
+    nvls = topo.breakdown("all_reduce", 8 * 2**30, rack, "in_network")
+    assert nvls["algbw_GBps"] == pytest.approx(721.8 * 72 / 73, rel=5e-3)  # + 25 us of NVLS latency
+    ring = topo.breakdown("all_reduce", 8 * 2**30, topo.preset("gb200_nvl72", 2, achievable=True), "multi_ring")
+    assert ring["busbw_GBps"] == pytest.approx(min(72 * 48, 72 / 71 * 721.8), rel=2e-2)  # NVLink-bound
     for link in topo.ACHIEVABLE.values():
         assert "github.com" in link.source or "ASSUMED" in link.source
 
@@ -245,7 +297,7 @@ def test_bad_calls_are_named():
      "gamma must be"),
     (lambda: topo.collective_time(["all_reduce"], 1e9, topo.preset("dgx_h100", 2), "flat_ring"), "op must be one of"),
     (lambda: topo.collective_time("all_to_all", 1e9, topo.preset("dgx_h100", 2**15 + 1), "pairwise"),
-     "topology is too large for the pairwise all-to-all's steps"),
+     "topology's world_size x gpus_per_node must be an int >= 1 and <= 2097152"),
     (lambda: topo.multi_ring_orders(2**20 + 1, 1), "nodes must be an int >= 1 and <= 1048576"),
     (lambda: topo.share_after(0.5, 10**400, 1.0), "before_s must be"),
 ])

@@ -72,6 +72,8 @@ def test_overlap_explorer_and_timeline():
     box = widgets.overlap_explorer()
     text = box.children[3]
     cap = box.children[2]
+    assert cap.value == 25.0 and cap.label == "25"  # DDP's default bucket_cap_mb, exactly
+    assert "can only start when backward ends" in text.value
     cap.value = 2**12
     big = text.value
     cap.value = 2**2

@@ -40,7 +40,7 @@ def test_ddp_does_not_fit_and_the_hints_name_the_missing_bytes():
     assert ws.check_model_states(16 * p).ok and ws.check_model_states(16 * ws.MODEL.params).ok
     assert "107.8 GB" in ws.check_model_states(16 * p).message
     assert "Adam adds 12" in ws.check_model_states(4 * p).message             # forgot the optimizer states
-    assert "BF16" in ws.check_model_states(18 * p).message                    # fp32 gradients
+    assert "Megatron-LM's default" in ws.check_model_states(18 * p).message  # fp32 main gradients
     assert "not GB" in ws.check_model_states(16 * p / 1e9).message
     assert "exact count" in ws.check_model_states(16 * 7e9).message
     assert "ZeRO-3 on 16" in ws.check_model_states(p).message
@@ -95,6 +95,9 @@ def test_allreduce_checker_accepts_the_multi_ring_and_names_each_mistake():
     assert "one-node time" in ws.check_allreduce_time(ws.allreduce_s(ONE), TWO).message
     assert "one after" in ws.check_allreduce_time(ws.allreduce_s(TWO, algorithm="hierarchical"), TWO).message
     assert "384 GB/s" in ws.check_allreduce_time(ws.allreduce_s(TWO), TWO).message
+    # the verdict says what NCCL runs by default (nccl-tests #212, #196), not only the ring it priced
+    assert "By default NCCL runs NVLS" in ws.check_allreduce_time(ws.allreduce_s(ONE), ONE).message
+    assert "tree or NVLSTree" in ws.check_allreduce_time(ws.allreduce_s(TWO), TWO).message
 
 
 # ----------------------------------------------------------------------------------------- W4
@@ -192,6 +195,28 @@ def test_precision_bf16_for_gradients_below_fp16s_normal_range():
 def test_fp32_reduction_costs_under_a_millisecond_here():
     assert 0 < ws.step_s(TWO, grad_bytes=4) - ws.step_s(TWO) < 1e-3      # the notebook's claim
     assert ws.timeline(TWO, grad_bytes=4).comm_s < ws.backward_s(TWO)
+
+
+def test_megatrons_default_fp32_gradients_against_the_assumed_bf16():
+    """megatron/training/arguments.py: --bf16 reduces in fp32 unless --grad-reduce-in-bf16; 6 + 12/d bytes per
+    parameter; buckets of max(40M, 1M x dp) parameters, 160 MB of fp32 (megatron/core/distributed)."""
+    for name in ws.CLUSTERS:
+        m, d = ws.megatron_default(name), ws.reference(name).config.dp
+        assert m["bytes_per_param"] == pytest.approx(6 + 12 / d) and m["assumed_bytes_per_param"] == 4 + 12 / d
+        assert m["bucket_mib"] * 2**20 == 160e6
+        assert m["memory"] == pytest.approx(ws.reference(name).memory["total"] + 2 * ws.MODEL.params)
+        assert m["reduce_scatter_s"] > 1.6 * m["assumed_reduce_scatter_s"]   # twice the bytes, fewer buckets
+        assert m["exposed_s"] > m["assumed_exposed_s"]
+
+
+def test_small_buckets_pay_nccls_latency_not_2p_network_hops():
+    """The 25 MiB buckets' reduce-scatters on 2 nodes: each pays NCCL's Ring/LL latency, 6.6 + (15 - 1) x 1.0 + 2.7 us
+    (tuning.cc: nsteps p-1, nInterSteps nNodes-1), not 15 x 5 + 6.6."""
+    _, comm, sizes = ws.buckets(TWO)
+    hw = ws.hardware(TWO).topology
+    lat = topo.breakdown("reduce_scatter", sizes[0], hw, "multi_ring")["latency_s"]
+    assert lat * 1e6 == pytest.approx(6.6 + 14 * 1.0 + 2.7)
+    assert comm[0] == pytest.approx(topo.collective_time("reduce_scatter", sizes[0], hw, "multi_ring"))
 
 
 # ------------------------------------------------------------------ odd answers: a Verdict, never an exception

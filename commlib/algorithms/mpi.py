@@ -18,7 +18,10 @@ from commlib.cost import fold_to_power_of_two, halving_ranges, shard_sizes
 
 # ------------------------------------------------------------------------------ binomial tree
 def _check_root(name: str, root) -> int:
-    return check.integer(name, root, low=0, high=dist.get_world_size() - 1)   # a rank
+    p, root = dist.get_world_size(), check.integer(name, root)   # TypeError for a non-int, as everywhere
+    if not 0 <= root < p:
+        raise ValueError(f"{name} must be a rank in [0, {p - 1}], got {root!r}")
+    return root
 
 
 def _tree_broadcast_(flat, src, msgs, step0=0) -> None:

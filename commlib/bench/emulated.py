@@ -21,6 +21,7 @@ import json
 import os
 import platform
 import statistics
+import textwrap
 import time
 
 import torch
@@ -178,7 +179,14 @@ def load_committed(path: str = COMMITTED) -> dict:
 
 
 def format_result(result: dict) -> str:
-    """The measured/model table, the hierarchical-over-flat speedups and the pacing error, as text."""
+    """The measured/model table, the hierarchical-over-flat speedups and the pacing error, as text in lines
+    of at most 100 characters (the book's column), wrapped between words."""
+    return "\n".join(line if len(line) <= 100 else
+                     textwrap.fill(line, 100, subsequent_indent="    ", break_long_words=False)
+                     for line in _result_lines(result))
+
+
+def _result_lines(result: dict) -> list[str]:
     size = lambda n: f"{n / 2**20:g}M"  # noqa: E731
     m = result["machine"]
     p, g, intra, nic = result["world_size"], result["gpus_per_node"], result["intra"], result["nic"]
@@ -200,13 +208,13 @@ def format_result(result: dict) -> str:
                          f"model {f['model_s'] / h['model_s']:.2f}x")
     for b in result["builtin"]:
         flat = by[(b["nics"], b["nbytes"], "flat_ring")]
-        lines.append(f"dist.all_reduce under the same emulation ({b['nics']} NIC(s), {size(b['nbytes'])}): "
-                     f"{b['measured_s'] * 1e3:.1f} ms, the paced flat ring {flat['measured_s'] * 1e3:.1f} ms: "
-                     "not paced")
+        lines.append(f"dist.all_reduce, same emulation ({b['nics']} NIC(s), {size(b['nbytes'])}): "
+                     f"{b['measured_s'] * 1e3:.1f} ms, paced flat ring {flat['measured_s'] * 1e3:.1f} ms: not paced")
     for q in result["pacing"]:
         lines.append(f"pacing, {q['nics']} NIC(s): {q['messages']} messages (median paced time "
-                     f"{q['paced_median_s'] * 1e3:.1f} ms); receivers went on late by a median "
+                     f"{q['paced_median_s'] * 1e3:.1f} ms);")
+        lines.append(f"    receivers went on late by a median "
                      f"{q['late_median_s'] * 1e3:.2f} ms (p95 {q['late_p95_s'] * 1e3:.2f} ms), of which the wake-up "
                      f"{q['overslept_median_s'] * 1e3:.2f} ms; loopback data after the due time: "
                      f"{q['data_after_due']:.0%}")
-    return "\n".join(lines)
+    return lines

@@ -32,6 +32,7 @@ from numbers import Real
 
 import cloudpickle
 
+from commlib.cluster import diagnosis as _diagnosis, flight_recorder
 from commlib.cluster.errors import ClusterTimeout, RankDied, RankError
 from commlib.cluster.launcher import Launcher
 from commlib.cluster.output import RankOutput
@@ -110,7 +111,8 @@ class Cluster:
     """
 
     def __init__(self, world_size: int = 4, backend: str = "auto", timeout: float = 60.0,
-                 start_timeout: float = 120.0, host: str = "127.0.0.1", output: str = "ordered"):
+                 start_timeout: float = 120.0, host: str = "127.0.0.1", output: str = "ordered",
+                 debug: bool = False, flight_recorder: int = flight_recorder.DEFAULT_BUFFER):
         if isinstance(world_size, bool) or not isinstance(world_size, int):
             raise TypeError(f"world_size must be an int in [1, {MAX_WORLD_SIZE}], got {type(world_size).__name__}")
         if not 1 <= world_size <= MAX_WORLD_SIZE:
@@ -118,6 +120,11 @@ class Cluster:
         self.timeout = timeout
         self.start_timeout = _check_seconds("start_timeout", start_timeout)
         self.output = output
+        if not isinstance(debug, bool):
+            raise TypeError(f"debug must be True or False, got {debug!r}")
+        if isinstance(flight_recorder, bool) or not isinstance(flight_recorder, int) or flight_recorder < 0:
+            raise ValueError(f"flight_recorder must be an int >= 0 (entries kept per rank; 0: off), got {flight_recorder!r}")
+        self.debug, self.flight_recorder = debug, flight_recorder
         self._loopback = check_host(host)
         self.world_size = world_size
         self.backend = resolve_backend(backend, world_size)
@@ -240,6 +247,7 @@ class Cluster:
                       loopback=self._loopback, port=launcher.port, store_port=launcher.store_port,
                       generation=self._generation, start_timeout=self.start_timeout,
                       pg_timeout=self.timeout + _PG_TIMEOUT_MARGIN_S, stack_dir=launcher.tmpdir,
+                      debug=self.debug, fr_buffer=self.flight_recorder,
                       sys_path=list(sys.path))
                  for r in range(self.world_size)]
         launcher.start(specs)
@@ -311,18 +319,33 @@ class Cluster:
             lines.flush()
         if errors:  # a dead rank is the cause of its peers' "connection reset" errors: name it first
             dead = [r for r, e in errors.items() if isinstance(e, RankDied)]
-            first = min(dead or errors)
+            alive = {r: ranks[r][1] for r in range(self.world_size) if r not in dead}
+            snaps = flight_recorder.request_snapshots(alive, self._state.tmpdir, time.monotonic() + 2.0)
+            diagnosis = _diagnosis.diagnose(snaps, self.world_size, {r: e.remote_traceback for r, e in errors.items()})
+            named = [r for r in diagnosis["ranks"] if r in errors]  # the culprit's own error, if it raised one
+            first = min(named or dead or errors)
+            if diagnosis["kind"] == "unknown":  # then the error itself is the best clue: say it first
+                lines = (errors[first].remote_traceback or errors[first].args[0]).strip().splitlines()
+                diagnosis = _diagnosis.diagnose(snaps, self.world_size, headline=(
+                    f"rank {first} raised {lines[-1]}" if not isinstance(errors[first], RankDied) else
+                    errors[first].args[0].splitlines()[0]) if lines else "")
             others = sorted(set(errors) - {first})
             err = errors[first]
-            if others:
-                err.args = (err.args[0] + f"\n(ranks {others} failed too)",)
+            err.args = (diagnosis["detail"] + "\n" + err.args[0] + (f"\n(ranks {others} failed too)" if others else ""),)
+            err.diagnosis, err.snapshots = diagnosis, snaps
             raise err
         if len(results) < self.world_size:
             stuck = [r for r in range(self.world_size) if r not in results]
             now = time.monotonic()
             printing = [r for r in stuck if now - lines.last_at.get(r, -math.inf) < _STILL_PRINTING_S
                         or ranks[r][0].poll(0)]
-            raise ClusterTimeout(self._timeout_message(ranks, name, stuck, printing), stuck)
+            message = self._timeout_message(ranks, name, stuck, printing)  # the stacks first: one signal at a time
+            snaps = flight_recorder.request_snapshots({r: pid for r, (_, pid) in enumerate(ranks)},
+                                                      self._state.tmpdir, time.monotonic() + 2.0)
+            diagnosis = _diagnosis.diagnose(snaps, self.world_size, stuck=stuck, headline=message.split(" (a ")[0])
+            err = ClusterTimeout(diagnosis["detail"] + "\n" + message, stuck)
+            err.diagnosis, err.snapshots = diagnosis, snaps
+            raise err
         return [results[r] for r in range(self.world_size)]
 
     def _died(self, rank: int, pid: int, when: str, deadline: float) -> RankDied:
@@ -376,8 +399,8 @@ class Cluster:
                 stack = ""
             if stack:
                 frames = [ln.strip() for ln in stack.splitlines()
-                          if ln.strip().startswith("File") and "commlib/_worker.py" not in ln
-                          and "commlib/_output.py" not in ln and '"<string>"' not in ln]
+                          if ln.strip().startswith("File") and "commlib/cluster/worker.py" not in ln
+                          and "commlib/cluster/output.py" not in ln and '"<string>"' not in ln]
                 msg += f"\n  rank {rank} was waiting in (innermost first):\n    " + "\n    ".join(frames[:6])
         return msg
 

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 
 class RankError(RuntimeError):
-    """A function raised inside a rank. `.rank` names it; the message holds its traceback."""
+    """A function raised inside a rank. `.rank` names it; the message holds its traceback. `.diagnosis`:
+    {"kind": "mismatch"|"missing"|"p2p"|"unknown", "ranks": [culprits], "detail": the message's first line}
+    (see cluster/diagnosis.py). `.snapshots`: {rank: what its Flight Recorder held} (cluster/flight_recorder.py)."""
+
+    diagnosis: dict | None = None
+    snapshots: dict | None = None
 
     def __init__(self, rank: int, message: str, remote_traceback: str = ""):
         super().__init__(message)
@@ -13,7 +18,10 @@ class RankError(RuntimeError):
 
 
 class ClusterTimeout(TimeoutError):
-    """No answer from some ranks within the timeout. `.ranks` lists them."""
+    """No answer from some ranks within the timeout. `.ranks` lists them; `.diagnosis`, `.snapshots` as RankError's."""
+
+    diagnosis: dict | None = None
+    snapshots: dict | None = None
 
     def __init__(self, message: str, ranks: list[int]):
         super().__init__(message)

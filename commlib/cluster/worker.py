@@ -26,6 +26,7 @@ from multiprocessing.connection import Client, Connection, wait
 
 import cloudpickle
 
+from commlib.cluster import flight_recorder
 from commlib.cluster.output import RankStreams
 
 WATCH_INTERVAL_S = 0.1
@@ -92,6 +93,7 @@ def _results_to_cpu(result):
 def rank_main(spec: dict, authkey: bytes) -> None:
     """Join the parent, initialise the default process group, then run tasks until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the kernel handles Ctrl-C / interrupt, not us
+    flight_recorder.block_dump_signal()  # before any thread starts: only the dump thread takes it
     _exit_when_orphaned(spec["watch_pid"])
     sys.path[:] = spec["sys_path"]
     rank, world_size, backend = spec["rank"], spec["world_size"], spec["backend"]
@@ -108,6 +110,7 @@ def rank_main(spec: dict, authkey: bytes) -> None:
         import torch.distributed as dist
 
         torch.set_num_threads(1)  # N ranks share the machine's cores
+        flight_recorder.configure(spec.get("fr_buffer", flight_recorder.DEFAULT_BUFFER), spec.get("debug", False))
         if spec["loopback"]:  # loopback wins over a preset GLOO/NCCL_SOCKET_IFNAME: only an explicit host moves us
             iface = loopback_interface()
             os.environ["GLOO_SOCKET_IFNAME"] = iface
@@ -125,6 +128,7 @@ def rank_main(spec: dict, authkey: bytes) -> None:
     except BaseException:
         send(conn, ("err", None, traceback.format_exc()))
         return
+    flight_recorder.start_dump_thread(flight_recorder.dump_path(spec["stack_dir"], rank))
     send(conn, ("ready",))
 
     # From here on, whatever this process prints (threads that outlive a task included) is forwarded.
@@ -141,6 +145,7 @@ def rank_main(spec: dict, authkey: bytes) -> None:
         streams.install()
         try:
             fn, args, kwargs = pickle.loads(payload)
+            flight_recorder.note_failure(None)
             result = fn(*args, **kwargs)
             if backend == "nccl":
                 result = _results_to_cpu(result)
@@ -149,6 +154,7 @@ def rank_main(spec: dict, authkey: bytes) -> None:
             except Exception as e:
                 raise TypeError(f"the value returned by the function cannot be pickled: {e!r}") from e
         except BaseException as e:
+            flight_recorder.note_failure(e)
             reply = pickle.dumps(("err", task, user_traceback(e)), protocol=pickle.HIGHEST_PROTOCOL)
         streams.send_after_output(reply)
 

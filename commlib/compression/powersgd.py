@@ -19,8 +19,10 @@ exact arithmetic; tests/test_compression.py compares the two):
 - torch orthogonalizes with QR (torch.linalg.qr) for r > 2; Gram-Schmidt here for every r (the same columns up to
   sign, and P^ P^^T M does not depend on the sign);
 - torch draws the first Qs of a bucket grouped by shape; here in bucket order (the same Qs when no two matrices
-  of a bucket share a shape); its per-bucket state also forces start_powerSGD_iter >= 2 under DDP (bucket rebuild),
-  while the state here is kept per parameter, so start_iter=0 works;
+  of a bucket share a shape); its state is per bucket, and DDP rebuilds its buckets after the first iteration, so
+  PowerSGDState requires start_powerSGD_iter > 1 when use_error_feedback or warm_start is on (a ValueError;
+  torch 2.13 powerSGD_hook.py, PowerSGDState.__init__), not otherwise; the state here is kept per parameter,
+  so start_iter=0 works with both;
 - torch views a vector as an n x 1 matrix, which min_compression_rate >= 1 never compresses (the default 2 does
   not); here vectors are never compressed, whatever the rate.
 """

@@ -3,23 +3,76 @@ measurements to compare the cost model with.
 
 A Link is what the alpha-beta model needs: bandwidth in bytes/s *per direction*, `latency` (alpha) in
 seconds per message (one hop of an algorithm), and `call_latency`, a fixed cost paid once per
-collective call (launching the operation; for NCCL, its kernel and protocol set-up).
+collective call (launching the operation; for NCCL, its kernel and protocol set-up). Two more fields
+serve rings that span nodes (commlib.topology): `ring_latency`, a network hop's latency when the
+nodes have several GPUs each, and `post_overhead`, what every other step of such a ring pays.
 
-The latencies of the GPU links are the constants of NCCL's own tuning model (NCCL 2.30.7,
-src/graph/tuning.cc, `ncclTunerConstantsDefaults`), for its LL protocol, the one NCCL picks for
-small messages, where latency matters: a base latency per call of 6.6 us (Ring, LL), and per hop
-0.6 us on NVLink, 1.0 us on PCIe, 5.0 us through the network with one GPU per node (NCCL then uses
-its Tree network latency, "latencies are fully exposed"). Large messages use the Simple protocol,
-whose per-hop latencies are larger (3.4 us NVLink, 14 us network) but no longer matter.
+The latencies of the GPU links are the constants of NCCL's tuning model (NCCL 2.30.7,
+src/graph/tuning.cc, `ncclTunerConstantsDefaults` and the latency loop of ncclTopoTuneModel), for
+its LL protocol, the one NCCL picks for small messages, where latency matters. For a Ring collective
+of nsteps steps (all-reduce 2(p-1), reduce-scatter and all-gather p-1) over nNodes nodes it charges
+
+    base 6.6 us  +  (nsteps - nInterSteps) x max(intra hop, net overhead)  +  nInterSteps x interLat
+    nInterSteps = 2(nNodes-1) for all-reduce, nNodes-1 for reduce-scatter / all-gather (0 on one node)
+    intra hop 0.6 us NVLink, 1.0 us PCIe; net overhead 1.0 us (2.0 on AMD CPUs) once nNodes > 1;
+    interLat = Ring NET latency 2.7 us + the NIC's own latency (0 for InfiniBand: net_ib reports none);
+    with ONE GPU per node "latencies are fully exposed": interLat = Tree NET latency 5.0 us, every step.
+
+So a 1 KiB all-reduce on 2 x 8 H100 costs 6.6 + 28 x 1.0 + 2 x 2.7 = 40.0 us in NCCL's model, not 2(p-1)
+network latencies. nccl_latency() evaluates the same formula for each protocol: Simple's latencies are
+larger (NVLink 3.4, NET 14 us) but only large messages use it, where the bytes dominate.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from commlib import _validate as check
 
 _TUNING = "NCCL 2.30.7 src/graph/tuning.cc (LL protocol, Ring)"
+
+# NCCL 2.30.7 src/graph/tuning.cc, ncclTunerConstantsDefaults, in us, per protocol (LL, LL128, Simple)
+PROTOCOLS = ("LL", "LL128", "Simple")
+NCCL_BASE_LATENCY = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4), "nvls": (0.0, 0.0, 0.0)}
+NCCL_HW_LATENCY = {  # hwLatencies[hardware][algorithm]
+    "nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4), "nvls": (0.0, 0.0, 25.0)},
+    "pci": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7), "nvls": (0.0, 0.0, 0.0)},
+    "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0), "nvls": (0.0, 0.0, 18.0)},
+}
+NET_OVERHEAD = 1.0  # us, getNetOverhead(): 1.0 on Intel and other CPUs, 2.0 on AMD; x3 for Simple
+
+
+def nccl_latency(op: str, nodes: int, gpus_per_node: int, algorithm: str = "ring", protocol: str = "LL",
+                 intra: str = "nvlink", net_overhead: float = NET_OVERHEAD, latency_inter: float = 0.0) -> float:
+    """Seconds of latency NCCL's tuning model charges one collective (NCCL 2.30.7 src/graph/tuning.cc):
+    ring for all_reduce / reduce_scatter / all_gather, tree and nvls for all_reduce (nvls: 25 us on NVLink,
+    + 18 us across nodes, Simple only). latency_inter: the NIC's own latency in us (0 for InfiniBand)."""
+    if op not in ("all_reduce", "reduce_scatter", "all_gather"):
+        raise ValueError(f"op must be one of ('all_reduce', 'reduce_scatter', 'all_gather'), got {op!r}")
+    if algorithm not in NCCL_BASE_LATENCY or (algorithm != "ring" and op != "all_reduce"):
+        raise ValueError(f"algorithm must be 'ring' (any op), 'tree' or 'nvls' (all_reduce), got {algorithm!r}")
+    if protocol not in PROTOCOLS or (algorithm == "nvls" and protocol != "Simple"):
+        raise ValueError(f"protocol must be one of {PROTOCOLS} ('Simple' for nvls), got {protocol!r}")
+    if intra not in ("nvlink", "pci"):
+        raise ValueError(f"intra must be 'nvlink' or 'pci', got {intra!r}")
+    n, g = check.integer("nodes", nodes), check.integer("gpus_per_node", gpus_per_node)
+    i, ranks = PROTOCOLS.index(protocol), n * g
+    hw = NCCL_HW_LATENCY
+    intra_lat = hw[intra][algorithm][i]
+    inter_lat = (hw["net"]["tree"][i] if g == 1 else hw["net"][algorithm][i]) + latency_inter
+    if protocol == "Simple":
+        inter_lat += latency_inter  # "the flush extra latency"
+    if algorithm == "nvls":
+        return 1e-6 * (intra_lat + (inter_lat if n > 1 else 0.0))
+    lat = NCCL_BASE_LATENCY[algorithm][i]
+    if algorithm == "tree":  # 2 x (chain inside the node + log2(nodes) tree levels)
+        return 1e-6 * (lat + 2 * ((g - 1) * intra_lat + int(math.log2(n)) * inter_lat))
+    nsteps = 2 * (ranks - 1) if op == "all_reduce" else ranks - 1
+    if n > 1:  # "inter-node rings still have to launch nsteps * net overhead"
+        intra_lat = max(intra_lat, net_overhead * (3 if protocol == "Simple" else 1))
+    inter_steps = 0 if n == 1 else 2 * (n - 1) if op == "all_reduce" else n - 1
+    return 1e-6 * (lat + (nsteps - inter_steps) * intra_lat + inter_steps * inter_lat)
 
 
 @dataclass(frozen=True)
@@ -32,6 +85,9 @@ class Link:
     latency: float
     source: str = ""
     call_latency: float = 0.0
+    ring_latency: float | None = None   # a network hop of a ring whose nodes have several GPUs (None: latency)
+    post_overhead: float = 0.0          # paid by every other step of a ring that crosses this link
+
 
     def __post_init__(self):
         for field in ("name", "source"):
@@ -40,11 +96,30 @@ class Link:
         check.number("Link bandwidth", self.bandwidth, low=0, strict=True, unit="bytes/s")
         check.number("Link latency", self.latency, low=0, unit="seconds")
         check.number("Link call_latency", self.call_latency, low=0, unit="seconds")
+        if self.ring_latency is not None:
+            check.number("Link ring_latency", self.ring_latency, low=0, unit="seconds")
+        check.number("Link post_overhead", self.post_overhead, low=0, unit="seconds")
+
+    @property
+    def hop_latency(self) -> float:
+        """Latency of a network hop in a ring whose nodes hold several GPUs: ring_latency, else latency."""
+        return self.latency if self.ring_latency is None else self.ring_latency
 
     @property
     def beta(self) -> float:
         """Seconds per byte."""
         return 1.0 / self.bandwidth
+
+    @property
+    def label(self) -> str:
+        """Its short name and bandwidth per direction, for people: 'NVLink4 370 GB/s' (NCCL's achievable nvlink4)."""
+        return f"{LINK_NAMES.get(self.name.removesuffix('_nccl'), self.name)} {self.bandwidth / 1e9:.3g} GB/s"
+
+
+# short names of the LINKS presets (and of topology.ACHIEVABLE's, which add "_nccl") for captions
+LINK_NAMES = {"nvlink3": "NVLink3", "nvlink4": "NVLink4", "nvlink5": "NVLink5", "pcie4_x16": "PCIe4 x16",
+              "pcie5_x16": "PCIe5 x16", "ib_hdr": "HDR", "ib_ndr": "NDR", "ib_xdr": "XDR", "roce100": "RoCE 100G",
+              "roce400": "RoCE 400G", "tcp100": "TCP 100G", "tcp400": "TCP 400G"}
 
 
 def _nvlink(name, gpu, total_gbps):
@@ -54,12 +129,14 @@ def _nvlink(name, gpu, total_gbps):
                 f"latency 0.6 us per hop and 6.6 us per call: {_TUNING}, NVLink", 6.6e-6)
 
 
-def _net(name, what, gbit, latency, note):
-    return Link(name, gbit / 8 * 1e9, latency, f"{what}: {gbit:g} Gb/s = {gbit / 8:g} GB/s per direction; {note}", 6.6e-6)
+def _net(name, what, gbit, latency, note, ring=2.7e-6, overhead=1e-6):
+    return Link(name, gbit / 8 * 1e9, latency, f"{what}: {gbit:g} Gb/s = {gbit / 8:g} GB/s per direction; {note}",
+                6.6e-6, ring, overhead)
 
 
-_NET_LAT = (f"latency 5.0 us per hop (NCCL's network latency with one GPU per node) and 6.6 us per call: "
-            f"{_TUNING}, NET")
+_NET_LAT = (f"latency 5.0 us per hop with one GPU per node (NCCL's Tree NET latency, 'fully exposed'), "
+            f"2.7 us per network hop of a ring of multi-GPU nodes (Ring NET) + 1.0 us net overhead on its "
+            f"other steps, 6.6 us per call: {_TUNING}")
 _TCP_LAT = ("latency: order of magnitude of one message through kernel TCP sockets (Gloo, or NCCL's socket "
             "transport), tens of us; chapter 2 measures it on your own machine's loopback")
 LINKS: dict[str, Link] = {
@@ -76,8 +153,8 @@ LINKS: dict[str, Link] = {
         _net("ib_xdr", "InfiniBand XDR", 800, 5e-6, _NET_LAT),
         _net("roce100", "100 Gb Ethernet with RoCE (RDMA)", 100, 5e-6, _NET_LAT + " (RDMA: like InfiniBand)"),
         _net("roce400", "400 Gb Ethernet with RoCE (RDMA)", 400, 5e-6, _NET_LAT + " (RDMA: like InfiniBand)"),
-        _net("tcp100", "100 Gb Ethernet, TCP sockets", 100, 25e-6, _TCP_LAT),
-        _net("tcp400", "400 Gb Ethernet, TCP sockets", 400, 25e-6, _TCP_LAT),
+        _net("tcp100", "100 Gb Ethernet, TCP sockets", 100, 25e-6, _TCP_LAT, None, 0.0),
+        _net("tcp400", "400 Gb Ethernet, TCP sockets", 400, 25e-6, _TCP_LAT, None, 0.0),
     ]
 }
 

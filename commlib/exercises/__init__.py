@@ -23,3 +23,4 @@ from commlib.exercises.ch7 import ch7_bubble, ch7_in_flight, ch7_tp_bytes, ch7_w
 from commlib.exercises.ch8 import ch8_busiest, ch8_cp_bytes, ch8_redistribute, ch8_ring_exposed  # noqa: F401
 from commlib.exercises.ch9 import (ch9_chunked_time, ch9_exposed, ch9_kernel_algorithm, ch9_straggler,  # noqa: F401
                                    ch9_trace_busbw)
+from commlib.exercises.ch10 import ch10_culprit, ch10_fix_exchange, ch10_kind  # noqa: F401

@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import math
 import sys
+import textwrap
 from dataclasses import dataclass
 from decimal import Decimal
 from numbers import Integral, Real
 
 import numpy as np
+
+
+WIDTH = 100  # characters per printed line: the book's column holds them, JupyterLab breaks no word
 
 
 @dataclass(frozen=True)
@@ -27,7 +31,12 @@ class Verdict:
     message: str
 
     def __repr__(self) -> str:
-        return ("Correct. " if self.ok else "Not yet. ") + self.message
+        """The verdict as the notebook prints it: lines of at most WIDTH characters (the book's column), wrapped
+        between words, the message's own line breaks kept."""
+        text = ("Correct. " if self.ok else "Not yet. ") + self.message
+        return "\n".join(line if len(line) <= WIDTH else
+                         textwrap.fill(line, WIDTH, break_long_words=False, break_on_hyphens=False)
+                         for line in text.split("\n"))
 
     def __bool__(self) -> bool:
         return self.ok
@@ -158,15 +167,30 @@ def _run_on_ranks(cluster, fn, *args, context: str = "", hang: str = "") -> tupl
 
     try:
         return cluster.run(fn, *args), None
-    except RankDied as e:  # no traceback: its message says how it ended
-        return None, Verdict(False, f"{context}{_first_line(str(e))}")
+    except RankDied as e:  # no traceback: its message says how it ended (after the diagnosis's line)
+        return None, Verdict(False, f"{context}{_first_line(_without_diagnosis(e))}")
     except RankError as e:
         lines = (e.remote_traceback or "").strip().splitlines()
-        return None, Verdict(False, f"{context}rank {e.rank} raised: {lines[-1] if lines else _first_line(str(e))}")
+        found = _diagnosed(e)
+        return None, Verdict(False, f"{context}{found}" if found else
+                             f"{context}rank {e.rank} raised: {lines[-1] if lines else _first_line(str(e))}")
     except ClusterTimeout as e:
-        return None, Verdict(False, f"{context}ranks {e.ranks} never finished: {hang}")
+        found = _diagnosed(e)
+        return None, Verdict(False, f"{context}ranks {e.ranks} never finished: {(found + ' ' + hang).strip() or hang}")
     except Exception as e:  # e.g. a function or a result that cannot be pickled
         return None, Verdict(False, f"{context}it could not run on the ranks: {type(e).__name__}: {_first_line(str(e))}")
+
+
+def _diagnosed(error) -> str:
+    """The failed run's diagnosis when it found something (a mismatch, a missing rank, an unmatched send/recv)."""
+    d = getattr(error, "diagnosis", None) or {}
+    return d.get("detail", "") if d.get("kind") in ("mismatch", "missing", "p2p") else ""
+
+
+def _without_diagnosis(error) -> str:
+    """The error's message without the diagnosis line that opens it."""
+    text, d = str(error), getattr(error, "diagnosis", None)
+    return text.split("\n", 1)[1] if d and text.startswith(d.get("detail", "\0")) and "\n" in text else text
 
 
 def _first_line(text: str) -> str:

@@ -172,7 +172,8 @@ def ch7_which_fits(answer, model: str = "llama2_7b", node: str = "dgx_h100", nod
     est = {k: plan.estimate(m, hw, c, global_batch) for k, c in options.items()}
     def parts(e):
         mem = e.memory
-        extra = f" + {mem['zero3_gathered'] / 1e9:.1f} (ZeRO-3's gathered layers)" if mem["zero3_gathered"] else ""
+        extra = f" + {mem['logits'] / 1e9:.1f} (fp32 logits)" if mem.get("logits") else ""
+        extra += f" + {mem['zero3_gathered'] / 1e9:.1f} (ZeRO-3's gathered layers)" if mem["zero3_gathered"] else ""
         return (f"{mem['model_states'] / 1e9:.1f} (model states) + {mem['activations'] / 1e9:.1f} (activations)"
                 f"{extra} = {mem['total'] / 1e9:.1f} GB")
 

@@ -2,7 +2,11 @@
 
 The scenario, from which every number of the chapter is computed:
   model     Llama-2-7B (plan.MODELS["llama2_7b"]; its 291 tensors in tensors()), 16-bit weights and
-            gradients, mixed-precision Adam: 16 bytes of model states per parameter (ZeRO paper)
+            gradients, mixed-precision Adam: 16 bytes of model states per parameter (ZeRO paper).
+            ASSUMED: gradients kept and reduced in BF16, as Megatron-LM does only with --grad-reduce-in-bf16.
+            Its default with --bf16 keeps fp32 main gradients and reduces them in fp32
+            (megatron/training/arguments.py): 18 bytes per parameter, 6 + 12/d with its distributed
+            optimizer, twice the reduce-scatter bytes; megatron_default() prices what that changes.
   clusters  CLUSTERS: 1 and 2 DGX H100 nodes (topology.preset "dgx_h100": NVLink4 inside a node, 8 NDR
             NICs per node, rail-connected), priced at NCCL's achievable link speeds (topology.ACHIEVABLE)
   step      SEQUENCES_PER_GPU sequences of 4096 tokens per GPU (weak scaling: the global batch grows
@@ -39,6 +43,7 @@ ASSUME = plan.Assumptions()
 GRAD_BYTES = 2          # BF16 gradients and parameters
 CLIP_NORM = 1.0         # Llama 2's gradient clipping (Touvron et al. 2023, section 2.2)
 BUCKET_OPTIONS = (25, 100, 400, 1600, 6400)   # MiB
+MEGATRON_BUCKET = 40_000_000   # parameters: max(40M, 1M x dp) (megatron/core/distributed/distributed_data_parallel.py)
 
 
 # ------------------------------------------------------------------------------------- the model
@@ -172,12 +177,33 @@ def step_s(cluster: str, bucket_cap_mb: float | None = None, grad_bytes: float =
     return e.step_s - e.times["dp_exposed"] + exposed_s(cluster, bucket_cap_mb, grad_bytes, overlap_param_gather)
 
 
+def megatron_default(cluster: str) -> dict:
+    """What Megatron-LM's default with --bf16 changes against the BF16 reduction assumed here: fp32 main gradients,
+    6 + 12/d bytes per parameter instead of 4 + 12/d (docs/user-guide/features/dist_optimizer.md), 4-byte
+    reduce-scatters in buckets of max(40M, 1M x dp) parameters (160 MB of fp32; 80 MB only in BF16)."""
+    e = reference(cluster)
+    d, hw = e.config.dp, hardware(cluster)
+    bucket_mib = max(MEGATRON_BUCKET, 1_000_000 * d) * 4 / 2**20
+    z = e.config.zero_stage  # the reference is pure data parallelism (buckets() holds it): plan's states are these
+    memory = e.memory["total"] - e.memory["model_states"] + plan.model_state_bytes(MODEL.params, d, z, grad_bytes=4)
+    return {"bytes_per_param": plan.model_state_bytes(1.0, d, z, 4), "assumed_bytes_per_param":
+            plan.model_state_bytes(1.0, d, z),
+            "memory": memory, "fits": memory <= hw.gpu_memory, "bucket_mib": bucket_mib,
+            "reduce_scatter_s": timeline(cluster, bucket_mib, 4).comm_s,
+            "assumed_reduce_scatter_s": timeline(cluster).comm_s,
+            "exposed_s": exposed_s(cluster, bucket_mib, 4), "assumed_exposed_s": exposed_s(cluster)}
+
+
 # ------------------------------------------------------------------------------------ precision
 WIRE_BYTES = {"fp32_accumulate": 4}   # the others send 2 bytes per value
 
 
 def gradient_rms() -> float:
-    """The RMS of one gradient value when the gradient's norm is the clipping norm: CLIP_NORM / sqrt(params)."""
+    """An assumed scale, CLIP_NORM / sqrt(params): the RMS of one value of a gradient whose norm is the clipping norm.
+    Clipping does not bound what the ranks sum: it acts on the reduced gradient, after the collective. Each
+    rank's own gradient is noisier than their mean and larger on average (E|g_r|^2 = |mean|^2 + variance), so
+    this scale is the small end of the values summed: the pessimistic one for underflow, the risk here (FP16
+    overflows only some nine orders of magnitude higher)."""
     return CLIP_NORM / math.sqrt(params())
 
 
@@ -218,7 +244,8 @@ def check_model_states(answer) -> Verdict:
                          "gradients."),
                 (14 * p, "add the 16-bit weights: forward and backward run on them (2 bytes per parameter)."),
                 (8 * p, "Adam keeps three fp32 values per parameter (master weight, momentum, variance): 12 bytes."),
-                (18 * p, "the gradients are BF16, 2 bytes per parameter, not fp32's 4."),
+                (18 * p, "18 is Megatron-LM's default with --bf16, fp32 main gradients (4 bytes); this workshop "
+                         "assumes BF16 gradients, 2 bytes (ws.megatron_default() prices the difference)."),
                 (20 * p, "the weights and gradients that forward and backward use are 16-bit: 2 + 2 + 12."),
                 (16 * 7e9, "use the exact count, ws.params() (6.74e9), not 7e9."),
                 (want / 8, "that is ZeRO-3 on 8 GPUs: DDP keeps everything on every GPU."),
@@ -255,7 +282,8 @@ def _config(answer, cluster: str) -> tuple[plan.Config | None, Verdict | None]:
 
 def _memory(e: plan.Estimate) -> str:
     m = e.memory
-    gathered = f" + {m['zero3_gathered'] / 1e9:.1f} (ZeRO-3's gathered layers)" if m["zero3_gathered"] else ""
+    gathered = f" + {m['logits'] / 1e9:.1f} (fp32 logits)" if m.get("logits") else ""
+    gathered += f" + {m['zero3_gathered'] / 1e9:.1f} (ZeRO-3's gathered layers)" if m["zero3_gathered"] else ""
     return (f"{m['model_states'] / 1e9:.1f} (model states) + {m['activations'] / 1e9:.1f} (activations){gathered} "
             f"= {m['total'] / 1e9:.1f} GB")
 
@@ -283,8 +311,9 @@ def check_fits(answer, cluster: str) -> Verdict:
 
 
 def check_allreduce_time(answer, cluster: str) -> Verdict:
-    """Seconds for one all-reduce of all BF16 gradients over the cluster's GPUs as NCCL runs it (multi_ring),
-    at NCCL's achievable link speeds."""
+    """Seconds for one all-reduce of all BF16 gradients over the cluster's GPUs as NCCL's rings run it
+    (NCCL_ALGO=Ring: topology multi_ring), at NCCL's achievable link speeds. NCCL's default is another algorithm:
+    NVLS on one H100 node, tree or NVLSTree on two (nccl-tests #212, #196); the verdict says so."""
     x, bad = _number(answer, "the time in seconds")
     if bad is not None:
         return bad
@@ -293,8 +322,11 @@ def check_allreduce_time(answer, cluster: str) -> Verdict:
     k, nic = hw.nics_per_node, hw.inter.bandwidth
     right = (f"{want * 1e3:.1f} ms: busbw {b['busbw_GBps']:.0f} GB/s, bound by the {b['bottleneck']}. "
              + ("NCCL's rings leave each node through all its NICs, "
-                f"{k} x {nic / 1e9:g} = {k * nic / 1e9:g} GB/s per node: as fast as NVLink inside one node."
-                if hw.nodes > 1 else f"One ring on NVLink4 at the {hw.intra.bandwidth / 1e9:g} GB/s NCCL reaches."))
+                f"{k} x {nic / 1e9:g} = {k * nic / 1e9:g} GB/s per node: as fast as NVLink inside one node. "
+                "By default NCCL would run its tree or NVLSTree here, which send less across the network."
+                if hw.nodes > 1 else f"One ring on NVLink4 at the {hw.intra.bandwidth / 1e9:g} GB/s NCCL reaches. "
+                "By default NCCL runs NVLS here: "
+                f"{topo.collective_time('all_reduce', n, hw.topology, 'in_network') * 1e3:.1f} ms at best."))
     line = allreduce_s(cluster, achievable=False)
     mistakes = [(2 * want, "BF16 gradients take 2 bytes per parameter, not fp32's 4."),
                 (line, f"that is at line rate; NCCL reaches less (NVLink4 {hw.intra.bandwidth / 1e9:g} of 450 GB/s, "

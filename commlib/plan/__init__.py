@@ -6,16 +6,19 @@ and a search over configurations. Pure Python (no torch); sizes in bytes, times 
                   parallel group's collectives cost on it
     models.py     the model: a decoder's shape, its parameter count, published presets
     context.py    context parallelism: ring attention's bytes and what the attention hides of them
+    summary.py    a cluster as people read it: one line (describe_topology) and its sources
 """
 
 from commlib.plan.hardware import (ALGORITHM, ALL_TO_ALL, GPU, GPUS, PRESET_GPU, Hardware, clear_cache,  # noqa: F401
                                    collective_s, group_shape, group_topology, hardware, p2p_s)
 from commlib.plan.models import MODELS, SOURCES, Model  # noqa: F401
-from commlib.plan.planner import (DP_COLLECTIVES, RECOMPUTE, SCHEDULES, STATE_BYTES, Assumptions, Config,  # noqa: F401
-                                  Estimate, activation_bytes_per_layer, configurations, dp_bytes_per_rank,
-                                  ep_bytes_per_rank, estimate, groups, init_broadcast_bytes,
-                                  microbatches_in_flight, model_state_breakdown, model_state_bytes,
+from commlib.plan.planner import (BLOCKS, DP_COLLECTIVES, RECOMPUTE, SCHEDULES, STATE_BYTES, Assumptions,  # noqa: F401
+                                  Config, Estimate, activation_bytes_per_layer, configurations, dp_bytes_per_rank,
+                                  ep_bytes_per_rank, estimate, groups, init_broadcast_bytes, logits_bytes,
+                                  microbatches_in_flight, model_activation_bytes_per_layer,
+                                  model_state_breakdown, model_state_bytes,
                                   pipeline_bubble, pp_bytes_per_rank, search, step_flops, tp_bytes_per_rank,
                                   mesh_collectives, validate)
 from commlib.plan.context import (cp_backward_bytes_per_rank, cp_bytes_per_rank, cp_layer_times,  # noqa: F401
                                   ring_exposed_s)
+from commlib.plan.summary import NODE_NAMES, describe_topology, topology_sources  # noqa: F401

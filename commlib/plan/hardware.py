@@ -13,23 +13,25 @@ nodes with q GPUs each and one per-GPU NIC share per GPU:
                                               the NICs of all its GPUs: busbw ~ q k/g B_nic across nodes)
     all_to_all                                bulk (NCCL's: all at once) or pairwise; each GPU's off-node
                                               bytes leave through its own NIC share: all-to-all cannot
-                                              aggregate NICs (nccl-tests issue #130)
+                                              aggregate NICs (nccl-tests issue #267)
     point-to-point (pipeline stages)          alpha + n / B on NVLink, or on the GPU's NIC share across nodes
 
 On one node every group is a ring on the intra link. The pricing is exactly topology.collective_time on the
-group's topology (tests hold them equal); like topology, it leaves out cost.Link's per-call latency.
+group's topology (tests hold them equal), latencies included: NCCL's per-call latency (cost.Link.call_latency)
+once per collective, and its per-step latencies (NCCL 2.30.7 src/graph/tuning.cc; see commlib.links).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from commlib import _validate as check
 from commlib import cost
 from commlib import topology as topo
 from commlib.cost import Link
+from commlib.plan.summary import describe_topology, topology_sources
 
 
 @dataclass(frozen=True)
@@ -46,8 +48,13 @@ GPUS = {
                               "(989 dense), 80 GB HBM3"),
     "b200": GPU(180e9, 2250e12, "NVIDIA HGX B200 specifications: 180 GB HBM3E per GPU, FP16/BF16 Tensor Core 4.5 "
                                 "PFLOPS with sparsity (2.25 dense) per GPU"),
+    "gb200": GPU(186e9, 2.5e15, "NVIDIA GB200 NVL72 specifications: FP16/BF16 Tensor Core 360 PFLOPS with sparsity "
+                                "per 72 GPUs (2.5 PFLOPS dense per GPU), up to 13.4 TB HBM3e (186 GB per GPU)"),
+    "gb300": GPU(279e9, 2.5e15, "NVIDIA GB300 NVL72 specifications: FP16/BF16 Tensor Core 360 PFLOPS with sparsity "
+                                "per 72 GPUs (2.5 PFLOPS dense per GPU), up to 20 TB HBM3e (279 GB per GPU)"),
 }
-PRESET_GPU = {"dgx_a100": "a100", "dgx_h100": "h100", "dgx_b200": "b200", "b200_xdr": "b200"}
+PRESET_GPU = {"dgx_a100": "a100", "dgx_h100": "h100", "dgx_b200": "b200", "b200_xdr": "b200",
+              "gb200_nvl72": "gb200", "gb300_nvl72": "gb300"}
 MAX_NODES = 2**17      # 131072 nodes: beyond any machine built, and the search's enumeration stays short
 MAX_AMOUNT = 1e30      # bytes, FLOP/s
 
@@ -84,9 +91,9 @@ class Hardware:
         object.__setattr__(self, "topology", t)
         # what one GPU can send across nodes while every GPU of its node does the same
         share = t.inter if t.nics_per_node == t.gpus_per_node else \
-            Link(f"{t.inter.name} x {t.nics_per_node}/{t.gpus_per_node}",
-                 t.inter.bandwidth * t.nics_per_node / t.gpus_per_node, t.inter.latency,
-                 f"one GPU's share of {t.nics_per_node} {t.inter.name} NICs per {t.gpus_per_node} GPUs")
+            replace(t.inter, name=f"{t.inter.name} x {t.nics_per_node}/{t.gpus_per_node}",
+                    bandwidth=t.inter.bandwidth * t.nics_per_node / t.gpus_per_node,
+                    source=f"one GPU's share of {t.nics_per_node} {t.inter.name} NICs per {t.gpus_per_node} GPUs")
         object.__setattr__(self, "nic_share", share)
         object.__setattr__(self, "_hash", hash((t, self.gpu_memory, self.peak_flops)))
 
@@ -103,6 +110,16 @@ class Hardware:
     @property
     def world(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    def describe(self) -> str:
+        """Two short lines for people: the topology's one line (plan.describe_topology), then the GPU."""
+        return (f"{describe_topology(self.topology)}\nGPUs of {self.gpu_memory / 1e9:g} GB, "
+                f"{self.peak_flops / 1e12:,.0f} TFLOP/s dense 16-bit")
+
+    def sources(self) -> dict[str, str]:
+        """Where the numbers come from: the topology's sources, and the GPU's datasheet when it is one of GPUS."""
+        gpu = next((k for k, g in GPUS.items() if (g.memory, g.peak_flops) == (self.gpu_memory, self.peak_flops)), None)
+        return {**topology_sources(self.topology), **({gpu.upper(): GPUS[gpu].source} if gpu else {})}
 
 
 def hardware(name: str, nodes, achievable: bool = False) -> Hardware:

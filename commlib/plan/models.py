@@ -31,6 +31,13 @@ class Model:
     kv_heads: int = 0     # 0: heads (multi-head attention)
     tied: bool = True     # one vocab x h matrix for the input embedding and the output layer (GPT); Llama has two
     name: str = field(default="", compare=False)
+    block: str = "gpt"    # "gpt": GeLU MLP, LayerNorm, dropout; "llama": SwiGLU MLP (ffn = 3f/2), RMSNorm, no dropout
+
+    @property
+    def mlp_width(self) -> int:
+        """The MLP's inner width f: ffn (or 4h) for GPT's GeLU MLP, 2 ffn / 3 for a SwiGLU MLP (three h x f)."""
+        ffn = self.ffn or 4 * self.hidden
+        return 2 * ffn // 3 if self.block == "llama" else ffn
 
     def __post_init__(self):
         for attr, (low, high) in LIMITS.items():
@@ -77,11 +84,12 @@ class Model:
 
 MODELS = {  # name: (shape, source)
     "gpt3_1.3b": Model(24, 2048, 24, 2048, 50257, name="GPT-3 XL 1.3B"),
-    "llama2_7b": Model(32, 4096, 32, 4096, 32000, ffn=11008 * 3 // 2, tied=False, name="Llama-2 7B"),
-    "llama2_13b": Model(40, 5120, 40, 4096, 32000, ffn=13824 * 3 // 2, tied=False, name="Llama-2 13B"),
+    "llama2_7b": Model(32, 4096, 32, 4096, 32000, ffn=11008 * 3 // 2, tied=False, name="Llama-2 7B", block="llama"),
+    "llama2_13b": Model(40, 5120, 40, 4096, 32000, ffn=13824 * 3 // 2, tied=False, name="Llama-2 13B",
+                        block="llama"),
     "gpt3_175b": Model(96, 12288, 96, 2048, 51200, name="GPT-3 175B"),
     "mixtral_8x7b": Model(32, 4096, 32, 4096, 32000, ffn=14336 * 3 // 2, experts=8, topk=2, kv_heads=8,
-                          tied=False, name="Mixtral 8x7B"),
+                          tied=False, name="Mixtral 8x7B", block="llama"),
 }
 SOURCES = {
     "gpt3_1.3b": "Brown et al. 2020, 'Language Models are Few-Shot Learners', table 2.1 (GPT-3 XL)",

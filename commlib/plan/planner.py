@@ -16,13 +16,13 @@ all-to-all limited by each GPU's NIC. The model's shape and published presets li
 
 from __future__ import annotations
 
-import functools
 import itertools
 from dataclasses import dataclass, field
 
 from commlib import _validate as check
 from commlib import cost
 from commlib.plan.context import cp_backward_bytes_per_rank, cp_bytes_per_rank, cp_layer_times  # noqa: F401
+from commlib.plan.divisors import divisors as _divisors
 from commlib.plan.hardware import GPUS, Hardware, collective_s, group_shape, group_topology, hardware, p2p_s  # noqa: F401
 from commlib.plan.models import MODELS, Model  # noqa: F401
 
@@ -43,10 +43,6 @@ def _num(name: str, value, low: float = 0.0, high: float = MAX_AMOUNT) -> float:
     return check.number(name, value, low, high=high)
 
 
-def _stage(value) -> int:
-    return check.choice("zero_stage", value, ZERO_STAGES)
-
-
 def _divides(name: str, n: int, by_name: str, by: int) -> None:
     if n % by:
         raise ValueError(f"{name} ({n}) must be divisible by {by_name}={by}")
@@ -56,7 +52,8 @@ def _divides(name: str, n: int, by_name: str, by: int) -> None:
 def model_state_breakdown(params, dp=1, zero_stage=0, param_bytes=2, grad_bytes=2, optimizer_bytes=12) -> dict:
     """Bytes per GPU of parameters, gradients and optimizer state. ZeRO stage 1 shards the optimizer state
     over the dp ranks, stage 2 also the gradients, stage 3 also the parameters (ZeRO paper, section 5)."""
-    p, n, zero_stage = _num("params", params), _int("dp", dp), _stage(zero_stage)
+    p, n = _num("params", params), _int("dp", dp)
+    zero_stage = check.choice("zero_stage", zero_stage, ZERO_STAGES)
     param_bytes, grad_bytes = _num("param_bytes", param_bytes), _num("grad_bytes", grad_bytes)
     optimizer_bytes = _num("optimizer_bytes", optimizer_bytes)
     return {"params": p * param_bytes / (n if zero_stage >= 3 else 1),
@@ -64,26 +61,64 @@ def model_state_breakdown(params, dp=1, zero_stage=0, param_bytes=2, grad_bytes=
             "optimizer": p * optimizer_bytes / (n if zero_stage >= 1 else 1)}
 
 
-def model_state_bytes(params, dp=1, zero_stage=0) -> float:
+def model_state_bytes(params, dp=1, zero_stage=0, grad_bytes=2) -> float:
     """Mixed-precision Adam, activations excluded (ZeRO paper, fig. 1): 16P; ZeRO-1 4P + 12P/N;
-    ZeRO-2 2P + 14P/N; ZeRO-3 16P/N (N = dp)."""
-    return sum(model_state_breakdown(params, dp, zero_stage).values())
+    ZeRO-2 2P + 14P/N; ZeRO-3 16P/N (N = dp). grad_bytes=4: Megatron-LM's default with --bf16, which keeps
+    and reduces fp32 main gradients unless --grad-reduce-in-bf16 (megatron/training/arguments.py): 18P,
+    its distributed optimizer (ZeRO-1) 6P + 12P/N (docs/user-guide/features/dist_optimizer.md)."""
+    return sum(model_state_breakdown(params, dp, zero_stage, grad_bytes=_num("grad_bytes", grad_bytes)).values())
 
 
-def activation_bytes_per_layer(seq, batch, hidden, heads, tp=1, sequence_parallel=False, recompute="none") -> float:
-    """Activations one transformer layer stores for backward, 16-bit, per GPU (Korthikanti et al. 2022, table 2):
-    sbh(10 + 24/t + 5as/(ht)); with SP sbh(34/t + 5as/(ht)); selective recomputation drops the 5as/h
-    attention term; full recomputation keeps only the layer input, 2sbh (2sbh/t with SP)."""
+BLOCKS = ("gpt", "llama")
+
+
+def activation_bytes_per_layer(seq, batch, hidden, heads, tp=1, sequence_parallel=False, recompute="none",
+                               block="gpt", ffn=0, kv_heads=0, topk=1) -> float:
+    """Activations one transformer layer stores for backward, 16-bit, per GPU, as sbh x (outside the TP region
+    + inside / t) + the attention scores (Korthikanti et al. 2022, section 4.1 and table 2). r = kv_heads/heads,
+    f = ffn (the MLP's inner width; 0: 4h), k = topk (MoE: each token's activations in k expert MLPs).
+      gpt    (GeLU MLP, LayerNorm, dropout): 10 + (4 + 4r + 4kf/h)/t + 5as/(ht); f = 4h, r = 1: sbh(10 + 24/t
+             + 5as/(ht)), the paper's. Outside: 2 LayerNorm inputs 4, QKV and MLP inputs 2 + 2, 2 dropout masks
+             1 + 1. Inside: Q 2, K 2r, V 2r, output projection input 2, GeLU input and output 2f/h each.
+             Scores: softmax output 2as/h, its dropout mask as/h and output 2as/h.
+      llama  (SwiGLU MLP, RMSNorm, no dropout): 8 + (4 + 4r + 8kf/h)/t + 2as/(ht). No masks; the SwiGLU
+             stores gate and up outputs, SiLU(gate) and their product, 2f/h each; scores: the softmax output.
+             Llama-2-7B (f = 11008 = 2.6875h, r = 1): sbh(8 + 29.5/t + 2as/(ht)); 37.5 sbh at t = 1.
+    With SP the outside part is split over t too; selective recomputation (or flash attention) drops the
+    scores; full recomputation keeps only the layer input, 2sbh (2sbh/t with SP)."""
     s, b, h, a, t = (_int(n, v) for n, v in (("seq", seq), ("batch", batch), ("hidden", hidden), ("heads", heads),
                                              ("tp", tp)))
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
+    if block not in BLOCKS:
+        raise ValueError(f"block must be one of {BLOCKS}, got {block!r}")
     _divides("heads", a, "tp", t)
+    f, k = (_int("ffn", ffn, 0) or 4 * h), _int("topk", topk)
+    r = (_int("kv_heads", kv_heads, 0) or a) / a
     sp = bool(sequence_parallel)
     if recompute == "full":
         return 2 * s * b * h / (t if sp else 1)
-    attention = 0.0 if recompute == "selective" else 5 * a * s / (h * t)
-    return s * b * h * ((34 / t if sp else 10 + 24 / t) + attention)
+    llama = block == "llama"
+    outside = 8.0 if llama else 10.0
+    inside = 4 + 4 * r + (8 if llama else 4) * k * f / h
+    scores = 0.0 if recompute == "selective" else (2 if llama else 5) * a * s / (h * t)
+    return s * b * h * ((outside + inside) / t if sp else outside + inside / t) + s * b * h * scores
+
+
+def model_activation_bytes_per_layer(model: Model, batch, tp=1, sequence_parallel=False, recompute="none",
+                                     seq=None) -> float:
+    """activation_bytes_per_layer for a models.Model's block, MLP width, KV heads and top-k; seq: the tokens a rank
+    holds (model.seq, or model.seq / cp under context parallelism)."""
+    return activation_bytes_per_layer(model.seq if seq is None else seq, batch, model.hidden, model.heads, tp, sequence_parallel, recompute,
+                                      model.block, model.mlp_width, model.kv_heads,
+                                      model.topk if model.experts else 1)
+
+
+def logits_bytes(seq, batch, vocab, tp=1) -> float:
+    """The fp32 logits the loss keeps for backward: 4 s b V bytes, split over t by the vocabulary-parallel
+    cross-entropy (Megatron-LM, megatron/core/tensor_parallel/cross_entropy.py)."""
+    s, b, v, t = (_int(n, x) for n, x in (("seq", seq), ("batch", batch), ("vocab", vocab), ("tp", tp)))
+    return 4 * s * b * v / t
 
 
 # ------------------------------------------------------------------------------- bytes per rank
@@ -92,7 +127,8 @@ def dp_bytes_per_rank(params, dp, zero_stage=0, grad_bytes=2, param_bytes=None) 
     DP all-reduce 2(N-1)/N P; ZeRO-1/2 reduce-scatter + all-gather, the same 2(N-1)/N P; ZeRO-3 adds an
     all-gather of the parameters for backward, 3(N-1)/N P. (P = params * bytes; param_bytes defaults to
     grad_bytes.)"""
-    p, n, zero_stage = _num("params", params), _int("dp", dp), _stage(zero_stage)
+    p, n = _num("params", params), _int("dp", dp)
+    zero_stage = check.choice("zero_stage", zero_stage, ZERO_STAGES)
     g = _num("grad_bytes", grad_bytes)
     w = g if param_bytes is None else _num("param_bytes", param_bytes)
     frac = (n - 1) / n
@@ -126,10 +162,14 @@ def ep_bytes_per_rank(tokens, hidden, topk, ep, act_bytes=2, imbalance=1.0) -> f
     return 2 * (1 + f) * t * k * h * _num("act_bytes", act_bytes) * (e - 1) / e
 
 
-def init_broadcast_bytes(nbytes, dp) -> float:
-    """What DDP's start-up broadcast of rank 0's parameters and buffers (nbytes) costs the busiest rank over a
-    binomial tree: ceil(lg dp) * nbytes (the root); every other rank receives nbytes once."""
-    return cost.bytes_sent_per_rank("broadcast", _num("nbytes", nbytes), _int("dp", dp), "tree")
+def init_broadcast_bytes(nbytes, dp, algorithm="tree") -> float:
+    """What DDP's start-up broadcast of rank 0's parameters and buffers (nbytes) costs the busiest rank.
+    "tree": a binomial tree, as commlib's live run on Gloo: ceil(lg dp) * nbytes (the root). "ring": NCCL's,
+    a chain (NCCL 2.30.7 src/graph/tuning.cc prices Broadcast with Ring only; src/device/broadcast.h): every
+    rank but the last forwards nbytes once. Every other rank receives nbytes once either way."""
+    if algorithm not in ("tree", "ring"):
+        raise ValueError(f"algorithm must be 'tree' or 'ring', got {algorithm!r}")
+    return cost.bytes_sent_per_rank("broadcast", _num("nbytes", nbytes), _int("dp", dp), algorithm)
 
 
 # ------------------------------------------------------------------------------------- pipeline
@@ -295,7 +335,8 @@ def estimate(model: Model, hw: Hardware, config: Config, global_batch: int,
     pipeline_bubble(pp, m). Data-parallel communication follows (DP_COLLECTIVES), less what
     dp_overlap hides: behind the last micro-batch's backward (2/3 of its compute) for a collective once per
     step, behind each micro-batch's compute for one per micro-batch (ZeRO-2/3). Memory: model states (ZeRO paper),
-    activations of the first stage's micro-batches in flight (Korthikanti et al.), ZeRO-3's gathered layers."""
+    activations (Korthikanti et al., per block type) of the first stage's micro-batches in flight or of the last
+    stage's with its fp32 logits, whichever is larger (one stage: both), ZeRO-3's gathered layers."""
     b = validate(model, hw, config, global_batch)
     check.instance("assume", assume, Assumptions, "a plan.Assumptions")
     return _estimate(model, hw, config, int(global_batch), assume, b)
@@ -311,12 +352,17 @@ def _estimate(model, hw, c, global_batch, a, b) -> Estimate:
     # memory: model states (expert parameters shard over ep, their ZeRO over dp/ep), activations, gathers
     dense, experts = model.dense_params / (t * p), model.expert_params / (t * p * c.ep)
     states = model_state_bytes(dense, d, c.zero_stage) + model_state_bytes(experts, d // c.ep, c.zero_stage)
-    act = layers * microbatches_in_flight(p, m, a.schedule) * \
-        activation_bytes_per_layer(s, b, h, model.heads, t, sp, a.recompute)
+    # the first stage holds the most micro-batches in flight, the last one also the fp32 logits: the larger
+    per_layer = model_activation_bytes_per_layer(model, b, t, sp, a.recompute, seq=s)
+    last_in_flight = m if a.schedule == "gpipe" else 1
+    first = layers * microbatches_in_flight(p, m, a.schedule) * per_layer
+    last = last_in_flight * (layers * per_layer + logits_bytes(s, b, model.vocab, t))
+    act, logits = (first, 0.0) if p > 1 and first >= last else \
+        (last_in_flight * layers * per_layer, last_in_flight * logits_bytes(s, b, model.vocab, t))
     layer_params = (model.params - model.embedding_params) / model.layers / t
     gathered = (2 if a.zero3_prefetch else 1) * 2 * layer_params if c.zero_stage == 3 else 0.0
-    memory = {"model_states": states, "activations": act, "zero3_gathered": gathered}
-    memory["total"] = states + act + gathered
+    memory = {"model_states": states, "activations": act, "logits": logits, "zero3_gathered": gathered}
+    memory["total"] = states + act + logits + gathered
     comp = step_flops(model, b * s, a.recompute) / (t * p) / (hw.peak_flops * a.mfu)  # one micro-batch, one stage
     # per micro-batch on one stage: TP (4 all-reduces, or AG + RS, of bsh per layer), EP, PP point-to-point
     bsh = b * s * h * ab
@@ -357,21 +403,6 @@ def _estimate(model, hw, c, global_batch, a, b) -> Estimate:
 
 
 # --------------------------------------------------------------------------------------- search
-@functools.lru_cache(maxsize=1024)
-def _divisors(n: int) -> list[int]:
-    """The divisors of n in increasing order, from its factors by trial division: O(sqrt n) at worst (a prime)."""
-    divs, f, rest = [1], 2, n
-    while f * f <= rest:
-        k = 0
-        while rest % f == 0:
-            rest, k = rest // f, k + 1
-        divs = [d * f**e for d in divs for e in range(k + 1)]
-        f += 1 if f == 2 else 2
-    if rest > 1:
-        divs = divs + [d * rest for d in divs]
-    return sorted(divs)
-
-
 def _search_args(model, hw, global_batch, assume, zero_stages, max_tp) -> tuple[int, tuple, int | None]:
     check.instance("model", model, Model, "a plan.Model")
     check.instance("hw", hw, Hardware, "a plan.Hardware (plan.hardware(name, nodes))")

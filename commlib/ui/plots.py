@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+import matplotlib.ticker
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from commlib.algorithms.trace import Event
@@ -96,19 +97,54 @@ def alpha_beta_fit(nbytes, seconds, alpha: float, beta: float, title: str = ""):
     return fig
 
 
+def _byte_label(n: float) -> str:
+    """4096 -> '4 KiB', 1 << 20 -> '1 MiB' (powers of two as people read them)."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n:g} B"
+
+
+def _byte_ticks(ax, values) -> None:
+    """Ticks at the sizes that were measured, labelled in KiB/MiB (not 2^k)."""
+    ax.set_xticks(list(values), [_byte_label(v) for v in values])
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+
+
 def measured_vs_predicted(curves: dict, ax=None):
-    """curves: name -> (nbytes list, measured seconds, predicted seconds). Solid: measured; dashed: model."""
-    if ax is None:
-        _, ax = plt.subplots(figsize=(7.5, 4))
+    """curves: name -> (nbytes list, measured seconds, predicted seconds). Solid: measured; dashed: model.
+    Without ax: one small panel per algorithm on shared axes (a dozen lines on one panel cannot be read),
+    -> the list of panels; with ax: every curve on it, -> [ax]."""
+    if ax is not None:
+        panels = [ax] * len(curves)
+    else:
+        cols = min(3, len(curves))
+        rows = -(-len(curves) // cols)
+        fig, grid = plt.subplots(rows, cols, figsize=(3.3 * cols, 2.5 * rows + 0.6), sharex=True, sharey=True,
+                                 squeeze=False)
+        panels = list(grid.flat)
+        for extra in panels[len(curves):]:
+            extra.set_visible(False)
     for i, (name, (n, measured, predicted)) in enumerate(curves.items()):
-        color = f"C{i}"
-        ax.loglog(n, [m * 1e6 for m in measured], "o-", color=color, ms=3, label=f"{name} measured")
-        ax.loglog(n, [m * 1e6 for m in predicted], "--", color=color, label=f"{name} model")
-    ax.set_xlabel("all_reduce size (bytes)")
-    ax.set_ylabel("time (µs)")
-    ax.legend(fontsize=7, ncol=2)
-    ax.set_title("measured (solid) vs α-β-γ model (dashed)")
-    return ax
+        p, color = panels[i], f"C{i}"
+        p.loglog(n, [m * 1e6 for m in measured], "o-", color=color, ms=3, label=f"{name} measured")
+        p.loglog(n, [m * 1e6 for m in predicted], "--", color=color, label=f"{name} model")
+        if ax is None:
+            p.set_title(name, fontsize=9.5)
+            p.grid(True, which="major", lw=0.3, alpha=0.5)
+    if ax is not None:
+        ax.set_xlabel("all_reduce size (bytes)")
+        ax.set_ylabel("time (µs)")
+        ax.legend(fontsize=7, ncol=2)
+        ax.set_title("measured (solid) vs α-β-γ model (dashed)")
+        return [ax]
+    for p in grid[-1]:
+        p.set_xlabel("all_reduce size (bytes)")
+    for p in grid[:, 0]:
+        p.set_ylabel("time (µs)")
+    fig.suptitle("measured (solid, dots) vs α-β-γ model (dashed), one panel per algorithm", fontsize=10)
+    fig.tight_layout()
+    return panels[:len(curves)]
 
 
 def comm_share(micro_batches, shares: dict, ax=None):
@@ -139,8 +175,12 @@ def precision_vs_world_size(world_sizes, results: dict, magnitude: float):
     err.set_title("mean relative error of the values kept")
     for ax in (lost, err):
         ax.set_xlabel("ranks p")
-    err.legend(fontsize=8)
-    fig.tight_layout()
+        ax.set_xticks(list(world_sizes), [str(p) for p in world_sizes])
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    # the legend below both panels, where it covers no line (strategies that agree draw one line)
+    handles, labels = err.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.09, 1, 1))
     return fig
 
 
@@ -205,9 +245,11 @@ def chunk_sweep(chunk_bytes, measured_s, predicted_s, total_bytes: int, ax=None)
     """Time to all-reduce the same total in chunks of each size: measured and modelled."""
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.4))
-    ax.loglog(chunk_bytes, [t * 1e3 for t in measured_s], "o-", base=2, label="measured")
-    ax.loglog(chunk_bytes, [t * 1e3 for t in predicted_s], "--", base=2, label="α-β model")
-    ax.set_xlabel("chunk size (bytes)")
+    ax.loglog(chunk_bytes, [t * 1e3 for t in measured_s], "o-", label="measured")
+    ax.loglog(chunk_bytes, [t * 1e3 for t in predicted_s], "--", label="α-β model")
+    _byte_ticks(ax, chunk_bytes)
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))  # 10, 100 ms: not 10^k
+    ax.set_xlabel("chunk size")
     ax.set_ylabel("ms for all of it")
     ax.set_title(f"all-reducing {total_bytes >> 20} MiB in chunks: latency x number of messages")
     ax.legend(fontsize=8)
@@ -220,9 +262,10 @@ def segment_sweep(segment_bytes, measured_s, predicted_s, nbytes: int, bus_facto
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.4))
     busbw = lambda ts: [nbytes / t * bus_factor / 1e9 for t in ts]  # noqa: E731
-    ax.semilogx(segment_bytes, busbw(measured_s), "o-", base=2, label="measured")
-    ax.semilogx(segment_bytes, busbw(predicted_s), "--", base=2, label="pipelined ring model")
-    ax.set_xlabel("segment size (bytes)")
+    ax.semilogx(segment_bytes, busbw(measured_s), "o-", label="measured")
+    ax.semilogx(segment_bytes, busbw(predicted_s), "--", label="pipelined ring model")
+    _byte_ticks(ax, segment_bytes)
+    ax.set_xlabel("segment size")
     ax.set_ylabel("busbw (GB/s)")
     ax.set_ylim(bottom=0)
     ax.set_title(f"one {nbytes >> 20} MiB all-reduce: smaller segments, lower bandwidth")
@@ -242,18 +285,22 @@ def topology_busbw(topology, op: str = "all_reduce", sizes=None, ax=None):
         _, ax = plt.subplots(figsize=(7, 3.6))
     for algorithm in topo.PAIRS[op]:
         ax.plot(sizes, [topo.breakdown(op, n, topology, algorithm)["busbw_GBps"] for n in sizes], label=algorithm)
+    ax.set_xscale("log")
     if topology.nodes > 1:
         nic = topology.inter.bandwidth / 1e9
-        ax.axhline(nic * topology.nics_per_node, ls="--", c="gray", lw=1)
-        ax.text(sizes[0], nic * topology.nics_per_node, f" {topology.nics_per_node} NICs", va="bottom", fontsize=8)
-        ax.axhline(nic, ls=":", c="gray", lw=1)
-        ax.text(sizes[0], nic, " one NIC", va="bottom", fontsize=8)
-    ax.set_xscale("log")
+        top = max(ax.get_ylim()[1], nic * topology.nics_per_node)
+        ax.set_ylim(0, top * 1.4)  # a band above every curve and label, inside the frame, for the legend
+        for level, ls, label in ((nic * topology.nics_per_node, "--", f"{topology.nics_per_node} NICs "),
+                                 (nic, ":", "one NIC ")):
+            ax.axhline(level, ls=ls, c="gray", lw=1)
+            ax.text(sizes[0], level, " " + label, va="bottom", fontsize=8, color="dimgray")  # small sizes: no curve
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("busbw (GB/s)")
-    ax.set_title(f"{op}: {topology.nodes} node(s) x {topology.gpus_per_node} GPUs, {topology.nics_per_node} NIC(s) "
-                 f"per node ({topology.intra.name} / {topology.inter.name})", fontsize=9.5)
-    ax.legend(fontsize=8)
+    nics = f"{topology.nics_per_node} NIC{'s' * (topology.nics_per_node > 1)}"
+    ax.set_title(f"{op}: {topology.nodes} node{'s' * (topology.nodes > 1)} x {topology.gpus_per_node} GPUs, {nics} "
+                 f"per node\n{topology.intra.label} inside, {topology.inter.label} per NIC",
+                 fontsize=9.5)
+    ax.legend(fontsize=8, loc="upper left", ncol=2)  # in the band above the curves and the ceilings' labels
     return ax
 
 

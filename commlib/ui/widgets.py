@@ -16,6 +16,38 @@ def _show(out: W.Output, fig) -> None:
     plt.close(fig)
 
 
+def _row(children) -> W.HBox:
+    """Controls side by side that wrap onto the next line where the page is narrow (never cut off, as a plain
+    HBox's are in a narrow column; sliders keep their track)."""
+    return W.HBox(children, layout=W.Layout(flex_flow="row wrap"))
+
+
+def html_table(head, rows, align: str | None = None) -> str:
+    """An HTML table whose columns stay apart and aligned: padded cells, text left, numbers right (align: one 'l'
+    or 'r' per column; default: the first column left, the others right). Cells are inserted as given (HTML)."""
+    align = align or "l" + "r" * (len(head) - 1)
+    if len(align) != len(head) or any(len(r) != len(head) for r in rows):
+        raise ValueError(f"every row needs {len(head)} cells, as head has, and align one letter per column")
+
+    def cell(tag, i, v):
+        side = "left" if align[i] == "l" else "right"
+        return f"<{tag} style='text-align:{side};padding:2px 14px 2px 0;white-space:nowrap'>{v}</{tag}>"
+
+    header = "".join(cell("th", i, h) for i, h in enumerate(head)) if any(head) else ""
+    body = "".join("<tr>" + "".join(cell("td", i, v) for i, v in enumerate(r)) + "</tr>" for r in rows)
+    return (f"<table style='border-collapse:collapse;margin:4px 0'>{'<tr>' + header + '</tr>' if header else ''}"
+            f"{body}</table>")
+
+
+def sources_fold(sources: dict, title: str = "sources") -> str:
+    """Sources behind a fold (<details>): closed, one line; open, one item per source."""
+    from html import escape
+
+    items = "".join(f"<li><b>{escape(k)}</b>: {escape(v)}</li>" for k, v in sources.items())
+    return (f"<details style='font-size:smaller;margin-top:4px'><summary>{title}</summary>"
+            f"<ul style='margin:2px 0'>{items}</ul></details>")
+
+
 def ring_stepper(events_by_rank, world_size: int) -> W.VBox:
     """Play / slider through a real ring all-reduce trace (one list of Events per rank), step by step."""
     states = trace.replay(events_by_rank, world_size)
@@ -30,7 +62,7 @@ def ring_stepper(events_by_rank, world_size: int) -> W.VBox:
 
     slider.observe(lambda change: show(change["new"]), names="value")
     show(0)
-    return W.VBox([W.HBox([play, slider]), out])
+    return W.VBox([_row([play, slider]), out])
 
 
 def format_breakdown(b: dict) -> str:
@@ -38,12 +70,13 @@ def format_breakdown(b: dict) -> str:
     def t(s):
         return f"{s * 1e3:.3f} ms" if s >= 1e-3 else f"{s * 1e6:.2f} µs"
 
-    rows = [("time", t(b["time_s"])), ("  latency term (messages × α)", t(b["latency_s"])),
-            ("  bandwidth term (bytes × β)", t(b["bandwidth_s"])), ("  reduction term (bytes × γ)", t(b["reduction_s"])),
+    term = "&nbsp;&nbsp;&nbsp;"
+    rows = [("<b>time</b>", f"<b>{t(b['time_s'])}</b>"), (f"{term}latency term (messages × α)", t(b["latency_s"])),
+            (f"{term}bandwidth term (bytes × β)", t(b["bandwidth_s"])),
+            (f"{term}reduction term (bytes × γ)", t(b["reduction_s"])),
             ("bottleneck", b["bottleneck"]), ("bytes sent by the busiest rank", f"{b['bytes_per_rank'] / 1e6:,.3f} MB"),
             ("algbw", f"{b['algbw_GBps']:.2f} GB/s"), ("busbw", f"{b['busbw_GBps']:.2f} GB/s")]
-    body = "".join(f"<tr><td style='text-align:left'>{k}</td><td style='text-align:right'>{v}</td></tr>" for k, v in rows)
-    return f"<table>{body}</table>"
+    return html_table(("", ""), rows)
 
 
 def cost_calculator(links: dict | None = None, gamma: float = 0.0) -> W.VBox:
@@ -70,13 +103,14 @@ def cost_calculator(links: dict | None = None, gamma: float = 0.0) -> W.VBox:
         except ValueError as e:
             out.value = f"<b>{e}</b>"
             return
-        src = links[link.value].source
-        out.value = format_breakdown(b) + f"<p style='font-size:smaller'>{link.value}: {src}</p>"
+        chosen = links[link.value]
+        out.value = format_breakdown(b) + sources_fold({link.value: chosen.source} if chosen.source else {},
+                                                       f"source of {link.value}'s numbers")
 
     for w in (op, algorithm, link, p, size):
         w.observe(update, names="value")
     update()
-    return W.VBox([W.HBox([op, algorithm]), W.HBox([link, p]), size, out])
+    return W.VBox([_row([op, algorithm]), _row([link, p]), size, out])
 
 
 def reduction_explorer(numel: int = 4096) -> W.VBox:
@@ -100,7 +134,7 @@ def reduction_explorer(numel: int = 4096) -> W.VBox:
     for w in (p, mag, strategy):
         w.observe(update, names="value")
     update()
-    return W.VBox([W.HBox([p, mag]), strategy, out])
+    return W.VBox([_row([p, mag]), strategy, out])
 
 
 def overlap_explorer() -> W.VBox:
@@ -109,10 +143,14 @@ def overlap_explorer() -> W.VBox:
 
     params = W.FloatLogSlider(value=1e9, base=10, min=7, max=11, step=0.25, description="parameters", readout_format=".2g")
     layers = W.IntSlider(value=24, min=1, max=96, description="layers")
-    backward = W.FloatSlider(value=300, min=10, max=2000, step=10, description="backward ms")
+    backward = W.FloatSlider(value=300, min=10, max=2000, step=10, description="backward ms",
+                             style={"description_width": "initial"})  # the whole label, not "backward ..."
     link = W.Dropdown(options=list(cost.LINKS), value="ib_ndr", description="link")
     p = W.IntSlider(value=16, min=2, max=512, description="ranks p")
-    cap = W.FloatLogSlider(value=25, base=2, min=-2, max=12, step=0.5, description="bucket MiB")
+    # powers of two and DDP's default, 25 MiB (torch.nn.parallel.DistributedDataParallel's bucket_cap_mb), where
+    # the slider starts (a log slider's steps would round 25 to 22.6)
+    caps = sorted({2.0 ** k for k in range(-2, 13)} | {25.0})
+    cap = W.SelectionSlider(options=[(f"{c:g}", c) for c in caps], value=25.0, description="bucket MiB")
     grad_bytes = W.Dropdown(options=[("fp32 (4 B)", 4), ("bf16/fp16 (2 B)", 2)], value=4, description="gradients")
     text, out = W.HTML(), W.Output()
 
@@ -133,12 +171,13 @@ def overlap_explorer() -> W.VBox:
     for w in (params, layers, backward, link, p, cap, grad_bytes):
         w.observe(update, names="value")
     update()
-    return W.VBox([W.HBox([params, layers, backward]), W.HBox([link, p, grad_bytes]), cap, text, out])
+    return W.VBox([_row([params, layers, backward]), _row([link, p, grad_bytes]), cap, text, out])
 
 
 def topology_calculator(nbytes: float = 1e9) -> W.VBox:
     """Pick a node type (or your own nodes, GPUs, links and NICs) and an op; see time and busbw per algorithm."""
     from commlib import cost
+    from commlib import plan
     from commlib import topology as topo
 
     links = {name: link for name, link in cost.LINKS.items()}
@@ -146,8 +185,8 @@ def topology_calculator(nbytes: float = 1e9) -> W.VBox:
     node = W.Dropdown(options=["custom", *topo.PRESETS], value="dgx_h100", description="node")
     achievable = W.Checkbox(value=True, description="NCCL's achievable speeds")
     nodes = W.IntSlider(value=2, min=1, max=64, description="nodes")
-    gpus = W.IntSlider(value=8, min=1, max=16, description="GPUs/node")
-    nics = W.IntSlider(value=8, min=1, max=16, description="NICs/node")
+    gpus = W.IntSlider(value=8, min=1, max=72, description="GPUs/node")
+    nics = W.IntSlider(value=8, min=1, max=72, description="NICs/node")
     intra = W.Dropdown(options=list(links), value="nvlink4", description="intra")
     inter = W.Dropdown(options=list(links), value="ib_ndr", description="NIC")
     op = W.Dropdown(options=list(topo.PAIRS), value="all_reduce", description="op")
@@ -165,7 +204,8 @@ def topology_calculator(nbytes: float = 1e9) -> W.VBox:
             w.disabled = node.value != "custom"
         if node.value != "custom":  # show the preset's node, so that "custom" starts from it
             suffix = " (achievable)" if achievable.value else ""
-            wanted = ((gpus, 8), (nics, 8), (intra, topo.PRESETS[node.value][0] + suffix),
+            g = topo.preset_gpus(node.value)
+            wanted = ((gpus, g), (nics, g), (intra, topo.PRESETS[node.value][0] + suffix),
                       (inter, topo.PRESETS[node.value][1] + suffix))
             if any(w.value != v for w, v in wanted):
                 for w, v in wanted:
@@ -177,20 +217,17 @@ def topology_calculator(nbytes: float = 1e9) -> W.VBox:
         for algorithm in topo.PAIRS[op.value]:
             b = topo.breakdown(op.value, size.value, t, algorithm)
             mb = {k: f"{v / 1e6:,.1f}" for k, v in b["bytes_per_rank"].items()}
-            rows.append(f"<tr><td>{algorithm}</td><td>{b['time_s'] * 1e3:,.3f} ms</td><td>{b['busbw_GBps']:,.1f}</td>"
-                        f"<td>{mb['intra']}</td><td>{mb['inter']}</td><td>{b['bottleneck']}</td></tr>")
-        head = ("<tr><th>algorithm</th><th>time</th><th>busbw GB/s</th><th>MB/rank intra</th><th>MB/rank inter</th>"
-                "<th>bottleneck</th></tr>")
-        note = topo.PRESETS[node.value][2] if node.value in topo.PRESETS else "your own node"
-        text.value = (f"<table>{head}{''.join(rows)}</table><p style='font-size:smaller'>{t.world_size} GPUs; "
-                      f"{t.intra.name}: {t.intra.bandwidth / 1e9:g} GB/s, NIC {t.inter.name}: "
-                      f"{t.inter.bandwidth / 1e9:g} GB/s per direction. {note}</p>")
+            rows.append((algorithm, f"{b['time_s'] * 1e3:,.3f} ms", f"{b['busbw_GBps']:,.1f}", mb["intra"],
+                         mb["inter"], b["bottleneck"]))
+        head = ("algorithm", "time", "busbw GB/s", "MB/rank intra", "MB/rank inter", "bottleneck")
+        text.value = (f"<p><b>{plan.describe_topology(t)}</b></p>" + html_table(head, rows, "lrrrrl")
+                      + sources_fold(plan.topology_sources(t)))
         _show(out, plots.topology_busbw(t, op.value).figure)
 
     for w in (node, achievable, nodes, gpus, nics, intra, inter, op, size):
         w.observe(update, names="value")
     update()
-    return W.VBox([W.HBox([node, achievable, nodes]), W.HBox([gpus, nics, intra, inter]), W.HBox([op, size]),
+    return W.VBox([_row([node, achievable, nodes]), _row([gpus, nics, intra, inter]), _row([op, size]),
                    text, out])
 
 
@@ -221,19 +258,18 @@ def format_estimate(e, hw) -> str:
                f"<b style='color:#c33'>does not fit</b>: {_gb(m['total'])} &gt; {_gb(hw.gpu_memory)} per GPU")
     head = (f"<p>{verdict}. dp {c.dp} x tp {c.tp} x pp {c.pp} = {c.dp * c.tp * c.pp} GPUs, ep {c.ep}, "
             f"{f'ZeRO-{c.zero_stage}' if c.zero_stage else 'no ZeRO'}, {c.microbatches} micro-batch(es).</p>")
-    rows = "".join(f"<tr><td>{k}</td><td style='text-align:right'>{_gb(m[k])}</td></tr>"
-                   for k in ("model_states", "activations", "zero3_gathered", "total"))
+    labels = {"model_states": "model states", "activations": "activations",
+              "zero3_gathered": "gathered ZeRO-3 layers", "total": "<b>total</b>"}
+    memory = html_table(("memory per GPU", ""), [(labels[k], _gb(m[k])) for k in labels])
     where = plan.groups(hw, c)
     exposed = {"dp": f"{_ms(t['dp_exposed'])} exposed of {_ms(t['dp'])}", "tp": "on the critical path",
                "ep": "on the critical path", "pp": "on the critical path"}
-    comm = "".join(f"<tr><td>{k}</td><td style='text-align:right'>{_gb(e.comm_bytes[k])}</td>"
-                   f"<td>{_where(*where[k][:1], *where[k][2:])}</td><td>{exposed[k] if e.comm_bytes[k] else '-'}"
-                   f"</td></tr>" for k in ("dp", "tp", "pp", "ep"))
+    comm = html_table(("traffic", "bytes per rank per step", "group", "overlap"),
+                      [(k, _gb(e.comm_bytes[k]), _where(*where[k][:1], *where[k][2:]),
+                        exposed[k] if e.comm_bytes[k] else "-") for k in ("dp", "tp", "pp", "ep")], "lrll")
     step = (f"<p><b>step {e.step_s:,.3f} s</b> = compute {_ms(t['compute'])} + TP {_ms(t['tp'])} + EP {_ms(t['ep'])}"
             f" + PP {_ms(t['pp'])} + bubble {_ms(t['bubble'])} + exposed DP {_ms(t['dp_exposed'])}</p>")
-    return (head + f"<table><tr><th>memory per GPU</th><th></th></tr>{rows}</table>"
-            "<table><tr><th>traffic</th><th>bytes per rank per step</th><th>group</th><th>overlap</th></tr>"
-            f"{comm}</table>" + step)
+    return head + memory + comm + step
 
 
 def planner(model: str = "llama2_7b", node: str = "dgx_h100", nodes: int = 2, global_batch: int = 64) -> W.VBox:
@@ -274,7 +310,7 @@ def planner(model: str = "llama2_7b", node: str = "dgx_h100", nodes: int = 2, gl
         hw = plan.hardware(machine.value, n_nodes.value, achievable=achievable.value)
         base = plan.MODELS.get(preset.value)
         kw = {k: w.value for k, w in shape.items()}
-        extra = {} if base is None else {"kv_heads": base.kv_heads, "tied": base.tied}
+        extra = {} if base is None else {"kv_heads": base.kv_heads, "tied": base.tied, "block": base.block}
         assume = plan.Assumptions(mfu=mfu.value, dp_overlap=hide.value, recompute=recompute.value)
         return plan.Model(**kw, **extra), hw, assume
 
@@ -286,8 +322,9 @@ def planner(model: str = "llama2_7b", node: str = "dgx_h100", nodes: int = 2, gl
             if hw.world % (tp.value * pp.value):
                 raise ValueError(f"tp*pp = {tp.value * pp.value} must divide the {hw.world} GPUs")
             c = plan.Config(hw.world // (tp.value * pp.value), tp.value, pp.value, ep.value, zero.value, micro.value)
-            out.value = format_estimate(plan.estimate(m, hw, c, batch.value, assume), hw) + \
-                f"<p style='font-size:smaller'>{m.params / 1e9:.2f}B parameters; {hw.world} GPUs: {hw.topology}</p>"
+            out.value = (format_estimate(plan.estimate(m, hw, c, batch.value, assume), hw)
+                         + f"<p>{m.params / 1e9:.2f}B parameters on {hw.describe().replace(chr(10), '<br>')}</p>"
+                         + sources_fold(hw.sources()))
         except (ValueError, TypeError) as err:
             out.value = f"<b>{err}</b>"
 
@@ -298,12 +335,11 @@ def planner(model: str = "llama2_7b", node: str = "dgx_h100", nodes: int = 2, gl
         except (ValueError, TypeError) as err:
             found.value = f"<b>{err}</b>"
             return
-        rows = "".join(f"<tr><td>{e.config.dp}</td><td>{e.config.tp}</td><td>{e.config.pp}</td><td>{e.config.ep}</td>"
-                       f"<td>{e.config.zero_stage}</td><td>{e.config.microbatches}</td><td>{e.step_s:,.3f} s</td>"
-                       f"<td>{_gb(e.memory['total'])}</td></tr>" for e in fits[:5])
-        found.value = (f"<p>{len(fits)} of {n} configurations fit; the fastest:</p><table><tr><th>dp</th><th>tp</th>"
-                       f"<th>pp</th><th>ep</th><th>ZeRO</th><th>micro-batches</th><th>step</th><th>memory</th></tr>"
-                       f"{rows}</table>" if fits else f"<p>none of {n} configurations fits.</p>")
+        rows = [(e.config.dp, e.config.tp, e.config.pp, e.config.ep, e.config.zero_stage, e.config.microbatches,
+                 f"{e.step_s:,.3f} s", _gb(e.memory["total"])) for e in fits[:5]]
+        head = ("dp", "tp", "pp", "ep", "ZeRO", "micro-batches", "step", "memory")
+        found.value = (f"<p>{len(fits)} of {n} configurations fit; the fastest:</p>" + html_table(head, rows, "r" * 8)
+                       if fits else f"<p>none of {n} configurations fits.</p>")
 
     preset.observe(fill, names="value")
     for w in (*shape.values(), machine, n_nodes, achievable, tp, pp, ep, zero, micro, batch, mfu, hide, recompute):
@@ -313,6 +349,6 @@ def planner(model: str = "llama2_7b", node: str = "dgx_h100", nodes: int = 2, gl
     search.on_click(best)
     fill()
     keys = list(shape)
-    return W.VBox([W.HBox([preset, *[shape[k] for k in keys[:3]]]), W.HBox([shape[k] for k in keys[3:]]),
-                   W.HBox([machine, n_nodes, achievable]), W.HBox([tp, pp, ep, micro, batch]), zero,
-                   W.HBox([mfu, hide, recompute]), out, W.HBox([search]), found])
+    return W.VBox([_row([preset, *[shape[k] for k in keys[:3]]]), _row([shape[k] for k in keys[3:]]),
+                   _row([machine, n_nodes, achievable]), _row([tp, pp, ep, micro, batch]), zero,
+                   _row([mfu, hide, recompute]), out, _row([search]), found])
