@@ -85,6 +85,16 @@ def test_every_printed_line_fits_the_column(path):
         f"printed lines longer than {COLUMN} characters: they break mid-word in JupyterLab and wrap in the book"
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_cells_carry_no_test_comments_and_name_the_source_chapter(path):
+    """Learners read every cell: nbval's markers live in cell tags (nbval-ignore-output), not in the code, and the
+    chapter the course grew from is "the source chapter" (chapter 0 introduces it), never "the seed"."""
+    nb = json.loads(path.read_text())
+    sources = [(cell["cell_type"], teaching._source(cell)) for cell in nb["cells"]]
+    assert [s.strip().splitlines()[0] for _, s in sources if "NBVAL" in s] == []
+    assert [s[:60] for kind, s in sources if kind == "markdown" and re.search(r"\b[Tt]he seed\b", s)] == []
+
+
 def test_the_checks_catch_what_they_look_for():
     md = lambda s: {"cell_type": "markdown", "source": s, "metadata": {}}  # noqa: E731
     code = lambda s, out="": {"cell_type": "code", "source": s, "metadata": {},  # noqa: E731
