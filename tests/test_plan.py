@@ -382,3 +382,11 @@ def test_gradient_accumulation_gives_ddps_all_reduce_no_more_cover():
         per_mb = e.times["compute"] / m
         assert e.times["dp"] > per_mb                     # so the cover matters
         assert e.times["dp_exposed"] == pytest.approx(e.times["dp"] - 2 / 3 * per_mb)
+
+
+def test_config_describe_is_the_chapters_short_form():
+    assert plan.Config(dp=16, zero_stage=1, microbatches=2).describe() == "dp=16 tp=1 pp=1 ZeRO-1 m=2"
+    assert plan.Config(dp=2, tp=2, pp=1, zero_stage=1, microbatches=8, cp=8).describe() == \
+        "dp=2 tp=2 cp=8 pp=1 ZeRO-1 m=8"
+    assert plan.Config(dp=8, tp=1, pp=2, ep=4, zero_stage=3, microbatches=4).describe() == \
+        "dp=8 tp=1 pp=2 ep=4 ZeRO-3 m=4"
