@@ -66,7 +66,8 @@ def draw() -> plt.Figure:
         ax.add_patch(FancyArrowPatch((x + 1.5, 4.0), (x + 1.5, 3.5), arrowstyle="-|>",
                                      mutation_scale=12, color=color, lw=1.2))
     ax.text(6.5, 0.7, "FP16 reductions (Ch. 4) halve the bytes, but partial sums can overflow at 65504: "
-            "accumulate in FP32, pre-divide, or use BF16.\nCh. 11 puts it all together on a real model and cluster.",
+            "accumulate in FP32, pre-divide, or use BF16.\nCh. 10: when communication never finishes (hangs, mismatches). "
+            "Ch. 11 puts it all together on a real model and cluster.",
             ha="center", va="center", fontsize=8.6, color="#333333")
     return fig
 

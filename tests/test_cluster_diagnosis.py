@@ -1,6 +1,7 @@
 """Failures carry a diagnosis: each kind produced on purpose in a live Cluster, with the right culprits,
 at world sizes 2-4 and culprits first, in the middle and last; with debug=True and without."""
 
+import os
 import sys
 import time
 
@@ -238,6 +239,17 @@ def test_torch_analyser_reads_the_dumps_written_for_it(tmp_path):
     assert sorted(back) == [0, 1, 2, 3] and flight_recorder.table(back) == flight_recorder.table(snaps)
     out = flight_recorder.torch_analyser(str(tmp_path))
     assert "Culprit rank 2" in out and "COLLECTIVE_TYPE_MISMATCH" in out
+
+
+def test_without_torch_log_drops_only_torch_s_log_lines(capfd):
+    torch_line = b"[rank1]:[E1203 17:05:54.540150514 ProcessGroupGloo.cpp:67] Rank 1 successfully reached\n"
+    bare_line = b"[W1203 17:05:54.560327313 socket.cpp:755] [c10d] a warning\n"
+    with flight_recorder.without_torch_log():
+        os.write(2, torch_line + b"a line of the learner's own\n" + bare_line)
+    err = capfd.readouterr().err
+    assert err == "a line of the learner's own\n"
+    os.write(2, torch_line)  # after the block, fd 2 is the real one again
+    assert capfd.readouterr().err == torch_line.decode()
 
 
 def test_replay_steps_mark_the_odd_and_the_missing_ranks():

@@ -458,3 +458,11 @@ def test_search_time_does_not_grow_with_the_global_batch():
     assert n_big > n_small > 0 and big and small
     with pytest.raises(ValueError, match="global_batch must be an int >= 1 and <= 1099511627776"):
         plan.search(LLAMA7B, HW2, 2**41)
+
+
+def test_config_describe_is_the_chapters_short_form():
+    assert plan.Config(dp=16, zero_stage=1, microbatches=2).describe() == "dp=16 tp=1 pp=1 ZeRO-1 m=2"
+    assert plan.Config(dp=2, tp=2, pp=1, zero_stage=1, microbatches=8, cp=8).describe() == \
+        "dp=2 tp=2 cp=8 pp=1 ZeRO-1 m=8"
+    assert plan.Config(dp=8, tp=1, pp=2, ep=4, zero_stage=3, microbatches=4).describe() == \
+        "dp=8 tp=1 pp=2 ep=4 ZeRO-3 m=4"

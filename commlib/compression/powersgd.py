@@ -12,19 +12,21 @@ compatible. Each rank keeps e = M - P^ (M^T P^)^T, what its share lost (Algorith
 (biases) and matrices that would not shrink by min_compression_rate are all-reduced as they are.
 
 Same as torch's powerSGD_hook (torch 2.13.0, torch/distributed/algorithms/ddp_comm_hooks/
-powerSGD_hook.py) with matching PowerSGDState settings, except (neither changes the applied update in
-exact arithmetic; tests/test_compression.py compares the two):
-- torch keeps e = (M) - (P^ Q_mean^T), this rank's input minus the averaged result (decompress: `input_tensor_cp
-  - input_tensor`), also for uncompressed tensors; the residuals' sum over ranks, and so every update, is the same;
-- torch orthogonalizes with QR (torch.linalg.qr) for r > 2; Gram-Schmidt here for every r (the same columns up to
-  sign, and P^ P^^T M does not depend on the sign);
-- torch draws the first Qs of a bucket grouped by shape; here in bucket order (the same Qs when no two matrices
-  of a bucket share a shape); its state is per bucket, and DDP rebuilds its buckets after the first iteration, so
-  PowerSGDState requires start_powerSGD_iter > 1 when use_error_feedback or warm_start is on (a ValueError;
-  torch 2.13 powerSGD_hook.py, PowerSGDState.__init__), not otherwise; the state here is kept per parameter,
-  so start_iter=0 works with both;
-- torch views a vector as an n x 1 matrix, which min_compression_rate >= 1 never compresses (the default 2 does
-  not); here vectors are never compressed, whatever the rate.
+powerSGD_hook.py) with matching PowerSGDState settings, except (neither changes the applied
+update in exact arithmetic; tests/test_compression.py compares the two):
+- torch keeps e = (M) - (P^ Q_mean^T), this rank's input minus the averaged result (decompress:
+  `input_tensor_cp - input_tensor`), also for uncompressed tensors; the residuals' sum over
+  ranks, and so every update, is the same;
+- torch orthogonalizes with QR (torch.linalg.qr) for r > 2; Gram-Schmidt here for every r (the
+  same columns up to sign, and P^ P^^T M does not depend on the sign);
+- torch draws the first Qs of a bucket grouped by shape; here in bucket order (the same Qs when
+  no two matrices of a bucket share a shape); its state is per bucket, and DDP rebuilds its
+  buckets after the first iteration, so PowerSGDState requires start_powerSGD_iter > 1 when
+  use_error_feedback or warm_start is on (a ValueError; torch 2.13 powerSGD_hook.py,
+  PowerSGDState.__init__), not otherwise; the state here is kept per parameter, so
+  start_iter=0 works with both;
+- torch views a vector as an n x 1 matrix, which min_compression_rate >= 1 never compresses (the
+  default 2 does not); here vectors are never compressed, whatever the rate.
 """
 
 import time

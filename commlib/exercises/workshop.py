@@ -123,7 +123,7 @@ def buckets(cluster: str, bucket_cap_mb: float | None = None,
         bucket_cap_mb = check.number("bucket_cap_mb", bucket_cap_mb, 0, strict=True, high=1e9, unit="MiB")
     e, hw = reference(cluster), hardware(cluster)
     if (e.config.tp, e.config.pp) != (1, 1):  # the model below is pure data parallelism (tests hold it)
-        raise ValueError(f"the reference configuration must be pure data parallelism, got {e.config}")
+        raise ValueError(f"the reference configuration must be pure data parallelism, got {e.config.describe()}")
     sizes = [n * grad_bytes for n in tensors()]
     back, total = backward_s(cluster), sum(sizes)
     compute, comm, out = [], [], []
@@ -297,7 +297,7 @@ def check_fits(answer, cluster: str) -> Verdict:
     if e.fits:
         return Verdict(True, f"per GPU {_memory(e)} <= {gpu / 1e9:.0f} GB; its step takes {e.step_s:.3f} s "
                              "(ws.ASSUME). "
-                             f"The fastest that fits (plan.search): {best.config}, {best.step_s:.3f} s.")
+                             f"The fastest that fits (plan.search): {best.config.describe()}, {best.step_s:.3f} s.")
     states = e.memory["model_states"]
     if states > gpu:
         what = ("this is DDP: every GPU holds all 16 bytes per parameter. " if c.zero_stage == 0 and c.tp * c.pp == 1

@@ -247,6 +247,11 @@ class Config:
     microbatches: int = 1
     cp: int = 1    # context parallel: the sequence split over cp ranks (ring attention), next to TP in the mesh
 
+    def describe(self) -> str:
+        """The form the chapters print: 'dp=16 tp=1 pp=1 ZeRO-1 m=2' (cp= and ep= only above 1)."""
+        cp, ep = (f" {k}={v}" if v > 1 else "" for k, v in (("cp", self.cp), ("ep", self.ep)))
+        return f"dp={self.dp} tp={self.tp}{cp} pp={self.pp}{ep} ZeRO-{self.zero_stage} m={self.microbatches}"
+
 
 def groups(hw: Hardware, config: Config) -> dict:
     """Where each kind of traffic runs: {kind: (ranks in a group, stride, nodes it spans, members per node)}
