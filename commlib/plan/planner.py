@@ -29,15 +29,13 @@ from commlib.plan.models import MODELS, Model  # noqa: F401
 STATE_BYTES = (2, 2, 12)   # ZeRO paper, mixed-precision Adam: fp16 params, fp16 grads, fp32 params+m+v (K = 12)
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
-ZERO_STAGES = (0, 1, 2, 3)
-MAX_AMOUNT = 1e30       # parameters, bytes: products of a few of these stay far from float's overflow
 MAX_GLOBAL_BATCH = 2**40  # the search enumerates divisors of the batch: bounded so it ends in seconds
 
 
 _int = check.count  # counts up to check.MAX_COUNT, plain ints on a fast path
 
 
-def _num(name: str, value, low: float = 0.0, high: float = MAX_AMOUNT) -> float:
+def _num(name: str, value, low: float = 0.0, high: float = check.MAX_BYTES) -> float:
     if type(value) in (int, float) and low <= value <= high:  # NaN fails the comparison
         return float(value)
     return check.number(name, value, low, high=high)
@@ -52,8 +50,7 @@ def _divides(name: str, n: int, by_name: str, by: int) -> None:
 def model_state_breakdown(params, dp=1, zero_stage=0, param_bytes=2, grad_bytes=2, optimizer_bytes=12) -> dict:
     """Bytes per GPU of parameters, gradients and optimizer state. ZeRO stage 1 shards the optimizer state
     over the dp ranks, stage 2 also the gradients, stage 3 also the parameters (ZeRO paper, section 5)."""
-    p, n = _num("params", params), _int("dp", dp)
-    zero_stage = check.choice("zero_stage", zero_stage, ZERO_STAGES)
+    p, n, zero_stage = _num("params", params), _int("dp", dp), check.choice("zero_stage", zero_stage, range(4))
     param_bytes, grad_bytes = _num("param_bytes", param_bytes), _num("grad_bytes", grad_bytes)
     optimizer_bytes = _num("optimizer_bytes", optimizer_bytes)
     return {"params": p * param_bytes / (n if zero_stage >= 3 else 1),
@@ -127,8 +124,7 @@ def dp_bytes_per_rank(params, dp, zero_stage=0, grad_bytes=2, param_bytes=None) 
     DP all-reduce 2(N-1)/N P; ZeRO-1/2 reduce-scatter + all-gather, the same 2(N-1)/N P; ZeRO-3 adds an
     all-gather of the parameters for backward, 3(N-1)/N P. (P = params * bytes; param_bytes defaults to
     grad_bytes.)"""
-    p, n = _num("params", params), _int("dp", dp)
-    zero_stage = check.choice("zero_stage", zero_stage, ZERO_STAGES)
+    p, n, zero_stage = _num("params", params), _int("dp", dp), check.choice("zero_stage", zero_stage, range(4))
     g = _num("grad_bytes", grad_bytes)
     w = g if param_bytes is None else _num("param_bytes", param_bytes)
     frac = (n - 1) / n
@@ -303,9 +299,9 @@ def mesh_collectives(units, dp, tp, layers=1, zero_stage=3, microbatches=1) -> d
 
 def validate(model: Model, hw: Hardware, config: Config, global_batch: int) -> int:
     """ValueError naming the parameter for a configuration that cannot run; -> the micro-batch size."""
-    check.instance("model", model, Model, "a plan.Model")
-    check.instance("hw", hw, Hardware, "a plan.Hardware (plan.hardware(name, nodes))")
-    c = check.instance("config", config, Config, "a plan.Config")
+    for name, value, kind in (("model", model, Model), ("hw", hw, Hardware), ("config", config, Config)):
+        check.instance(name, value, kind, f"a plan.{kind.__name__}")
+    c = config
     for name in ("dp", "tp", "pp", "ep", "microbatches", "cp"):
         _int(f"config.{name}", getattr(c, name))
     if c.dp * c.tp * c.pp * c.cp != hw.world:
@@ -324,9 +320,9 @@ def validate(model: Model, hw: Hardware, config: Config, global_batch: int) -> i
         if not model.experts:
             raise ValueError(f"ep={c.ep} needs a model with experts, got experts=0")
         _divides("experts", model.experts, "ep", c.ep)
-    check.choice("config.zero_stage", c.zero_stage, ZERO_STAGES)
-    global_batch = _int("global_batch", global_batch, high=MAX_GLOBAL_BATCH)
-    _divides("global_batch", global_batch, "dp*microbatches", c.dp * c.microbatches)
+    check.choice("config.zero_stage", c.zero_stage, range(4))
+    _divides("global_batch", _int("global_batch", global_batch, high=MAX_GLOBAL_BATCH), "dp*microbatches",
+             c.dp * c.microbatches)
     return global_batch // (c.dp * c.microbatches)
 
 
@@ -409,12 +405,11 @@ def _estimate(model, hw, c, global_batch, a, b) -> Estimate:
 
 # --------------------------------------------------------------------------------------- search
 def _search_args(model, hw, global_batch, assume, zero_stages, max_tp) -> tuple[int, tuple, int | None]:
-    check.instance("model", model, Model, "a plan.Model")
-    check.instance("hw", hw, Hardware, "a plan.Hardware (plan.hardware(name, nodes))")
-    check.instance("assume", assume, Assumptions, "a plan.Assumptions")
+    for name, value, kind in (("model", model, Model), ("hw", hw, Hardware), ("assume", assume, Assumptions)):
+        check.instance(name, value, kind, f"a plan.{kind.__name__}")
     global_batch = _int("global_batch", global_batch, high=MAX_GLOBAL_BATCH)
     stages = check.listed("zero_stages", zero_stages, "ZeRO stage")
-    stages = tuple(dict.fromkeys(check.choice(f"zero_stages[{i}]", z, ZERO_STAGES) for i, z in enumerate(stages)))
+    stages = tuple(dict.fromkeys(check.choice(f"zero_stages[{i}]", z, range(4)) for i, z in enumerate(stages)))
     max_tp = None if max_tp is None else _int("max_tp", max_tp)
     return global_batch, stages, max_tp
 
