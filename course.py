@@ -109,9 +109,14 @@ def run(cmd: list[str], stop: int = signal.SIGTERM, grace_s: float = 30.0, cwd: 
     return 128 + got[0] if got else code
 
 
+COMMANDS = ("lab", "test", "book")
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("lab", "test", "book"):
+    if not argv or argv[0] not in COMMANDS:
         print(__doc__)
+        said = f"unknown subcommand {argv[0]!r}" if argv else "no subcommand"
+        print(f"course.py: error: {said}; choose one of {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     ensure_env()
     if argv[0] == "lab":

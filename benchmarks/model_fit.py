@@ -29,6 +29,15 @@ def held_out_error(rows):
     return alpha, beta, statistics.median(errors), max(errors)
 
 
+def fit_line(p: int, alpha: float, beta: float, fitted: int) -> str:
+    """The fit, in words. beta <= 0 (the fit keeps beta >= 0) means the times did not grow with the size: the
+    sizes swept are all latency (or noise), and there is no bandwidth to report or to price with."""
+    if beta <= 0:
+        return (f"p={p} sendrecv fit on {fitted} sizes: alpha {alpha * 1e6:.1f} µs, beta = {beta:g} s/B: the times do "
+                "not grow with the size up to --max-bytes, so no bandwidth can be fitted (sweep larger sizes)")
+    return f"p={p} sendrecv fit on {fitted} sizes: alpha {alpha * 1e6:.1f} µs, {1 / beta / 1e9:.3f} GB/s"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--max-bytes", type=bench.parse_size, default=64 << 20)
@@ -47,8 +56,10 @@ def main() -> None:
             rows = bench.run_sweep(c, "sendrecv", "builtin", 1024, a.max_bytes, progress=False,
                                    iters=a.iters, warmup=2, repeats=a.repeats)
             alpha, beta, med, worst = held_out_error(rows)
-            print(f"p={p} sendrecv fit on {len(rows[::2])} sizes: alpha {alpha * 1e6:.1f} µs, {1 / beta / 1e9:.3f} GB/s; "
+            print(f"{fit_line(p, alpha, beta, len(rows[::2]))}; "
                   f"held-out {len(rows[1::2])} sizes: median error {med:.1%} (target <= 20%), worst {worst:.1%}")
+            if beta <= 0:
+                continue  # nothing to price the ring with
             ring = bench.run_sweep(c, "all_reduce", "ring", 1024, a.max_bytes, progress=False, iters=max(3, a.iters // 2),
                                    warmup=1, factor=4, repeats=a.repeats)
             link = cost.Link("fit", 1 / beta, alpha, "fit")

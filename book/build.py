@@ -15,6 +15,7 @@ import base64
 import hashlib
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -120,19 +121,37 @@ def stage(src: Path, solutions: bool = True) -> list[str]:
     return [p.stem for p in notebooks]
 
 
+def check_out(out) -> Path:
+    """The output folder, created if needed; RuntimeError in one line naming --out if it cannot be one."""
+    out = Path(out).expanduser().absolute()
+    if out.exists() and not out.is_dir():
+        raise RuntimeError(f"--out {out}: is a file; the book needs a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RuntimeError(f"--out {out}: cannot create that folder ({e.strerror or e})") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise RuntimeError(f"--out {out}: cannot write into that folder")
+    return out
+
+
 def build(out: Path = DEFAULT_OUT, solutions: bool = True, work: Path = WORK, strict: bool = False) -> Path:
     """Build the book into out/ (-> out/index.html); strict: Sphinx's warnings are errors (the tests build so).
-    Raises RuntimeError with Sphinx's output if it fails."""
+    Raises RuntimeError with Sphinx's output if it fails. Sphinx writes into work/book-html/ (MyST-NB puts its
+    jupyter_execute/ beside the folder it builds, so beside that one, not beside out), then out/ gets a copy."""
+    out = check_out(out)
     fetch_vendor()
     stage(Path(work) / "book-src", solutions)
-    out = Path(out)
+    html = Path(work).absolute() / "book-html" / "html"
     cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-c", str(BOOK), "-d", str(Path(work) / "book-doctrees"),
-           "--keep-going", "-T", "-q", *(["-W"] if strict else []), str(Path(work) / "book-src"), str(out)]
+           "--keep-going", "-T", "-q", *(["-W"] if strict else []), str(Path(work) / "book-src"), str(html)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"sphinx-build failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     if proc.stderr.strip():
         print(proc.stderr, file=sys.stderr, end="")  # Sphinx's warnings
+    if out.resolve() != html.resolve():
+        shutil.copytree(html, out, dirs_exist_ok=True)
     return out / "index.html"
 
 

@@ -20,9 +20,9 @@ import sys
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
-def _fail(message: str):
-    """Exit 2 with one line on stderr; under torchrun every rank exits, rank 0 alone says why."""
-    if os.environ.get("RANK", "0") == "0":
+def _fail(message: str, every_rank: bool = False):
+    """Exit 2 with one line on stderr; under torchrun every rank exits, rank 0 alone says why (every_rank: each)."""
+    if every_rank or os.environ.get("RANK", "0") == "0":
         print(f"python -m commlib: error: {message}", file=sys.stderr)
     raise SystemExit(2)
 
@@ -60,13 +60,43 @@ def _bench_problem(args) -> str | None:
         if any(k not in os.environ for k in TORCHRUN_VARS):
             return ("--world-size is needed outside torchrun (e.g. --world-size 4); "
                     "or launch with: torchrun --nproc-per-node=N -m commlib bench ...")
-        return None
+        local = os.environ.get("LOCAL_WORLD_SIZE", "1")
+        return _memory_problem(args, int(local) if local.isdigit() else 1)
     if not 1 <= args.world_size <= MAX_WORLD_SIZE:
         return f"--world-size must be an int in [1, {MAX_WORLD_SIZE}], got {args.world_size}"
+    problem = _memory_problem(args, args.world_size)
+    if problem:
+        return problem
     try:
         resolve_backend(args.backend, args.world_size)
     except ValueError as e:
         return f"--backend {args.backend}: {e}"
+    return None
+
+
+def _launcher_problem() -> str | None:
+    """RANK and WORLD_SIZE as torchrun sets them: ints, 0 <= RANK < WORLD_SIZE. Otherwise no rank 0 exists to
+    host the rendezvous store at MASTER_ADDR:MASTER_PORT, and this process would wait for it until the timeout."""
+    rank, world = os.environ["RANK"], os.environ["WORLD_SIZE"]
+    if not (rank.isdigit() and world.isdigit() and int(rank) < int(world)):
+        return (f"RANK={rank} WORLD_SIZE={world}: RANK must be an int in [0, WORLD_SIZE); without a rank 0 to host "
+                "the rendezvous at MASTER_ADDR:MASTER_PORT this process would wait for it (launch with torchrun)")
+    return None
+
+
+BUFFERS = 4  # a size's input, its pristine copy, the expected result and the output live at once on each rank
+
+
+def _memory_problem(args, ranks: int) -> str | None:
+    """--max-bytes that the ranks of this machine could not allocate, refused before anything starts."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # no sysconf (Windows): let the ranks find out
+        return None
+    need = BUFFERS * args.max_bytes * ranks
+    if need > memory:
+        return (f"--max-bytes {args.max_bytes} needs about {need / 1e9:.3g} GB ({BUFFERS} buffers of it on each of "
+                f"{ranks} ranks), more than this machine's {memory / 1e9:.3g} GB")
     return None
 
 
@@ -141,15 +171,24 @@ def main(argv: list[str] | None = None) -> int:
 
     kwargs = dict(op=args.op, algorithm=args.algorithm, min_bytes=args.min_bytes, max_bytes=args.max_bytes,
                   dtype=args.dtype, iters=args.iters, warmup=args.warmup, factor=args.factor, repeats=args.repeats)
+    if args.world_size is None and all(k in os.environ for k in TORCHRUN_VARS) and _launcher_problem():
+        _fail(_launcher_problem(), every_rank=True)  # there may be no rank 0 to say it
     problem = _bench_problem(args)  # before starting anything
     if problem:
         _fail(problem)
     if args.world_size is not None:
         import commlib as cl
 
-        with cl.Cluster(world_size=args.world_size, backend=args.backend, timeout=args.timeout) as c:
-            rows = c.run(bench.sweep, **kwargs)[0]
-            p, backend = c.world_size, c.backend
+        try:
+            with cl.Cluster(world_size=args.world_size, backend=args.backend, timeout=args.timeout) as c:
+                rows = c.run(bench.sweep, **kwargs)[0]
+                p, backend = c.world_size, c.backend
+        except cl.RankError as e:  # RankDied too: a rank raised or ended (out of memory, killed)
+            lines = (getattr(e, "remote_traceback", None) or str(e)).strip().splitlines()
+            _fail(f"rank {e.rank} failed: {lines[-1] if lines else type(e).__name__}")
+        except cl.ClusterTimeout:
+            _fail(f"--timeout {args.timeout:g}: the ranks did not start and finish the sweep within it "
+                  "(raise --timeout, or sweep fewer sizes)")
         rank = 0
     else:
         import torch.distributed as dist

@@ -10,13 +10,23 @@ from __future__ import annotations
 import math
 from numbers import Integral, Real
 
+# Upper bounds for the checkers' and models' parameters: far beyond any real job, small enough that every
+# formula stays finite (a world of 10**400 ranks overflows a float) and every enumeration short.
+MAX_RANKS = 2**24
+MAX_BYTES = 1e30
+MAX_COUNT = 2**53  # counts (layers, tokens, sizes): beyond a float's exact integers nothing here is sensible
+
+
+def _bound(x) -> str:
+    return str(x) if isinstance(x, int) and abs(x) < 10**15 else f"{x:g}"  # an int bound reads as an int
+
 
 def _bounds(low, high, strict_low: bool) -> str:
     parts = []
     if low is not None:
-        parts.append(f"{'>' if strict_low else '>='} {low:g}")
+        parts.append(f"{'>' if strict_low else '>='} {_bound(low)}")
     if high is not None:
-        parts.append(f"<= {high:g}")
+        parts.append(f"<= {_bound(high)}")
     return " " + " and ".join(parts) if parts else ""
 
 
@@ -36,19 +46,58 @@ def integer(name: str, value, low: int | None = None, high: int | None = None) -
     return int(value)
 
 
+def count(name: str, value, low: int = 1, high: int = MAX_COUNT) -> int:
+    """integer() bounded by MAX_COUNT, with a fast path for plain ints (the planner's search is hot)."""
+    if type(value) is int and low <= value <= high:
+        return value
+    return integer(name, value, low, high)
+
+
 def number(name: str, value, low: float | None = None, strict: bool = False, unit: str = "",
-           finite: bool = True) -> float:
-    """value as a float >= low (> low if strict), finite unless finite=False; NaN never passes."""
-    allowed = f"a {'finite ' if finite else ''}number{' of ' + unit if unit else ''}{_bounds(low, None, strict)}"
+           finite: bool = True, high: float | None = None) -> float:
+    """value as a float >= low (> low if strict) and <= high, finite unless finite=False; NaN never passes."""
+    allowed = f"a {'finite ' if finite else ''}number{' of ' + unit if unit else ''}{_bounds(low, high, strict)}"
     if isinstance(value, bool) or not isinstance(value, Real):
         raise TypeError(f"{name} must be {allowed}, got {type(value).__name__}")
     try:
         v = float(value)
     except OverflowError:  # a Python int beyond float's range
         v = math.inf if value > 0 else -math.inf
-    if math.isnan(v) or (finite and math.isinf(v)) or (low is not None and (v <= low if strict else v < low)):
+    if math.isnan(v) or (finite and math.isinf(v)) or (low is not None and (v <= low if strict else v < low)) \
+            or (high is not None and v > high):
         raise ValueError(f"{name} must be {allowed}, got {shown(value)}")
     return v
+
+
+def choice(name: str, value, allowed) -> object:
+    """value, as a plain str or int, if it is one of `allowed` (strs or ints; numpy ints count, bools do not).
+    Anything else, a str subclass whose __eq__ raises or an unhashable list included, is a ValueError."""
+    key = None
+    try:
+        if isinstance(value, str):
+            key = str.__str__(value)  # the plain string: no subclass __eq__ or __hash__ runs below
+        elif isinstance(value, Integral) and not isinstance(value, bool):
+            key = int(value)
+    except Exception:  # a hostile subclass
+        key = None
+    if key is None or key not in allowed:
+        raise ValueError(f"{name} must be one of {tuple(allowed)}, got {shown_safely(value)}")
+    return key
+
+
+def instance(name: str, value, kind: type, what: str = ""):
+    """value if it is a `kind`, else a TypeError naming the parameter and the type expected."""
+    if not isinstance(value, kind):
+        raise TypeError(f"{name} must be {what or 'a ' + kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def shown_safely(value) -> str:
+    """shown(value), or the name of its type when even repr() raises (a hostile object)."""
+    try:
+        return shown(value)
+    except Exception:
+        return f"a {type(value).__name__}"
 
 
 def listed(name: str, values, item: str = "entry") -> list:

@@ -53,8 +53,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from numbers import Integral, Real
+from numbers import Real
 
+from commlib import _validate as check
 from commlib import cost
 from commlib.cost import Link, Published
 from commlib.cost.links import nccl_latency
@@ -105,12 +106,12 @@ def _link(link, name: str) -> Link:
     return link
 
 
-def _count(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise TypeError(f"{name} must be an int >= 1, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value}")
-    return int(value)
+MAX_NODES, MAX_GPUS_PER_NODE, MAX_BYTES = 2**20, 2**12, 1e30  # beyond any machine; every float stays finite
+MAX_STEPS = 2**21  # world size x GPUs per node: what the exact enumerations (pairwise steps, per rank) may walk
+
+
+def _steps(t) -> None:
+    check.integer("topology's world_size x gpus_per_node", t.world_size * t.gpus_per_node, 1, MAX_STEPS)
 
 
 @dataclass(frozen=True)
@@ -126,16 +127,15 @@ class Topology:
     name: str = field(default="", compare=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "nodes", _count(self.nodes, "nodes"))
-        object.__setattr__(self, "gpus_per_node", _count(self.gpus_per_node, "gpus_per_node"))
-        object.__setattr__(self, "nics_per_node", _count(self.nics_per_node, "nics_per_node"))
+        for name, high in (("nodes", MAX_NODES), ("gpus_per_node", MAX_GPUS_PER_NODE), ("nics_per_node", 2**12)):
+            object.__setattr__(self, name, check.integer(name, getattr(self, name), 1, high))
         object.__setattr__(self, "intra", _link(self.intra, "intra"))
         object.__setattr__(self, "inter", _link(self.inter, "inter"))
 
     @classmethod
     def for_world_size(cls, world_size, gpus_per_node, intra, inter, nics_per_node=1) -> Topology:
         """The topology of world_size ranks in nodes of gpus_per_node (ValueError unless it divides)."""
-        p, g = _count(world_size, "world_size"), _count(gpus_per_node, "gpus_per_node")
+        p, g = check.integer("world_size", world_size, 1, 2**32), check.integer("gpus_per_node", gpus_per_node, 1)
         if p % g:
             raise ValueError(f"world_size ({p}) must be a multiple of gpus_per_node ({g})")
         return cls(p // g, g, intra, inter, nics_per_node)
@@ -198,8 +198,7 @@ def preset_gpus(name: str) -> int:
 def preset(name: str, nodes=1, achievable: bool = False) -> Topology:
     """A real node type, `nodes` of it. achievable=True prices NCCL's measured link speeds (ACHIEVABLE)
     instead of line rates."""
-    if name not in PRESETS:
-        raise ValueError(f"preset must be one of {tuple(PRESETS)}, got {name!r}")
+    name = check.choice("name", name, tuple(PRESETS))
     intra, inter, _ = PRESETS[name]
     if achievable:
         intra, inter = ACHIEVABLE[intra], ACHIEVABLE[inter]
@@ -213,13 +212,13 @@ PAIRS = {op: algorithms("nodes", op) for op in ("all_reduce", "reduce_scatter", 
 
 
 def _check(op: str, nbytes, topology: Topology, algorithm: str) -> float:
-    if op not in PAIRS:
-        raise ValueError(f"op must be one of {tuple(PAIRS)}, got {op!r}")
-    if algorithm not in PAIRS[op]:
-        raise ValueError(f"algorithm for {op} must be one of {PAIRS[op]}, got {algorithm!r}")
+    op = check.choice("op", op, tuple(PAIRS))
+    check.choice(f"algorithm for {op}", algorithm, PAIRS[op])
     if not isinstance(topology, Topology):
         raise TypeError(f"topology must be a Topology, got {type(topology).__name__}")
-    return cost.check_nbytes(nbytes)
+    if algorithm == "pairwise":
+        _steps(topology)
+    return check.number("nbytes", nbytes, low=0, unit="bytes", high=MAX_BYTES)
 
 
 def _pairwise_flows(t: Topology) -> list[tuple[bool, bool, int]]:
@@ -286,7 +285,7 @@ def breakdown(op: str, nbytes: float, topology: Topology, algorithm: str, gamma:
     -> time_s, latency_s, intra_s / inter_s (the time during which that link set the pace), reduction_s,
     algbw_GBps, busbw_GBps (nccl-tests factors), bytes_per_rank {'intra', 'inter'}, bottleneck."""
     n = _check(op, nbytes, topology, algorithm)
-    g_ = cost.check_gamma(gamma)
+    g_ = check.number("gamma", gamma, low=0, unit="seconds per byte", high=1.0)
     t = topology
     rounds = _rounds(op, n, t, algorithm) if t.world_size > 1 else []
     lat = _latency(op, t, algorithm, rounds) if rounds else 0.0
@@ -322,8 +321,7 @@ def collective_time(op: str, nbytes: float, topology: Topology, algorithm: str, 
 def best_algorithm(op: str, nbytes: float, topology: Topology, in_network: bool = False) -> tuple[str, float]:
     """-> (the fastest of the algorithms of `op`, its seconds). in_network (NVLS/SHARP) only if asked: it needs
     switches that reduce."""
-    if op not in PAIRS:
-        raise ValueError(f"op must be one of {tuple(PAIRS)}, got {op!r}")
+    op = check.choice("op", op, tuple(PAIRS))
     times = {a: collective_time(op, nbytes, topology, a) for a in PAIRS[op] if in_network or a != "in_network"}
     best = min(times, key=times.get)
     return best, times[best]
@@ -334,9 +332,8 @@ def share_after(share_before: float, before_s: float, after_s: float) -> float:
     compute = before_s (1 - s) / s, share = after_s / (compute + after_s)."""
     if isinstance(share_before, bool) or not isinstance(share_before, Real) or not 0 < share_before < 1:
         raise ValueError(f"share_before must be a number between 0 and 1 (exclusive), got {share_before!r}")
-    for name, value in (("before_s", before_s), ("after_s", after_s)):
-        if isinstance(value, bool) or not isinstance(value, Real) or not (math.isfinite(value) and value > 0):
-            raise ValueError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    before_s, after_s = (check.number(k, v, 0, strict=True, unit="seconds", high=MAX_BYTES)
+                         for k, v in (("before_s", before_s), ("after_s", after_s)))
     compute = before_s * (1 - share_before) / share_before
     return after_s / (compute + after_s)
 
@@ -368,7 +365,8 @@ def bytes_per_rank(op: str, nbytes: float, topology: Topology, algorithm: str) -
 def multi_ring_orders(nodes: int, gpus_per_node: int) -> list[list[int]]:
     """The g rings of multi_ring: ring c visits every node, entering at GPU c+1 and leaving from GPU c
     (so through NIC c mod k). Ring g-1 is the flat ring 0, 1, ..., p-1."""
-    g = gpus_per_node
+    nodes, g = check.integer("nodes", nodes, 1, MAX_NODES), check.integer("gpus_per_node", gpus_per_node, 1)
+    check.integer("nodes x gpus_per_node^2 (the rings' steps)", nodes * g * g, 1, MAX_STEPS)
     return [[m * g + (c + 1 + i) % g for m in range(nodes) for i in range(g)] for c in range(g)]
 
 
@@ -376,6 +374,8 @@ def bytes_by_rank(op: str, nbytes: float, topology: Topology, algorithm: str, it
     """Exact bytes each rank sends intra- and inter-node, for the algorithms commlib.algorithms runs
     (all_reduce flat_ring / multi_ring / hierarchical, all_to_all pairwise), uneven shards included."""
     n = _check(op, nbytes, topology, algorithm)
+    itemsize = check.integer("itemsize", itemsize, 1, 2**10)
+    _steps(topology)
     t, g, nodes, p = topology, topology.gpus_per_node, topology.nodes, topology.world_size
     numel = int(round(n / itemsize))
     out = [{"intra": 0.0, "inter": 0.0} for _ in range(p)]

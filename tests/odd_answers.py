@@ -7,6 +7,7 @@ arithmetic or comparisons (NaN, inf, 10**400, zero, negatives, empty).
 """
 
 import math
+from numbers import Real
 from decimal import Decimal
 from fractions import Fraction
 
@@ -27,6 +28,26 @@ class Hostile:
 
     def __getattr__(self, name):
         raise RuntimeError(f"hostile answer has no {name}")
+
+
+class HostileName(str):
+    """A name whose comparisons and hash raise (issue 24: it escaped five checkers)."""
+
+    def _boom(self, *_a, **_k):
+        raise RuntimeError("hostile name")
+
+    __eq__ = __ne__ = __hash__ = __lt__ = __contains__ = _boom
+
+
+class HostileReal(Real):
+    """A numbers.Real whose every attribute read raises, __class__ included (isinstance() reads it)."""
+
+    def __getattribute__(self, name):
+        raise RuntimeError(f"hostile number has no {name}")
+
+    __abs__ = __add__ = __ceil__ = __eq__ = __float__ = __floor__ = __floordiv__ = __le__ = __lt__ = __mod__ = \
+        __mul__ = __neg__ = __pos__ = __pow__ = __radd__ = __rfloordiv__ = __rmod__ = __rmul__ = __round__ = \
+        __rpow__ = __rtruediv__ = __truediv__ = __trunc__ = __hash__ = Hostile._boom
 
 
 _NUMBERS = [0, 1, -1, 22, 3.5, -0.0, 5e-324, 1e308, -1e308, 10**300, 10**400, -10**400,
@@ -58,7 +79,8 @@ def _odd_answers() -> list[tuple[str, object]]:
             ("numeric string", "10"), ("string", "ring"), ("empty string", ""), ("bytes", b"bf16"),
             ("names list", ["ring", "tree"]), ("names tuple", ("bf16",)), ("list", [1, 2]), ("empty list", []),
             ("dict", {"a": 1}), ("set", {1}), ("object", object()), ("builtin function", print), ("type", int),
-            ("lambda", lambda: 3), ("hostile", Hostile())]
+            ("lambda", lambda: 3), ("hostile", Hostile()), ("hostile str", HostileName("ring")),
+            ("hostile Real", HostileReal())]
     return out
 
 

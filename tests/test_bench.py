@@ -177,3 +177,24 @@ def test_cli_errors_under_torchrun_are_printed_by_rank_0_only(monkeypatch):
     for rank, lines in (("0", 1), ("1", 0)):
         code, out, err = bench_cli_in_process(monkeypatch, "--factor", "1", env=dict(env, RANK=rank))
         assert code == 2 and out == "" and len(err.splitlines()) == lines, (rank, err)
+
+
+# ------------------------------------------------------------------ faults and odd input (issue 24)
+def test_cli_refuses_a_size_the_machine_cannot_hold_before_starting():
+    proc = cli("--world-size", "2", "--min-bytes", "99999G", "--max-bytes", "99999G", timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "--max-bytes" in proc.stderr and "more than this machine" in proc.stderr
+
+
+def test_cli_timeout_is_one_line_naming_it():
+    proc = cli("--world-size", "2", "--timeout", "0.3", timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--timeout 0.3" in proc.stderr, proc.stderr
+
+
+def test_cli_with_a_rank_outside_the_world_says_so_instead_of_waiting():
+    """Before: RANK=1 WORLD_SIZE=1 waited silently for a rank 0 that does not exist."""
+    env = dict(os.environ, RANK="1", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="1")
+    proc = subprocess.run([sys.executable, "-m", "commlib", "bench"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "RANK=1 WORLD_SIZE=1: RANK must be an int in [0, WORLD_SIZE)" in proc.stderr

@@ -52,3 +52,13 @@ def test_benchmark_runs_quick_and_prints_its_table(script, tmp_path):
     if script == "zero_vs_fsdp2.py":  # the one correctness check the script makes: same parameters as FSDP2
         err = float(re.search(r"max \|difference\| = (\S+)", done.stdout).group(1))
         assert err < 1e-5
+
+
+def test_a_fit_without_bandwidth_is_reported_not_divided_by():
+    """Before: --max-bytes 64K fitted beta = 0 and 1 / beta raised ZeroDivisionError (issue 24, item 17)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import model_fit
+
+    line = model_fit.fit_line(2, 30e-6, 0.0, 4)
+    assert "no bandwidth can be fitted" in line and "alpha 30.0 µs" in line
+    assert "1.000 GB/s" in model_fit.fit_line(2, 30e-6, 1e-9, 4)

@@ -361,3 +361,41 @@ def test_the_ring_animation_is_in_the_book_and_steps(seen, site, browser):
         anim.screenshot(path=str(OUT / "ring_animation.png"))
     finally:
         page.close()
+
+
+# ------------------------------------------------------------------ --out (issue 24)
+@pytest.mark.parametrize("out", [ROOT / "README.md", Path("/proc/nope")])
+def test_an_out_that_cannot_be_a_folder_is_one_line_before_sphinx(out, monkeypatch, capsys):
+    """Before: a 45-line Sphinx crash report, and /tmp/sphinx-err-*.log left behind."""
+    import glob
+    import tempfile
+
+    monkeypatch.setattr(book, "fetch_vendor", lambda *a, **k: None)
+    monkeypatch.setattr(book, "stage", lambda *a, **k: [])
+    logs = set(glob.glob(f"{tempfile.gettempdir()}/sphinx-err-*.log"))
+    assert book.main(["--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--out {out}" in err, err
+    assert set(glob.glob(f"{tempfile.gettempdir()}/sphinx-err-*.log")) == logs
+
+
+def test_sphinx_builds_inside_the_work_folder_so_nothing_lands_beside_out(tmp_path, monkeypatch):
+    """MyST-NB writes jupyter_execute/ beside the folder Sphinx builds: that must not be beside --out."""
+    import subprocess
+
+    calls = []
+
+    def sphinx(cmd, **_):
+        calls.append(cmd)
+        Path(cmd[-1]).mkdir(parents=True, exist_ok=True)
+        (Path(cmd[-1]) / "index.html").write_text("<html></html>")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(book, "fetch_vendor", lambda *a, **k: None)
+    monkeypatch.setattr(book, "stage", lambda *a, **k: [])
+    monkeypatch.setattr(book.subprocess, "run", sphinx)
+    out, work = tmp_path / "site" / "book", tmp_path / "work"
+    assert book.build(out, work=work) == out / "index.html" and (out / "index.html").exists()
+    built = Path(calls[0][-1])
+    assert work in built.parents  # so its parent, where jupyter_execute/ goes, is inside work too
+    assert built.parent != out.parent

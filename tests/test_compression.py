@@ -59,16 +59,22 @@ def test_all_gather_bytes_grow_with_p_all_reduce_bytes_do_not():
     (lambda: cp.bytes_per_rank("powersgd", (8, 8), 4, rank=0), "rank must be an int >= 1"),
     (lambda: cp.bytes_per_rank("powersgd", (8, 16), 4, rank=9), "rank must be <= min(m, n) = 8"),
     (lambda: cp.bytes_per_rank("powersgd", (8, 8), 4), "needs rank="),
-    (lambda: cp.bytes_per_rank("topk", (8,), 4, fraction=0.0), "fraction must be a number in (0, 1]"),
-    (lambda: cp.bytes_per_rank("topk", (8,), 4, fraction=1.5), "fraction must be a number in (0, 1]"),
+    (lambda: cp.bytes_per_rank("topk", (8,), 4, fraction=0.0), "fraction must be a finite number > 0 and <= 1"),
+    (lambda: cp.bytes_per_rank("topk", (8,), 4, fraction=1.5), "fraction must be a finite number > 0 and <= 1"),
     (lambda: cp.bytes_per_rank("topk", (8,), 4, rank=2, fraction=0.5), "takes ('fraction',)"),
     (lambda: cp.bytes_per_rank("gzip", (8,), 4), "method must be one of"),
     (lambda: cp.bytes_per_rank("none", (8, -1), 4), "shape must be"),
     (lambda: cp.PowerSGDState(rank=0), "rank must be an int >= 1"),
-    (lambda: cp.TopKState(fraction=2), "fraction must be a number in (0, 1]"),
+    (lambda: cp.TopKState(fraction=2), "fraction must be a finite number > 0 and <= 1"),
     (lambda: cp.QuantState("int4"), "code must be one of"),
     (lambda: tradeoff.hook_for("gzip"), "method must be one of"),
     (lambda: cp.crossover_bandwidth("topk", (8,), 4, -1.0, "tcp100", fraction=0.5), "compress_s"),
+    (lambda: cp.comm_time("none", (8,), 4, "tcp100", compress_s=-1.0), "compress_s must be a finite number"),
+    (lambda: cp.comm_time("none", (8,), 4, "tcp100", compress_s=float("nan")), "compress_s must be"),
+    (lambda: cp.PowerSGDState(epsilon=float("nan")), "epsilon must be a finite number"),
+    (lambda: cp.PowerSGDState(seed=-1), "seed must be an int >= 0"),
+    (lambda: cp.bytes_per_rank("none", (8,), 10**400), "world_size must be an int >= 1 and <= 4294967296"),
+    (lambda: cp.QuantState(["int8"]), "code must be one of"),
 ])
 def test_bad_input_names_the_parameter(call, words):
     with pytest.raises(ValueError) as info:
@@ -371,3 +377,53 @@ def test_measured_crossover_is_where_the_model_says_when_times_follow_it():
     assert measured["none"]["bandwidth"] == model["none"] == 0.0
     slower = [{**r, "step_s": r["step_s"] + (1.0 if r["variant"] == "int8" else 0.0)} for r in rows]
     assert tradeoff.measured_crossovers(slower)["int8"]["bandwidth"] == 0.0
+
+
+# ------------------------------------------------------------------ non-finite gradients (issue 24)
+def test_quantize_keeps_the_scale_of_the_finite_values_and_marks_the_rest():
+    codes, scale = cp.quantize(torch.tensor([1.0, math.nan, -0.5, math.inf]), "int8")
+    assert scale.item() == pytest.approx(1 / 127)
+    assert codes.tolist() == [127, -128, -64, -128]  # -128: no finite value uses it
+    assert torch.isnan(cp.dequantize(codes, scale)).tolist() == [False, True, False, True]
+
+
+def nonfinite_means(method):
+    """Rank 0's bucket holds a NaN at 3, rank 1's an inf at 5: the hook's mean and a plain all-reduce's."""
+    torch.set_num_threads(1)
+    state, hook = tradeoff.hook_for(method, cp.HookComm("builtin"))
+    g = grads(dist.get_rank(), 0)
+    clean = g.clone()
+    g[3 if dist.get_rank() == 0 else 5] = math.nan if dist.get_rank() == 0 else math.inf
+    stand_ins = [torch.zeros(s) for s in SHAPES]
+    mean = hook(state, cp.Bucket(0, g.clone(), stand_ins, last=True)).wait().clone()
+    residual = state.residual(cp.Bucket(0, g, stand_ins, last=True))
+    plain = g.clone()
+    dist.all_reduce(plain)
+    state2, _ = tradeoff.hook_for(method, cp.HookComm("builtin"))   # the same buckets with 0 where rank 0/1 had them
+    clean[3 if dist.get_rank() == 0 else 5] = 0.0
+    zeroed = hook(state2, cp.Bucket(0, clean, stand_ins, last=True)).wait().clone()
+    return mean, plain, zeroed, residual
+
+
+@pytest.mark.parametrize("method", ["int8", "fp8"])
+def test_non_finite_gradients_stay_where_a_plain_all_reduce_puts_them(cluster4, method):
+    """AMP's GradScaler must still see the overflow, and only where it happened; no NaN in the residual."""
+    for mean, plain, zeroed, residual in cluster4.run(nonfinite_means, method):
+        assert torch.equal(torch.isfinite(mean), torch.isfinite(plain))  # non-finite at 3 and 5 only
+        assert not torch.isfinite(mean[[3, 5]]).any()
+        ok = torch.isfinite(plain)
+        assert torch.equal(mean[ok], zeroed[ok])  # the scale came from the finite values
+        assert torch.isfinite(residual).all()
+
+
+def empty_bucket(method, params):
+    state, hook = tradeoff.hook_for(method, cp.HookComm("builtin"), **params)
+    before = state.comm.bytes_sent
+    out = hook(state, cp.Bucket(0, torch.zeros(0), [torch.zeros(0)], last=True)).wait()
+    return out.numel(), state.comm.bytes_sent - before
+
+
+@pytest.mark.parametrize("method, params", [("topk", {"fraction": 0.1}), ("int8", {}), ("none", {})])
+def test_an_empty_bucket_gives_an_empty_mean(cluster4, method, params):
+    want = cp.bytes_per_rank(method, (0,), 4, **params)
+    assert cluster4.run(empty_bucket, method, params) == [(0, want)] * 4

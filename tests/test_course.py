@@ -68,6 +68,13 @@ def test_lab_as_root_says_why_it_allows_root(monkeypatch, capsys):
     assert len(out) == 1 and "root" in out[0] and "127.0.0.1" in out[0] and "token" in out[0]
 
 
+def test_an_unknown_subcommand_is_named(capsys):
+    assert course.main(["bogus"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown subcommand 'bogus'" in err and "lab, test, book" in err
+    assert course.main([]) == 2 and "no subcommand" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------ stopping course.py stops what it started
 STUB = """
 import os, subprocess, sys, time

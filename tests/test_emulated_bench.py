@@ -52,6 +52,18 @@ def test_bad_runs_are_named(cluster):
             eb.run(cluster, sizes=[1 << 20], gpus_per_node=g)
 
 
+@pytest.mark.parametrize("kwargs, words", [({"ratio": 0}, "ratio must be a finite number > 0"),
+                                           ({"ratio": float("inf")}, "ratio"),
+                                           ({"gpus_per_node": 0}, "gpus_per_node must be an int >= 1"),
+                                           ({"nics": (0,)}, "nics[0] must be an int >= 1"),
+                                           ({"repeats": 0}, "repeats must be an int >= 1"),
+                                           ({"latency": -1}, "latency must be")])
+def test_bad_parameters_are_named_before_anything_runs(cluster, kwargs, words):
+    with pytest.raises((ValueError, TypeError)) as info:
+        eb.run(cluster, sizes=[1 << 20], **kwargs)
+    assert words in str(info.value)
+
+
 def test_the_committed_report_fits_the_column():
     from commlib.bench import emulated
 

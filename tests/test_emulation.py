@@ -87,13 +87,19 @@ def test_rows_are_found_freed_and_bounded():
         n.add(0, 2, 8, 1, 0.0)
 
 
-@pytest.mark.parametrize("kwargs, words", [({"bandwidth": 0.0}, "bandwidth must be a finite number > 0"),
+@pytest.mark.parametrize("kwargs, words", [({"bandwidth": 0.0}, "bandwidth must be a finite number of bytes/s >= 1"),
                                            ({"bandwidth": float("nan")}, "bandwidth"),
-                                           ({"latency": -1.0}, "latency must be a finite number >= 0"),
+                                           ({"bandwidth": 1e-300}, "bandwidth"),
+                                           ({"bandwidth": 10**400}, r"bandwidth .* <= 1e\+15"),
+                                           ({"latency": -1.0}, "latency must be a finite number of seconds >= 0"),
+                                           ({"latency": 1e300}, "latency .* <= 3600"),
+                                           ({"latency": 10**400}, "latency"),
                                            ({"gpus_per_node": 0}, "gpus_per_node"),
+                                           ({"gpus_per_node": 10**400}, "gpus_per_node"),
                                            ({"nics_per_node": 1.5}, "nics_per_node")])
 def test_bad_networks_are_named(kwargs, words):
-    with pytest.raises(ValueError, match=words):
+    """Values the pacing arithmetic cannot carry (1e300 s, 1e-300 B/s, 10**400) are refused up front."""
+    with pytest.raises((ValueError, TypeError), match=words):
         em.FluidNetwork(**{"gpus_per_node": 2, "nics_per_node": 1, "bandwidth": B, **kwargs})
 
 
@@ -177,7 +183,7 @@ def paced_everything(bandwidth, latency, nics):
         paced = [(m.src, m.dst, m.nbytes) for m in net.log]
         if any(m.released < m.due for m in net.log):
             failures.append("released before due")
-        if os.path.exists(net.shared.path):
+        if net.shared.path is not None:
             failures.append(f"the shared table {net.shared.path} outlives the ranks' start")
     if alg.network() is not None:
         failures.append("NETWORK left set")
@@ -199,7 +205,7 @@ def test_every_inter_node_message_and_only_those_are_paced():
         assert "world size (4) must be a multiple of gpus_per_node (3)" in e["multiple"]
         assert "every rank must pass the same emulate() arguments" in e["differ"]
         assert "already active" in e["nested"]
-        assert "bandwidth must be a finite number > 0" in e["nan"]
+        assert "bandwidth must be a finite number of bytes/s >= 1" in e["nan"]
         assert e["left set"] is False
 
 
@@ -215,3 +221,67 @@ def emulate_errors():
                         "nan": lambda: topo.emulate(2, float("nan")).__enter__()}, (ValueError, RuntimeError))
     errors["left set"] = alg.network() is not None
     return errors
+
+
+# ------------------------------------------------------------------------ state left behind (issue 24)
+def die_during_setup(folder):
+    """Rank 1 dies while emulate() sets up (after rank 0 made the shared table, before everyone opened it)."""
+    em._shm_dir = lambda: folder  # where a named table would go
+    if dist.get_rank() == 1:
+        dist.broadcast_object_list = lambda *a, **k: os._exit(3)  # rank 0 has made the table by then
+    with topo.emulate(2, 1e9):
+        pass
+
+
+def test_a_rank_dying_during_setup_leaves_no_shared_table(tmp_path):
+    with cl.Cluster(world_size=4, timeout=20) as c:
+        with pytest.raises((cl.RankError, cl.ClusterTimeout)):
+            c.run(die_during_setup, str(tmp_path))
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_table_is_never_a_file_on_linux(tmp_path, monkeypatch):
+    if not hasattr(os, "memfd_create"):
+        pytest.skip("the named-file fallback (macOS) is swept instead")
+    monkeypatch.setattr(em, "_shm_dir", lambda: str(tmp_path))
+    fd, path = em._create_table()
+    try:
+        assert os.listdir(tmp_path) == [] and path.startswith("/proc/")
+        assert os.fstat(fd).st_size == em.SIZE
+    finally:
+        os.close(fd)
+
+
+def test_tables_of_dead_creators_are_swept(tmp_path):
+    dead = tmp_path / f"{em.PREFIX}999999999-x"  # beyond pid_max: no such process
+    alive = tmp_path / f"{em.PREFIX}{os.getpid()}-y"
+    dead.write_bytes(b"")
+    alive.write_bytes(b"")
+    em._sweep(str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == [alive.name]
+
+
+def enter_and_abandon():
+    cm = topo.emulate(2, 1e6)
+    cm.__enter__()
+    keep = sys.modules.setdefault("_abandoned_emulate", type(sys)("_abandoned_emulate"))
+    keep.cm = cm  # kept alive past the run: its finally never runs
+    return alg.network() is not None
+
+
+def after_abandoned():
+    t = torch.ones(1000)
+    alg.ring_all_reduce(t)  # at 1 MB/s this would take milliseconds per message if still paced
+    was_active = alg.network() is not None
+    with topo.emulate(2, 1e9) as net:
+        alg.ring_all_reduce(torch.ones(8))
+        paced = len(net.log)
+    return was_active, paced, alg.network() is None
+
+
+def test_an_abandoned_emulate_ends_with_its_run():
+    with cl.Cluster(world_size=4, timeout=60) as c:
+        assert c.run(enter_and_abandon) == [True] * 4
+        out = c.run(after_abandoned)
+    assert [(was_active, cleared) for was_active, _, cleared in out] == [(False, True)] * 4
+    assert sum(paced for _, paced, _ in out) > 0  # the next emulate() works

@@ -454,3 +454,45 @@ def test_function_checkers_name_what_went_wrong(cluster4):
     assert not v.ok and v.message.startswith("with equal shards, rank 1") and "died" in v.message
     assert "rank 0 returned a torch.float32 tensor on meta" in ex.ch1_ring_all_gather(cluster4, returns_meta).message
     assert "(12 values, shape (3, 4))" in ex.ch1_ring_all_gather(cluster4, returns_2d).message
+
+
+# ------------------------------------------------------------------ the checkers' own parameters (issue 24)
+ODD_PARAMETERS = [0, -1, 2.5, float("nan"), float("inf"), 1e300, 10**400, True, None, "x", [2], np.int64(0)]
+
+
+def _keyword_checkers():
+    import inspect
+
+    for name in dir(ex):
+        fn = getattr(ex, name)
+        if not (name.startswith("ch") and inspect.isfunction(fn)):
+            continue
+        params = inspect.signature(fn).parameters
+        if list(params)[:1] != ["answer"]:
+            continue
+        for p, prm in params.items():
+            if p != "answer" and prm.default is not inspect.Parameter.empty:
+                yield pytest.param(fn, p, id=f"{name}-{p}")
+
+
+@pytest.mark.parametrize("checker, parameter", list(_keyword_checkers()))
+def test_odd_parameters_give_a_verdict_or_name_the_parameter(checker, parameter):
+    """Before: OverflowError for world_size=10**400, ZeroDivisionError for compress_s=0, world_size=0,
+    act_bytes=0; ch6_overlapped_step(buckets=10**7) ran 50 s into a MemoryError."""
+    import signal
+
+    def too_slow(*_):
+        raise TimeoutError(f"{checker.__name__}({parameter}=...) ran past 20 s")
+
+    old = signal.signal(signal.SIGALRM, too_slow)
+    try:
+        for odd in ODD_PARAMETERS + [10**7]:
+            signal.alarm(20)
+            try:
+                assert isinstance(checker(1.0, **{parameter: odd}), ex.Verdict)
+            except (ValueError, TypeError) as e:
+                assert parameter in str(e), (parameter, odd, e)
+            finally:
+                signal.alarm(0)
+    finally:
+        signal.signal(signal.SIGALRM, old)

@@ -5,6 +5,8 @@ import sys
 import cloudpickle
 import pytest
 
+from test_algorithms import errors_of
+
 from commlib import plan
 from commlib.parallel import live, zero
 from commlib.parallel import pipeline as pl
@@ -26,7 +28,7 @@ def test_schedules_order_the_same_work():
             order = pl.schedule(kind, 4, 6, s)
             assert sorted(order) == sorted([("F", i) for i in range(6)] + [("B", i) for i in range(6)])
             assert all(order.index(("F", i)) < order.index(("B", i)) for i in range(6))
-    with pytest.raises(ValueError, match="schedule must be one of"):
+    with pytest.raises(ValueError, match="kind must be one of"):
         pl.schedule("zb", 2, 2, 0)
 
 
@@ -84,3 +86,46 @@ def test_ideal_stages_idle_for_the_bubble(kind, p, m):
     assert got["step_s"] == (m + p - 1) * 3.0                   # (m + p - 1)(t_f + t_b)
     assert got["bubble"] == pytest.approx(plan.pipeline_bubble(p, m, kind))
     assert [[(op, i) for op, i, *_ in evs] for evs in events] == [pl.schedule(kind, p, m, s) for s in range(p)]
+
+
+# ------------------------------------------------------------------ sizes that do not fit (issue 24)
+@pytest.mark.parametrize("call, words", [
+    (lambda: pl.schedule("1f1b", 0, 4, 0), "pp must be an int >= 1"),
+    (lambda: pl.schedule("1f1b", 4, 0, 0), "microbatches must be an int >= 1"),
+    (lambda: pl.schedule("1f1b", 4, 4, 9), "stage must be an int >= 0 and <= 3"),
+    (lambda: pl.schedule("1f1b", 4, 4, -1), "stage must be"),
+    (lambda: pl.schedule("gpipe", 2.0, 4, 0), "pp must be an int"),
+    (lambda: pl.simulate("1f1b", 4, 4, forward_s=float("nan")), "forward_s must be a finite number"),
+    (lambda: pl.simulate("1f1b", 4, 4, backward_s=-1.0), "backward_s must be"),
+    (lambda: pl.simulate("1f1b", 10**400, 4), "pp must be"),
+])
+def test_degenerate_schedules_are_named(call, words):
+    with pytest.raises((ValueError, TypeError)) as info:
+        call()
+    assert words in str(info.value)
+
+
+def live_sizes():
+    from commlib.parallel import live as lv  # by reference: the ranks import it
+    return errors_of({
+        "pp=8": lambda: lv.pipelined(8, "1f1b", 4),
+        "pp=3": lambda: lv.pipelined(3, "1f1b", 4),
+        "pp=0": lambda: lv.pipelined(0, "1f1b", 4),
+        "microbatches=0": lambda: lv.pipelined(2, "1f1b", 0),
+        "ep=8": lambda: lv.expert_parallel(8, 2),
+        "t=8": lambda: lv.tensor_parallel_block(8),
+        "steps=0": lambda: lv.sharded_training(1, steps=0),
+        "batch=10": lambda: lv.sharded_training(1, batch=10),
+    })
+
+
+def test_live_sizes_that_do_not_fit_the_world_are_named(cluster4):
+    """Before: pp=8 and ep=8 on 4 ranks returned errors of 0.02-0.10, t=8 shrank to 4, others raised
+    'chunk expects...', 'range() arg 3...', UnboundLocalError."""
+    want = {"pp=8": "pp must be an int >= 1 and <= 4", "pp=3": "pp must divide the world size (4)",
+            "pp=0": "pp must be an int >= 1", "microbatches=0": "microbatches must be an int >= 1",
+            "ep=8": "ep must be an int >= 1 and <= 4", "t=8": "t must be an int >= 1 and <= 4",
+            "steps=0": "steps must be an int >= 1", "batch=10": "batch must be divisible by the data-parallel size"}
+    for errors in cluster4.run(live_sizes):
+        for name, words in want.items():
+            assert errors[name] is not None and words in errors[name], (name, errors[name])

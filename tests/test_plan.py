@@ -278,8 +278,8 @@ def test_sizes_that_do_not_divide_are_named():
     (lambda: plan.activation_bytes_per_layer(8, 1, 64, 6, tp=4), r"heads (6) must be divisible by tp=4"),
     (lambda: plan.activation_bytes_per_layer(8, 1, 64, 4, recompute="some"), "recompute must be one of"),
     (lambda: plan.ep_bytes_per_rank(8, 8, 1, 2, imbalance=0.5), "imbalance must be a finite number >= 1"),
-    (lambda: plan.Assumptions(mfu=1.5), "mfu must be in (0, 1]"),
-    (lambda: plan.Assumptions(dp_overlap=-0.1), "dp_overlap must be in [0, 1]"),
+    (lambda: plan.Assumptions(mfu=1.5), "mfu must be a finite number > 0 and <= 1"),
+    (lambda: plan.Assumptions(dp_overlap=-0.1), "dp_overlap must be a finite number >= 0 and <= 1"),
     (lambda: plan.hardware("dgx_z", 1), "name must be one of"),
 ])
 def test_bad_inputs_are_named(call, words):
@@ -382,6 +382,82 @@ def test_gradient_accumulation_gives_ddps_all_reduce_no_more_cover():
         per_mb = e.times["compute"] / m
         assert e.times["dp"] > per_mb                     # so the cover matters
         assert e.times["dp_exposed"] == pytest.approx(e.times["dp"] - 2 / 3 * per_mb)
+
+
+# ------------------------------------------------------------------ degenerate input (issue 24)
+HW2 = plan.hardware("dgx_h100", 2)
+
+
+@pytest.mark.parametrize("call, exc, words", [
+    (lambda: plan.Assumptions(act_bytes=0), ValueError, "act_bytes must be a finite number of bytes a value > 0"),
+    (lambda: plan.Assumptions(mfu=True), TypeError, "mfu must be a finite number"),
+    (lambda: plan.Model(32, 4096, 32, 4096, kv_heads=5), ValueError, "kv_heads must divide heads (32)"),
+    (lambda: plan.Model(32, 4096, 32, 4096, experts=4, topk=5), ValueError, "topk must be <= experts (4)"),
+    (lambda: plan.Model(32, 0, 32, 4096), ValueError, "hidden must be an int >= 1"),
+    (lambda: plan.Model(0, 4096, 32, 4096), ValueError, "layers must be an int >= 1"),
+    (lambda: plan.search(LLAMA7B, HW2, 64, zero_stages=()), ValueError, "zero_stages must list at least one"),
+    (lambda: plan.search(LLAMA7B, HW2, 64, zero_stages=(4,)), ValueError, "zero_stages[0] must be one of"),
+    (lambda: plan.search(LLAMA7B, HW2, 64, max_tp=-1), ValueError, "max_tp must be an int >= 1"),
+    (lambda: plan.model_state_bytes(10**400), ValueError, "params must be a finite number"),
+    (lambda: plan.Hardware(2, 8, 10**400, 1e15), ValueError, "gpu_memory must be a finite number"),
+    (lambda: plan.hardware("dgx_h100", 10**400), ValueError, "nodes must be an int >= 1 and <= 131072"),
+    (lambda: plan.hardware("dgx_h100", 10**7), ValueError, "nodes must be an int >= 1 and <= 131072"),
+    (lambda: plan.collective_s("all_reduce", 1e9, 0, 1, HW2), ValueError, "size must be an int >= 1"),
+    (lambda: plan.estimate("llama", HW2, plan.Config(16), 64), TypeError, "model must be a plan.Model"),
+    (lambda: plan.estimate(LLAMA7B, "dgx_h100", plan.Config(16), 64), TypeError, "hw must be a plan.Hardware"),
+    (lambda: plan.estimate(LLAMA7B, HW2, (16, 1, 1), 64), TypeError, "config must be a plan.Config"),
+    (lambda: plan.estimate(LLAMA7B, HW2, plan.Config(16), 64, "fast"), TypeError, "assume must be a plan.Assumptions"),
+    (lambda: plan.estimate(LLAMA7B, HW2, plan.Config(16, microbatches=0), 64), ValueError, "config.microbatches"),
+    (lambda: plan.step_flops("llama", 100), TypeError, "model must be a plan.Model"),
+])
+def test_degenerate_plans_are_named(call, exc, words):
+    """Before: ZeroDivisionError, OverflowError, AttributeError, or a plan of nonsense."""
+    with pytest.raises(exc) as info:
+        call()
+    assert words in str(info.value)
+
+
+def test_divisors_are_every_divisor_in_order():
+    import signal
+
+    from commlib.plan.divisors import divisors as _divisors
+
+    for n in list(range(1, 400)) + [720720]:
+        assert _divisors(n) == [k for k in range(1, n + 1) if n % k == 0]
+
+    def hung(*_):
+        raise TimeoutError("_divisors ran past 30 s: not O(sqrt n)")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(30)
+    try:
+        assert _divisors(2**34) == [2**k for k in range(35)] and len(_divisors(3**20)) == 21
+        big = _divisors(2**40 - 87)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert big == sorted(set(big)) and all((2**40 - 87) % d == 0 for d in big) and big[-1] == 2**40 - 87
+
+
+def test_search_time_does_not_grow_with_the_global_batch():
+    """Before: 2^24 took 9 s and 2^34 did not finish (divisors enumerated one by one). A generous bound: a hang,
+    not a timing."""
+    import signal
+
+    def hung(*_):
+        raise TimeoutError("search ran past 60 s")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    try:
+        small, n_small = plan.search(LLAMA7B, HW2, 2**10)
+        big, n_big = plan.search(LLAMA7B, HW2, 2**34)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert n_big > n_small > 0 and big and small
+    with pytest.raises(ValueError, match="global_batch must be an int >= 1 and <= 1099511627776"):
+        plan.search(LLAMA7B, HW2, 2**41)
 
 
 def test_config_describe_is_the_chapters_short_form():

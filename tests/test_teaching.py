@@ -162,3 +162,24 @@ def test_bad_inputs_and_outputs_give_one_line_and_exit_2(tmp_path, case):
     assert words in stderr, stderr
     assert not (out.is_dir() and any(out.iterdir())), "nothing written when an input is bad"
     assert good.read_bytes() == NOTEBOOKS[0].read_bytes()
+
+
+@pytest.mark.parametrize("out_dir", ["", "  "])
+def test_an_empty_out_dir_is_refused_not_the_current_folder(out_dir, tmp_path, monkeypatch):
+    """Before: learner-copies "" wrote every notebook into the current folder."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(teaching.CopyError, match="OUT_DIR must name a folder"):
+        teaching.learner_copies(out_dir)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("nb, words", [({"nbformat": 4, "cells": 5}, '"cells" must be a list of cells, found int'),
+                                       ({"nbformat": 4, "cells": [{"cell_type": "x"}]}, "cell 0 must have cell_type"),
+                                       ({"nbformat": 3, "cells": []}, "found nbformat=3"),
+                                       ([1], "found a JSON list")])
+def test_malformed_notebooks_say_what_is_wrong(nb, words, tmp_path):
+    """Before: "cells": 5 said 'not an nbformat 4 notebook (found nbformat=4)'."""
+    path = tmp_path / "x.ipynb"
+    path.write_text(json.dumps(nb))
+    with pytest.raises(teaching.CopyError, match=words):
+        teaching.read_notebook(path)

@@ -269,7 +269,7 @@ def test_bad_calls_are_named():
     with pytest.raises(ValueError, match="multiple of gpus_per_node"):
         topo.Topology.for_world_size(12, 8, "nvlink3", "ib_hdr", 8)
     assert topo.Topology.for_world_size(np.int32(16), 8, "nvlink3", "ib_hdr", 8) == c
-    with pytest.raises(ValueError, match="preset must be one of"):
+    with pytest.raises(ValueError, match="name must be one of"):
         topo.preset("dgx_z100")
     with pytest.raises(ValueError, match="op must be one of"):
         topo.collective_time("scan", N, c, "flat_ring")
@@ -287,3 +287,23 @@ def test_bad_calls_are_named():
         topo.bytes_by_rank("all_to_all", 17, c, "pairwise")
     with pytest.raises(ValueError, match="bytes_by_rank covers"):
         topo.bytes_by_rank("all_gather", N, c, "hierarchical")
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: topo.bytes_by_rank("all_reduce", 4096, topo.preset("dgx_h100", 2), "multi_ring", itemsize=0),
+     "itemsize must be an int >= 1"),
+    (lambda: topo.Topology(10**400, 8, "nvlink4", "ib_ndr"), "nodes must be an int >= 1 and <= 1048576"),
+    (lambda: topo.collective_time("all_reduce", 1e9, topo.preset("dgx_h100", 2), "flat_ring", gamma=10**400),
+     "gamma must be"),
+    (lambda: topo.collective_time(["all_reduce"], 1e9, topo.preset("dgx_h100", 2), "flat_ring"), "op must be one of"),
+    (lambda: topo.collective_time("all_to_all", 1e9, topo.preset("dgx_h100", 2**15 + 1), "pairwise"),
+     "topology's world_size x gpus_per_node must be an int >= 1 and <= 2097152"),
+    (lambda: topo.multi_ring_orders(2**20 + 1, 1), "nodes must be an int >= 1 and <= 1048576"),
+    (lambda: topo.share_after(0.5, 10**400, 1.0), "before_s must be"),
+])
+def test_odd_sizes_are_named_not_overflowed_or_enumerated_for_minutes(call, words):
+    """Before: ZeroDivisionError (itemsize=0), OverflowError (10**400), TypeError: unhashable (op=[...]),
+    minutes of enumeration (a 2^19-GPU pairwise all-to-all)."""
+    with pytest.raises(ValueError) as info:
+        call()
+    assert words in str(info.value)

@@ -264,3 +264,15 @@ def test_numpy_and_tensor_answers_are_numbers():
     assert "one of them, not an array of shape (2,)" in ws.check_best_bucket(np.array([25, 400]), TWO).message
     assert "Replace the None" in ws.check_fits(None, TWO).message
     assert "Replace the None" in ws.check_step_time(None, None, TWO).message
+
+
+@pytest.mark.parametrize("kwargs, words", [({"grad_bytes": 0}, "grad_bytes must be a finite number of bytes a value > 0"),
+                                           ({"grad_bytes": [1]}, "grad_bytes must be"),
+                                           ({"grad_bytes": float("nan")}, "grad_bytes"),
+                                           ({"bucket_cap_mb": 0}, "bucket_cap_mb must be"),
+                                           ({"bucket_cap_mb": -1.0}, "bucket_cap_mb must be")])
+def test_bucket_parameters_are_named_not_divided_by_or_replicated(kwargs, words):
+    """Before: step_s(grad_bytes=0) divided by zero; buckets(grad_bytes=[1]) built a 5.6 GB list."""
+    for fn in (ws.buckets, ws.step_s):
+        with pytest.raises((ValueError, TypeError), match=words):
+            fn(ONE, **kwargs)

@@ -12,8 +12,10 @@ Messages of one connection (sender, receiver) cross one after another, as over o
 message is delivered `latency` seconds after its last byte has crossed: latency + bytes / bandwidth
 alone, the alpha-beta model. Contention is not written into any algorithm: it comes out of this table.
 
-The mechanism: the sender enters each inter-node message in a table that all ranks share (a file in
-/dev/shm, memory-mapped, flock'ed), then posts the real send; the data crosses loopback at once. The
+The mechanism: the sender enters each inter-node message in a table that all ranks share (memory-mapped,
+flock'ed: on Linux an anonymous memfd of rank 0 that the others open through /proc, so no file exists that
+a crash could leave behind; elsewhere a file in the temp folder, unlinked once every rank has it open,
+and swept at the next start if its creator died before that), then posts the real send; the data crosses loopback at once. The
 receiver, once the data is there, sleeps until the table says the message would have been delivered;
 a sender that waits for its send sleeps until the last byte would have left its NIC (so no rank runs
 ahead of its NIC). Pacing the completions hides the real loopback transfer under the paced time, as
@@ -32,29 +34,35 @@ import fcntl
 import math
 import mmap
 import os
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from numbers import Integral, Real
 
 import numpy as np
+
+from commlib import _validate as check
 
 FREE, ACTIVE, DONE = 0.0, 1.0, 2.0
 STATE, SRC, DST, SEQ, NBYTES, LEFT, POSTED, CROSSED, TX, RX = range(10)  # the columns of a flow's row
 SLOTS = 1024  # flows in flight at once, all ranks together
+SIZE = (SLOTS + 1) * 10 * 8  # bytes of the shared table
+PREFIX = "commlib-network-"
+# What can be emulated: 1 byte/s to 1 PB/s, up to an hour of latency, 2^16 GPUs or NICs a node. Beyond these the
+# pacing arithmetic overflows or sleeps for ever (bandwidth=1e-300), so they are refused before any rank starts.
+BANDWIDTH = (1.0, 1e15)
+MAX_LATENCY = 3600.0
+MAX_PER_NODE = 2**16
 
 
 def _positive_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    return int(value)
+    return check.integer(name, value, 1, MAX_PER_NODE)
 
 
 def _rate(value, name: str, positive: bool) -> float:
-    ok = isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (positive and value == 0):
-        raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}")
-    return float(value)
+    if positive:
+        return check.number(name, value, BANDWIDTH[0], high=BANDWIDTH[1], unit="bytes/s")
+    return check.number(name, value, 0.0, high=MAX_LATENCY, unit="seconds")
 
 
 class FluidNetwork:
@@ -164,12 +172,15 @@ class FluidNetwork:
 
 
 class _SharedFile:
-    """A FluidNetwork whose table lives in a memory-mapped file every rank opens; flock serialises access."""
+    """A FluidNetwork whose table lives in a memory-mapped file every rank opens; flock serialises access.
+    fd: an open descriptor of it (rank 0's memfd), else path is opened. path: None once nothing names it."""
 
-    def __init__(self, path: str, **network):
+    def __init__(self, path: str | None, fd: int | None = None, **network):
         self.path = path
-        self.fd = os.open(path, os.O_RDWR)
-        self.map = mmap.mmap(self.fd, (SLOTS + 1) * 10 * 8)
+        self.fd = os.open(path, os.O_RDWR) if fd is None else fd
+        if fd is not None or path.startswith("/proc/"):
+            self.path = None  # anonymous: nothing on any file system to clean up
+        self.map = mmap.mmap(self.fd, SIZE)
         self.net = FluidNetwork(buffer=np.frombuffer(self.map, dtype=np.float64), **network)
 
     @contextlib.contextmanager
@@ -220,14 +231,31 @@ class Emulator:
         self.shared, self.rank, self.clock, self.sleep = shared, rank, clock, sleep
         self.gpus_per_node, self.nodes, self.nics_per_node = shared.net.g, nodes, nics_per_node
         self.bandwidth, self.latency = bandwidth, latency
+        self.owner = None  # the frame running emulate()'s with block: the emulation ends with it
+        self.closed = False
         self.sent: dict[int, int] = {}
         self.received: dict[int, int] = {}
         self.log: list[PacedMessage] = []
 
+    def active(self) -> bool:
+        """Whether the with block that entered emulate() is still running; an abandoned one is closed here."""
+        if not self.closed and self.owner is not None and not _running(self.owner):
+            self.close()
+        return not self.closed
+
+    def close(self) -> None:
+        from commlib.algorithms import p2p as alg  # the point-to-point layer reads alg.NETWORK
+
+        if alg.NETWORK is self:
+            alg.NETWORK = None
+        if not self.closed:
+            self.closed, self.owner = True, None
+            self.shared.close()
+
     def on_send(self, dst: int, nbytes: int):
         """Called before a send is posted: enters it in the network if it leaves the node -> a ticket for
-        complete() (None if it stays inside)."""
-        if not self.shared.net.crosses(self.rank, dst):
+        complete() (None if it stays inside, or if this emulation is no longer active)."""
+        if not self.active() or not self.shared.net.crosses(self.rank, dst):
             return None
         seq = self.sent.get(dst, 0)
         self.sent[dst] = seq + 1
@@ -237,7 +265,7 @@ class Emulator:
 
     def expect(self, src: int, nbytes: int):
         """Called when a receive is posted -> a ticket for complete(), or None if it stays inside the node."""
-        if not self.shared.net.crosses(src, self.rank):
+        if not self.active() or not self.shared.net.crosses(src, self.rank):
             return None
         seq = self.received.get(src, 0)
         self.received[src] = seq + 1
@@ -273,6 +301,64 @@ def _shm_dir() -> str:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # someone else's process: alive
+        pass
+    return True
+
+
+def _sweep(folder: str) -> None:
+    """Remove the tables of emulations whose creating rank died before unlinking them (named files only)."""
+    for name in os.listdir(folder):
+        pid = name[len(PREFIX):].split("-")[0]
+        if name.startswith(PREFIX) and pid.isdigit() and not _alive(int(pid)):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, name))
+
+
+def _create_table() -> tuple[int, str]:
+    """Rank 0: the shared table -> (its descriptor, the path the other ranks open). On Linux an anonymous
+    memfd, which no crash can leave behind (the other ranks open it through /proc while rank 0 lives);
+    elsewhere a named file, unlinked by emulate() once everyone has it open."""
+    if hasattr(os, "memfd_create") and os.path.isdir(f"/proc/{os.getpid()}/fd"):
+        fd = os.memfd_create(PREFIX.rstrip("-"), os.MFD_CLOEXEC)
+        os.ftruncate(fd, SIZE)
+        return fd, f"/proc/{os.getpid()}/fd/{fd}"
+    folder = _shm_dir()
+    _sweep(folder)
+    fd, path = tempfile.mkstemp(prefix=f"{PREFIX}{os.getpid()}-", dir=folder)
+    os.ftruncate(fd, SIZE)
+    return fd, path
+
+
+def _caller_frame():
+    """The frame that entered emulate()'s context (past contextlib's own frames)."""
+    f = sys._getframe(2)
+    while f is not None and f.f_code.co_filename == contextlib.__file__:
+        f = f.f_back
+    return f
+
+
+def _running(frame) -> bool:
+    f = sys._getframe(1)
+    while f is not None:
+        if f is frame:
+            return True
+        f = f.f_back
+    return False
+
+
+def _drop_stale(alg) -> None:
+    """An emulate() entered and never exited (its with block abandoned, its context manager kept alive) ends
+    with the function that entered it: it must not pace a later run, nor block the next emulate()."""
+    if alg.NETWORK is not None:
+        alg.NETWORK.active()
+
+
 @contextlib.contextmanager
 def emulate(gpus_per_node, bandwidth, latency=0.0, nics_per_node=1):
     """Inside every rank at once: groups of gpus_per_node consecutive ranks become nodes with nics_per_node
@@ -293,6 +379,7 @@ def emulate(gpus_per_node, bandwidth, latency=0.0, nics_per_node=1):
     p, r = dist.get_world_size(), dist.get_rank()
     if p % g:
         raise ValueError(f"the world size ({p}) must be a multiple of gpus_per_node ({g})")
+    _drop_stale(alg)
     if alg.NETWORK is not None:
         raise RuntimeError("emulate() is already active in this rank")
     mine = (g, k, bandwidth, latency)
@@ -301,20 +388,21 @@ def emulate(gpus_per_node, bandwidth, latency=0.0, nics_per_node=1):
     if any(args != everyone[0] for args in everyone):
         raise ValueError("every rank must pass the same emulate() arguments (gpus_per_node, nics_per_node, "
                          f"bandwidth, latency); they passed {dict(enumerate(everyone))} (rank: arguments)")
-    box = [None]
+    owner = _caller_frame()
+    box, fd = [None], None
     if r == 0:
-        fd, box[0] = tempfile.mkstemp(prefix="commlib-network-", dir=_shm_dir())
-        os.ftruncate(fd, (SLOTS + 1) * 10 * 8)
-        os.close(fd)
+        fd, box[0] = _create_table()
     dist.broadcast_object_list(box, src=0)
-    shared = _SharedFile(box[0], gpus_per_node=g, nics_per_node=k, bandwidth=bandwidth, latency=latency)
-    dist.barrier()
-    if r == 0:
-        os.unlink(box[0])  # every rank has it mapped; the memory goes when the last one closes
+    shared = _SharedFile(box[0], fd if r == 0 else None, gpus_per_node=g, nics_per_node=k, bandwidth=bandwidth,
+                         latency=latency)
+    dist.barrier()  # everyone has it open: rank 0 may go on (and, with a named file, unlink it)
+    if r == 0 and shared.path is not None:
+        os.unlink(shared.path)  # every rank has it mapped; the memory goes when the last one closes
+        shared.path = None
     em = Emulator(shared, r, p // g, k, bandwidth, latency)
+    em.owner = owner
     alg.NETWORK = em
     try:
         yield em
     finally:
-        alg.NETWORK = None
-        shared.close()
+        em.close()

@@ -27,6 +27,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from commlib import _validate as check
 from commlib import algorithms as alg
 from commlib import cost
 from commlib import topology as topo
@@ -121,7 +122,13 @@ def run(cluster, sizes=(4 << 20,), ratio: float = 8.0, latency: float = 1e-3, ni
         gpus_per_node: int = 2) -> dict:
     """Calibrate, emulate, time and price (module docstring) -> a JSON-ready dict: machine, intra link, gamma,
     NIC bandwidth, rows {nics, algorithm, op, nbytes, measured_s, model_s}, builtin all-reduce times, pacing."""
-    g, p = gpus_per_node, cluster.world_size
+    p = cluster.world_size
+    g = check.integer("gpus_per_node", gpus_per_node, 1, p)
+    ratio = check.number("ratio", ratio, 0, strict=True, high=1e6)
+    latency = check.number("latency", latency, 0, unit="seconds", high=60.0)
+    repeats = check.integer("repeats", repeats, 1, 1000)
+    nics = [check.integer(f"nics[{i}]", k, 1, g) for i, k in enumerate(check.listed("nics", nics, "NIC count"))]
+    sizes = [check.integer(f"sizes[{i}]", n, 1, 1 << 30) for i, n in enumerate(check.listed("sizes", sizes, "size"))]
     if p % g or p // g < 2 or p % 2:
         raise ValueError(f"the cluster's world size ({p}) must be even (calibration pairs ranks) and at least "
                          f"2 nodes of gpus_per_node ({g})")

@@ -17,8 +17,9 @@ uncompressed, as torch's powerSGD_hook does (_should_compress, torch 2.13.0).
 from __future__ import annotations
 
 import math
-from numbers import Integral, Real
+from numbers import Integral
 
+from commlib import _validate as check
 from commlib import cost
 
 METHODS = ("none", "fp16", "powersgd", "topk", "int8", "fp8")
@@ -27,49 +28,50 @@ PARAMS = {"none": (), "fp16": (), "powersgd": ("rank", "min_compression_rate"), 
 INDEX_BYTES = 4   # top-k sends int32 indices (a bucket holds fewer than 2^31 values)
 SCALE_BYTES = 4   # int8/fp8: one fp32 scale per bucket and rank
 MIN_COMPRESSION_RATE = 2.0  # torch's PowerSGDState default
+MAX_NUMEL = 2**53           # values in a bucket; each dimension of a shape at most this too
+MAX_WORLD = 2**32           # ranks
+MAX_SECONDS = 1e9           # compress_s
 
 
 # ------------------------------------------------------------------------------------ validation
 def check_method(method) -> str:
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    return method
+    return check.choice("method", method, METHODS)
 
 
 def check_rank(rank) -> int:
-    if isinstance(rank, bool) or not isinstance(rank, Integral) or rank < 1:
-        raise ValueError(f"rank must be an int >= 1, got {rank!r}")
-    return int(rank)
+    return check.integer("rank", rank, 1, MAX_NUMEL)
 
 
 def check_fraction(fraction) -> float:
-    if isinstance(fraction, bool) or not isinstance(fraction, Real) or not 0 < fraction <= 1:
-        raise ValueError(f"fraction must be a number in (0, 1], got {fraction!r}")
-    return float(fraction)
+    return check.number("fraction", fraction, 0, strict=True, high=1)
 
 
 def check_min_compression_rate(rate) -> float:
-    if isinstance(rate, bool) or not isinstance(rate, Real) or not (math.isfinite(rate) and rate > 0):
-        raise ValueError(f"min_compression_rate must be a number > 0, got {rate!r}")
-    return float(rate)
+    return check.number("min_compression_rate", rate, 0, strict=True, high=MAX_NUMEL)
 
 
 def _check_itemsize(itemsize) -> int:
-    if isinstance(itemsize, bool) or not isinstance(itemsize, Integral) or itemsize < 1:
-        raise ValueError(f"itemsize must be a number of bytes >= 1, got {itemsize!r}")
-    return int(itemsize)
+    return check.integer("itemsize", itemsize, 1, 64)
+
+
+def _check_world(world_size) -> int:
+    return check.integer("world_size", world_size, 1, MAX_WORLD)
+
+
+def _shape(s, shape) -> tuple[int, ...]:
+    s = (s,) if isinstance(s, Integral) and not isinstance(s, bool) else s
+    if not isinstance(s, (tuple, list)) or not all(isinstance(d, Integral) and not isinstance(d, bool)
+                                                   and 0 <= d <= MAX_NUMEL for d in s):
+        raise ValueError(f"shape must be a tuple of ints in [0, {MAX_NUMEL}], or a list of such tuples, "
+                         f"got {check.shown_safely(shape)}")
+    return tuple(int(d) for d in s)
 
 
 def _shapes(shape) -> list[tuple[int, ...]]:
     """One shape (a tuple of ints) or a bucket of them (a list of tuples) -> a list of shapes."""
-    shapes = list(shape) if isinstance(shape, list) else [shape]
-    out = []
-    for s in shapes:
-        s = (s,) if isinstance(s, Integral) else s
-        if not isinstance(s, (tuple, list)) or not all(isinstance(d, Integral) and not isinstance(d, bool)
-                                                       and d >= 0 for d in s):
-            raise ValueError(f"shape must be a tuple of ints >= 0, or a list of such tuples, got {shape!r}")
-        out.append(tuple(int(d) for d in s))
+    out = [_shape(s, shape) for s in (list(shape) if isinstance(shape, list) else [shape])]
+    if sum(math.prod(s) for s in out) > MAX_NUMEL:
+        raise ValueError(f"shape must hold at most {MAX_NUMEL} values, got {check.shown_safely(shape)}")
     return out
 
 
@@ -87,6 +89,7 @@ def _params(method: str, params: dict) -> dict:
 # ------------------------------------------------------------------------------------ methods
 def matrix_view(shape: tuple[int, ...]) -> tuple[int, int] | None:
     """PowerSGD's matrix for a parameter of this shape: (shape[0], the rest), as torch views it; None for vectors."""
+    shape = _shapes(shape)[0] if not isinstance(shape, list) else _shape(shape, shape)
     if len(shape) < 2:
         return None
     return shape[0], math.prod(shape[1:])
@@ -95,12 +98,15 @@ def matrix_view(shape: tuple[int, ...]) -> tuple[int, int] | None:
 def powersgd_compresses(m: int, n: int, rank: int, min_compression_rate: float = MIN_COMPRESSION_RATE) -> bool:
     """torch's _should_compress (powerSGD_hook.py, torch 2.13.0): r(m+n) * min_compression_rate < m n,
     with r = min(m, n, rank)."""
+    m, n = check.integer("m", m, 0, MAX_NUMEL), check.integer("n", n, 0, MAX_NUMEL)
+    rank, min_compression_rate = check_rank(rank), check_min_compression_rate(min_compression_rate)
     r = min(m, n, rank)
     return r * (m + n) * min_compression_rate < m * n
 
 
 def topk_count(numel: int, fraction: float) -> int:
     """k, the values top-k keeps of numel: round(fraction * numel), at least 1."""
+    numel, fraction = check.integer("numel", numel, 0, MAX_NUMEL), check_fraction(fraction)
     return max(1, round(fraction * numel)) if numel else 0
 
 
@@ -110,7 +116,7 @@ def collectives(method: str, shape, world_size: int, itemsize: int = 4, **params
     shape: one tensor's shape, or a list of shapes (the parameters of one bucket)."""
     method = check_method(method)
     params = _params(method, params)
-    p = cost.check_p(world_size)
+    p = _check_world(world_size)
     itemsize = _check_itemsize(itemsize)
     shapes = _shapes(shape)
     numel = sum(math.prod(s) for s in shapes)
@@ -143,7 +149,7 @@ def bytes_per_rank(method: str, shape, world_size: int, itemsize: int = 4, **par
     """Bytes one rank sends to reduce one bucket (the busiest rank, shards of equal size; module docstring).
     method: none | fp16 | powersgd (rank=, min_compression_rate=2) | topk (fraction=) | int8 | fp8.
     shape: a tensor's shape, or a list of shapes (a bucket; PowerSGD decides per matrix)."""
-    p = cost.check_p(world_size)
+    p = _check_world(world_size)
     return float(sum(cost.bytes_sent_per_rank(op, nbytes, p) for op, nbytes in
                      collectives(method, shape, p, itemsize, **params)))
 
@@ -153,6 +159,7 @@ def comm_time(method: str, shape, world_size: int, link, itemsize: int = 4, comp
               **params) -> float:
     """Seconds to reduce one bucket: compress_s (measured compression and decompression) plus the
     alpha-beta time of each collective the method calls (commlib.cost, ring algorithms)."""
+    compress_s = check.number("compress_s", compress_s, 0, unit="seconds", high=MAX_SECONDS)
     return compress_s + sum(cost.collective_time(op, nbytes, world_size, link)
                             for op, nbytes in collectives(method, shape, world_size, itemsize, **params))
 
@@ -166,10 +173,9 @@ def crossover_bandwidth(method: str, shape, world_size: int, compress_s: float, 
         compress_s + L_c + B_c / bw  =  L_0 + B_0 / bw   ->   bw* = (B_0 - B_c) / (compress_s + L_c - L_0)
 
     inf: compressing is faster on any link; 0.0: it is faster on no link slower than some bandwidth."""
-    if isinstance(compress_s, bool) or not isinstance(compress_s, Real) or not compress_s >= 0:
-        raise ValueError(f"compress_s must be seconds >= 0, got {compress_s!r}")
+    compress_s = check.number("compress_s", compress_s, 0, unit="seconds", high=MAX_SECONDS)
     link = cost.as_link(link)
-    p = cost.check_p(world_size)
+    p = _check_world(world_size)
 
     def latency_and_bytes(m, kw):
         parts = [cost.breakdown(op, nb, p, link) for op, nb in collectives(m, shape, p, itemsize, **kw)]

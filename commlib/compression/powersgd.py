@@ -35,6 +35,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from commlib import _validate as check
 from commlib.compression.closed_form import (MIN_COMPRESSION_RATE, check_min_compression_rate, check_rank,
                                              matrix_view, powersgd_compresses)
 from commlib.compression.comm import HookState, split
@@ -51,10 +52,10 @@ class PowerSGDState(HookState):
         super().__init__(error_feedback, comm)
         self.rank = check_rank(rank)
         self.min_compression_rate = check_min_compression_rate(min_compression_rate)
-        if isinstance(start_iter, bool) or not isinstance(start_iter, (int, np.integer)) or start_iter < 0:
-            raise ValueError(f"start_iter must be an int >= 0, got {start_iter!r}")
-        self.warm_start, self.start_iter, self.epsilon = bool(warm_start), int(start_iter), float(epsilon)
-        self.rng = np.random.RandomState(seed)
+        self.start_iter = check.integer("start_iter", start_iter, 0)
+        self.epsilon = check.number("epsilon", epsilon, 0, high=1.0)
+        self.warm_start = bool(warm_start)
+        self.rng = np.random.RandomState(check.integer("seed", seed, 0, 2**32 - 1))
         self.qs: dict[int, torch.Tensor] = {}  # id(parameter) -> Q (n x r), kept for warm start
 
 

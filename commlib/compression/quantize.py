@@ -12,17 +12,27 @@ shows the wrap-around). Done correctly, either all-gather every rank's codes and
 dequantised values in fp32 (what quantize_hook does: (p-1)(N + 4) bytes a rank, growing with p), or
 dequantise at every hop of the ring, add in fp32 and quantise again for the next hop (2(p-1)/p N bytes,
 but a rounding error at every hop that no error feedback sees; not implemented here).
+
+Non-finite gradients (an fp16 overflow under AMP) stay non-finite where they are, as in a plain
+all-reduce, so that GradScaler sees them and skips the step: the scale comes from the finite values, and
+a NaN or inf is sent as the spare code NOT_FINITE (int8 -128, which no finite value uses; e4m3fn's NaN),
+which decodes to NaN. The mean is then NaN exactly where a plain all-reduce's is inf or NaN, and
+finite elsewhere. (Raising instead would break AMP, whose first steps overflow on purpose.) The residual
+keeps 0 there, so error feedback carries no NaN into later steps.
 """
 
+import math
 import time
 
 import torch
 import torch.distributed as dist
 
+from commlib import _validate as check
 from commlib.compression.comm import HookState
 from commlib.precision import sum_in_order
 
 CODES = {"int8": (torch.int8, 127.0), "fp8": (torch.float8_e4m3fn, 448.0)}  # code dtype, largest code
+NOT_FINITE = {"int8": -128, "fp8": math.nan}  # the code of a NaN or inf (decodes to NaN)
 
 
 def fp16_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -37,24 +47,28 @@ class QuantState(HookState):
     """State of quantize_hook: code "int8" or "fp8" (float8_e4m3fn), error feedback on or off."""
 
     def __init__(self, code: str = "int8", error_feedback: bool = True, comm=None):
-        if code not in CODES:
-            raise ValueError(f"code must be one of {tuple(CODES)}, got {code!r}")
+        code = check.choice("code", code, tuple(CODES))
         super().__init__(error_feedback, comm)
         self.code = code
 
 
 def quantize(delta: torch.Tensor, code: str = "int8") -> tuple[torch.Tensor, torch.Tensor]:
-    """-> (codes, scale): delta ~ codes * scale, one fp32 scale for the whole tensor (max|delta| / largest code)."""
-    dtype, largest = CODES[code]
-    amax = delta.detach().abs().max().float() if delta.numel() else torch.zeros(())
-    scale = torch.where(amax > 0, amax / largest, torch.ones_like(amax)).to(delta.device)
-    scaled = delta.float() / scale
-    codes = scaled.round().clamp_(-largest, largest).to(dtype) if code == "int8" else scaled.to(dtype)
-    return codes, scale
+    """-> (codes, scale): delta ~ codes * scale, one fp32 scale for the whole tensor (max|delta| / largest code,
+    over the finite values); a NaN or inf gets the code NOT_FINITE."""
+    dtype, largest = CODES[check.choice("code", code, tuple(CODES))]
+    finite = torch.isfinite(delta.detach())
+    values = delta.detach().float().where(finite, 0.0)
+    amax = values.abs().max() if delta.numel() else torch.zeros((), device=delta.device)
+    scale = torch.where(amax > 0, amax / largest, torch.ones_like(amax))
+    scaled = values / scale
+    codes = scaled.round().clamp_(-largest, largest) if code == "int8" else scaled
+    return codes.masked_fill_(~finite, NOT_FINITE[code]).to(dtype), scale
 
 
 def dequantize(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    return codes.float() * scale
+    """codes * scale in fp32; NOT_FINITE codes -> NaN."""
+    out = codes.float() * scale
+    return out.masked_fill_(codes == NOT_FINITE["int8"], math.nan) if codes.dtype == torch.int8 else out
 
 
 def quantize_hook(state: QuantState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -64,7 +78,7 @@ def quantize_hook(state: QuantState, bucket: dist.GradBucket) -> torch.futures.F
     delta = state.with_residual(bucket)
     codes, scale = quantize(delta, state.code)
     mine = dequantize(codes, scale)
-    state.remember(bucket, delta - mine.to(delta.dtype))
+    state.remember(bucket, (delta - mine.to(delta.dtype)).nan_to_num_(0.0, 0.0, 0.0))  # no NaN carried on
     payload = torch.cat([scale.reshape(1).view(torch.uint8), codes.view(torch.uint8)])
     table = state.comm.all_gather(payload)                       # (p, 4 + N): each rank's scale, then its codes
     scales = table[:, :4].contiguous().view(torch.float32)       # (p, 1)

@@ -35,6 +35,8 @@ def topk_hook(state: TopKState, bucket: dist.GradBucket) -> torch.futures.Future
     """Send the top k of delta = g + e as (index, value) pairs by all-gather; add up every rank's; mean."""
     t0 = time.perf_counter()
     delta = state.with_residual(bucket)
+    if not delta.numel():  # an empty bucket: nothing to send (the closed form's k = 0), the same on every rank
+        return state.finish(bucket, delta.clone(), t0)
     idx, vals = topk(delta, topk_count(delta.numel(), state.fraction))
     residual = delta.clone()
     residual[idx] = 0  # what was not sent stays for later

@@ -4,6 +4,10 @@ can compare, or into a hint saying what is wrong with it. No answer makes them r
 
 Parameters are the notebook author's: a checker may raise ValueError/TypeError naming one
 (commlib._validate). Answers are the learner's: they only ever get a Verdict.
+
+An answer is looked at through its type (_is), never its own attributes: isinstance() reads __class__,
+which an object can make raise; a str subclass is read as the plain str it holds, so its own __eq__ and
+__hash__ never run.
 """
 
 from __future__ import annotations
@@ -38,6 +42,22 @@ class Verdict:
         return self.ok
 
 
+def _is(answer, kinds) -> bool:
+    """isinstance(answer, kinds) from type(answer) alone (no attribute of the answer is read)."""
+    return issubclass(type(answer), kinds)
+
+
+def _plain(answer):
+    """A str subclass -> the plain str it holds; a bool, int or float subclass -> the plain value; else unchanged."""
+    for kind in (str, bool, int, float):
+        if _is(answer, kind):
+            try:
+                return kind.__str__(answer) if kind is str else kind(answer) if kind is not bool else answer is True
+            except Exception:  # a subclass whose conversion raises
+                return None
+    return answer
+
+
 def _missing(answer) -> Verdict | None:
     if answer is None or answer is Ellipsis:
         return Verdict(False, "Replace the None (or ...) with your answer, then run the cell again.")
@@ -48,9 +68,9 @@ def _unwrap(answer):
     """numpy scalars, and numpy arrays and tensors of one element, -> (their Python value, None); any other
     array or tensor -> (None, what it is: "an array of shape (2, 3)"); anything else passes unchanged."""
     torch = sys.modules.get("torch")  # not imported: then the answer cannot be a tensor
-    is_tensor = torch is not None and isinstance(answer, torch.Tensor)
-    if not (is_tensor or isinstance(answer, (np.ndarray, np.generic))):
-        return answer, None
+    is_tensor = torch is not None and _is(answer, torch.Tensor)
+    if not (is_tensor or _is(answer, (np.ndarray, np.generic))):
+        return _plain(answer), None
     try:
         if (answer.numel() if is_tensor else answer.size) == 1:
             return answer.item(), None
@@ -70,13 +90,16 @@ def _number(answer, name: str) -> tuple[int | float | None, Verdict | None]:
     answer, several = _unwrap(answer)
     if several:
         return None, Verdict(False, f"{name} should be one number, got {several}.")
-    if isinstance(answer, Decimal) and answer.is_finite():
-        answer = float(answer)
-    if isinstance(answer, bool) or not isinstance(answer, Real):
-        hint = " Remove the quotes." if isinstance(answer, str) and _parses_as_float(answer) else ""
+    if _is(answer, Decimal):
+        try:
+            answer = float(answer) if answer.is_finite() else answer
+        except Exception:
+            return None, Verdict(False, f"{name} should be a plain number; this Decimal cannot be read.")
+    if _is(answer, bool) or not _is(answer, Real):
+        hint = " Remove the quotes." if _is(answer, str) and _parses_as_float(answer) else ""
         return None, Verdict(False, f"{name} should be a number, got {type(answer).__name__}.{hint}")
     try:
-        x = int(answer) if isinstance(answer, Integral) else float(answer)
+        x = int(answer) if _is(answer, Integral) else float(answer)
         finite = math.isfinite(x)  # an int beyond float's range raises OverflowError here
     except OverflowError:
         return None, Verdict(False, f"{name} is far too large: more than 1.8e308, the largest float.")
@@ -111,7 +134,7 @@ def _choice(answer, options, unit: str = "") -> tuple[object, Verdict | None]:
     if several:
         return None, Verdict(False, f"{listing}: one of them, not {several}.")
     if all(isinstance(o, str) for o in options):
-        if not isinstance(value, str):
+        if not _is(value, str):
             return None, Verdict(False, f"{listing}: a name, in quotes; got {type(value).__name__}.")
     else:
         value, bad = _number(value, "the answer")
@@ -125,9 +148,16 @@ def _choice(answer, options, unit: str = "") -> tuple[object, Verdict | None]:
 def _function_problem(fn) -> Verdict | None:
     if fn is None or fn is Ellipsis:
         return _missing(fn)
-    if not callable(fn):
+    if not callable(type(fn)) or not _callable(fn):
         return Verdict(False, f"pass your function itself (no parentheses), got {type(fn).__name__}.")
     return None
+
+
+def _callable(fn) -> bool:
+    try:
+        return callable(fn)
+    except Exception:  # callable() can read attributes of odd objects
+        return False
 
 
 def _run_on_ranks(cluster, fn, *args, context: str = "", hang: str = "") -> tuple[list | None, Verdict | None]:

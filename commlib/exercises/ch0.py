@@ -12,7 +12,7 @@ from commlib.exercises.answers import _function_problem, _number, _run_on_ranks,
 
 def ch0_all_reduce_value(answer, world_size: int = 4) -> Verdict:
     """Each rank r holds r + 1; after all_reduce(SUM) every rank holds 1 + 2 + ... + p = p(p+1)/2."""
-    world_size = check.integer("world_size", world_size, low=1)
+    world_size = check.integer("world_size", world_size, 1, check.MAX_RANKS)
     answer, bad = _number(answer, "the value")
     if bad is not None:
         return bad

@@ -14,7 +14,7 @@ def ch1_ring_bytes(answer, nbytes: float, world_size: int) -> Verdict:
     """Bytes each rank sends in a ring all-reduce of nbytes on p ranks: 2(p-1)/p * nbytes."""
     from commlib import cost
 
-    n, p = check.number("nbytes", nbytes, low=0, unit="bytes"), check.integer("world_size", world_size, low=1)
+    n, p = check.number("nbytes", nbytes, low=0, unit="bytes", high=check.MAX_BYTES), check.integer("world_size", world_size, 1, check.MAX_RANKS)
     answer, bad = _number(answer, "the number of bytes")
     if bad is not None:
         return bad

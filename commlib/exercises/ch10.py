@@ -6,7 +6,8 @@ reads it); a nonsensical parameter, the notebook author's, is a ValueError/TypeE
 
 from __future__ import annotations
 
-from commlib.exercises.answers import Verdict, _choice, _first_line, _function_problem, _missing, _unwrap, _values
+from commlib.exercises.answers import (Verdict, _choice, _first_line, _function_problem, _is, _missing, _plain,
+                                       _unwrap, _values)
 
 KINDS = ("mismatch", "missing", "p2p", "unknown")
 
@@ -32,7 +33,8 @@ def ch10_kind(answer, scenario: str) -> Verdict:
     """The diagnosis kind ('mismatch', 'missing', 'p2p' or 'unknown') a Cluster reports for SCENARIOS[scenario]."""
     if scenario not in SCENARIOS:
         raise ValueError(f"scenario must be one of {tuple(SCENARIOS)}, got {scenario!r}")
-    value, bad = _choice(answer.strip().lower() if isinstance(answer, str) else answer, KINDS)
+    answer = _plain(answer)  # a str subclass as the plain str it holds; nothing of the answer's own runs
+    value, bad = _choice(answer.strip().lower() if _is(answer, str) else answer, KINDS)
     if bad is not None:
         return bad
     _, want, why = SCENARIOS[scenario]
@@ -55,13 +57,15 @@ def _ranks_of(answer) -> tuple[list[int] | None, Verdict | None]:
             value = [int(x) for x in answer.reshape(-1).tolist()]
         except Exception:
             return None, Verdict(False, f"give a rank (an int) or a list of ranks, got {several}.")
-    if isinstance(value, bool):
+    if _is(value, bool):
         return None, Verdict(False, "give a rank (an int) or a list of ranks, not True/False.")
-    if isinstance(value, int):
+    if _is(value, int):
         return [value], None
-    if isinstance(value, (list, tuple, set)) and value and all(isinstance(r, int) and not isinstance(r, bool)
-                                                                for r in value):
-        return sorted(set(value)), None
+    if _is(value, (list, tuple, set)) and value and all(_is(r, int) and not _is(r, bool) for r in value):
+        try:
+            return sorted({int.__index__(r) for r in value}), None  # plain ints: no subclass method runs
+        except Exception:
+            pass
     return None, Verdict(False, f"give a rank (an int) or a list of ranks, got {type(value).__name__}.")
 
 

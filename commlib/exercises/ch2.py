@@ -15,7 +15,7 @@ def ch2_ring_time(answer, nbytes: float, world_size: int, link) -> Verdict:
     from commlib import cost
 
     link = cost.as_link(link)
-    n, p = check.number("nbytes", nbytes, low=0, unit="bytes"), check.integer("world_size", world_size, low=1)
+    n, p = check.number("nbytes", nbytes, low=0, unit="bytes", high=check.MAX_BYTES), check.integer("world_size", world_size, 1, check.MAX_RANKS)
     a, bw, c = link.latency, link.bandwidth, link.call_latency
     answer, bad = _number(answer, "the time in seconds")
     if bad is not None:
@@ -44,9 +44,9 @@ def ch2_ring_time(answer, nbytes: float, world_size: int, link) -> Verdict:
 
 def ch2_busbw(answer, nbytes: float, time_s: float, world_size: int) -> Verdict:
     """nccl-tests busbw in GB/s for all_reduce: n / t / 1e9 * 2(p-1)/p."""
-    nbytes = check.number("nbytes", nbytes, low=0, unit="bytes")
+    nbytes = check.number("nbytes", nbytes, low=0, unit="bytes", high=check.MAX_BYTES)
     time_s = check.number("time_s", time_s, low=0, strict=True, unit="seconds")
-    p = check.integer("world_size", world_size, low=1)
+    p = check.integer("world_size", world_size, 1, check.MAX_RANKS)
     answer, bad = _number(answer, "the bus bandwidth in GB/s")
     if bad is not None:
         return bad
@@ -69,7 +69,7 @@ def ch2_fastest(answer, op: str, nbytes: float, world_size: int, link) -> Verdic
 
     if not isinstance(op, str) or op not in cost.PAIRS:
         raise ValueError(f"op must be one of {tuple(cost.PAIRS)}, got {op!r}")
-    world_size = check.integer("world_size", world_size, low=1)
+    world_size = check.integer("world_size", world_size, 1, check.MAX_RANKS)
     options = [a for a in cost.PAIRS[op]
                if (op, a) not in cost.POWER_OF_TWO_ONLY or cost.is_power_of_two(world_size)]
     answer, bad = _choice(answer, options)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from commlib import _validate as check
 from commlib import cost
 from commlib import topology as topo
 from commlib.exercises.answers import Verdict, _choice, _number, close
@@ -144,6 +145,7 @@ def ch3_share_after_move(answer, share_before: float = 0.6, preset: str = "dgx_a
                          nbytes: float = 4e9) -> Verdict:
     """A data-parallel run on `nodes` of `preset` spends share_before of its step in the gradient all-reduce;
     its share on one node (same GPUs' compute, NCCL's achievable speeds, best algorithm each), as a fraction."""
+    preset = check.choice("preset", preset, tuple(topo.PRESETS))
     value, bad = _number(answer, "the share")
     if bad is not None:
         return bad

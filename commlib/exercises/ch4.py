@@ -50,6 +50,7 @@ def ch4_predivide_factor(answer, world_size: int = 32) -> Verdict:
     """FSDP's gradient predivide factor for world_size."""
     from commlib import precision
 
+    world_size = check.integer("world_size", world_size, 1, check.MAX_RANKS)
     f = precision.predivide_factor(world_size)
     answer, bad = _number(answer, "the factor")
     if bad is not None:
@@ -69,7 +70,7 @@ def ch4_safe_strategy(answer, world_size: int = 64) -> Verdict:
     ~1e-6 than casting to fp16 does, while sending 2 bytes per value."""
     from commlib import precision
 
-    world_size = check.integer("world_size", world_size, low=1)
+    world_size = check.integer("world_size", world_size, 1, check.MAX_RANKS)
     answer, bad = _choice(answer, precision.STRATEGIES)
     if bad is not None:
         return bad

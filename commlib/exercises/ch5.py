@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from commlib import _validate as check
 from commlib.exercises.answers import Verdict, _missing, _number, close
 
 COMPRESSED = ("fp16", "powersgd", "topk", "int8", "fp8")
@@ -20,6 +21,9 @@ def ch5_powersgd_bytes(answer, m: int = 1024, n: int = 4096, rank: int = 4, worl
     2(p-1)/p r(m+n) itemsize."""
     from commlib.compression import bytes_per_rank
 
+    m, n = check.integer("m", m, 1, 2**26), check.integer("n", n, 1, 2**26)
+    rank, itemsize = check.integer("rank", rank, 1, min(m, n)), check.integer("itemsize", itemsize, 1, 64)
+    world_size = check.integer("world_size", world_size, 1, check.MAX_RANKS)
     x, bad = _number(answer, "the number of bytes")
     if bad is not None:
         return bad
@@ -50,6 +54,9 @@ def ch5_topk_bytes(answer, numel: int = 10**6, fraction: float = 0.01, world_siz
     pairs from every rank, (p-1) k (4 + itemsize), k = round(fraction numel)."""
     from commlib.compression import bytes_per_rank, topk_count
 
+    numel, itemsize = check.integer("numel", numel, 1, 2**53), check.integer("itemsize", itemsize, 1, 64)
+    fraction = check.number("fraction", fraction, 0, strict=True, high=1)
+    world_size = check.integer("world_size", world_size, 1, check.MAX_RANKS)
     x, bad = _number(answer, "the number of bytes")
     if bad is not None:
         return bad
@@ -83,6 +90,9 @@ def ch5_crossover(answer, shape=(4096, 4096), rank: int = 4, world_size: int = 8
     from commlib import cost
     from commlib.compression import closed_form
 
+    # no compression time: PowerSGD would pay on every link (the crossover is infinite), nothing to compute
+    compress_s = check.number("compress_s", compress_s, 0, strict=True, unit="seconds", high=1e9)
+    world_size = check.integer("world_size", world_size, 1, check.MAX_RANKS)
     x, bad = _number(answer, "the bandwidth in bytes/s")
     if bad is not None:
         return bad

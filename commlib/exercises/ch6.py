@@ -15,7 +15,7 @@ def ch6_overlapped_step(answer, compute_s: float = 0.100, comm_s: float = 0.080,
     equal buckets and overlapped on one communication stream."""
     from commlib import overlap
 
-    buckets = check.integer("buckets", buckets, low=1)
+    buckets = check.integer("buckets", buckets, 1, 10**4)  # the simulated timeline has one event per bucket
     compute_s = check.number("compute_s", compute_s, low=0, unit="seconds")
     comm_s = check.number("comm_s", comm_s, low=0, unit="seconds")
     tl = overlap.simulate([compute_s / buckets] * buckets, [comm_s / buckets] * buckets)
@@ -40,13 +40,14 @@ def ch6_best_bucket(answer, params: float = 1e8, layers: int = 96, backward_s: f
     """Which bucket cap (MiB) among `options` gives the shortest overlapped step for this model and cluster?"""
     from commlib import overlap
 
-    layers = check.integer("layers", layers, low=1)
+    layers = check.integer("layers", layers, 1, 10**4)
+    world_size = check.integer("world_size", world_size, 1, check.MAX_RANKS)
     options = check.numbers("options", options, low=0, strict=True, unit="MiB", item="bucket cap")
     options = [int(o) if o.is_integer() else o for o in options]
     answer, bad = _choice(answer, options, "MiB")
     if bad is not None:
         return bad
-    per_layer = check.number("params", params, low=0) * check.number("bytes_per_param", bytes_per_param, low=0) / layers
+    per_layer = check.number("params", params, low=0, high=check.MAX_BYTES) * check.number("bytes_per_param", bytes_per_param, 0, high=64) / layers
     backward_s = check.number("backward_s", backward_s, low=0, unit="seconds")
 
     def step(cap):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from numbers import Real
 
-from commlib.exercises.answers import Verdict, _missing, close
+from commlib import _validate as check
+from commlib.exercises.answers import Verdict, _is, _missing, _plain, close
 from commlib.exercises.answers import _number as _value  # (Python number, None) or (None, the hint)
 
 
@@ -14,6 +15,8 @@ def ch7_zero3_memory(answer, params: float = 7e9, dp: int = 16) -> Verdict:
     """Bytes of parameters, gradients and Adam states per GPU under ZeRO-3 with mixed precision: 16 P / N."""
     from commlib import plan
 
+    params = check.number("params", params, 0, strict=True, high=check.MAX_BYTES)
+    dp = check.integer("dp", dp, 1, check.MAX_RANKS)
     x, bad = _value(answer, "the number of bytes")
     if bad is not None:
         return bad
@@ -50,10 +53,12 @@ def ch7_tp_bytes(answer, batch: int = 1, seq: int = 4096, hidden: int = 4096, tp
     4 all-reduces of b s h: 8 b s h (t-1)/t * act_bytes."""
     from commlib import plan
 
+    b, s, h = (check.integer(k, v, 1, 2**40) for k, v in (("batch", batch), ("seq", seq), ("hidden", hidden)))
+    t = check.integer("tp", tp, 1, check.MAX_RANKS)
+    act_bytes = check.number("act_bytes", act_bytes, 0, strict=True, high=64, unit="bytes")
     x, bad = _value(answer, "the number of bytes")
     if bad is not None:
         return bad
-    b, s, h, t = batch, seq, hidden, tp
     want = plan.tp_bytes_per_rank(b, s, h, t, act_bytes)
     bsh = b * s * h * act_bytes
     if close(x, want, rel=0.01):
@@ -61,7 +66,7 @@ def ch7_tp_bytes(answer, batch: int = 1, seq: int = 4096, hidden: int = 4096, tp
                              f"2(t-1)/t of it: {want / 2**20:g} MiB per layer. Sequence parallelism sends the same.")
     mistakes = [(want / 2, "that is forward only (the g operators' two all-reduces): backward has two more, in "
                            "the f operators."),
-                (want / act_bytes, f"that counts elements; each is {act_bytes} bytes."),
+                (want / act_bytes, f"that counts elements; each is {act_bytes:g} bytes."),
                 (8 * bsh, "a ring all-reduce sends 2(t-1)/t of the tensor, not twice all of it."),
                 (4 * bsh, "each all-reduce sends 2(t-1)/t · b·s·h (a ring), and there are 4 of them."),
                 (want / 4, "that is one all-reduce; a layer has 4 (attention and MLP, forward and backward)."),
@@ -108,14 +113,18 @@ def ch7_in_flight(answer, pp: int = 4, microbatches: int = 8) -> Verdict:
     bad = _missing(answer)
     if bad is not None:
         return bad
-    if isinstance(answer, (str, bytes)) or not hasattr(answer, "__len__") or not hasattr(answer, "__iter__"):
-        return Verdict(False, "give two numbers, (GPipe, 1F1B), e.g. (3, 2).")
+    two = Verdict(False, "give two numbers, (GPipe, 1F1B), e.g. (3, 2).")
+    if _is(answer, (str, bytes)) or not hasattr(type(answer), "__len__") or not hasattr(type(answer), "__iter__"):
+        return two
     try:
         got = list(answer)
     except Exception:  # noqa: BLE001 (a learner's object may fail to iterate in any way)
-        return Verdict(False, "give two numbers, (GPipe, 1F1B), e.g. (3, 2).")
-    if len(got) != 2 or not all(isinstance(v, Real) and not isinstance(v, bool) for v in got):
-        return Verdict(False, "give two numbers, (GPipe, 1F1B), e.g. (3, 2).")
+        return two
+    if len(got) != 2 or not all(_is(v, Real) and not _is(v, bool) for v in got):
+        return two
+    got = [_value(v, "each number")[0] for v in got]  # plain ints and floats: no learner's __eq__ runs below
+    if None in got:
+        return two
     p, m = pp, microbatches
     want = (plan.microbatches_in_flight(p, m, "gpipe"), plan.microbatches_in_flight(p, m, "1f1b"))
     if tuple(got) == want:
@@ -156,7 +165,8 @@ def ch7_which_fits(answer, model: str = "llama2_7b", node: str = "dgx_h100", nod
     if bad is not None:
         return bad
     options = fits_options()
-    if not isinstance(answer, str) or answer.strip().upper() not in options:
+    answer = _plain(answer)
+    if not _is(answer, str) or answer.strip().upper() not in options:
         return Verdict(False, f"answer with one letter of {list(options)}.")
     m, hw = plan.MODELS[model], plan.hardware(node, nodes)
     est = {k: plan.estimate(m, hw, c, global_batch) for k, c in options.items()}

@@ -46,9 +46,8 @@ def ch8_busiest(answer, cp: int = 8, balance: str = "contiguous") -> Verdict:
     """Chunk pairs the busiest rank computes in causal ring attention: 4cp-1 (contiguous), 2cp+1 (zig-zag)."""
     from commlib.parallel.context import BALANCES, work_per_rank
 
-    c = check.integer("cp", cp, 1)
-    if balance not in BALANCES:
-        raise ValueError(f"balance must be one of {BALANCES}, got {balance!r}")
+    c = check.integer("cp", cp, 1, 2**10)  # work_per_rank walks cp^2 chunk pairs
+    balance = check.choice("balance", balance, BALANCES)
     want = max(work_per_rank(c, True, balance))
     x, bad = _value(answer, "the number of chunk pairs")
     if bad is not None:
@@ -118,9 +117,9 @@ def ch8_ring_exposed(answer, cp: int = 8, transfer_s: float = 0.004, compute_s: 
     """Seconds a forward ring pass adds to its compute, every step alike: (cp-1) max(0, transfer - compute)."""
     from commlib import plan
 
-    c = check.integer("cp", cp, 2)
-    m = check.number("transfer_s", transfer_s, 0)
-    k = check.number("compute_s", compute_s, 0)
+    c = check.integer("cp", cp, 2, check.MAX_RANKS)
+    m = check.number("transfer_s", transfer_s, 0, high=1e9)
+    k = check.number("compute_s", compute_s, 0, high=1e9)
     want = plan.ring_exposed_s(c, m, k)
     x, bad = _value(answer, "the exposed time in seconds")
     if bad is not None:

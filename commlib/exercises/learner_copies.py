@@ -88,11 +88,16 @@ def read_notebook(path: Path) -> dict:
         raise CopyError(f"{path}: cannot read it ({e.strerror})") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CopyError(f"{path}: not a notebook, its text is not JSON ({e})") from None
-    cells = nb.get("cells") if isinstance(nb, dict) else None
-    if not (isinstance(nb, dict) and nb.get("nbformat") == 4 and isinstance(cells, list)
-            and all(isinstance(c, dict) and c.get("cell_type") in ("code", "markdown", "raw") for c in cells)):
-        found = nb.get("nbformat") if isinstance(nb, dict) else type(nb).__name__
-        raise CopyError(f"{path}: not an nbformat 4 notebook (found nbformat={found!r}); only those are supported")
+    if not (isinstance(nb, dict) and nb.get("nbformat") == 4):
+        found = f"nbformat={nb.get('nbformat')!r}" if isinstance(nb, dict) else f"a JSON {type(nb).__name__}"
+        raise CopyError(f"{path}: not an nbformat 4 notebook (found {found}); only those are supported")
+    cells = nb.get("cells")
+    if not isinstance(cells, list):
+        raise CopyError(f"{path}: its \"cells\" must be a list of cells, found {type(cells).__name__}")
+    for i, c in enumerate(cells):
+        if not (isinstance(c, dict) and c.get("cell_type") in ("code", "markdown", "raw")):
+            kind = repr(c.get("cell_type")) if isinstance(c, dict) else f"a {type(c).__name__}"
+            raise CopyError(f"{path}: cell {i} must have cell_type 'code', 'markdown' or 'raw', found {kind}")
     return nb
 
 
@@ -103,6 +108,8 @@ def learner_copies(out_dir, notebooks=None) -> list[Path]:
     paths = [Path(p) for p in notebooks] if notebooks else sorted((root / "notebooks").glob("[0-9]*.ipynb"))
     if not paths:
         raise CopyError("no notebooks given and none found in notebooks/")
+    if not isinstance(out_dir, (str, Path)) or not str(out_dir).strip():
+        raise CopyError(f"OUT_DIR must name a folder, got {out_dir!r}")  # "" would write into the current folder
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise CopyError(f"{out}: is a file; the output must be a folder")

@@ -30,9 +30,10 @@ import math
 
 import torch
 
+from commlib import _validate as check
 from commlib import overlap, plan, precision
 from commlib import topology as topo
-from commlib.exercises.answers import Verdict, _choice, _missing, _number
+from commlib.exercises.answers import Verdict, _choice, _is, _missing, _number
 
 MODEL = plan.MODELS["llama2_7b"]
 NODE = "dgx_h100"
@@ -117,6 +118,9 @@ def buckets(cluster: str, bucket_cap_mb: float | None = None,
     """Per gradient bucket, in the order backward fills them (overlap.make_buckets; None: DDP's 25 MiB caps with a
     1 MiB first bucket): (the backward seconds that produce it, in proportion to its parameters; its
     reduce-scatter over the data-parallel GPUs, topology multi_ring; its bytes)."""
+    grad_bytes = check.number("grad_bytes", grad_bytes, 0, strict=True, high=64, unit="bytes a value")
+    if bucket_cap_mb is not None:
+        bucket_cap_mb = check.number("bucket_cap_mb", bucket_cap_mb, 0, strict=True, high=1e9, unit="MiB")
     e, hw = reference(cluster), hardware(cluster)
     if (e.config.tp, e.config.pp) != (1, 1):  # the model below is pure data parallelism (tests hold it)
         raise ValueError(f"the reference configuration must be pure data parallelism, got {e.config.describe()}")
@@ -256,12 +260,12 @@ def _config(answer, cluster: str) -> tuple[plan.Config | None, Verdict | None]:
     if missing is not None:
         return None, missing
     example = "plan.Config(dp=..., tp=..., pp=..., zero_stage=..., microbatches=...)"
-    if isinstance(answer, dict):
+    if _is(answer, dict):
         try:
             answer = plan.Config(**answer)
         except Exception as e:  # noqa: BLE001 (unknown keys, anything)
             return None, Verdict(False, f"give {example}; that dict does not make one ({type(e).__name__}).")
-    if not isinstance(answer, plan.Config):
+    if not _is(answer, plan.Config):
         return None, Verdict(False, f"give a configuration, {example}; got {type(answer).__name__}.")
     try:
         plan.validate(MODEL, hardware(cluster), answer, global_batch(cluster))

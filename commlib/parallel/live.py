@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from commlib import _validate as check
 from commlib import plan
 from commlib.parallel import collective_matmul as cmm
 from commlib.parallel import context as cpx
@@ -34,6 +35,15 @@ from commlib.parallel.comm import Comm
 
 SIZES = [16, 32, 32, 8]     # the ZeRO toy MLP: every unit's weight + bias count divides by 4
 BATCH, STEPS, LR = 12, 3, 1e-2
+
+
+def _size(name: str, value) -> int:
+    """A group size: an int in [1, world size] dividing the world size (groups of `value` ranks tile it)."""
+    p = dist.get_world_size()
+    value = check.integer(name, value, 1, p)
+    if p % value:
+        raise ValueError(f"{name} must divide the world size ({p}), got {value}")
+    return value
 
 
 def _groups(size: int) -> list[list[int]]:
@@ -80,7 +90,10 @@ def sharded_training(stage: int, prefetch: bool = False, reference=None, partiti
     parameters of the one-process run (zero.reference_adam) to compare with. -> {p, rank, err, sent, memory
     (between backward and step), phases: the collectives of the last step's forward, backward and step,
     [(kind, bytes)] each}."""
+    steps, batch = check.integer("steps", steps, 1), check.integer("batch", batch, 1)
     comm = Comm.split(partition, impl) if partition else Comm(impl=impl)
+    if batch % comm.size:
+        raise ValueError(f"batch must be divisible by the data-parallel size ({comm.size}), got {batch}")
     sdp = zero.ShardedDataParallel(zero.mlp(sizes), comm, stage, lr=lr, prefetch=prefetch)
     rows = batch // comm.size
     lo = comm.rank * rows
@@ -116,6 +129,7 @@ def tensor_parallel_block(t: int, sequence_parallel: bool = False, impl: str = "
                           batch: int = 2, hidden: int = 16, heads: int = 4) -> dict:
     """A transformer layer on [seq, batch, hidden] split over groups of t ranks, forward and backward, next to
     the dense layer. -> {errors: output, input grad, param grads; sent; shapes: this rank's weights; x_shape}."""
+    t = _size("t", t)
     comm = Comm.split(_groups(t), impl) if t < dist.get_world_size() else Comm(impl=impl)
     dense = tp.Block(hidden, heads, seed=0)
     par = tp.ParallelBlock(dense, comm, sequence_parallel=sequence_parallel)
@@ -140,6 +154,8 @@ def pipelined(pp: int, kind: str, microbatches: int, rows: int = 4, hidden: int 
     """An MLP of `layers` Linear layers cut into pp stages, one pipelined step (GPipe or 1F1B) over m
     micro-batches of `rows` rows, next to one process on the whole batch. -> {stage, err (largest gradient
     difference), peak_live (micro-batches held at once), events, sent}."""
+    pp, microbatches = _size("pp", pp), check.integer("microbatches", microbatches, 1, pl.MAX_MICROBATCHES)
+    kind = check.choice("kind", kind, pl.SCHEDULES)
     comm = Comm.split(_groups(pp)) if pp < dist.get_world_size() else Comm()
     torch.manual_seed(5)
     x, y = torch.randn(rows * microbatches, hidden), torch.randn(rows * microbatches, hidden)
@@ -162,6 +178,7 @@ def expert_parallel(ep: int, topk: int, impl: str = "commlib", imbalance=None, t
     next to the one-process layer on all of them; imbalance: skewed_routing's (rank 0's experts draw that
     many times the balanced traffic), None: the router decides. -> {errors, sent, received: token copies
     this rank's experts processed}."""
+    ep = _size("ep", ep)
     comm = Comm.split(_groups(ep), impl) if ep < dist.get_world_size() else Comm(impl=impl)
     dense = ex.MoE(hidden, experts, topk, ffn=16, seed=0)
     par = ex.ExpertParallelMoE(dense, comm)

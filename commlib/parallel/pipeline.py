@@ -19,16 +19,19 @@ import time
 
 import torch
 
+from commlib import _validate as check
 from commlib.parallel.comm import Comm
 
 SCHEDULES = ("gpipe", "1f1b")
+MAX_STAGES, MAX_MICROBATCHES = 2**10, 2**14  # simulate() walks every (stage, micro-batch): bounded to seconds
 
 
 def schedule(kind: str, pp: int, microbatches: int, stage: int) -> list[tuple[str, int]]:
     """The order of work on one stage: [("F", i) | ("B", i)] for micro-batches i = 0..m-1."""
-    if kind not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {kind!r}")
-    m = microbatches
+    kind = check.choice("kind", kind, SCHEDULES)
+    pp = check.integer("pp", pp, 1, MAX_STAGES)
+    m = check.integer("microbatches", microbatches, 1, MAX_MICROBATCHES)
+    stage = check.integer("stage", stage, 0, pp - 1)
     if kind == "gpipe":
         return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
     warmup = min(pp - stage - 1, m)
@@ -42,6 +45,11 @@ def simulate(kind: str, pp: int, microbatches: int, forward_s: float = 1.0, back
     """The schedule on ideal stages (every forward forward_s, every backward backward_s, free messages): each
     stage runs its ops in order, F(s, i) once F(s-1, i) is done, B(s, i) once B(s+1, i) is. -> the compute
     events of every stage, as train_step records them: [[(op, i, start, end)] per stage]."""
+    forward_s = check.number("forward_s", forward_s, 0, unit="seconds", high=1e9)
+    backward_s = check.number("backward_s", backward_s, 0, unit="seconds", high=1e9)
+    pp, microbatches = check.integer("pp", pp, 1, MAX_STAGES), check.integer("microbatches", microbatches, 1)
+    if pp * microbatches > MAX_MICROBATCHES * 16:
+        raise ValueError(f"pp x microbatches must be <= {MAX_MICROBATCHES * 16}, got {pp} x {microbatches}")
     orders = [schedule(kind, pp, microbatches, s) for s in range(pp)]
     done: dict[tuple[str, int, int], float] = {}
     events: list[list] = [[] for _ in range(pp)]
@@ -69,8 +77,7 @@ def simulate(kind: str, pp: int, microbatches: int, forward_s: float = 1.0, back
 def split_stages(model: torch.nn.Sequential, pp: int) -> list[torch.nn.Sequential]:
     """Cut a Sequential into pp stages of equal numbers of nn.Linear layers (each with what follows it)."""
     starts = [i for i, m in enumerate(model) if isinstance(m, torch.nn.Linear)]
-    if isinstance(pp, bool) or not isinstance(pp, int) or pp < 1:
-        raise ValueError(f"pp must be an int >= 1, got {pp!r}")
+    pp = check.integer("pp", pp, 1)
     if len(starts) % pp:
         raise ValueError(f"layers ({len(starts)}) must be divisible by pp={pp}")
     per = len(starts) // pp
@@ -89,6 +96,8 @@ def train_step(stage_module: torch.nn.Module, comm: Comm, inputs, targets, loss_
     -> {"peak_live": most micro-batches whose activations this stage held at once, "events": [(op, i,
     start, end)] of compute (time.perf_counter, comparable across ranks of one machine), "loss": sum}."""
     p, s, m = comm.size, comm.rank, len(inputs)
+    if m < 1:
+        raise ValueError("inputs must hold at least one micro-batch, got none")
     device = next(stage_module.parameters()).device
     live: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
     peak, events, sends, loss_total = 0, [], [], 0.0

@@ -20,10 +20,7 @@ from commlib import _validate as check
 from commlib.plan.hardware import Hardware, group_shape, p2p_s
 
 
-def _int(name, value, low=1) -> int:
-    if type(value) is int and value >= low:
-        return value
-    return check.integer(name, value, low)
+_int = check.count
 
 
 def cp_bytes_per_rank(batch, seq, kv_hidden, cp, itemsize=2) -> float:

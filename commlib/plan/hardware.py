@@ -26,8 +26,8 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field, replace
-from numbers import Real
 
+from commlib import _validate as check
 from commlib import cost
 from commlib import topology as topo
 from commlib.cost import Link
@@ -55,12 +55,12 @@ GPUS = {
 }
 PRESET_GPU = {"dgx_a100": "a100", "dgx_h100": "h100", "dgx_b200": "b200", "b200_xdr": "b200",
               "gb200_nvl72": "gb200", "gb300_nvl72": "gb300"}
+MAX_NODES = 2**17      # 131072 nodes: beyond any machine built, and the search's enumeration stays short
+MAX_AMOUNT = 1e30      # bytes, FLOP/s
 
 
 def _positive(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real) or not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
+    return check.number(name, value, 0, strict=True, high=MAX_AMOUNT)
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,7 @@ class Hardware:
     nic_share: Link = field(init=False, repr=False, compare=False)   # one GPU's share of its node's NICs
 
     def __post_init__(self):
+        check.integer("nodes", self.nodes, 1, MAX_NODES)
         nics = self.gpus_per_node if self.nics_per_node is None else self.nics_per_node
         t = topo.Topology(self.nodes, self.gpus_per_node, self.intra, self.inter, nics, name=self.name)
         for name in ("nodes", "gpus_per_node", "intra", "inter", "nics_per_node"):
@@ -124,8 +125,8 @@ class Hardware:
 def hardware(name: str, nodes, achievable: bool = False) -> Hardware:
     """`nodes` of a topology preset with its GPUs (GPUS); achievable=True: NCCL's measured link speeds
     (topology.ACHIEVABLE) instead of line rates."""
-    if name not in topo.PRESETS:
-        raise ValueError(f"name must be one of {tuple(topo.PRESETS)}, got {name!r}")
+    name = check.choice("name", name, tuple(topo.PRESETS))
+    check.integer("nodes", nodes, 1, MAX_NODES)
     gpu = GPUS[PRESET_GPU[name]]
     return Hardware.from_topology(topo.preset(name, nodes, achievable), gpu.memory, gpu.peak_flops)
 
@@ -151,11 +152,24 @@ ALGORITHM = {"all_reduce": "multi_ring", "reduce_scatter": "multi_ring", "all_ga
 ALL_TO_ALL = ("bulk", "pairwise")
 
 
-@functools.lru_cache(maxsize=65536)
 def collective_s(op: str, nbytes: float, size: int, stride: int, hw: Hardware, all_to_all: str = "bulk") -> float:
     """Seconds for one collective of nbytes (the nccl-tests convention) over a group of `size` ranks `stride`
     apart: topology.collective_time on group_topology, multi_ring for all_reduce / reduce_scatter /
     all_gather, `all_to_all` (bulk | pairwise) for all_to_all."""
+    if not (type(op) is str and type(nbytes) in (int, float) and 0 <= nbytes <= MAX_AMOUNT and type(size) is int
+            and type(stride) is int and type(hw) is Hardware and 1 <= size <= hw.world and 1 <= stride <= hw.world
+            and type(all_to_all) is str):  # the search's calls pass this test; everything else is checked
+        check.instance("hw", hw, Hardware, "a plan.Hardware")
+        op = check.choice("op", op, (*ALGORITHM, "all_to_all"))
+        nbytes = check.number("nbytes", nbytes, 0, high=MAX_AMOUNT, unit="bytes")
+        size = check.integer("size", size, 1, hw.world)
+        stride = check.integer("stride", stride, 1, hw.world)
+        all_to_all = check.choice("all_to_all", all_to_all, ALL_TO_ALL)
+    return _collective_s(op, nbytes, size, stride, hw, all_to_all)
+
+
+@functools.lru_cache(maxsize=65536)
+def _collective_s(op: str, nbytes: float, size: int, stride: int, hw: Hardware, all_to_all: str) -> float:
     if size == 1 or nbytes == 0:
         return 0.0
     if op == "all_to_all":
@@ -169,10 +183,17 @@ def collective_s(op: str, nbytes: float, size: int, stride: int, hw: Hardware, a
     return topo.collective_time(op, nbytes, group_topology(hw, size, stride), algorithm)
 
 
-@functools.lru_cache(maxsize=4096)
 def p2p_s(nbytes: float, crosses_nodes: bool, hw: Hardware) -> float:
     """Seconds for every rank to send nbytes to one neighbour at once: alpha + n / B on the intra link, or on
     each GPU's NIC share across nodes (cost's sendrecv)."""
+    if not (type(nbytes) in (int, float) and 0 <= nbytes <= MAX_AMOUNT and type(hw) is Hardware):
+        check.instance("hw", hw, Hardware, "a plan.Hardware")
+        nbytes = check.number("nbytes", nbytes, 0, high=MAX_AMOUNT, unit="bytes")
+    return _p2p_s(nbytes, bool(crosses_nodes), hw)
+
+
+@functools.lru_cache(maxsize=4096)
+def _p2p_s(nbytes: float, crosses_nodes: bool, hw: Hardware) -> float:
     if nbytes == 0:
         return 0.0
     return cost.collective_time("sendrecv", nbytes, 2, hw.nic_share if crosses_nodes else hw.intra)
@@ -180,6 +201,6 @@ def p2p_s(nbytes: float, crosses_nodes: bool, hw: Hardware) -> float:
 
 def clear_cache() -> None:
     """Forget every cached price (for cold-start benchmarks)."""
-    for f in (group_topology, collective_s, p2p_s):
+    for f in (group_topology, _collective_s, _p2p_s):
         f.cache_clear()
 

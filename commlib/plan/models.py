@@ -7,6 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from commlib import _validate as check
+
+LIMITS = {"layers": (1, 10**6), "hidden": (1, 10**7), "heads": (1, 10**6), "seq": (1, 2**40), "vocab": (1, 10**9),
+          "ffn": (0, 10**8), "experts": (0, 10**6), "topk": (1, 10**6), "kv_heads": (0, 10**6)}  # (least, most)
+
 
 @dataclass(frozen=True)
 class Model:
@@ -33,6 +38,17 @@ class Model:
         """The MLP's inner width f: ffn (or 4h) for GPT's GeLU MLP, 2 ffn / 3 for a SwiGLU MLP (three h x f)."""
         ffn = self.ffn or 4 * self.hidden
         return 2 * ffn // 3 if self.block == "llama" else ffn
+
+    def __post_init__(self):
+        for attr, (low, high) in LIMITS.items():
+            object.__setattr__(self, attr, check.integer(attr, getattr(self, attr), low, high))
+        if self.kv_heads and self.heads % self.kv_heads:
+            raise ValueError(f"kv_heads must divide heads ({self.heads}): 0 (= heads) or a divisor, "
+                             f"got {self.kv_heads}")
+        if self.experts and self.topk > self.experts:
+            raise ValueError(f"topk must be <= experts ({self.experts}), got {self.topk}")
+        if not isinstance(self.tied, bool):
+            raise TypeError(f"tied must be a bool, got {type(self.tied).__name__}")
 
     @property
     def embedding_params(self) -> int:

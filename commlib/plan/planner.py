@@ -17,33 +17,28 @@ all-to-all limited by each GPU's NIC. The model's shape and published presets li
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass, field
-from numbers import Real
 
 from commlib import _validate as check
 from commlib import cost
 from commlib.plan.context import cp_backward_bytes_per_rank, cp_bytes_per_rank, cp_layer_times  # noqa: F401
+from commlib.plan.divisors import divisors as _divisors
 from commlib.plan.hardware import GPUS, Hardware, collective_s, group_shape, group_topology, hardware, p2p_s  # noqa: F401
 from commlib.plan.models import MODELS, Model  # noqa: F401
 
 STATE_BYTES = (2, 2, 12)   # ZeRO paper, mixed-precision Adam: fp16 params, fp16 grads, fp32 params+m+v (K = 12)
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
+MAX_GLOBAL_BATCH = 2**40  # the search enumerates divisors of the batch: bounded so it ends in seconds
 
 
-def _int(name: str, value, low: int = 1) -> int:
-    if type(value) is int and value >= low:  # the common case, without the ABC checks (the search is hot)
-        return value
-    return check.integer(name, value, low)
+_int = check.count  # counts up to check.MAX_COUNT, plain ints on a fast path
 
 
-def _num(name: str, value, low: float = 0.0) -> float:
-    if type(value) in (int, float) and low <= value < math.inf:
+def _num(name: str, value, low: float = 0.0, high: float = check.MAX_BYTES) -> float:
+    if type(value) in (int, float) and low <= value <= high:  # NaN fails the comparison
         return float(value)
-    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value < low:
-        raise ValueError(f"{name} must be a finite number >= {low}, got {value!r}")
-    return float(value)
+    return check.number(name, value, low, high=high)
 
 
 def _divides(name: str, n: int, by_name: str, by: int) -> None:
@@ -55,9 +50,9 @@ def _divides(name: str, n: int, by_name: str, by: int) -> None:
 def model_state_breakdown(params, dp=1, zero_stage=0, param_bytes=2, grad_bytes=2, optimizer_bytes=12) -> dict:
     """Bytes per GPU of parameters, gradients and optimizer state. ZeRO stage 1 shards the optimizer state
     over the dp ranks, stage 2 also the gradients, stage 3 also the parameters (ZeRO paper, section 5)."""
-    p, n = _num("params", params), _int("dp", dp)
-    if isinstance(zero_stage, bool) or zero_stage not in (0, 1, 2, 3):
-        raise ValueError(f"zero_stage must be one of (0, 1, 2, 3), got {zero_stage!r}")
+    p, n, zero_stage = _num("params", params), _int("dp", dp), check.choice("zero_stage", zero_stage, range(4))
+    param_bytes, grad_bytes = _num("param_bytes", param_bytes), _num("grad_bytes", grad_bytes)
+    optimizer_bytes = _num("optimizer_bytes", optimizer_bytes)
     return {"params": p * param_bytes / (n if zero_stage >= 3 else 1),
             "grads": p * grad_bytes / (n if zero_stage >= 2 else 1),
             "optimizer": p * optimizer_bytes / (n if zero_stage >= 1 else 1)}
@@ -129,9 +124,7 @@ def dp_bytes_per_rank(params, dp, zero_stage=0, grad_bytes=2, param_bytes=None) 
     DP all-reduce 2(N-1)/N P; ZeRO-1/2 reduce-scatter + all-gather, the same 2(N-1)/N P; ZeRO-3 adds an
     all-gather of the parameters for backward, 3(N-1)/N P. (P = params * bytes; param_bytes defaults to
     grad_bytes.)"""
-    p, n = _num("params", params), _int("dp", dp)
-    if isinstance(zero_stage, bool) or zero_stage not in (0, 1, 2, 3):
-        raise ValueError(f"zero_stage must be one of (0, 1, 2, 3), got {zero_stage!r}")
+    p, n, zero_stage = _num("params", params), _int("dp", dp), check.choice("zero_stage", zero_stage, range(4))
     g = _num("grad_bytes", grad_bytes)
     w = g if param_bytes is None else _num("param_bytes", param_bytes)
     frac = (n - 1) / n
@@ -201,6 +194,7 @@ def step_flops(model: "Model", tokens, recompute="none") -> float:
     token); full recomputation runs the layers' forward once more, + 2 * layer params * tokens. For a dense
     GPT this is Narayanan et al. 2021's eq. (3) without its attention-score term s/(6h):
     72 Bslh^2 (1 + V/(12lh)), and with recomputation 96 Bslh^2 (1 + V/(16lh))."""
+    check.instance("model", model, Model, "a plan.Model")
     n = _num("tokens", tokens)
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
@@ -227,11 +221,10 @@ class Assumptions:
     all_to_all: str = "bulk"
 
     def __post_init__(self):
-        if not (isinstance(self.mfu, Real) and 0 < self.mfu <= 1):
-            raise ValueError(f"mfu must be in (0, 1], got {self.mfu!r}")
-        if not (isinstance(self.dp_overlap, Real) and 0 <= self.dp_overlap <= 1):
-            raise ValueError(f"dp_overlap must be in [0, 1], got {self.dp_overlap!r}")
-        _num("imbalance", self.imbalance, 1.0)
+        check.number("mfu", self.mfu, 0, strict=True, high=1)
+        check.number("dp_overlap", self.dp_overlap, 0, high=1)
+        check.number("act_bytes", self.act_bytes, 0, strict=True, high=64, unit="bytes a value")
+        _num("imbalance", self.imbalance, 1.0, high=check.MAX_COUNT)
         if self.schedule not in ("gpipe", "1f1b"):
             raise ValueError(f"schedule must be 'gpipe' or '1f1b', got {self.schedule!r}")
         if self.recompute not in RECOMPUTE:
@@ -306,9 +299,11 @@ def mesh_collectives(units, dp, tp, layers=1, zero_stage=3, microbatches=1) -> d
 
 def validate(model: Model, hw: Hardware, config: Config, global_batch: int) -> int:
     """ValueError naming the parameter for a configuration that cannot run; -> the micro-batch size."""
+    for name, value, kind in (("model", model, Model), ("hw", hw, Hardware), ("config", config, Config)):
+        check.instance(name, value, kind, f"a plan.{kind.__name__}")
     c = config
     for name in ("dp", "tp", "pp", "ep", "microbatches", "cp"):
-        _int(name, getattr(c, name))
+        _int(f"config.{name}", getattr(c, name))
     if c.dp * c.tp * c.pp * c.cp != hw.world:
         mesh, sizes = ("dp*tp*pp", f"{c.dp}*{c.tp}*{c.pp}") if c.cp == 1 else \
             ("dp*tp*pp*cp", f"{c.dp}*{c.tp}*{c.pp}*{c.cp}")
@@ -325,9 +320,9 @@ def validate(model: Model, hw: Hardware, config: Config, global_batch: int) -> i
         if not model.experts:
             raise ValueError(f"ep={c.ep} needs a model with experts, got experts=0")
         _divides("experts", model.experts, "ep", c.ep)
-    if c.zero_stage not in (0, 1, 2, 3) or isinstance(c.zero_stage, bool):
-        raise ValueError(f"zero_stage must be one of (0, 1, 2, 3), got {c.zero_stage!r}")
-    _divides("global_batch", _int("global_batch", global_batch), "dp*microbatches", c.dp * c.microbatches)
+    check.choice("config.zero_stage", c.zero_stage, range(4))
+    _divides("global_batch", _int("global_batch", global_batch, high=MAX_GLOBAL_BATCH), "dp*microbatches",
+             c.dp * c.microbatches)
     return global_batch // (c.dp * c.microbatches)
 
 
@@ -343,7 +338,9 @@ def estimate(model: Model, hw: Hardware, config: Config, global_batch: int,
     step, behind each micro-batch's compute for one per micro-batch (ZeRO-2/3). Memory: model states (ZeRO paper),
     activations (Korthikanti et al., per block type) of the first stage's micro-batches in flight or of the last
     stage's with its fp32 logits, whichever is larger (one stage: both), ZeRO-3's gathered layers."""
-    return _estimate(model, hw, config, global_batch, assume, validate(model, hw, config, global_batch))
+    b = validate(model, hw, config, global_batch)
+    check.instance("assume", assume, Assumptions, "a plan.Assumptions")
+    return _estimate(model, hw, config, int(global_batch), assume, b)
 
 
 def _estimate(model, hw, c, global_batch, a, b) -> Estimate:
@@ -407,12 +404,20 @@ def _estimate(model, hw, c, global_batch, a, b) -> Estimate:
 
 
 # --------------------------------------------------------------------------------------- search
-def _divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
+def _search_args(model, hw, global_batch, assume, zero_stages, max_tp) -> tuple[int, tuple, int | None]:
+    for name, value, kind in (("model", model, Model), ("hw", hw, Hardware), ("assume", assume, Assumptions)):
+        check.instance(name, value, kind, f"a plan.{kind.__name__}")
+    global_batch = _int("global_batch", global_batch, high=MAX_GLOBAL_BATCH)
+    stages = check.listed("zero_stages", zero_stages, "ZeRO stage")
+    stages = tuple(dict.fromkeys(check.choice(f"zero_stages[{i}]", z, range(4)) for i, z in enumerate(stages)))
+    max_tp = None if max_tp is None else _int("max_tp", max_tp)
+    return global_batch, stages, max_tp
 
 
 def configurations(model: Model, hw: Hardware, global_batch: int, zero_stages=(0, 1, 2, 3), max_tp=None, max_cp=1):
     """Every (dp, tp, pp, ep, zero stage, micro-batches, cp <= max_cp) that can run, with its micro-batch size."""
+    global_batch, zero_stages, max_tp = _search_args(model, hw, global_batch, Assumptions(), zero_stages, max_tp)
+    max_cp = _int("max_cp", max_cp)
     world = hw.world
     for tp, cp in itertools.product(_divisors(world), _divisors(world)):
         if model.heads % tp or (max_tp and tp > max_tp) or (world // tp) % cp or cp > _int("max_cp", max_cp) \
@@ -433,7 +438,7 @@ def search(model: Model, hw: Hardware, global_batch: int, assume: Assumptions = 
            zero_stages=(0, 1, 2, 3), max_tp=None, max_cp=1) -> tuple[list[Estimate], int]:
     """-> (the configurations that fit in memory, fastest first; how many were evaluated). max_cp > 1 adds
     context parallelism (cp dividing the world, 2 cp dividing the sequence) to the search."""
-    _int("global_batch", global_batch)
+    global_batch, zero_stages, max_tp = _search_args(model, hw, global_batch, assume, zero_stages, max_tp)
     out, n = [], 0
     for config, b in configurations(model, hw, global_batch, zero_stages, max_tp, max_cp):
         n += 1
