@@ -187,9 +187,11 @@ def test_course_py_lab_prints_chapter_0_s_url_and_leaves_no_jupyterlab_when_stop
         driver.send_signal(sig)
         assert driver.wait(120) == 128 + sig
         assert wait_gone(family, 60) == [], f"JupyterLab or its kernel outlived course.py after signal {sig}"
-    finally:
+    finally:  # whatever failed above: JupyterLab runs in a process group of its own, so kill what was started
+        with contextlib.suppress(psutil.NoSuchProcess):
+            family += [p.pid for p in psutil.Process(driver.pid).children(recursive=True)]
         if driver.poll() is None:
             driver.kill()
-        for pid in family:
+        for pid in set(family):
             with contextlib.suppress(psutil.NoSuchProcess):
                 psutil.Process(pid).kill()
