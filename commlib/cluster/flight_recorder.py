@@ -15,14 +15,14 @@ starts), so it is delivered there even while the main thread waits inside Gloo.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pickle
 import re
 import signal
 import sys
-import tempfile
 import threading
+
+from commlib.cluster.output import dropping_stderr_lines
 
 DUMP_SIGNAL = getattr(signal, "SIGUSR2", None)
 DEFAULT_BUFFER = 64   # entries per rank: enough for the last steps of a lesson's loop, cheap to dump
@@ -292,24 +292,11 @@ def torch_analyser(folder: str, prefix: str = "rank_", timeout_s: float = 60.0) 
 _TORCH_LOG = re.compile(r"^(\[rank\d+\]:)?\[[DIWEF]\d{4} \d\d:\d\d:\d\d\.\d+ [^\]]+\] ")
 
 
-@contextlib.contextmanager
 def without_torch_log():
     """Inside a rank: torch's C++ log lines, which it writes straight to file descriptor 2 with a time stamp
-    (monitored_barrier's failure, for one, is logged there as well as raised), are caught while the block
-    runs and dropped; any other line written meanwhile is passed on to stderr. The exception says the same."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile(mode="w+b") as catch:
-        os.dup2(catch.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            catch.seek(0)
-            kept = [ln for ln in catch.read().decode(errors="replace").splitlines() if not _TORCH_LOG.match(ln)]
-            if kept:
-                print("\n".join(kept), file=sys.stderr)
+    (monitored_barrier's failure, for one, is logged there as well as raised), are dropped while the block
+    runs; any other line written meanwhile is passed on to stderr. The exception says the same."""
+    return dropping_stderr_lines(_TORCH_LOG)
 
 
 def replay_steps(snapshots: dict) -> list[dict]:

@@ -13,10 +13,12 @@ order when run() ends (ordered), or as they arrive (live).
 from __future__ import annotations
 
 import codecs
+import contextlib
 import io
 import os
 import select
 import sys
+import tempfile
 import threading
 import time
 
@@ -120,3 +122,22 @@ class RankOutput:
 
 def _stream(name: str):
     return sys.stdout if name == "stdout" else sys.stderr
+
+
+@contextlib.contextmanager
+def dropping_stderr_lines(pattern):
+    """Inside a rank: while the block runs, lines that C++ code writes straight to file descriptor 2 (past
+    sys.stderr) and that match `pattern` (a compiled regex) are dropped; any other line is passed on to stderr."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as catch:
+        os.dup2(catch.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            catch.seek(0)
+            kept = [ln for ln in catch.read().decode(errors="replace").splitlines() if not pattern.match(ln)]
+            if kept:
+                print("\n".join(kept), file=sys.stderr)

@@ -10,12 +10,11 @@ communication, the others compute). breakdown() does the interval arithmetic on 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import sys
-import tempfile
 from dataclasses import dataclass
+
+from commlib.cluster.output import dropping_stderr_lines
 
 COMM_PREFIXES = ("gloo:", "nccl:")
 COMM_KERNEL_WORDS = ("nccl",)
@@ -124,23 +123,10 @@ def intervals_from_events(events, itemsize: int = 4) -> list[Interval]:
 _KINETO_CHATTER = re.compile(r"^(USDT|INFO|WARNING):\d{4}-\d\d-\d\d [\d:]+ \d+:\d+ \S+\] ")
 
 
-@contextlib.contextmanager
 def _without_profiler_chatter():
     """The C++ profiler (Kineto) writes 'profiler_start/stop' lines straight to file descriptor 2, with times
-    and pids: into the notebook, unlabelled, different on every run. Catch fd 2 meanwhile; pass on the rest."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile(mode="w+b") as catch:
-        os.dup2(catch.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            catch.seek(0)
-            kept = [ln for ln in catch.read().decode(errors="replace").splitlines() if not _KINETO_CHATTER.match(ln)]
-            if kept:
-                print("\n".join(kept), file=sys.stderr)
+    and pids: into the notebook, unlabelled, different on every run. Drop them meanwhile; pass on the rest."""
+    return dropping_stderr_lines(_KINETO_CHATTER)
 
 
 def profile(step, *args, trace_path: str | None = None, warmup: int = 1, itemsize: int = 4, **kwargs) -> dict:
