@@ -154,6 +154,7 @@ def test_course_py_lab_prints_chapter_0_s_url_and_leaves_no_jupyterlab_when_stop
     fetches no news; a running kernel; then SIGTERM or SIGHUP to course.py: no JupyterLab, no kernel left."""
     import re
     import shutil
+    import urllib.error
     import urllib.request
 
     from conftest import free_port
@@ -172,8 +173,15 @@ def test_course_py_lab_prints_chapter_0_s_url_and_leaves_no_jupyterlab_when_stop
             found = re.search(r"(http://127\.0\.0\.1:\d+/\S*)\n", log.read_text())  # a whole line: not half-written
             url = found.group(1) if found else time.sleep(0.2)
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+/lab/tree/notebooks/00_start_here\.ipynb\?token=\w+", url), url
-        with urllib.request.urlopen(url, timeout=30) as r:
-            page = r.read().decode()
+        deadline = time.monotonic() + 60  # Jupyter Server logs its URL before its IOLoop binds the port
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=30) as r:
+                    page = r.read().decode()
+                break
+            except urllib.error.URLError as e:
+                assert isinstance(e.reason, ConnectionRefusedError) and time.monotonic() < deadline, e
+                time.sleep(0.2)
         assert r.status == 200 and '"news": {"disabled": true}' in page.replace("\n", "")
         base, token = url.split("/lab/")[0], url.split("token=")[1]
         start = urllib.request.Request(f"{base}/api/kernels?token={token}", data=b"{}", method="POST")
