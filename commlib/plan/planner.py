@@ -23,8 +23,8 @@ from commlib import _validate as check
 from commlib import cost
 from commlib.plan.context import cp_backward_bytes_per_rank, cp_bytes_per_rank, cp_layer_times  # noqa: F401
 from commlib.plan.divisors import divisors as _divisors
-from commlib.plan.hardware import GPUS, Hardware, collective_s, group_shape, group_topology, hardware, p2p_s  # noqa: F401
-from commlib.plan.models import MODELS, Model  # noqa: F401
+from commlib.plan.hardware import Hardware, collective_s, group_shape, p2p_s
+from commlib.plan.models import Model
 
 STATE_BYTES = (2, 2, 12)   # ZeRO paper, mixed-precision Adam: fp16 params, fp16 grads, fp32 params+m+v (K = 12)
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
