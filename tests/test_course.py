@@ -147,6 +147,37 @@ sys.exit(course.main(["lab", "--no-browser", "--ServerApp.port=" + sys.argv[3], 
 """
 
 
+def _kernels(pid: int) -> list[int]:
+    """The ipykernel processes under pid. JupyterLab starts short-lived helpers too: one that exits between
+    children() and cmdline() (gone, or a zombie its parent has not reaped yet) is not a kernel, not an error."""
+    found = []
+    for p in psutil.Process(pid).children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):  # ZombieProcess is a NoSuchProcess
+            if "ipykernel" in " ".join(p.cmdline()):
+                found.append(p.pid)
+    return found
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX zombies")
+def test_a_child_that_exits_unreaped_is_not_a_kernel_and_not_an_error():
+    """CI once failed here: psutil raised ZombieProcess reading the cmdline of a JupyterLab helper that had
+    just exited. A zombie child of this process must be skipped, and a live kernel-named child still found."""
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    kernel = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "ipykernel_launcher"])
+    try:
+        deadline = time.monotonic() + 30
+        while psutil.Process(zombie.pid).status() != psutil.STATUS_ZOMBIE:  # exited, not yet reaped (no wait())
+            assert time.monotonic() < deadline, "the child did not exit within 30 s"
+            time.sleep(0.05)
+        with pytest.raises(psutil.ZombieProcess):
+            psutil.Process(zombie.pid).cmdline()  # what the old loop called
+        assert _kernels(os.getpid()) == [kernel.pid]
+    finally:
+        kernel.kill()
+        kernel.wait()
+        zombie.wait()
+
+
 @pytest.mark.skipif(os.name == "nt", reason="POSIX signals")
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_course_py_lab_prints_chapter_0_s_url_and_leaves_no_jupyterlab_when_stopped(tmp_path, sig):
@@ -188,7 +219,7 @@ def test_course_py_lab_prints_chapter_0_s_url_and_leaves_no_jupyterlab_when_stop
         with urllib.request.urlopen(start, timeout=60) as r:
             assert r.status == 201
         deadline = time.monotonic() + 120
-        while not [p for p in psutil.Process(driver.pid).children(recursive=True) if "ipykernel" in " ".join(p.cmdline())]:
+        while not _kernels(driver.pid):
             assert time.monotonic() < deadline, "the kernel did not start within 120 s"
             time.sleep(0.2)
         family = [p.pid for p in psutil.Process(driver.pid).children(recursive=True)]
