@@ -416,6 +416,61 @@ def test_non_finite_gradients_stay_where_a_plain_all_reduce_puts_them(cluster4, 
         assert torch.isfinite(residual).all()
 
 
+MATRICES = [slice(0, 64 * 32), slice(64 * 32 + 64, 64 * 32 + 64 + 16 * 48)]  # SHAPES' two matrices, flat
+
+
+def powersgd_through_an_overflow(warm_start):
+    """Three steps of PowerSGD r=2; at step 1 rank 0's first matrix holds a NaN and rank 1's second matrix an
+    inf. Beside it, a state that never saw step 1. -> step 1's mean, then (residual, step 2's mean, Qs) of
+    the state that saw the overflow and of the one that did not."""
+    torch.set_num_threads(1)
+    stand_ins = [torch.zeros(s) for s in SHAPES]
+    hit, skipped = cp.PowerSGDState(rank=2, warm_start=warm_start), cp.PowerSGDState(rank=2, warm_start=warm_start)
+
+    def step(state, g):
+        return cp.powersgd_hook(state, cp.Bucket(0, g, stand_ins, last=True)).wait().clone()
+
+    for state in (hit, skipped):
+        step(state, grads(dist.get_rank(), 0))
+    bad = grads(dist.get_rank(), 1)
+    if dist.get_rank() < 2:
+        bad[MATRICES[dist.get_rank()].start + 7] = math.nan if dist.get_rank() == 0 else math.inf
+    mean1 = step(hit, bad)
+    residuals = [s.residual(cp.Bucket(0, bad, stand_ins, last=True)) for s in (hit, skipped)]
+    after = [step(state, grads(dist.get_rank(), 2)) for state in (hit, skipped)]
+    return mean1, residuals, after, [[s.qs.get(id(p)) for p in stand_ins] for s in (hit, skipped)]
+
+
+@pytest.mark.parametrize("warm_start", [True, False])
+def test_powersgd_through_an_overflow_skips_that_step_and_does_not_poison_later_ones(cluster4, warm_start):
+    """torch's powerSGD_hook keeps a NaN in its warm-start Q and its residual, so every later step is NaN: under
+    AMP, whose first steps overflow on purpose, training never recovers. Here each overflowed matrix is all NaN
+    (GradScaler skips the step), the vectors get their usual mean, the residuals are those of before, and (warm
+    start) the next step is the one a state that never saw the overflow computes. Without warm start its
+    fresh Qs are new draws, so only finiteness is compared."""
+    for mean1, (r_hit, r_skipped), (hit2, skipped2), (q_hit, q_skipped) in cluster4.run(
+            powersgd_through_an_overflow, warm_start):
+        vectors = torch.ones(NUMEL, dtype=torch.bool)
+        for m in MATRICES:
+            assert torch.isnan(mean1[m]).all()
+            vectors[m] = False
+        assert torch.isfinite(mean1[vectors]).all()
+        assert torch.equal(r_hit, r_skipped) and torch.isfinite(r_hit).all()
+        assert torch.isfinite(hit2).all()
+        if warm_start:
+            assert torch.allclose(hit2, skipped2, rtol=1e-5, atol=1e-5)
+            for a, b in zip(q_hit, q_skipped):
+                assert (a is None) == (b is None) and (a is None or torch.allclose(a, b, atol=1e-5))
+
+
+def test_after_one_overflow_torchs_powersgd_stays_nan_and_ours_recovers(cluster4):
+    """The claim in powersgd.py's docstring and chapter 5, on torch's own hook: if a torch release fixes it,
+    this fails and the text must change."""
+    for result in cluster4.run(against_torch.powersgd_overflow_vs_torch, 6, 3):
+        assert result == {"ours": [True, True, True, False, True, True],
+                          "torch": [True, True, True, False, False, False]}
+
+
 def empty_bucket(method, params):
     state, hook = tradeoff.hook_for(method, cp.HookComm("builtin"), **params)
     before = state.comm.bytes_sent

@@ -27,6 +27,14 @@ update in exact arithmetic; tests/test_compression.py compares the two):
   start_iter=0 works with both;
 - torch views a vector as an n x 1 matrix, which min_compression_rate >= 1 never compresses (the
   default 2 does not); here vectors are never compressed, whatever the rate.
+
+One difference is on purpose, after an overflow. A NaN or inf in one rank's gradient (fp16 under AMP,
+whose dynamic loss scale overflows now and then by design) spreads in torch's hook through P and Q
+into its warm-start Q and its residual, so every later step is NaN too, and training never recovers
+(against_torch.powersgd_overflow_vs_torch runs both). Here a matrix whose summed P or averaged Q is
+not finite (the same on every rank: both are all-reduced) comes out all NaN, so GradScaler skips the
+step as after a plain all-reduce, and its Q and residual stay as they were, as if the step had not
+happened. All of the matrix is NaN: P and Q mix all of M, so PowerSGD cannot say where it overflowed.
 """
 
 import time
@@ -98,6 +106,7 @@ def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.future
     plain = [i for i in range(len(params)) if i not in squeeze]
     out, residual = torch.empty_like(delta), torch.zeros_like(delta)
     out_views, residual_views = split(out, params), split(residual, params)
+    before = split(state.residual(bucket), params) if state.error_feedback else None
 
     if plain:  # vectors and small matrices: one all-reduce of all of them, as they are
         flat = state.comm.all_reduce(torch.cat([views[i].reshape(-1) for i in plain])).div_(p_world)
@@ -105,17 +114,23 @@ def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.future
             out_views[i].copy_(part)
     if squeeze:
         mats = [views[i].reshape(views[i].shape[0], -1) for i in squeeze]
-        qs = _initial_qs(state, [params[i] for i in squeeze], mats)
-        ps = [m @ q for m, q in zip(mats, qs)]
+        q_in = _initial_qs(state, [params[i] for i in squeeze], mats)
+        ps = [m @ q for m, q in zip(mats, q_in)]
         state.comm.all_reduce(_cat_into(ps))                      # P summed: it is normalised next anyway
+        finite = [bool(torch.isfinite(p).all()) for p in ps]     # the same on every rank (see module doc)
         for p in ps:
             orthogonalize_(p, state.epsilon)
         qs = [m.t() @ p for m, p in zip(mats, ps)]                # this rank's Q for the shared P^
         for i, m, p, q in zip(squeeze, mats, ps, qs):
             residual_views[i].copy_((m - p @ q.t()).view_as(residual_views[i]))
         state.comm.all_reduce(_cat_into(qs)).div_(p_world)       # Q averaged over ranks
-        for i, p, q in zip(squeeze, ps, qs):
-            out_views[i].copy_((p @ q.t()).view_as(out_views[i]))
+        for k, (i, p, q) in enumerate(zip(squeeze, ps, qs)):
+            if not (finite[k] and torch.isfinite(q).all()):      # an overflow: skipped, state kept
+                out_views[i].fill_(float("nan"))
+                residual_views[i].copy_(before[i] if before is not None else 0.0)
+                q = q_in[k]
+            else:
+                out_views[i].copy_((p @ q.t()).view_as(out_views[i]))
             if state.warm_start:
                 state.qs[id(params[i])] = q
     state.remember(bucket, residual)
