@@ -255,9 +255,10 @@ def test_course_py_lab_prints_chapter_0_s_url_and_leaves_no_jupyterlab_when_stop
         with urllib.request.urlopen(start, timeout=60) as r:
             assert r.status == 201
         deadline = time.monotonic() + 120
-        while not _kernels(driver.pid):
+        while driver.poll() is None and not _kernels(driver.pid):  # (a dead course.py has no children to list)
             assert time.monotonic() < deadline, "the kernel did not start within 120 s"
             time.sleep(0.2)
+        assert driver.poll() is None, f"course.py lab exited ({driver.returncode}) before its kernel started"
         family = psutil.Process(driver.pid).children(recursive=True)
         driver.send_signal(sig)
         assert driver.wait(120) == 128 + sig
