@@ -90,10 +90,14 @@ def test_what_an_older_child_starts_meanwhile_is_not_counted_as_started():
         helper, mine = grandchildren
         assert started_since(before) == {spawners[1].pid, mine}
         assert helper in {p.pid for p in psutil.Process().children(recursive=True)}  # the old count took it
-    finally:
+    finally:  # end of input: each spawner stops its child and exits (killed if not: no error to hide the test's)
         for s in spawners:
             s.stdin.close()
-            s.wait(30)
+            try:
+                s.wait(30)
+            except subprocess.TimeoutExpired:
+                s.kill()
+                s.wait()
     assert wait_gone(grandchildren) == []
 
 
@@ -137,8 +141,9 @@ def test_killed_parent_leaves_no_grandchild_and_no_temp_folder(tmp_path):
 
 
 # How soon an interrupted start or close is done. Not "about a second": the clean-up itself may wait up to
-# ZYGOTE_EXIT_S for the zygote to exit and as long for its reader thread (2 s was the bound, at that sum, so a
-# loaded 2-core machine failed it), and the alternatives it rules out take start_timeout (120 s) or forever.
+# ZYGOTE_EXIT_S for the zygote to exit and as long for its reader thread (the bound was 2 s, that very sum: a
+# stall of a loaded 2-core machine on top could fail it), and what it rules out takes start_timeout (120 s) or
+# forever.
 PROMPT_S = 2 * _launcher.ZYGOTE_EXIT_S + 10.0
 
 
