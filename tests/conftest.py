@@ -1,4 +1,5 @@
 import contextlib
+import http.client
 import os
 import re
 import secrets
@@ -7,7 +8,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -141,7 +141,7 @@ def lab(tmp_path_factory):
                 with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5) as r:
                     if r.status == 200:
                         break
-            except (OSError, urllib.error.URLError):
+            except (OSError, http.client.HTTPException):  # (URLError is an OSError) not up yet, or not it
                 time.sleep(0.2)
         else:
             text = log_path.read_text()

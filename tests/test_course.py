@@ -196,7 +196,6 @@ def _course_lab(tmp_path: Path, ports) -> tuple[subprocess.Popen, str, str]:
     """`course.py lab` on the next port of `ports` -> (course.py, the URL it printed, the page that URL serves).
     A port taken by another process before Jupyter Server binds it (free_port() picks it seconds earlier): the next
     port, as conftest's lab fixture does. Any other failure fails the test, and leaves nothing running."""
-    import urllib.error
     import urllib.request
 
     for attempt, port in enumerate(ports):
@@ -216,11 +215,15 @@ def _course_lab(tmp_path: Path, ports) -> tuple[subprocess.Popen, str, str]:
                     with urllib.request.urlopen(url, timeout=30) as r:
                         assert r.status == 200
                         return driver, url, r.read().decode()
-                except urllib.error.URLError as e:
-                    assert isinstance(e.reason, ConnectionRefusedError) and time.monotonic() < deadline, e
+                except (OSError, http.client.HTTPException) as e:  # (URLError is an OSError)
+                    if driver.poll() is not None or lost_its_port(log.read_text()):
+                        break  # what answered, if anything, was the process that took the port
+                    assert isinstance(getattr(e, "reason", None), ConnectionRefusedError) \
+                        and time.monotonic() < deadline, e
                     time.sleep(0.2)
             text = log.read_text()
             assert lost_its_port(text), f"course.py lab exited ({driver.returncode}):\n{text[-3000:]}"
+            _kill_family(driver, [])  # exited, or about to: it could not listen
         except BaseException:
             _kill_family(driver, [])
             raise
