@@ -3,6 +3,7 @@
 import contextlib
 import http.client
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import alive, wait_gone
+from conftest import alive, lost_its_port, wait_gone
 
 import course
 
@@ -118,18 +119,18 @@ def test_stopping_course_py_stops_everything_it_started(tmp_path, how):
     ignore = "ignore" if "ignored" in how else "obey"
     driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(ROOT), STUB, str(pids_file), ignore,
                                "1.0" if ignore == "ignore" else "30.0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    family = []
     try:
         started = _wait_for(pids_file, driver)
+        for pid in started:  # as psutil.Process objects, taken now: kill() below refuses a pid reused since
+            with contextlib.suppress(psutil.NoSuchProcess):
+                family.append(psutil.Process(pid))
         assert all(alive(p) for p in started)
         driver.send_signal(sig)
         assert driver.wait(60) == 128 + sig  # bounded: a stuck course.py fails here, not hangs
         assert wait_gone(started, 30) == [], f"left running after {how} to course.py"
     finally:
-        if driver.poll() is None:
-            driver.kill()
-        for pid in (_wait_for(pids_file, driver, 0) if pids_file.exists() else []):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                psutil.Process(pid).kill()
+        _kill_family(driver, family)
 
 
 def test_the_child_s_exit_status_is_course_py_s(tmp_path):
@@ -178,59 +179,93 @@ def test_a_child_that_exits_unreaped_is_not_a_kernel_and_not_an_error():
         zombie.wait()
 
 
+def _kill_family(driver: subprocess.Popen, family: list[psutil.Process]) -> None:
+    """Kill course.py and what it started. JupyterLab runs in a process group of its own, so killing course.py
+    alone would leave it. psutil.Process objects, not pids: kill() refuses a pid reused by another process."""
+    with contextlib.suppress(psutil.NoSuchProcess):
+        family += psutil.Process(driver.pid).children(recursive=True)
+    if driver.poll() is None:
+        driver.kill()
+    driver.wait()
+    for p in family:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+
+
+def _course_lab(tmp_path: Path, ports) -> tuple[subprocess.Popen, str, str]:
+    """`course.py lab` on the next port of `ports` -> (course.py, the URL it printed, the page that URL serves).
+    A port taken by another process before Jupyter Server binds it (free_port() picks it seconds earlier): the next
+    port, as conftest's lab fixture does. Any other failure fails the test, and leaves nothing running."""
+    import urllib.request
+
+    for attempt, port in enumerate(ports):
+        log = tmp_path / f"lab-{attempt}.log"
+        with open(log, "w") as out:
+            driver = subprocess.Popen([sys.executable, "-c", LAB_DRIVER, str(ROOT), str(tmp_path), str(port)],
+                                      stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline, url = time.monotonic() + 180, None  # a bound, not a timing assertion: a loaded machine is slow
+            while url is None and driver.poll() is None:
+                assert time.monotonic() < deadline, f"no URL printed within 180 s:\n{log.read_text()[-3000:]}"
+                found = re.search(r"(http://127\.0\.0\.1:\d+/\S*)\n", log.read_text())  # a whole line: not half-written
+                url = found.group(1) if found else time.sleep(0.2)
+            deadline = time.monotonic() + 60  # Jupyter Server logs its URL before its IOLoop binds the port
+            while driver.poll() is None:
+                try:
+                    with urllib.request.urlopen(url, timeout=30) as r:
+                        assert r.status == 200
+                        return driver, url, r.read().decode()
+                except (OSError, http.client.HTTPException) as e:  # (URLError is an OSError)
+                    if driver.poll() is not None or lost_its_port(log.read_text()):
+                        break  # what answered, if anything, was the process that took the port
+                    assert isinstance(getattr(e, "reason", None), ConnectionRefusedError) \
+                        and time.monotonic() < deadline, e
+                    time.sleep(0.2)
+            text = log.read_text()
+            assert lost_its_port(text), f"course.py lab exited ({driver.returncode}):\n{text[-3000:]}"
+            _kill_family(driver, [])  # exited, or about to: it could not listen
+        except BaseException:
+            _kill_family(driver, [])
+            raise
+    raise AssertionError(f"course.py lab found no free port in {attempt + 1} tries:\n{log.read_text()[-2000:]}")
+
+
 @pytest.mark.skipif(os.name == "nt", reason="POSIX signals")
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_course_py_lab_prints_chapter_0_s_url_and_leaves_no_jupyterlab_when_stopped(tmp_path, sig):
     """The real `course.py lab` on a copy of the notebooks: its printed URL opens chapter 0 (and answers), the page
-    fetches no news; a running kernel; then SIGTERM or SIGHUP to course.py: no JupyterLab, no kernel left."""
-    import re
+    fetches no news; a running kernel; then SIGTERM or SIGHUP to course.py: no JupyterLab, no kernel left.
+    Under SIGHUP, its first port is one another socket listens on: course.py lab fails there, and starts again on
+    the next (CI can lose free_port()'s port to another process so, by chance)."""
     import shutil
-    import urllib.error
+    import socket
     import urllib.request
 
     from conftest import free_port
 
     shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks", ignore=shutil.ignore_patterns("traces", ".ipynb_*"))
-    log = tmp_path / "lab.log"
-    with open(log, "w") as out:
-        driver = subprocess.Popen([sys.executable, "-c", LAB_DRIVER, str(ROOT), str(tmp_path), str(free_port())],
-                                  stdout=out, stderr=subprocess.STDOUT)
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        first = [taken.getsockname()[1]] if sig == signal.SIGHUP else []
+        driver, url, page = _course_lab(tmp_path, first + [free_port() for _ in range(3)])
+    if first:
+        assert lost_its_port((tmp_path / "lab-0.log").read_text()), "the taken port was not the first one tried"
     family = []
     try:
-        deadline, url = time.monotonic() + 180, None  # a bound, not a timing assertion: a loaded machine is slow
-        while url is None:
-            assert driver.poll() is None, f"course.py lab exited ({driver.returncode}):\n{log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"no URL printed within 180 s:\n{log.read_text()[-3000:]}"
-            found = re.search(r"(http://127\.0\.0\.1:\d+/\S*)\n", log.read_text())  # a whole line: not half-written
-            url = found.group(1) if found else time.sleep(0.2)
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+/lab/tree/notebooks/00_start_here\.ipynb\?token=\w+", url), url
-        deadline = time.monotonic() + 60  # Jupyter Server logs its URL before its IOLoop binds the port
-        while True:
-            try:
-                with urllib.request.urlopen(url, timeout=30) as r:
-                    page = r.read().decode()
-                break
-            except urllib.error.URLError as e:
-                assert isinstance(e.reason, ConnectionRefusedError) and time.monotonic() < deadline, e
-                time.sleep(0.2)
-        assert r.status == 200 and '"news": {"disabled": true}' in page.replace("\n", "")
+        assert '"news": {"disabled": true}' in page.replace("\n", "")
         base, token = url.split("/lab/")[0], url.split("token=")[1]
         start = urllib.request.Request(f"{base}/api/kernels?token={token}", data=b"{}", method="POST")
         with urllib.request.urlopen(start, timeout=60) as r:
             assert r.status == 201
         deadline = time.monotonic() + 120
-        while not _kernels(driver.pid):
+        while driver.poll() is None and not _kernels(driver.pid):  # (a dead course.py has no children to list)
             assert time.monotonic() < deadline, "the kernel did not start within 120 s"
             time.sleep(0.2)
-        family = [p.pid for p in psutil.Process(driver.pid).children(recursive=True)]
+        assert driver.poll() is None, f"course.py lab exited ({driver.returncode}) before its kernel started"
+        family = psutil.Process(driver.pid).children(recursive=True)
         driver.send_signal(sig)
         assert driver.wait(120) == 128 + sig
-        assert wait_gone(family, 60) == [], f"JupyterLab or its kernel outlived course.py after signal {sig}"
-    finally:  # whatever failed above: JupyterLab runs in a process group of its own, so kill what was started
-        with contextlib.suppress(psutil.NoSuchProcess):
-            family += [p.pid for p in psutil.Process(driver.pid).children(recursive=True)]
-        if driver.poll() is None:
-            driver.kill()
-        for pid in set(family):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                psutil.Process(pid).kill()
+        assert wait_gone([p.pid for p in family], 60) == [], \
+            f"JupyterLab or its kernel outlived course.py after signal {sig}"
+    finally:  # whatever failed above: kill what was started
+        _kill_family(driver, family)

@@ -4,6 +4,7 @@ import ast
 import contextlib
 import os
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -59,48 +60,75 @@ def test_init_from_env_nccl_needs_a_gpu_per_process(monkeypatch):
         cl.init_from_env(backend="nccl")  # raises before any rendezvous: nothing waits for the other ranks
 
 
-def two_nodes(*script: str, timeout: float = 240) -> list[subprocess.CompletedProcess]:
-    """Two torchrun processes on 127.0.0.1 acting as two nodes of 2 ranks each (c10d rendezvous)."""
-    for attempt in range(3):  # free_port() can lose its port to another process before node 0 binds it
-        out = _two_nodes_once(f"127.0.0.1:{free_port()}", script, timeout)
-        if not any("address already in use" in r.stderr.lower() for r in out):
+PORT_TAKEN = "address already in use"  # in node 0's stderr when it cannot host the store on its port
+
+
+def two_nodes(*script: str, timeout: float = 240, ports=None) -> list[subprocess.CompletedProcess]:
+    """Two torchrun processes on 127.0.0.1 acting as two nodes of 2 ranks each (c10d rendezvous), on the first of
+    `ports` (default: free_port()'s) that node 0 can listen on: another process can take free_port()'s port before
+    node 0 binds it, seconds later."""
+    for endpoint_port in ports or (free_port() for _ in range(3)):
+        out = _two_nodes_once(f"127.0.0.1:{endpoint_port}", script, timeout)
+        if PORT_TAKEN not in out[0].stderr.lower():
             return out
     return out
 
 
 def _two_nodes_once(endpoint: str, script, timeout: float) -> list[subprocess.CompletedProcess]:
+    """Node 0 hosts the rendezvous store (is_host=1), node 1 only connects (is_host=0). Left to guess, both would
+    try to host on 127.0.0.1 and fall back to connecting; so a port another process took was never an error, only a
+    wait for whatever listened there: stuck until the timeout. Now node 0 fails at once and node 1 is stopped."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
     with tempfile.TemporaryDirectory() as tmp:
         # output to files, not pipes: reading one node's pipes while the other's fill up could deadlock both
         files = [(open(f"{tmp}/{n}.out", "w+"), open(f"{tmp}/{n}.err", "w+")) for n in (0, 1)]
         procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={n}",
                                    "--nproc-per-node=2", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
-                                   "--rdzv-id=commlib-test", *script],
+                                   "--rdzv-id=commlib-test", f"--rdzv-conf=is_host={int(n == 0)}", *script],
                                   cwd=ROOT, env=env, stdout=files[n][0], stderr=files[n][1], text=True)
                  for n in (0, 1)]
         deadline = time.monotonic() + timeout
         try:
-            for p in procs:
-                p.wait(max(deadline - time.monotonic(), 0.1))
+            procs[0].wait(max(deadline - time.monotonic(), 0.1))
+            with open(f"{tmp}/0.err") as err:
+                if procs[0].returncode != 0 and PORT_TAKEN in err.read().lower():
+                    return _collect(procs, files, stop=True)  # node 1 would wait for a store that never comes
+            procs[1].wait(max(deadline - time.monotonic(), 0.1))
         finally:
-            for p in procs:  # on a timeout: torchrun and the ranks it started, none left behind
-                if p.poll() is None:
-                    tree = psutil.Process(p.pid).children(recursive=True)
-                    p.kill()
-                    p.wait()
-                    for child in tree:
-                        with contextlib.suppress(psutil.NoSuchProcess):
-                            child.kill()
-        out = []
-        for p, (stdout, stderr) in zip(procs, files):
-            stdout.seek(0), stderr.seek(0)
-            out.append(subprocess.CompletedProcess(p.args, p.returncode, stdout.read(), stderr.read()))
-            stdout.close(), stderr.close()
-        return out
+            _stop(procs)
+        return _collect(procs, files)
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """On a timeout, or when node 0 failed: torchrun and the ranks it started, none left behind."""
+    for p in procs:
+        if p.poll() is None:
+            tree = []
+            with contextlib.suppress(psutil.NoSuchProcess):
+                tree = psutil.Process(p.pid).children(recursive=True)
+            p.kill()
+            p.wait()
+            for child in tree:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    child.kill()
+
+
+def _collect(procs, files, stop: bool = False) -> list[subprocess.CompletedProcess]:
+    if stop:
+        _stop(procs)
+    out = []
+    for p, (stdout, stderr) in zip(procs, files):
+        stdout.seek(0), stderr.seek(0)
+        out.append(subprocess.CompletedProcess(p.args, p.returncode, stdout.read(), stderr.read()))
+        stdout.close(), stderr.close()
+    return out
 
 
 def test_two_nodes_run_the_example_and_the_bench():
-    results = two_nodes("examples/torchrun_hello.py")
+    with socket.create_server(("127.0.0.1", 0)) as taken:  # the first port is another's: node 0 fails, then the next
+        first = taken.getsockname()[1]
+        results = two_nodes("examples/torchrun_hello.py", ports=[first, free_port(), free_port()])
+    assert f"--rdzv-endpoint=127.0.0.1:{first}" not in results[0].args  # so the first try failed, as port taken
     assert all(r.returncode == 0 for r in results), [r.stderr[-2000:] for r in results]
     reports = [ast.literal_eval(m) for r in results for m in re.findall(r"\[rank \d+\] (\{[^}]*\})", r.stdout)]
     assert sorted(r["rank"] for r in reports) == [0, 1, 2, 3]

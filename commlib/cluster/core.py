@@ -43,7 +43,8 @@ MAX_WORLD_SIZE = 64
 MAX_TIMEOUT_S = 1e6     # ~11.6 days; poll() overflows past ~24.8 days and torch's store clocks before that
 _ERROR_GRACE_S = 0.25   # after one rank fails, how long to collect the others' errors
 _WAIT_SLICE_S = 0.25    # wake at least this often, so a pending Ctrl-C is handled promptly
-_EXIT_REPORT_S = 1.0    # how long to wait for the zygote's report of how a dead rank ended
+_EXIT_REPORT_S = 5.0    # at most this long for the zygote's report of how a dead rank ended (it comes in
+                        # milliseconds; a loaded machine can take a second, and then the error says less)
 _STILL_PRINTING_S = 1.0  # output this recent at a timeout: forwarding it may be what took the time
 _PG_TIMEOUT_MARGIN_S = 30.0  # torch's own collective timeout stays behind ours: we report first
 
@@ -355,21 +356,6 @@ class Cluster:
             how += " (the rank launcher, the zygote, died: the next run() starts a new one)"
         return RankDied(rank, f"rank {rank} (pid {pid}) died {when}: {how}")
 
-    @staticmethod
-    def _await_dumps(paths: dict, deadline: float) -> None:
-        """Wait until every rank's stack dump has appeared past its old size and stopped growing (faulthandler
-        writes it from a signal handler; on a loaded machine that can take a while), or until the deadline."""
-        def size(path):
-            return os.path.getsize(path) if os.path.exists(path) else 0
-
-        last = {rank: -1 for rank in paths}
-        while time.monotonic() < deadline:
-            now = {rank: size(path) for rank, (path, _) in paths.items()}
-            if all(now[r] > offset and now[r] == last[r] for r, (_, offset) in paths.items()):
-                return
-            last = now
-            time.sleep(0.05)
-
     def _timeout_message(self, ranks: list, name: str, stuck: list[int], printing: list[int]) -> str:
         """Say which ranks hung and where: each stuck rank dumps its Python stack before it is killed."""
         msg = f"{name}() got no answer from rank(s) {stuck} within timeout={self.timeout} s "
@@ -389,7 +375,7 @@ class Cluster:
                 os.kill(ranks[rank][1], signal.SIGUSR1)
             except ProcessLookupError:
                 pass
-        self._await_dumps(paths, deadline=time.monotonic() + 2.0)
+        flight_recorder.await_stack_dumps(paths, deadline=time.monotonic() + 2.0)
         for rank, (path, offset) in paths.items():
             try:
                 with open(path) as f:

@@ -208,6 +208,40 @@ def collect(asked: list, folder: str, deadline: float) -> dict:
     return out
 
 
+# A whole stack dump (faulthandler's, see Cluster._timeout_message) ends with the rank's outermost frame, the
+# worker's `-c` command, or with faulthandler's "..." past its depth limit; one that ends otherwise counts as
+# whole once it has not grown for STACK_SETTLE_POLLS polls of 50 ms.
+_STACK_END = re.compile(rb'(File "<string>", line \d+ in <module>|\.\.\.)\n\Z')
+STACK_SETTLE_POLLS = 10
+
+
+def await_stack_dumps(paths: dict, deadline: float) -> None:
+    """Wait until every rank's stack dump {rank: (path, its size before the signal)} is whole, or the deadline.
+    faulthandler writes it from a signal handler, a piece at a time, outermost frame last: a rank that a loaded
+    machine pauses mid-dump leaves a file that stops growing for a while yet is cut short, so a pause in its
+    growth is not its end (see _STACK_END)."""
+    import time
+
+    def tail(path: str, offset: int) -> bytes:
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                return f.read()
+        except OSError:
+            return b""
+
+    pending = {rank: [b"", 0] for rank in paths}  # rank -> [what it had written at the last poll, polls unchanged]
+    while pending and time.monotonic() < deadline:
+        for rank in list(pending):
+            text, seen = tail(*paths[rank]), pending[rank]
+            seen[1] = seen[1] + 1 if text and text == seen[0] else 0
+            seen[0] = text
+            if (text and _STACK_END.search(text)) or seen[1] >= STACK_SETTLE_POLLS:
+                del pending[rank]
+        if pending:
+            time.sleep(0.05)
+
+
 def request_snapshots(pids: dict, folder: str, deadline: float) -> dict:
     """ask() then collect()."""
     return collect(ask(pids, folder), folder, deadline)
