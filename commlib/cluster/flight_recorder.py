@@ -21,6 +21,7 @@ import re
 import signal
 import sys
 import threading
+import time
 
 from commlib.cluster.output import dropping_stderr_lines
 
@@ -194,8 +195,6 @@ def ask(pids: dict, folder: str) -> list:
 
 def collect(asked: list, folder: str, deadline: float) -> dict:
     """Wait until every asked rank's snapshot is written, or the deadline -> {rank: snapshot or None}."""
-    import time
-
     while time.monotonic() < deadline and not all(os.path.exists(dump_path(folder, r)) for r in asked):
         time.sleep(0.02)
     out = {}
@@ -220,8 +219,6 @@ def await_stack_dumps(paths: dict, deadline: float) -> None:
     faulthandler writes it from a signal handler, a piece at a time, outermost frame last: a rank that a loaded
     machine pauses mid-dump leaves a file that stops growing for a while yet is cut short, so a pause in its
     growth is not its end (see _STACK_END)."""
-    import time
-
     def tail(path: str, offset: int) -> bytes:
         try:
             with open(path, "rb") as f:
