@@ -28,13 +28,14 @@ update in exact arithmetic; tests/test_compression.py compares the two):
 - torch views a vector as an n x 1 matrix, which min_compression_rate >= 1 never compresses (the
   default 2 does not); here vectors are never compressed, whatever the rate.
 
-One difference is on purpose, after an overflow. A NaN or inf in one rank's gradient (fp16 under AMP,
-whose dynamic loss scale overflows now and then by design) spreads in torch's hook through P and Q
-into its warm-start Q and its residual, so every later step is NaN too, and training never recovers
-(against_torch.powersgd_overflow_vs_torch runs both). Here a matrix whose summed P or averaged Q is
-not finite (the same on every rank: both are all-reduced) comes out all NaN, so GradScaler skips the
-step as after a plain all-reduce, and its Q and residual stay as they were, as if the step had not
-happened. All of the matrix is NaN: P and Q mix all of M, so PowerSGD cannot say where it overflowed.
+One difference is on purpose, after an overflow. A NaN or inf in one rank's gradient (fp16
+under AMP, whose dynamic loss scale overflows now and then by design) spreads in torch's hook
+through P and Q into its warm-start Q and its residual, so every later step is NaN too, and
+training never recovers (against_torch.powersgd_overflow_vs_torch runs both). Here a matrix
+whose summed P or averaged Q is not finite (the same on every rank: both are all-reduced) comes
+out all NaN, so GradScaler skips the step as after a plain all-reduce, and its Q and residual
+stay as they were, as if the step had not happened. All of the matrix is NaN: P and Q mix all
+of M, so PowerSGD cannot say where it overflowed.
 """
 
 import time
