@@ -89,9 +89,10 @@ BUFFERS = 4  # a size's input, its pristine copy, the expected result and the ou
 
 def _memory_problem(args, ranks: int) -> str | None:
     """--max-bytes that the ranks of this machine could not allocate, refused before anything starts."""
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # no sysconf (Windows): let the ranks find out
+    from commlib.cluster.envinfo import memory_bytes
+
+    memory = memory_bytes()
+    if memory is None:  # no sysconf (Windows): let the ranks find out
         return None
     need = BUFFERS * args.max_bytes * ranks
     if need > memory:
@@ -171,8 +172,10 @@ def main(argv: list[str] | None = None) -> int:
 
     kwargs = dict(op=args.op, algorithm=args.algorithm, min_bytes=args.min_bytes, max_bytes=args.max_bytes,
                   dtype=args.dtype, iters=args.iters, warmup=args.warmup, factor=args.factor, repeats=args.repeats)
-    if args.world_size is None and all(k in os.environ for k in TORCHRUN_VARS) and _launcher_problem():
-        _fail(_launcher_problem(), every_rank=True)  # there may be no rank 0 to say it
+    launcher = _launcher_problem() if args.world_size is None and all(k in os.environ for k in TORCHRUN_VARS) \
+        else None
+    if launcher:
+        _fail(launcher, every_rank=True)  # there may be no rank 0 to say it
     problem = _bench_problem(args)  # before starting anything
     if problem:
         _fail(problem)

@@ -7,7 +7,8 @@ import platform
 import sys
 
 
-def _memory_bytes() -> int | None:
+def memory_bytes() -> int | None:
+    """This machine's physical memory in bytes; None where sysconf cannot say (Windows)."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
@@ -22,7 +23,7 @@ def report() -> dict:
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    mem = _memory_bytes()
+    mem = memory_bytes()
     return {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
