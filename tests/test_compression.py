@@ -463,6 +463,26 @@ def test_powersgd_through_an_overflow_skips_that_step_and_does_not_poison_later_
                 assert (a is None) == (b is None) and (a is None or torch.allclose(a, b, atol=1e-5))
 
 
+def powersgd_overflow_first(error_feedback):
+    """An overflow at PowerSGD's very first step, before any residual exists -> (its mean, the next step's mean,
+    the residuals kept)."""
+    torch.set_num_threads(1)
+    stand_ins = [torch.zeros(s) for s in SHAPES]
+    state = cp.PowerSGDState(rank=2, error_feedback=error_feedback)
+    bad = grads(dist.get_rank(), 0)
+    bad[7] = math.nan
+    means = [cp.powersgd_hook(state, cp.Bucket(0, g, stand_ins, last=True)).wait().clone()
+             for g in (bad, grads(dist.get_rank(), 1))]
+    return means, list(state.residuals.values())
+
+
+@pytest.mark.parametrize("error_feedback", [True, False])
+def test_powersgd_overflow_at_its_first_step_leaves_no_nan_behind(cluster4, error_feedback):
+    for (mean0, mean1), residuals in cluster4.run(powersgd_overflow_first, error_feedback):
+        assert torch.isnan(mean0[MATRICES[0]]).all() and torch.isfinite(mean1).all()
+        assert all(torch.isfinite(r).all() for r in residuals) and len(residuals) == (4 if error_feedback else 0)
+
+
 def test_after_one_overflow_torchs_powersgd_stays_nan_and_ours_recovers(cluster4):
     """The claim in powersgd.py's docstring and chapter 5, on torch's own hook: if a torch release fixes it,
     this fails and the text must change."""

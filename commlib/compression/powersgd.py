@@ -107,7 +107,6 @@ def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.future
     plain = [i for i in range(len(params)) if i not in squeeze]
     out, residual = torch.empty_like(delta), torch.zeros_like(delta)
     out_views, residual_views = split(out, params), split(residual, params)
-    before = split(state.residual(bucket), params) if state.error_feedback else None
 
     if plain:  # vectors and small matrices: one all-reduce of all of them, as they are
         flat = state.comm.all_reduce(torch.cat([views[i].reshape(-1) for i in plain])).div_(p_world)
@@ -128,7 +127,8 @@ def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.future
         for k, (i, p, q) in enumerate(zip(squeeze, ps, qs)):
             if not (finite[k] and torch.isfinite(q).all()):      # an overflow: skipped, state kept
                 out_views[i].fill_(float("nan"))
-                residual_views[i].copy_(before[i] if before is not None else 0.0)
+                before = state.residuals.get(id(params[i]))          # none at first, or without error feedback
+                residual_views[i].copy_(before.view_as(residual_views[i]) if before is not None else 0.0)
                 q = q_in[k]
             else:
                 out_views[i].copy_((p @ q.t()).view_as(out_views[i]))
