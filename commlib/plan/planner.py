@@ -420,7 +420,7 @@ def configurations(model: Model, hw: Hardware, global_batch: int, zero_stages=(0
     max_cp = _int("max_cp", max_cp)
     world = hw.world
     for tp, cp in itertools.product(_divisors(world), _divisors(world)):
-        if model.heads % tp or (max_tp and tp > max_tp) or (world // tp) % cp or cp > _int("max_cp", max_cp) \
+        if model.heads % tp or (max_tp and tp > max_tp) or (world // tp) % cp or cp > max_cp \
                 or model.seq % (2 * cp) and cp > 1:
             continue
         for pp in _divisors(world // (tp * cp)):
