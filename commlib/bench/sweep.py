@@ -9,7 +9,6 @@ algbw = size / time (GB = 1e9 B); busbw = algbw * cost.bus_factor(op, p) (nccl-t
 
 from __future__ import annotations
 
-import re
 import statistics
 import time
 
@@ -18,6 +17,7 @@ import torch.distributed as dist
 
 from commlib import algorithms as alg
 from commlib import cost
+from commlib._validate import parse_size  # noqa: F401  (commlib.bench.parse_size)
 from commlib.cluster.worker import uses_nccl
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
@@ -75,16 +75,6 @@ def _builtin_all_gather(shard):
     out = torch.empty(shard.numel() * dist.get_world_size(), dtype=shard.dtype, device=shard.device)
     dist.all_gather_single(out, shard)
     return out
-
-
-def parse_size(text: str | int) -> int:
-    """'64M' -> 67108864, '1K' -> 1024, '512' -> 512 (binary multiples, as nccl-tests)."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        return text
-    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(i?B)?\s*", str(text), re.IGNORECASE)
-    if not m:
-        raise ValueError(f"size must look like 512, 1K, 64M or 1G, got {text!r}")
-    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2).upper()]
 
 
 def sizes(min_bytes: int, max_bytes: int, factor: int = 2) -> list[int]:
