@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from commlib import algorithms as alg
-from commlib import cost
+from commlib import columns, cost
 from commlib._validate import parse_size  # noqa: F401  (commlib.bench.parse_size)
 from commlib.cluster.worker import uses_nccl
 
@@ -185,11 +185,11 @@ def sweep(op: str = "all_reduce", algorithm: str = "builtin", min_bytes: int = 1
 def format_table(rows: list[dict], op: str, redop: str = "sum") -> str:
     """The nccl-tests columns: size (B), count (elements), type, redop, time (us), algbw, busbw (GB/s), #wrong."""
     redop = redop if op in ("all_reduce", "reduce_scatter", "reduce") else "none"
-    lines = [f"{'size':>12} {'count':>12} {'type':>9} {'redop':>6} {'time':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>7}",
-             f"{'(B)':>12} {'(elements)':>12} {'':>9} {'':>6} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8} {'':>7}"]
-    for r in rows:
-        lines.append(f"{r['nbytes']:>12} {r['count']:>12} {r['dtype']:>9} {redop:>6} {r['time_s'] * 1e6:>10.1f} "
-                     f"{r['algbw_GBps']:>8.3f} {r['busbw_GBps']:>8.3f} {r['wrong']:>7}")
+    cells = [["size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong"],
+             ["(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", ""]]
+    cells += [[str(r["nbytes"]), str(r["count"]), r["dtype"], redop, f"{r['time_s'] * 1e6:.1f}",
+               f"{r['algbw_GBps']:.3f}", f"{r['busbw_GBps']:.3f}", str(r["wrong"])] for r in rows]
+    lines = columns.fit(cells, [12, 13, 10, 7, 11, 9, 9, 8], ">" * 8)  # nccl-tests' widths, wider for wider values
     return "\n".join(lines)
 
 
