@@ -63,10 +63,10 @@ def _bench_problem(args) -> str | None:
         return f"--algorithm for {args.op} must be one of {bench_algorithms(args.op)}, got {args.algorithm!r}"
     checks = [("--min-bytes", args.min_bytes >= 1, "at least 1 byte", args.min_bytes),
               ("--max-bytes", args.max_bytes >= args.min_bytes, f">= --min-bytes ({args.min_bytes})", args.max_bytes),
-              ("--factor", args.factor >= 2, "an int >= 2", args.factor),
-              ("--iters", args.iters >= 1, "an int >= 1", args.iters),
-              ("--warmup", args.warmup >= 0, "an int >= 0", args.warmup),
-              ("--repeats", args.repeats >= 1, "an int >= 1", args.repeats),
+              ("--factor", 2 <= args.factor <= 1024, "an int in [2, 1024]", args.factor),
+              ("--iters", 1 <= args.iters <= 10**6, "an int in [1, 1000000]", args.iters),
+              ("--warmup", 0 <= args.warmup <= 10**6, "an int in [0, 1000000]", args.warmup),
+              ("--repeats", 1 <= args.repeats <= 1000, "an int in [1, 1000]", args.repeats),
               ("--timeout", math.isfinite(args.timeout) and 0 < args.timeout <= MAX_TIMEOUT_S,
                f"seconds in (0, {MAX_TIMEOUT_S:.0f}]", args.timeout)]
     for name, ok, allowed, value in checks:

@@ -61,6 +61,7 @@ def quantize(delta: torch.Tensor, code: str = "int8") -> tuple[torch.Tensor, tor
     """-> (codes, scale): delta ~ codes * scale, one fp32 scale for the whole tensor (max|delta| / largest code,
     over the finite values, at least TINY); a NaN or inf gets the code NOT_FINITE."""
     dtype, largest = CODES[check.choice("code", code, tuple(CODES))]
+    check.instance("delta", delta, torch.Tensor, "a torch.Tensor")
     finite = torch.isfinite(delta.detach())
     values = delta.detach().float().where(finite, 0.0)
     amax = values.abs().max() if delta.numel() else torch.zeros((), device=delta.device)
@@ -72,6 +73,9 @@ def quantize(delta: torch.Tensor, code: str = "int8") -> tuple[torch.Tensor, tor
 
 def dequantize(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """codes * scale in fp32; NOT_FINITE codes -> NaN."""
+    check.instance("codes", codes, torch.Tensor, "a torch.Tensor of int8 or float8_e4m3fn codes")
+    if not isinstance(scale, torch.Tensor) or not scale.is_floating_point():
+        raise TypeError(f"scale must be a floating-point torch.Tensor (quantize's), got {type(scale).__name__}")
     out = codes.float() * scale
     return out.masked_fill_(codes == NOT_FINITE["int8"], math.nan) if codes.dtype == torch.int8 else out
 
