@@ -61,12 +61,16 @@ def lab_command(python, root: Path = ROOT, extra=()) -> list[str]:
     the notification settings, so no "Jupyter news" pop-up covers the chapters (a learner may still opt in);
     as root it adds --allow-root (containers and cloud VMs often run as root). Kernels talk to JupyterLab over
     Unix sockets (ipc) where there are some: no TCP port for a kernel, and none of ipykernel's "Kernel is running
-    over TCP without encryption" warnings, one per kernel started, which a learner can do nothing about."""
+    over TCP without encryption" warnings, one per kernel started, which a learner can do nothing about; nor
+    tornado's websocket_ping_timeout warning, one per kernel connection."""
     first = min(Path(root).glob("notebooks/[0-9]*.ipynb"), default=None)
     opens = [f"--LabApp.default_url=/lab/tree/{first.relative_to(root).as_posix()}"] if first else []
     return [str(python), "-m", "jupyter", "lab", "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={root}", *opens,
             "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
             f"--LabApp.app_settings_dir={LAB_SETTINGS}", *(["--KernelManager.transport=ipc"] if os.name != "nt" else []),
+            # jupyter_server 2.21's default ping timeout (3 x its 30 s ping interval) is longer than tornado >= 6.5
+            # allows: tornado warns at every kernel connection and uses the interval. Set what it uses, unwarned.
+            '--ServerApp.tornado_settings={"ws_ping_timeout": 30000}',
             *(["--allow-root"] if running_as_root() else []), *extra]
 
 

@@ -87,6 +87,7 @@ def test_lab_trusts_the_course_notebooks_and_runs_kernels_without_tcp(tmp_path):
     assert all(notary.check_signature(nbformat.read(p, 4)) for p in course.course_notebooks(tmp_path))
     if os.name != "nt":
         assert "--KernelManager.transport=ipc" in course.lab_command("python", ROOT)
+    assert '--ServerApp.tornado_settings={"ws_ping_timeout": 30000}' in course.lab_command("python", ROOT)
 
 
 def test_an_unknown_subcommand_is_named(capsys):
