@@ -69,12 +69,3 @@ def test_the_committed_report_fits_the_column():
 
     text = emulated.format_result(emulated.load_committed())
     assert max(len(line) for line in text.splitlines()) <= 100 and "hierarchical over the flat ring" in text
-
-
-def test_a_calibration_that_finds_no_growth_with_size_still_gives_a_bandwidth(cluster, monkeypatch):
-    """A loaded machine can time every calibration size alike: the fit's beta is then 0, and the run used to
-    divide by it. It prices each byte at the largest calibration message's rate instead."""
-    monkeypatch.setattr(eb.cost, "fit_alpha_beta", lambda sizes, times: (times[0], 0.0))
-    result = eb.run(cluster, sizes=[64 << 10], latency=1e-4, nics=(2,), repeats=1)
-    assert 0 < result["intra"]["bandwidth"] < float("inf")
-    assert result["nic"]["bandwidth"] == pytest.approx(result["intra"]["bandwidth"] / 8)

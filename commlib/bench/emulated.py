@@ -138,10 +138,7 @@ def run(cluster, sizes=(4 << 20,), ratio: float = 8.0, latency: float = 1e-3, ni
     load0 = os.getloadavg()
     cal_sizes = sorted({1 << 18, 1 << 20, 4 << 20, *(n // g for n in sizes)})
     out = cluster.run(calibrate, cal_sizes, repeats)
-    cal_times = [slowest_rank_median([o[0][n] for o in out]) for n in cal_sizes]
-    alpha, beta = cost.fit_alpha_beta(cal_sizes, cal_times)
-    if beta <= 0:  # no growth with size (a loaded machine): price each byte at the largest message's rate
-        beta = cal_times[-1] / cal_sizes[-1]
+    alpha, beta = cost.fit_alpha_beta(cal_sizes, [slowest_rank_median([o[0][n] for o in out]) for n in cal_sizes])
     gamma = statistics.median(x for o in out for x in o[1])
     intra = cost.Link("loopback", 1 / beta, alpha, "fitted: the ranks of each node exchanging at once")
     nic = cost.Link("emulated NIC", intra.bandwidth / ratio, latency, f"topology.emulate(): loopback / {ratio:g}")
