@@ -11,7 +11,8 @@ The scenario, from which every number of the chapter is computed:
             NICs per node, rail-connected), priced at NCCL's achievable link speeds (topology.ACHIEVABLE)
   step      SEQUENCES_PER_GPU sequences of 4096 tokens per GPU (weak scaling: the global batch grows
             with the cluster), plan.Assumptions ASSUME: MFU 40 %, 1F1B, selective recomputation, no
-            data-parallel overlap in plan.estimate (the overlap is modelled here, bucket by bucket)
+            data-parallel overlap in plan.estimate (the overlap is modelled here, bucket by bucket),
+            compute 6 x params x tokens without the attention scores (attention=False)
   overlap   for the reference configuration (plan.search's fastest, pure data parallelism with ZeRO-1):
             gradients accumulate locally over the micro-batches (DDP's no_sync; Megatron-LM's
             forward_backward_no_pipelining); in the last micro-batch's backward they are
