@@ -471,3 +471,13 @@ def test_config_describe_is_the_chapters_short_form():
         "dp=2 tp=2 cp=8 pp=1 ZeRO-1 m=8"
     assert plan.Config(dp=8, tp=1, pp=2, ep=4, zero_stage=3, microbatches=4).describe() == \
         "dp=8 tp=1 pp=2 ep=4 ZeRO-3 m=4"
+
+
+def test_overlap_hides_at_most_the_steps_compute():
+    """ZeRO-2 with full overlap: the per-micro-batch reduce-scatters hide behind each micro-batch and the all-gather
+    behind the last backward, but together never behind more than the m micro-batches' compute."""
+    e = plan.estimate(TINY, tiny_hw(1, 4), plan.Config(dp=4, zero_stage=2, microbatches=2), 8,
+                      plan.Assumptions(dp_overlap=1.0))
+    assert e.times["dp"] > e.times["compute"]                     # communication outweighs the compute here
+    assert e.times["dp_exposed"] == pytest.approx(e.times["dp"] - e.times["compute"])
+    assert all(seconds <= e.step_s * (1 + 1e-9) for seconds in e.times.values())
