@@ -1,4 +1,4 @@
-"""Every torch name that commlib/, benchmarks/ and tools/ use exists in the installed torch (issue 35).
+"""Every torch name that commlib/, benchmarks/, tools/ and examples/ (and the GPU tests) use exists in the installed torch (issue 35).
 
 Most CUDA-only lines never run on a CPU machine, so a renamed torch call there (`torch.cuda.Span` for
 `torch.cuda.Event`) would only show on the first GPU. This test reads the source instead: every name bound
@@ -13,7 +13,8 @@ import importlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKED = ("commlib", "benchmarks", "tools")
+CHECKED = ("commlib", "benchmarks", "tools", "examples")
+ALSO = ("tests/test_gpu.py", "tests/fake_cuda.py")  # they run on GPUs (or stand in for them): CI runs little of them
 
 
 def _aliases(tree: ast.AST) -> dict[str, str]:
@@ -77,7 +78,7 @@ def missing_torch_names(source: str, filename: str = "<source>") -> list[str]:
 
 
 def test_every_torch_name_in_the_code_exists_in_the_installed_torch():
-    files = sorted(f for d in CHECKED for f in (ROOT / d).rglob("*.py"))
+    files = sorted(f for d in CHECKED for f in (ROOT / d).rglob("*.py")) + [ROOT / f for f in ALSO]
     assert len(files) > 50, "the walk found the package, benchmarks and tools"
     missing = [m for f in files for m in missing_torch_names(f.read_text(), str(f.relative_to(ROOT)))]
     assert missing == [], "torch has no such name (renamed or misspelt?):\n" + "\n".join(missing)
