@@ -17,8 +17,9 @@ there" is "the host got there"):
 - NCCL: dist.is_nccl_available() is True; init_process_group("cpu:gloo,cuda:nccl" or "nccl",
   device_id=...) initialises Gloo underneath, and dist.get_backend() answers the backend asked for.
 
-Not modelled: asynchrony (a real GPU runs behind the host), mixing CPU and CUDA tensors in one op (a real
-GPU raises), memory, several devices in one process (every "cuda" tensor is on the current device), torch's
+An op on a "cuda" tensor and a CPU tensor of one or more dimensions raises, as on a GPU.
+
+Not modelled: asynchrony (a real GPU runs behind the host), memory, several devices in one process (every "cuda" tensor is on the current device), torch's
 own CUDA internals (FSDP2's backward uses CUDA streams and ops in C++ that the fake cannot reach).
 
 calls() counts every use of the fake by the first caller frame outside torch and this file, as
@@ -128,7 +129,28 @@ class FakeCudaTensor(torch.Tensor):
             with torch._C.DisableTorchFunctionSubclass():
                 out = func(*args, **kwargs)
             return out if out is None else _wrap(out)
+        if func not in _CROSS_DEVICE and not isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+            _same_device(func, args, kwargs)  # (torch.ops.*: torch's own internals, e.g. FSDP2's, that the fake
+                                              # cannot reach all of: their CPU buffers would be CUDA on a GPU)
         return super().__torch_function__(func, types, args, kwargs)
+
+
+# a real GPU refuses an op on a CUDA tensor and a CPU tensor of one or more dimensions (a CPU scalar, 0-dim, is
+# allowed); these take both on purpose
+_CROSS_DEVICE = {torch.Tensor.copy_, torch.Tensor.to, torch.Tensor.__setitem__, torch.Tensor.__getitem__,
+                 torch.Tensor.data.__set__, torch.Tensor.grad.__set__, torch.Tensor.set_, torch.Tensor.new_tensor,
+                 torch.Tensor.__repr__, torch.Tensor.__format__, torch.Tensor.__reduce_ex__, torch.Tensor.__deepcopy__,
+                 torch._has_compatible_shallow_copy_type}
+
+
+def _same_device(func, args, kwargs) -> None:
+    flat = []
+    for a in list(args) + list(kwargs.values()):
+        flat.extend(a if isinstance(a, (list, tuple)) else [a])
+    cpu = [a for a in flat if isinstance(a, torch.Tensor) and not isinstance(a, FakeCudaTensor) and a.dim() > 0]
+    if cpu and any(isinstance(a, FakeCudaTensor) for a in flat):
+        raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, cuda:0 "
+                           f"and cpu! ({getattr(func, '__name__', func)}: the fake CUDA refuses it as a GPU would)")
 
 
 def _wrap(t):

@@ -162,6 +162,27 @@ def fsdp2_forward():
     return weight.device_mesh.device_type, tuple(weight.to_local().shape), torch.allclose(sharded(x), want)
 
 
+def test_the_fake_times_the_host_clock_and_refuses_what_a_gpu_refuses(fake):
+    import time
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record(torch.cuda.current_stream())
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 0.002:  # 2 ms of host time between the two records (no sleep: a busy wait)
+        pass
+    end.record()
+    assert 2.0 <= start.elapsed_time(end) < 2000
+    x = torch.ones(3, device="cuda")
+    assert x.is_cuda and (x * 2).device == torch.device("cuda", 0) and not x.cpu().is_cuda
+    assert torch.equal(x + torch.tensor(1.0), torch.full((3,), 2.0, device="cuda"))  # a CPU scalar is fine
+    with pytest.raises(RuntimeError, match="same device"):
+        x + torch.ones(3)
+    with pytest.raises(RuntimeError, match="Both events must be recorded"):
+        torch.cuda.Event(enable_timing=True).elapsed_time(end)
+    with pytest.raises(AttributeError):
+        torch.cuda.Span  # noqa: B018  (torch has no such name, and neither has the fake)
+
+
 def test_auto_picks_nccl_with_a_gpu_per_rank_and_gloo_without(fake, seen):
     from commlib.cluster import core, envinfo
 
