@@ -1,6 +1,6 @@
 """A fake CUDA for tests: commlib's CUDA-only branches run on a CPU-only torch (issue 35).
 
-    from tests import fake_cuda            # or: COMMLIB_FAKE_CUDA=1 with tests/fake_cuda_site on PYTHONPATH
+    from tests import fake_cuda            # or COMMLIB_FAKE_CUDA=<gpus>, tests/fake_cuda_site on PYTHONPATH
     with fake_cuda.installed(gpus=4): ...  # torch.cuda says 4 GPUs; "cuda" tensors are CPU tensors underneath
 
 What it stands in for, with host-clock semantics (CPU work is done when the call returns, so "the GPU got
@@ -19,8 +19,11 @@ there" is "the host got there"):
 
 An op on a "cuda" tensor and a CPU tensor of one or more dimensions raises, as on a GPU.
 
-Not modelled: asynchrony (a real GPU runs behind the host), memory, several devices in one process (every "cuda" tensor is on the current device), torch's
-own CUDA internals (FSDP2's backward uses CUDA streams and ops in C++ that the fake cannot reach).
+Not modelled: asynchrony (a real GPU runs behind the host), memory, several devices in one process (every
+"cuda" tensor is on the current device), torch's own CUDA internals (FSDP2's backward uses CUDA streams and
+ops in C++ that the fake cannot reach), NCCL kernels in profiler traces. Factory calls with device="cuda" are
+caught by a TorchFunctionMode, which is per thread: in a thread started after install they raise, as on a
+CPU build ("Torch not compiled with CUDA"), rather than pass silently.
 
 calls() counts every use of the fake by the first caller frame outside torch and this file, as
 (file relative to the repository, function qualname, what was used): the branches it was reached from.
@@ -43,7 +46,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__))
 _HERE = os.path.abspath(__file__)
 _CALLS: Counter = Counter()
-_state = threading.local()  # re-entrancy guard for the counter's frame walk
+_state = threading.local()  # the stream of `with torch.cuda.stream(s)`, per thread as in torch
 _STATE = {"gpus": 0, "device": 0, "initialized": False, "backend": None}
 
 
