@@ -145,7 +145,7 @@ def rank_side_branches():
             "hook_calls": hook.calls, "bench_wrong": [row["wrong"] for row in rows],
             "profile_wall_s": profiling.profile(step, warmup=0)["wall_s"],
             "time_async_s": profiling.time_async(4096, wait=True, repeats=2, device="cuda"),
-            "tensor_back": want}
+            "tensor_back": want, "device": torch.cuda.current_device()}
 
 
 def fsdp2_forward():
@@ -207,7 +207,7 @@ def test_profiling_bench_hooks_and_point_to_point_take_their_cuda_branches(gpu_c
     p = gpu_cluster.world_size
     for rank, out in enumerate(gpu_cluster.run(rank_side_branches)):
         assert out["hello"]["all_reduce_sum"] == out["hello"]["expected"] == p * (p + 1) / 2
-        assert "nccl" in out["hello"]["backend"]
+        assert "nccl" in out["hello"]["backend"] and out["device"] == rank, "one GPU per rank, rank r on GPU r"
         assert out["ring_equal"] and out["hook_equal"] and out["hook_calls"] == 1
         assert out["bench_wrong"] == [0, 0]
         assert out["profile_wall_s"] > 0 and out["time_async_s"] > 0
