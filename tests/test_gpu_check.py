@@ -43,6 +43,8 @@ def test_dry_run_passes_every_step_on_the_fake_gpus(tmp_path):
     for bench in ("bench_builtin", "bench_ring"):
         text = (tmp_path / f"{bench}.txt").read_text()
         assert "world_size=2 backend=nccl" in text and "#wrong total: 0" in text, text
+    ddp = (tmp_path / "ddp_overlap.txt").read_text()
+    assert "backend: nccl" in ddp and "BucketedDDP overlap: step" in ddp, ddp
 
 
 def test_an_unknown_argument_is_one_line_and_exit_2(tmp_path):
