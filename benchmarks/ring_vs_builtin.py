@@ -14,7 +14,6 @@ import os
 import statistics
 
 import commlib as cl
-from commlib import algorithms as alg
 from commlib.algorithms import p2p
 from commlib import bench
 
