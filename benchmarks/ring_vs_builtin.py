@@ -15,7 +15,6 @@ import statistics
 import commlib as cl
 from commlib.bench import arguments
 from commlib.cluster import MAX_WORLD_SIZE
-from commlib import algorithms as alg
 from commlib.algorithms import p2p
 from commlib import bench
 

@@ -375,7 +375,7 @@ class _CudaClock:
     def mark(self, stream=None):
         import torch
 
-        event = torch.cuda.Span(enable_timing=True)
+        event = torch.cuda.Event(enable_timing=True)
         event.record(stream if stream is not None else torch.cuda.current_stream(self.device))
         return event
 

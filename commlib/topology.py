@@ -376,7 +376,7 @@ def bytes_by_rank(op: str, nbytes: float, topology: Topology, algorithm: str, it
     n = _check(op, nbytes, topology, algorithm)
     itemsize = check.integer("itemsize", itemsize, 1, 2**10)
     _steps(topology)
-    t, g, nodes, p = topology, topology.gpus_per_node, topology.nodes, topology.world_size
+    g, nodes, p = topology.gpus_per_node, topology.nodes, topology.world_size
     numel = int(round(n / itemsize))
     out = [{"intra": 0.0, "inter": 0.0} for _ in range(p)]
     same_node = lambda a, b: a // g == b // g  # noqa: E731

@@ -69,3 +69,13 @@ def test_the_committed_report_fits_the_column():
 
     text = emulated.format_result(emulated.load_committed())
     assert max(len(line) for line in text.splitlines()) <= 100 and "hierarchical over the flat ring" in text
+
+
+def test_a_calibration_whose_times_do_not_grow_still_gives_a_link():
+    """A loaded machine timed 4 MiB no slower than 256 KiB: the fit has beta = 0, and the chapter's 1 / beta
+    raised ZeroDivisionError (chapter 3 under nbval). The bound from the largest size stands in."""
+    sizes = [1 << 18, 1 << 20, 4 << 20]
+    alpha, beta = eb.fit_loopback(sizes, [2e-3, 1.9e-3, 2e-3])
+    assert (alpha, beta) == (0.0, 2e-3 / (4 << 20))
+    alpha, beta = eb.fit_loopback(sizes, [1e-4 + n * 1e-9 for n in sizes])   # a clean line is the fit itself
+    assert abs(alpha - 1e-4) < 1e-9 and abs(beta - 1e-9) < 1e-15

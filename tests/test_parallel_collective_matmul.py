@@ -28,3 +28,9 @@ def test_ring_overlap_reports_every_step_and_the_model(cluster4):
             assert len(r["steps"]) == 4 and r["nbytes"] == nbytes
             assert r["message_s"] == nbytes / 1e9
             assert r["model"] >= 0 and r["measured"] >= 0 and r["compute_s"] > 0
+
+
+def test_ring_overlap_repeats_reports_medians(cluster4):
+    """repeats=3: every number is the median of three runs, so ring_s (compute + exposed) >= compute_s still."""
+    for r in cluster4.run(live.ring_overlap, "matmul", 1e9, 0.0, True, rows=8, hidden=16, repeats=3):
+        assert len(r["steps"]) == 4 and r["ring_s"] >= r["compute_s"] > 0 and r["measured"] >= 0

@@ -78,6 +78,17 @@ def test_measure_bubble_gives_every_ranks_compute(cluster4):
     assert 0.0 <= got["bubble"] < 1.0 and all(b <= got["step_s"] for b in got["busy_s"])
 
 
+def test_bubble_on_repeats_reports_the_median_step(cluster4):
+    """repeats=3: three measured steps after a warm-up; the one of median bubble is reported, with its events."""
+    got = pl.bubble_on(cluster4, 2, "1f1b", repeats=3, hidden=8, microbatch_size=2)
+    assert got["repeats"] == 3 and len(got["events"]) == 4
+    assert got["bubble"] == pytest.approx(pl.bubble(got["events"])["bubble"])
+    assert [sorted((op, i) for op, i, *_ in evs) for evs in got["events"]] == \
+        [sorted([("F", i) for i in range(2)] + [("B", i) for i in range(2)])] * 4
+    with pytest.raises(ValueError, match="repeats"):
+        pl.bubble_on(cluster4, 2, "1f1b", repeats=0)
+
+
 @pytest.mark.parametrize("kind", pl.SCHEDULES)
 @pytest.mark.parametrize("p, m", [(1, 3), (2, 1), (4, 4), (4, 8), (3, 5)])
 def test_ideal_stages_idle_for_the_bubble(kind, p, m):

@@ -169,13 +169,18 @@ def tiny_hw(nodes, gpus):
 
 def test_one_gpu_step_is_its_compute():
     e = plan.estimate(TINY, tiny_hw(1, 1), plan.Config(dp=1), global_batch=8, assume=plan.Assumptions(mfu=0.5))
-    assert e.step_s == pytest.approx(6 * TINY.params * 8 * 16 / (1e12 * 0.5))
+    # 6 P tokens + the causal attention scores: 4 b s^2 h per layer forward, x3 with backward, +1 for the
+    # selective recomputation, halved by the mask
+    attention = 4 * 4 * 8 * 16 ** 2 * 64 * 4 / 2
+    assert e.step_s == pytest.approx((6 * TINY.params * 8 * 16 + attention) / (1e12 * 0.5))
+    no_attention = plan.estimate(TINY, tiny_hw(1, 1), plan.Config(dp=1), 8, plan.Assumptions(mfu=0.5, attention=False))
+    assert no_attention.step_s == pytest.approx(6 * TINY.params * 8 * 16 / (1e12 * 0.5))
     assert e.fits and e.comm_bytes == {"dp": 0.0, "tp": 0.0, "pp": 0.0, "ep": 0.0}
 
 
 def test_data_parallel_step_adds_the_exposed_all_reduce():
     hw, cfg = tiny_hw(1, 4), plan.Config(dp=4)
-    comp = 6 * TINY.params * 2 * 16 / (1e12 * 0.4)          # 2 sequences per GPU
+    comp = (6 * TINY.params * 2 * 16 + plan.attention_flops(TINY, 2, 16, "selective")) / (1e12 * 0.4)  # 2 per GPU
     ar = cost.collective_time("all_reduce", 2 * TINY.params, 4, LINK)
     e = plan.estimate(TINY, hw, cfg, 8)
     assert e.step_s == pytest.approx(comp + ar) and e.comm_bytes["dp"] == plan.dp_bytes_per_rank(TINY.params, 4)
@@ -201,7 +206,7 @@ def test_pipeline_step_includes_the_bubble():
     hw = tiny_hw(1, 2)
     e = plan.estimate(TINY, hw, plan.Config(dp=1, pp=2, microbatches=4), 8)
     p2p = cost.collective_time("sendrecv", 2 * 16 * 64 * 2, 2, LINK)     # a micro-batch of 2 x 16 x 64, 16-bit
-    per_mb = 6 * TINY.params * 2 * 16 / 2 / (1e12 * 0.4) + 2 * p2p
+    per_mb = (6 * TINY.params * 2 * 16 + plan.attention_flops(TINY, 2, 16, "selective")) / 2 / (1e12 * 0.4) + 2 * p2p
     assert e.step_s == pytest.approx((4 + 2 - 1) * per_mb)
     assert e.times["bubble"] / e.step_s == pytest.approx(plan.pipeline_bubble(2, 4))
 
@@ -466,3 +471,13 @@ def test_config_describe_is_the_chapters_short_form():
         "dp=2 tp=2 cp=8 pp=1 ZeRO-1 m=8"
     assert plan.Config(dp=8, tp=1, pp=2, ep=4, zero_stage=3, microbatches=4).describe() == \
         "dp=8 tp=1 pp=2 ep=4 ZeRO-3 m=4"
+
+
+def test_overlap_hides_at_most_the_steps_compute():
+    """ZeRO-2 with full overlap: the per-micro-batch reduce-scatters hide behind each micro-batch and the all-gather
+    behind the last backward, but together never behind more than the m micro-batches' compute."""
+    e = plan.estimate(TINY, tiny_hw(1, 4), plan.Config(dp=4, zero_stage=2, microbatches=2), 8,
+                      plan.Assumptions(dp_overlap=1.0))
+    assert e.times["dp"] > e.times["compute"]                     # communication outweighs the compute here
+    assert e.times["dp_exposed"] == pytest.approx(e.times["dp"] - e.times["compute"])
+    assert all(seconds <= e.step_s * (1 + 1e-9) for seconds in e.times.values())

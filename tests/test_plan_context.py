@@ -58,3 +58,27 @@ def test_search_includes_cp_when_asked():
     assert m > n and {e.config.cp for e in with_cp} > {1}
     assert with_cp[0].step_s <= plain[0].step_s
     assert plan.mesh_collectives(2, 4, 2) == {"dp": {"reduce_scatter": 2, "all_gather": 4}, "tp": {"all_reduce": 4}}
+
+
+def test_the_step_counts_the_attention_that_hides_the_ring():
+    """Each cp rank computes 1/cp of the causal attention (4 b s^2 h per layer forward, half masked; x3 with
+    backward, +1 forward recomputed): 15.46 s steps used to hold a 30.37 s ring because these FLOPs were left out."""
+    a = plan.Assumptions(mfu=0.5, recompute="none", sequence_parallel=False)
+    hw = plan.Hardware(1, 4, gpu_memory=1e12, peak_flops=1e15, intra=HW.intra, inter=HW.inter)
+    e = plan.estimate(MODEL, hw, plan.Config(dp=1, cp=4), 1, a)
+    b, s, h, layers = 1, MODEL.seq, MODEL.hidden, MODEL.layers
+    attention = 3 * 4 * b * s * s * h * layers / 2
+    assert plan.attention_flops(MODEL, b, s) == pytest.approx(attention)
+    assert plan.attention_flops(MODEL, b, s, "selective") == pytest.approx(attention * 4 / 3)
+    assert e.times["compute"] == pytest.approx((plan.step_flops(MODEL, b * s // 4) + attention / 4) / (1e15 * 0.5))
+
+
+@pytest.mark.parametrize("assume", [plan.Assumptions(), plan.Assumptions(dp_overlap=1.0)], ids=["default", "overlap"])
+def test_no_part_of_a_step_is_longer_than_the_step(assume):
+    long = dataclasses.replace(plan.MODELS["llama2_7b"], seq=131072)   # chapter 8's job
+    fits, _ = plan.search(long, HW, 16, assume, max_cp=HW.world)
+    short, _ = plan.search(plan.MODELS["llama2_7b"], HW, 64, assume, zero_stages=(2, 3))
+    assert fits and short
+    for e in fits + short:
+        for part, seconds in e.times.items():
+            assert seconds <= e.step_s * (1 + 1e-9), (part, seconds, e.step_s, e.config.describe())

@@ -89,6 +89,28 @@ def test_nccl_latency_per_protocol_and_algorithm():
             links.nccl_latency(**kw)
 
 
+def test_nccl_choice_is_the_enabled_pair_of_lowest_latency():
+    """NCCL 2.30.7 tuning.cc: NVLS is disabled on more than one node without CollNet (IB SHARP), NVLSTree on one
+    node; both run Simple only, NVLSTree 25 + 2 log2(nodes) x 20.9 us. Across nodes the model picks Tree LL for a
+    small all-reduce (2x8 H100: 25.2 us), not NVLS; on one node Ring LL; with SHARP on many nodes, NVLS (43 us)."""
+    us = lambda *a: links.nccl_latency("all_reduce", *a) * 1e6  # noqa: E731
+    assert (us(2, 8, "nvls_tree", "Simple"), us(4, 8, "nvls_tree", "Simple")) == pytest.approx((66.8, 108.6))
+    two = links.nccl_candidates(2, 8)
+    assert ("nvls", "Simple") not in two and ("nvls_tree", "Simple") in two
+    assert ("nvls", "Simple") in links.nccl_candidates(2, 8, collnet=True)
+    assert ("nvls_tree", "Simple") not in links.nccl_candidates(1, 8)
+    assert not any(a.startswith("nvls") for a, _ in links.nccl_candidates(2, 8, nvls=False))
+    for nodes, collnet, want, at in [(1, False, ("ring", "LL"), 6.6 + 14 * 0.6), (2, False, ("tree", "LL"), 25.2),
+                                     (64, False, ("tree", "LL"), 6.8 + 2 * (7 * 0.6 + 6 * 5.0)),
+                                     (64, True, ("nvls", "Simple"), 43.0)]:
+        algorithm, protocol, s = links.nccl_choice(nodes, 8, collnet=collnet)
+        assert ((algorithm, protocol), s * 1e6) == (want, pytest.approx(at))
+        assert s == min(links.nccl_latency("all_reduce", nodes, 8, a, p)
+                        for a, p in links.nccl_candidates(nodes, 8, collnet=collnet))
+    with pytest.raises(ValueError, match="protocol"):
+        links.nccl_latency("all_reduce", 2, 8, "nvls_tree", "LL")
+
+
 def test_best_algorithm_and_the_share_after_a_move():
     two = topo.preset("dgx_a100", 2, achievable=True)
     assert topo.best_algorithm("all_reduce", 4e9, two) == ("multi_ring", t("all_reduce", two, "multi_ring", 4e9))

@@ -34,11 +34,14 @@ _TUNING = "NCCL 2.30.7 src/graph/tuning.cc (LL protocol, Ring)"
 
 # NCCL 2.30.7 src/graph/tuning.cc, ncclTunerConstantsDefaults, in us, per protocol (LL, LL128, Simple)
 PROTOCOLS = ("LL", "LL128", "Simple")
-NCCL_BASE_LATENCY = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4), "nvls": (0.0, 0.0, 0.0)}
+NCCL_BASE_LATENCY = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4), "nvls": (0.0, 0.0, 0.0),
+                     "nvls_tree": (0.0, 0.0, 0.0)}
 NCCL_HW_LATENCY = {  # hwLatencies[hardware][algorithm]
-    "nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4), "nvls": (0.0, 0.0, 25.0)},
-    "pci": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7), "nvls": (0.0, 0.0, 0.0)},
-    "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0), "nvls": (0.0, 0.0, 18.0)},
+    "nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4), "nvls": (0.0, 0.0, 25.0),
+               "nvls_tree": (0.0, 0.0, 25.0)},
+    "pci": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7), "nvls": (0.0, 0.0, 0.0), "nvls_tree": (0.0, 0.0, 0.0)},
+    "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0), "nvls": (0.0, 0.0, 18.0),
+            "nvls_tree": (0.0, 0.0, 20.9)},
 }
 NET_OVERHEAD = 1.0  # us, getNetOverhead(): 1.0 on Intel and other CPUs, 2.0 on AMD; x3 for Simple
 
@@ -46,14 +49,16 @@ NET_OVERHEAD = 1.0  # us, getNetOverhead(): 1.0 on Intel and other CPUs, 2.0 on 
 def nccl_latency(op: str, nodes: int, gpus_per_node: int, algorithm: str = "ring", protocol: str = "LL",
                  intra: str = "nvlink", net_overhead: float = NET_OVERHEAD, latency_inter: float = 0.0) -> float:
     """Seconds of latency NCCL's tuning model charges one collective (NCCL 2.30.7 src/graph/tuning.cc):
-    ring for all_reduce / reduce_scatter / all_gather, tree and nvls for all_reduce (nvls: 25 us on NVLink,
-    + 18 us across nodes, Simple only). latency_inter: the NIC's own latency in us (0 for InfiniBand)."""
+    ring for all_reduce / reduce_scatter / all_gather; tree, nvls and nvls_tree for all_reduce (Simple only: nvls
+    25 us on NVLink + 18 us across nodes; nvls_tree 25 + 2 log2(nodes) x 20.9 us). latency_inter: the NIC's own
+    latency in us (0 for InfiniBand)."""
     if op not in ("all_reduce", "reduce_scatter", "all_gather"):
         raise ValueError(f"op must be one of ('all_reduce', 'reduce_scatter', 'all_gather'), got {op!r}")
     if algorithm not in NCCL_BASE_LATENCY or (algorithm != "ring" and op != "all_reduce"):
-        raise ValueError(f"algorithm must be 'ring' (any op), 'tree' or 'nvls' (all_reduce), got {algorithm!r}")
-    if protocol not in PROTOCOLS or (algorithm == "nvls" and protocol != "Simple"):
-        raise ValueError(f"protocol must be one of {PROTOCOLS} ('Simple' for nvls), got {protocol!r}")
+        raise ValueError(f"algorithm must be 'ring' (any op), 'tree', 'nvls' or 'nvls_tree' (all_reduce), "
+                         f"got {algorithm!r}")
+    if protocol not in PROTOCOLS or (algorithm.startswith("nvls") and protocol != "Simple"):
+        raise ValueError(f"protocol must be one of {PROTOCOLS} ('Simple' for nvls and nvls_tree), got {protocol!r}")
     if intra not in ("nvlink", "pci"):
         raise ValueError(f"intra must be 'nvlink' or 'pci', got {intra!r}")
     n, g = check.integer("nodes", nodes), check.integer("gpus_per_node", gpus_per_node)
@@ -65,6 +70,8 @@ def nccl_latency(op: str, nodes: int, gpus_per_node: int, algorithm: str = "ring
         inter_lat += latency_inter  # "the flush extra latency"
     if algorithm == "nvls":
         return 1e-6 * (intra_lat + (inter_lat if n > 1 else 0.0))
+    if algorithm == "nvls_tree":  # NVLS inside each node, a tree of log2(nodes) levels up and down between them
+        return 1e-6 * (intra_lat + 2 * int(math.log2(n)) * inter_lat)
     lat = NCCL_BASE_LATENCY[algorithm][i]
     if algorithm == "tree":  # 2 x (chain inside the node + log2(nodes) tree levels)
         return 1e-6 * (lat + 2 * ((g - 1) * intra_lat + int(math.log2(n)) * inter_lat))
@@ -73,6 +80,25 @@ def nccl_latency(op: str, nodes: int, gpus_per_node: int, algorithm: str = "ring
         intra_lat = max(intra_lat, net_overhead * (3 if protocol == "Simple" else 1))
     inter_steps = 0 if n == 1 else 2 * (n - 1) if op == "all_reduce" else n - 1
     return 1e-6 * (lat + (nsteps - inter_steps) * intra_lat + inter_steps * inter_lat)
+
+
+def nccl_candidates(nodes: int, gpus_per_node: int, nvls: bool = True, collnet: bool = False) -> list[tuple[str, str]]:
+    """(algorithm, protocol) pairs NCCL 2.30.7 enables for all_reduce (src/graph/tuning.cc, ncclTopoTuneModel):
+    NVLS and NVLSTree run Simple only; NVLSTree is off on one node, NVLS off across nodes without CollNet
+    (IB SHARP). nvls: the GPUs have NVLink SHARP (H100 and later on NVSwitch)."""
+    pairs = [(a, p) for a in ("ring", "tree") for p in PROTOCOLS]
+    if nvls and (nodes == 1 or collnet):
+        pairs.append(("nvls", "Simple"))
+    if nvls and nodes > 1:
+        pairs.append(("nvls_tree", "Simple"))
+    return pairs
+
+
+def nccl_choice(nodes: int, gpus_per_node: int, nvls: bool = True, collnet: bool = False) -> tuple[str, str, float]:
+    """-> (algorithm, protocol, seconds): the all_reduce NCCL's model picks for a small message, the enabled pair of
+    lowest latency (ncclTopoGetAlgoTime: time = latency + bytes / bandwidth; at ~1 KiB the bytes add < 0.1 us)."""
+    return min(((a, p, nccl_latency("all_reduce", nodes, gpus_per_node, a, p))
+                for a, p in nccl_candidates(nodes, gpus_per_node, nvls, collnet)), key=lambda c: c[2])
 
 
 @dataclass(frozen=True)

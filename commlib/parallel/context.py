@@ -28,7 +28,6 @@ K/V are small next to Q, which is why Llama 3 chose it (and for masks other than
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from commlib.parallel.collective_matmul import RingPass
 from commlib.parallel.comm import Comm

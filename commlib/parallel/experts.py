@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 
 import torch
-import torch.nn.functional as F
 
 from commlib.parallel.comm import Comm
 from commlib.parallel.tensor import MLP

@@ -329,13 +329,19 @@ def mesh_training(dp: int, tp: int, steps: int = 2, batch: int = 2, seq: int = 4
 # ------------------------------------------------------------------- overlap on emulated links
 def ring_overlap(kind: str = "attention", bandwidth: float = 100e6, latency: float = 0.0, overlap: bool = True,
                  balance: str = "zigzag", seq: int = 2048, heads: int = 4, head_dim: int = 64, rows: int = 256,
-                 hidden: int = 1024) -> dict:
+                 hidden: int = 1024, repeats: int = 1) -> dict:
     """Ring attention's forward (kind="attention", causal) or the collective matmul ("matmul") on all ranks,
     every link between two ranks emulated (topology.emulate, one rank per node: bandwidth B/s, latency s).
     -> {measured: the time this rank did not compute (exposed communication), model: the same from
     collective_matmul.ring_timelines on every rank's measured compute, compute_s, message_s, steps, late_s: how
-    much later than the model this rank's messages arrived (the emulation's error: wake-ups on a busy machine)}."""
+    much later than the model this rank's messages arrived (the emulation's error: wake-ups on a busy machine),
+    ring_s: compute + exposed}. repeats > 1: each number is the median of that many runs (steps: the median run's),
+    so one late wake-up on a loaded machine does not decide a comparison."""
+    import statistics
+
     from commlib import topology
+
+    repeats = check.integer("repeats", repeats, 1, 100)
 
     if kind not in ("attention", "matmul"):
         raise ValueError(f"kind must be 'attention' or 'matmul', got {kind!r}")
@@ -365,16 +371,22 @@ def ring_overlap(kind: str = "attention", bandwidth: float = 100e6, latency: flo
             cmm.collective_matmul(x, w, ring, overlap)
         nbytes = x.numel() * x.element_size()
     once(RingPass())              # warm up, not paced
-    dist.barrier()
-    ring = RingPass()
-    with topology.emulate(gpus_per_node=1, bandwidth=bandwidth, latency=latency) as em:
-        dist.barrier()
-        once(ring)
-    compute = [c for c, _ in ring.steps]
-    everyone = [None] * p
-    dist.all_gather_object(everyone, compute)
     message_s = latency + nbytes / bandwidth
-    model = cmm.ring_timelines(everyone, message_s, overlap)[dist.get_rank()]
-    return {"measured": sum(w for _, w in ring.steps), "model": cmm.exposed_s(model), "compute_s": sum(compute),
-            "message_s": message_s, "steps": ring.steps, "nbytes": nbytes,
-            "late_s": sum(m.late_s for m in em.log)}   # the emulation's own delay past the model, all messages
+    runs = []
+    for _ in range(repeats):
+        dist.barrier()
+        ring = RingPass()
+        with topology.emulate(gpus_per_node=1, bandwidth=bandwidth, latency=latency) as em:
+            dist.barrier()
+            once(ring)
+        compute = [c for c, _ in ring.steps]
+        everyone = [None] * p
+        dist.all_gather_object(everyone, compute)
+        model = cmm.ring_timelines(everyone, message_s, overlap)[dist.get_rank()]
+        measured = sum(w for _, w in ring.steps)
+        runs.append({"measured": measured, "model": cmm.exposed_s(model), "compute_s": sum(compute),
+                     "ring_s": sum(compute) + measured, "steps": ring.steps,
+                     "late_s": sum(m.late_s for m in em.log)})   # the emulation's own delay past the model
+    median = sorted(runs, key=lambda r: r["measured"])[(repeats - 1) // 2]
+    out = {k: statistics.median(r[k] for r in runs) for k in ("measured", "model", "compute_s", "ring_s", "late_s")}
+    return out | {"message_s": message_s, "steps": median["steps"], "nbytes": nbytes}

@@ -144,9 +144,11 @@ def bubble(events_by_rank) -> dict:
 
 
 def measure_bubble(microbatches: int, kind: str = "1f1b", hidden: int = 64, microbatch_size: int = 8,
-                   compute_s: float = 0.0, layers_per_stage: int = 2, steps: int = 3, comm: Comm | None = None):
+                   compute_s: float = 0.0, layers_per_stage: int = 2, steps: int = 3, comm: Comm | None = None,
+                   all_steps: bool = False):
     """Inside ranks: run `steps` pipelined steps of an MLP on all ranks (p = world size) and return this
-    rank's compute events of the last one (pass every rank's to bubble()). compute_s > 0 makes each
+    rank's compute events of the last one (pass every rank's to bubble()); all_steps: a list of every step's
+    events. compute_s > 0 makes each
     forward last compute_s more (backward 2 compute_s): a stage of known cost, so that a laptop with fewer
     cores than ranks measures the schedule rather than its own contention."""
     comm = comm or Comm()
@@ -157,17 +159,25 @@ def measure_bubble(microbatches: int, kind: str = "1f1b", hidden: int = 64, micr
     stage = torch.nn.Sequential(*layers)
     inputs = [torch.randn(microbatch_size, hidden) for _ in range(microbatches)]
     shape = (microbatch_size, hidden)
-    out = None
+    each = []
     for _ in range(steps):
         torch.distributed.barrier(group=comm.group)
-        out = train_step(stage, comm, inputs, inputs, torch.nn.functional.mse_loss, kind,
-                         io_shape=lambda i: (shape, shape), compute_s=compute_s)
-    return out["events"]
+        each.append(train_step(stage, comm, inputs, inputs, torch.nn.functional.mse_loss, kind,
+                               io_shape=lambda i: (shape, shape), compute_s=compute_s)["events"])
+    return each if all_steps else each[-1]
 
 
-def bubble_on(cluster, microbatches: int, kind: str = "1f1b", **kwargs) -> dict:
+def bubble_on(cluster, microbatches: int, kind: str = "1f1b", repeats: int = 1, **kwargs) -> dict:
     """From the notebook: measure_bubble on every rank of a commlib Cluster (p = its world size);
-    -> bubble() of the events plus "theory", (p-1)/(m+p-1), and the events themselves."""
-    events = cluster.run(measure_bubble, microbatches, kind, **kwargs)
+    -> bubble() of the events plus "theory", (p-1)/(m+p-1), and the events themselves. repeats > 1: that many
+    measured steps after one warm-up, and the step of median bubble (one late wake-up does not decide it)."""
+    repeats = check.integer("repeats", repeats, 1, 100)
+    if repeats == 1:
+        events = cluster.run(measure_bubble, microbatches, kind, **kwargs)
+    else:
+        kwargs = kwargs | {"steps": repeats + 1, "all_steps": True}
+        per_rank = cluster.run(measure_bubble, microbatches, kind, **kwargs)
+        steps = sorted((bubble([r[i] for r in per_rank])["bubble"], i) for i in range(1, repeats + 1))
+        events = [r[steps[(repeats - 1) // 2][1]] for r in per_rank]
     p = cluster.world_size
-    return {**bubble(events), "theory": (p - 1) / (microbatches + p - 1), "events": events}
+    return {**bubble(events), "theory": (p - 1) / (microbatches + p - 1), "events": events, "repeats": repeats}

@@ -5,6 +5,7 @@ and a search over configurations. Pure Python (no torch); sizes in bytes, times 
     hardware.py   the machine: a commlib.topology.Topology of GPUs with their memory and FLOP/s, and what a
                   parallel group's collectives cost on it
     models.py     the model: a decoder's shape, its parameter count, published presets
+    flops.py      FLOPs of a step: 6 x params x tokens and the causal attention scores
     context.py    context parallelism: ring attention's bytes and what the attention hides of them
     summary.py    a cluster as people read it: one line (describe_topology) and its sources
 """
@@ -17,8 +18,9 @@ from commlib.plan.planner import (BLOCKS, DP_COLLECTIVES, RECOMPUTE, SCHEDULES, 
                                   ep_bytes_per_rank, estimate, groups, init_broadcast_bytes, logits_bytes,
                                   microbatches_in_flight, model_activation_bytes_per_layer,
                                   model_state_breakdown, model_state_bytes,
-                                  pipeline_bubble, pp_bytes_per_rank, search, step_flops, tp_bytes_per_rank,
+                                  pipeline_bubble, pp_bytes_per_rank, search, tp_bytes_per_rank,
                                   mesh_collectives, validate)
+from commlib.plan.flops import attention_flops, step_flops  # noqa: F401
 from commlib.plan.context import (cp_backward_bytes_per_rank, cp_bytes_per_rank, cp_layer_times,  # noqa: F401
                                   ring_exposed_s)
 from commlib.plan.summary import NODE_NAMES, describe_topology, topology_sources  # noqa: F401

@@ -10,8 +10,8 @@ over the tensor-parallel ranks by heads) goes around the ring:
 A step of the ring takes max(transfer, attention of one block): what a transfer takes beyond the attention
 of its step stays exposed (commlib.parallel.collective_matmul.ring_timelines is the same rule per rank and
 step). The attention of one block, forward, is 4 b (s/cp)^2 h / tp FLOPs halved by the causal mask (the
-diagonal blocks are half masked; zig-zag spreads the rest evenly), twice that backward. planner's compute
-(6 x params x tokens) leaves the attention-score FLOPs out, so this overlap window is not in its compute time.
+diagonal blocks are half masked; zig-zag spreads the rest evenly), twice that backward. The planner's compute
+counts these FLOPs (plan.attention_flops), so the window that hides the ring is inside the step it reports.
 """
 
 from __future__ import annotations

@@ -23,12 +23,12 @@ from commlib import _validate as check
 from commlib import cost
 from commlib.plan.context import cp_backward_bytes_per_rank, cp_bytes_per_rank, cp_layer_times  # noqa: F401
 from commlib.plan.divisors import divisors as _divisors
+from commlib.plan.flops import RECOMPUTE, attention_flops, step_flops
 from commlib.plan.hardware import Hardware, collective_s, group_shape, p2p_s
 from commlib.plan.models import Model
 
 STATE_BYTES = (2, 2, 12)   # ZeRO paper, mixed-precision Adam: fp16 params, fp16 grads, fp32 params+m+v (K = 12)
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
-RECOMPUTE = ("none", "selective", "full")
 MAX_GLOBAL_BATCH = 2**40  # the search enumerates divisors of the batch: bounded so it ends in seconds
 
 
@@ -189,26 +189,15 @@ def microbatches_in_flight(pp, microbatches, schedule="1f1b") -> int:
     return m if schedule == "gpipe" else min(p, m)
 
 
-def step_flops(model: "Model", tokens, recompute="none") -> float:
-    """Training FLOPs for `tokens` tokens: 6 * active params * tokens (forward 2, backward 4 per parameter and
-    token); full recomputation runs the layers' forward once more, + 2 * layer params * tokens. For a dense
-    GPT this is Narayanan et al. 2021's eq. (3) without its attention-score term s/(6h):
-    72 Bslh^2 (1 + V/(12lh)), and with recomputation 96 Bslh^2 (1 + V/(16lh))."""
-    check.instance("model", model, Model, "a plan.Model")
-    n = _num("tokens", tokens)
-    if recompute not in RECOMPUTE:
-        raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
-    extra = 2 * (model.active_params - model.embedding_params) * n if recompute == "full" else 0.0
-    return 6 * model.active_params * n + extra
-
-
 # ----------------------------------------------------------------------- what a step assumes
 @dataclass(frozen=True)
 class Assumptions:
     """What the step time takes for granted. mfu: share of peak FLOP/s the math reaches. dp_overlap: share of
     the data-parallel (and ZeRO) communication hidden behind compute, up to what compute can cover (estimate).
     TP, EP and PP communication sits on the critical path (exposed). imbalance: EP load imbalance.
-    all_to_all: how EP's all-to-alls run, "bulk" (NCCL) or "pairwise" (commlib.algorithms)."""
+    all_to_all: how EP's all-to-alls run, "bulk" (NCCL) or "pairwise" (commlib.algorithms).
+    attention: count the causal attention scores' FLOPs (attention_flops) in the compute; False keeps
+    6 x params x tokens alone, the count one can check by hand (chapter 11's workshop)."""
 
     mfu: float = 0.4
     dp_overlap: float = 0.0
@@ -219,6 +208,7 @@ class Assumptions:
     sequence_parallel: bool = True
     zero3_prefetch: bool = True
     all_to_all: str = "bulk"
+    attention: bool = True
 
     def __post_init__(self):
         check.number("mfu", self.mfu, 0, strict=True, high=1)
@@ -364,7 +354,10 @@ def _estimate(model, hw, c, global_batch, a, b) -> Estimate:
     gathered = (2 if a.zero3_prefetch else 1) * 2 * layer_params if c.zero_stage == 3 else 0.0
     memory = {"model_states": states, "activations": act, "logits": logits, "zero3_gathered": gathered}
     memory["total"] = states + act + logits + gathered
-    comp = step_flops(model, b * s, a.recompute) / (t * p) / (hw.peak_flops * a.mfu)  # one micro-batch, one stage
+    flops = step_flops(model, b * s, a.recompute)
+    if a.attention:  # each of the cp ranks computes 1/cp of the causal attention (zig-zag balances it)
+        flops += attention_flops(model, b, model.seq, a.recompute) / c.cp
+    comp = flops / (t * p) / (hw.peak_flops * a.mfu)  # one micro-batch, one stage
     # per micro-batch on one stage: TP (4 all-reduces, or AG + RS, of bsh per layer), EP, PP point-to-point
     bsh = b * s * h * ab
     tp_s = layers * 4 * collective_s("all_reduce", bsh, t, 1, hw)
@@ -388,8 +381,10 @@ def _estimate(model, hw, c, global_batch, a, b) -> Estimate:
                 dp_bytes += n * (2 if op == "all_reduce" else 1) * (group - 1) / group * 2 * params  # rings
     dp_s = once_s + each_s
     # what overlap can hide: a once-per-step collective only behind the last micro-batch's backward (about 2/3
-    # of its compute; gradient accumulation gives it no more), a per-micro-batch one behind each micro-batch
-    exposed_dp = dp_s - min(a.dp_overlap * once_s, 2 / 3 * comp) - min(a.dp_overlap * each_s, m * comp)
+    # of its compute; gradient accumulation gives it no more), a per-micro-batch one behind each micro-batch;
+    # both together never behind more than the m micro-batches' compute
+    hidden = min(a.dp_overlap * once_s, 2 / 3 * comp) + min(a.dp_overlap * each_s, m * comp)
+    exposed_dp = dp_s - min(hidden, m * comp)
     step = pipeline + exposed_dp
     comm = {"dp": dp_bytes,
             "tp": m * layers * tp_bytes_per_rank(b, s, h, t, ab, sp),
