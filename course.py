@@ -59,13 +59,42 @@ def lab_command(python, root: Path = ROOT, extra=()) -> list[str]:
     (its default_url) is that notebook's, not the Launcher's. Listens on 127.0.0.1 only, with Jupyter's token;
     fetches no news and checks for no updates, and LAB_SETTINGS/overrides.json sets "never" as the default of
     the notification settings, so no "Jupyter news" pop-up covers the chapters (a learner may still opt in);
-    as root it adds --allow-root (containers and cloud VMs often run as root)."""
+    as root it adds --allow-root (containers and cloud VMs often run as root). Kernels talk to JupyterLab over
+    Unix sockets (ipc) where there are some: no TCP port for a kernel, and none of ipykernel's "Kernel is running
+    over TCP without encryption" warnings, one per kernel started, which a learner can do nothing about; nor
+    tornado's websocket_ping_timeout warning, one per kernel connection."""
     first = min(Path(root).glob("notebooks/[0-9]*.ipynb"), default=None)
     opens = [f"--LabApp.default_url=/lab/tree/{first.relative_to(root).as_posix()}"] if first else []
     return [str(python), "-m", "jupyter", "lab", "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={root}", *opens,
             "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-            f"--LabApp.app_settings_dir={LAB_SETTINGS}",
+            f"--LabApp.app_settings_dir={LAB_SETTINGS}", *(["--KernelManager.transport=ipc"] if os.name != "nt" else []),
+            # jupyter_server 2.21's default ping timeout (3 x its 30 s ping interval) is longer than tornado >= 6.5
+            # allows: tornado warns at every kernel connection and uses the interval. Set what it uses, unwarned.
+            '--ServerApp.tornado_settings={"ws_ping_timeout": 30000}',
             *(["--allow-root"] if running_as_root() else []), *extra]
+
+
+def course_notebooks(root: Path = ROOT) -> list[Path]:
+    return sorted(Path(root).glob("notebooks/[0-9]*.ipynb"))
+
+
+def trust_notebooks(python, root: Path = ROOT) -> str | None:
+    """Mark the course's own notebooks trusted (`jupyter trust`: signed with this user's Jupyter key), so that
+    JupyterLab runs their saved JavaScript: chapter 1's animation steps as soon as it opens, before any cell runs,
+    and the server logs no "Notebook ... is not trusted" for them. A notebook the learner saves stays trusted
+    (JupyterLab re-signs what it saves from a trusted one). -> None, or one line saying why it could not."""
+    paths = course_notebooks(root)
+    if not paths:
+        return None
+    try:  # quiet: it prints a line per notebook signed
+        done = subprocess.run([str(python), "-m", "jupyter", "trust", *map(str, paths)], capture_output=True,
+                              text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"could not mark the notebooks trusted ({e}); the animations step only once their cell has run"
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        return f"could not mark the notebooks trusted ({last}); the animations step only once their cell has run"
+    return None
 
 
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
@@ -123,6 +152,9 @@ def main(argv: list[str]) -> int:
         if running_as_root():
             print("course.py: running as root, so JupyterLab starts with --allow-root; it still listens only on "
                   "127.0.0.1 and asks for its token", flush=True)
+        problem = trust_notebooks(PY, ROOT)
+        if problem:
+            print(f"course.py: {problem}", flush=True)
         cmd = lab_command(PY, ROOT, argv[1:])
     elif argv[0] == "book":
         cmd = [str(PY), str(ROOT / "book" / "build.py"), *argv[1:]]

@@ -7,7 +7,6 @@
 Targets (2 cores): start <= 5 s for 4 ranks; dispatch <= 5 ms median.
 """
 
-import argparse
 import os
 import socket
 import statistics
@@ -17,6 +16,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import commlib as cl
+from commlib.bench import arguments
+from commlib.cluster import MAX_WORLD_SIZE
 
 
 def noop():
@@ -44,14 +45,15 @@ def spawn_once(world_size: int) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--world-size", type=int, default=4)
-    ap.add_argument("--runs", type=int, default=200)
-    ap.add_argument("--spawns", type=int, default=3)
+    ap = arguments.Parser(__doc__)
+    ap.add_argument("--world-size", type=arguments.integer(1, MAX_WORLD_SIZE), default=4, help="ranks (default 4)")
+    ap.add_argument("--runs", type=arguments.integer(1, 10**6), default=200, help="run() calls timed")
+    ap.add_argument("--spawns", type=arguments.integer(1, 100), default=3, help="fresh mp.spawn runs timed")
     ap.add_argument("--quick", action="store_true", help="a smoke run for CI (overrides the sizes)")
     a = ap.parse_args()
     if a.quick:
         vars(a).update(world_size=2, runs=20, spawns=1)
+    ap.check_memory(a.world_size, 0, f"--world-size {a.world_size}")
 
     t0 = time.perf_counter()
     c = cl.Cluster(world_size=a.world_size)

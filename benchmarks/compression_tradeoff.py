@@ -29,7 +29,6 @@ Times are host clock readings on loopback Gloo with every rank on a shared CPU: 
 waiting for the slowest rank, and the overheads are CPU ones (a GPU compresses much faster).
 """
 
-import argparse
 import datetime
 import json
 import os
@@ -40,6 +39,8 @@ import torch
 
 import commlib as cl
 from commlib import cost
+from commlib.bench import arguments
+from commlib.cluster import MAX_WORLD_SIZE
 from commlib.compression import tradeoff as tr
 
 CROSSOVER_LINKS = ("tcp100", "ib_hdr", "nvlink4")
@@ -128,14 +129,14 @@ def links(args) -> dict:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", choices=("all", "accuracy", "links"), default="all")
-    ap.add_argument("--world-size", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=400)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--link-steps", type=int, default=60)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--bandwidths", type=float, nargs="+", default=BANDWIDTHS)
+    ap = arguments.Parser(__doc__.splitlines()[0])
+    ap.add_argument("--part", choices=("all", "accuracy", "links"), default="all", help="what to measure (default all)")
+    ap.add_argument("--world-size", type=arguments.integer(2, MAX_WORLD_SIZE), default=4, help="ranks (default 4)")
+    ap.add_argument("--steps", type=arguments.integer(1, 10**6), default=400, help="training steps per run")
+    ap.add_argument("--seeds", type=arguments.integer(0, 2**31), nargs="+", default=[0, 1, 2], help="one run per seed")
+    ap.add_argument("--link-steps", type=arguments.integer(1, 10**6), default=60, help="steps per emulated link")
+    ap.add_argument("--rounds", type=arguments.integer(1, 1000), default=3, help="repeats; medians")
+    ap.add_argument("--bandwidths", type=arguments.number(0, 1e15), nargs="+", default=BANDWIDTHS, help="emulated link bytes/s")
     ap.add_argument("--out", default=None, help="default: benchmarks/compression_tradeoff.json (none with --quick)")
     ap.add_argument("--quick", action="store_true", help="a smoke run for CI (overrides the sizes)")
     args = ap.parse_args()
@@ -143,10 +144,16 @@ def main():
         vars(args).update(steps=10, seeds=[0], link_steps=5, rounds=1, bandwidths=[1e7, 1e8, 1e9])
     elif args.out is None:
         args.out = os.path.join(os.path.dirname(__file__), "compression_tradeoff.json")
+    ap.check_memory(args.world_size, 0, f"--world-size {args.world_size}")
     out = {}
-    if args.out and os.path.exists(args.out):
-        with open(args.out) as f:
-            out = json.load(f)
+    if args.out and os.path.exists(args.out):  # earlier results: --part adds to them
+        try:
+            with open(args.out) as f:
+                out = json.loads(f.read(1 << 24))
+        except (OSError, ValueError) as e:
+            ap.error(f"argument --out: {args.out} exists and is not this script's JSON ({e}); choose another file")
+        if not isinstance(out, dict):
+            ap.error(f"argument --out: {args.out} exists and is not this script's JSON (a JSON object)")
     if args.part in ("all", "accuracy"):
         out.update(accuracy(args))
     if args.part in ("all", "links"):

@@ -14,7 +14,6 @@ The no-communication baseline (plain module) gives compute alone; exposed commun
 step - compute.
 """
 
-import argparse
 import os
 import statistics
 import time
@@ -23,6 +22,8 @@ import torch
 import torch.distributed as dist
 
 import commlib as cl
+from commlib.bench import arguments
+from commlib.cluster import MAX_WORLD_SIZE
 from commlib import overlap
 from commlib.cluster.worker import uses_nccl
 
@@ -64,19 +65,23 @@ def measure(variant: str, layers: int, width: int, batch: int, steps: int, cap_m
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--world-size", type=int, default=2)
-    ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--width", type=int, default=1024)
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--bucket-cap-mb", type=float, default=overlap.DDP_BUCKET_CAP_MB)
-    ap.add_argument("--rounds", type=int, default=3, help="variants alternate; median over rounds")
-    ap.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"))
+    ap = arguments.Parser(__doc__)
+    ap.add_argument("--world-size", type=arguments.integer(1, MAX_WORLD_SIZE), default=2, help="ranks (default 2)")
+    ap.add_argument("--layers", type=arguments.integer(1, 1000), default=8, help="Linear layers of the MLP")
+    ap.add_argument("--width", type=arguments.integer(1, 65536), default=1024, help="their width")
+    ap.add_argument("--batch", type=arguments.integer(1, 65536), default=64, help="rows per rank")
+    ap.add_argument("--steps", type=arguments.integer(3, 100000), default=12, help="steps per variant")
+    ap.add_argument("--bucket-cap-mb", type=arguments.number(0, 1e6), default=overlap.DDP_BUCKET_CAP_MB,
+                    help="DDP bucket size, MiB (default 25)")
+    ap.add_argument("--rounds", type=arguments.integer(1, 1000), default=3, help="variants alternate; median over rounds")
+    ap.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"), help="default auto")
     ap.add_argument("--quick", action="store_true", help="a smoke run for CI (overrides the sizes)")
     a = ap.parse_args()
     if a.quick:
         vars(a).update(world_size=2, layers=2, width=128, batch=16, steps=3, rounds=1)
+    # parameters, gradients, buckets and torch DDP's copies (about 4x the parameters), and the activations
+    weights = a.layers * (a.width * a.width + a.width) * 4
+    ap.check_memory(a.world_size, 4 * weights + 4 * a.layers * a.batch * a.width * 4, f"--layers {a.layers} --width {a.width}")
     grad_mb = a.layers * (a.width * a.width + a.width) * 4 / 2**20
     print(f"machine: {os.cpu_count()} cores; {a.world_size} ranks; MLP {a.layers} x {a.width}: {grad_mb:.0f} MiB "
           f"of gradients; batch {a.batch}; bucket cap {a.bucket_cap_mb} MiB")

@@ -9,7 +9,6 @@ hundred bytes written once per collective, so the cost per call is fixed: it sho
 not on 1 MiB ones. The machine's load average is printed: numbers taken under load are marked so.
 """
 
-import argparse
 import os
 import statistics
 import time
@@ -18,6 +17,8 @@ import torch
 import torch.distributed as dist
 
 import commlib as cl
+from commlib.bench import arguments
+from commlib.cluster import MAX_WORLD_SIZE
 from commlib.cluster.flight_recorder import DEFAULT_BUFFER
 
 
@@ -56,15 +57,16 @@ def measure(world_size: int, entries: int, runs: int, iters: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = arguments.Parser(__doc__)
     ap.add_argument("--quick", action="store_true", help="2 ranks, 1 round, few repetitions (< 1 minute)")
-    ap.add_argument("--world-size", type=int, default=4)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--runs", type=int, default=200, help="run() calls per round")
-    ap.add_argument("--iters", type=int, default=100, help="all_reduce calls per size per round")
+    ap.add_argument("--world-size", type=arguments.integer(1, MAX_WORLD_SIZE), default=4, help="ranks (default 4)")
+    ap.add_argument("--rounds", type=arguments.integer(1, 1000), default=3, help="on/off alternations; medians")
+    ap.add_argument("--runs", type=arguments.integer(1, 1000000), default=200, help="run() calls per round")
+    ap.add_argument("--iters", type=arguments.integer(1, 1000000), default=100, help="all_reduce calls per size per round")
     a = ap.parse_args()
     if a.quick:
         a.world_size, a.rounds, a.runs, a.iters = 2, 1, 40, 30
+    ap.check_memory(a.world_size, 4 << 20, f"--world-size {a.world_size}")  # 1 MiB all-reduces
     load_before = os.getloadavg()[0]
     rows: dict = {}
     for _ in range(a.rounds):

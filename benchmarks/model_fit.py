@@ -13,11 +13,11 @@ to this machine's loopback bandwidth? Everything measured in this one run.
    stream over 127.0.0.1.
 """
 
-import argparse
 import os
 import statistics
 
 import commlib as cl
+from commlib.bench import arguments
 from commlib import bench, cost
 
 
@@ -39,14 +39,17 @@ def fit_line(p: int, alpha: float, beta: float, fitted: int) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--max-bytes", type=bench.parse_size, default=64 << 20)
-    ap.add_argument("--iters", type=int, default=10)
-    ap.add_argument("--repeats", type=int, default=5, help="interleaved sweeps; each size keeps its median")
+    ap = arguments.Parser(__doc__)
+    ap.add_argument("--max-bytes", type=arguments.size(8 << 10), default=64 << 20,
+                    help="largest size, at least 8K: 4 sizes from 1K, 2 to fit and 2 to check (default 64M)")
+    ap.add_argument("--iters", type=arguments.integer(1, 1000000), default=10, help="timed calls per size")
+    ap.add_argument("--repeats", type=arguments.integer(1, 1000), default=5, help="interleaved sweeps; each size keeps its median")
     ap.add_argument("--quick", action="store_true", help="a smoke run for CI (overrides the sizes)")
     a = ap.parse_args()
     if a.quick:
         vars(a).update(max_bytes=1 << 20, iters=2, repeats=1)
+    # 4 ranks at most; bench.sweep holds 4 buffers of a size on each (input, copy, expected, output)
+    ap.check_memory(4, 4 * a.max_bytes, f"--max-bytes {a.max_bytes}")
     loop = bench.loopback_link()
     gamma = bench.measure_gamma()
     print(f"machine: {os.cpu_count()} cores; loopback TCP stream {loop.bandwidth / 1e9:.2f} GB/s, "

@@ -10,25 +10,29 @@ cost, which a laptop with fewer cores than ranks can run without its ranks fight
 bubble is 1 - mean(busy) / step, from the compute events of every rank (pipeline.bubble).
 """
 
-import argparse
 import os
 import statistics
 
 import commlib as cl
+from commlib.bench import arguments
+from commlib.cluster import MAX_WORLD_SIZE
 from commlib.parallel import pipeline as pl
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--world-sizes", type=int, nargs="+", default=[2, 4])
-    ap.add_argument("--microbatches", type=int, nargs="+", default=[1, 2, 4, 8, 16])
-    ap.add_argument("--compute-ms", type=float, default=5.0)
-    ap.add_argument("--hidden", type=int, default=1024)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap = arguments.Parser(__doc__)
+    ap.add_argument("--world-sizes", type=arguments.integer(1, MAX_WORLD_SIZE), nargs="+", default=[2, 4], help="pipeline stages, one per rank")
+    ap.add_argument("--microbatches", type=arguments.integer(1, 1024), nargs="+", default=[1, 2, 4, 8, 16], help="m values")
+    ap.add_argument("--compute-ms", type=arguments.number(0, 1e4), default=5.0, help="paced compute per stage, ms")
+    ap.add_argument("--hidden", type=arguments.integer(1, 16384), default=1024, help="width of the real stages")
+    ap.add_argument("--rounds", type=arguments.integer(1, 1000), default=3, help="repeats; medians")
     ap.add_argument("--quick", action="store_true", help="a smoke run for CI (overrides the sizes)")
     a = ap.parse_args()
     if a.quick:
         vars(a).update(world_sizes=[2], microbatches=[1, 4], compute_ms=1.0, hidden=64, rounds=1)
+    # a stage's weights and Adam-free gradients, and the activations of every micro-batch in flight (32 rows)
+    ap.check_memory(max(a.world_sizes), 8 * a.hidden * a.hidden + 4 * 32 * max(a.microbatches) * a.hidden * 4,
+                    f"--hidden {a.hidden}")
     print(f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}; median of {a.rounds} rounds")
     print(f"{'p':>2} {'m':>3} {'stage':>6} {'schedule':>8} {'measured':>9} {'(p-1)/(m+p-1)':>14} {'step ms':>8}")
     for p in a.world_sizes:

@@ -9,12 +9,12 @@ Searches a 7B dense model and a 8-expert MoE on 1-16 nodes of DGX H100 (8 GPUs e
 cold (the collective price cache cleared first) and warm, and the best configuration found.
 """
 
-import argparse
 import os
 import statistics
 import time
 
 from commlib import plan
+from commlib.bench import arguments
 
 MODELS = {
     "7B dense": plan.Model(layers=32, hidden=4096, heads=32, seq=4096, vocab=32000, ffn=11008 * 3 // 2),
@@ -23,10 +23,10 @@ MODELS = {
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--nodes", type=int, nargs="+", default=[1, 2, 4, 16])
-    ap.add_argument("--global-batch", type=int, default=512)
+    ap = arguments.Parser(__doc__)
+    ap.add_argument("--rounds", type=arguments.integer(1, 1000), default=5, help="repeats; medians")
+    ap.add_argument("--nodes", type=arguments.integer(1, 4096), nargs="+", default=[1, 2, 4, 16], help="cluster sizes searched")
+    ap.add_argument("--global-batch", type=arguments.integer(1, 16777216), default=512, help="sequences per step")
     ap.add_argument("--quick", action="store_true", help="a smoke run for CI (overrides the sizes)")
     a = ap.parse_args()
     if a.quick:

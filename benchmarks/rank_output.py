@@ -10,12 +10,13 @@ connection, labelling), not a terminal's speed. Target: 200k lines on 4 ranks we
 60 s timeout (issue 13: ~6k lines/s per rank before batching).
 """
 
-import argparse
 import contextlib
 import os
 import time
 
 import commlib as cl
+from commlib.bench import arguments
+from commlib.cluster import MAX_WORLD_SIZE
 
 
 def talk(lines: int) -> int:
@@ -51,14 +52,16 @@ def measure(c: cl.Cluster, lines: int, output: str) -> tuple[float, int]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--world-size", type=int, default=4)
-    ap.add_argument("--lines", type=int, default=200_000, help="lines per rank")
-    ap.add_argument("--output", default="both", choices=("ordered", "live", "both"))
+    ap = arguments.Parser(__doc__)
+    ap.add_argument("--world-size", type=arguments.integer(1, MAX_WORLD_SIZE), default=4, help="ranks (default 4)")
+    ap.add_argument("--lines", type=arguments.integer(1, 100000000), default=200_000, help="lines per rank")
+    ap.add_argument("--output", default="both", choices=("ordered", "live", "both"), help="modes timed")
     ap.add_argument("--quick", action="store_true", help="a smoke run for CI (overrides the sizes)")
     a = ap.parse_args()
     if a.quick:
         vars(a).update(world_size=2, lines=5000)
+    # "ordered" holds every rank's lines in this process until the run ends: ~100 bytes a line as Python strings
+    ap.check_memory(a.world_size, 100 * a.lines * 2, f"--lines {a.lines}")
     modes = ("ordered", "live") if a.output == "both" else (a.output,)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"machine: {os.cpu_count()} cores, load average {load:.2f}; world_size={a.world_size}, "

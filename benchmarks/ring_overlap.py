@@ -10,12 +10,12 @@ the model (late_s: wake-ups on a busy machine). Prints the load average at the s
 the measurement runs above the model by about the emulator's delays.
 """
 
-import argparse
 import json
 import os
 import statistics
 
 import commlib as cl
+from commlib.bench import arguments
 from commlib.parallel import live
 
 
@@ -29,13 +29,14 @@ def measure(c, kind, balance, overlap, bandwidth, repeats, sizes):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bandwidth", type=float, nargs="+", default=[100e6, 25e6], help="bytes/s per emulated NIC")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap = arguments.Parser(__doc__)
+    ap.add_argument("--bandwidth", type=arguments.number(0, 1e15), nargs="+", default=[100e6, 25e6], help="bytes/s per emulated NIC")
+    ap.add_argument("--repeats", type=arguments.integer(1, 1000), default=3, help="repeats; medians")
     ap.add_argument("--quick", action="store_true", help="one bandwidth, one repeat, small blocks (CI)")
     ap.add_argument("--json", help="also write the rows to this file")
     a = ap.parse_args()
     bandwidths, repeats = ([100e6], 1) if a.quick else (a.bandwidth, a.repeats)
+    ap.check_memory(4, 64 << 20, "4 ranks")  # the sizes are fixed: blocks of a few MiB
     sizes = {"attention": {"seq": 512 if a.quick else 2048}, "matmul": {"rows": 64 if a.quick else 256,
                                                                           "hidden": 256 if a.quick else 1024}}
     load = os.getloadavg()[0]

@@ -9,11 +9,12 @@ alike); each round is a bench.sweep of a few iterations; the table gives the med
 Target (issue 3): ring busbw >= built-in at 16-64 MiB on 2 and 4 ranks.
 """
 
-import argparse
 import os
 import statistics
 
 import commlib as cl
+from commlib.bench import arguments
+from commlib.cluster import MAX_WORLD_SIZE
 from commlib.algorithms import p2p
 from commlib import bench
 
@@ -26,23 +27,25 @@ def one_round(size: int, algorithm: str, segment_bytes: int, iters: int) -> floa
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--world-sizes", type=int, nargs="+", default=[2, 4])
-    ap.add_argument("--sizes", nargs="+", default=["16M", "32M", "64M"])
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--iters", type=int, default=3)
-    ap.add_argument("--segment-bytes", type=bench.parse_size, default=p2p.SEGMENT_BYTES)
+    ap = arguments.Parser(__doc__)
+    ap.add_argument("--world-sizes", type=arguments.integer(1, MAX_WORLD_SIZE), nargs="+", default=[2, 4], help="ranks")
+    ap.add_argument("--sizes", type=arguments.size(), nargs="+", default=[16 << 20, 32 << 20, 64 << 20],
+                    help="all-reduce sizes, e.g. 16M 64M")
+    ap.add_argument("--rounds", type=arguments.integer(1, 1000), default=5, help="repeats; medians")
+    ap.add_argument("--iters", type=arguments.integer(1, 1000000), default=3, help="calls per round")
+    ap.add_argument("--segment-bytes", type=arguments.size(), default=p2p.SEGMENT_BYTES, help="ring segment size")
     ap.add_argument("--quick", action="store_true", help="a smoke run for CI (overrides the sizes)")
     a = ap.parse_args()
     if a.quick:
-        vars(a).update(world_sizes=[2], sizes=["1M"], rounds=1, iters=1)
+        vars(a).update(world_sizes=[2], sizes=[1 << 20], rounds=1, iters=1)
+    ap.check_memory(max(a.world_sizes), 3 * max(a.sizes), f"--sizes {max(a.sizes)}")  # input, copy, result
     print(f"machine: {os.cpu_count()} cores; ring segment {a.segment_bytes} B; median of {a.rounds} rounds "
           f"x {a.iters} iterations")
     print(f"{'p':>3} {'size':>6} {'builtin busbw':>14} {'ring busbw':>11} {'ring/builtin':>13}")
     for p in a.world_sizes:
         with cl.Cluster(world_size=p, timeout=900) as c:
-            for text in a.sizes:
-                size = bench.parse_size(text)
+            for size in a.sizes:
+                text = f"{size >> 20}M" if size % (1 << 20) == 0 else f"{size >> 10}K" if size % 1024 == 0 else str(size)
                 got = {"builtin": [], "ring": []}
                 for _ in range(a.rounds):
                     for algorithm in got:

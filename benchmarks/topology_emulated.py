@@ -18,32 +18,32 @@ The work is commlib.bench.emulated's (chapter 3 runs the same at one small size)
 which chapter 3 shows as the committed measurement.
 """
 
-import argparse
 import json
 
 import commlib as cl
-from commlib import bench
+from commlib.bench import arguments
 from commlib.bench import emulated as eb
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", nargs="+", default=["8M", "32M"])
-    ap.add_argument("--ratio", type=float, default=8.0, help="emulated NIC = intra-node loopback / ratio")
-    ap.add_argument("--latency", type=float, default=1e-3, help="emulated NIC latency, s")
-    ap.add_argument("--nics", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--repeats", type=int, default=5)
+    ap = arguments.Parser(__doc__)
+    ap.add_argument("--sizes", type=arguments.size(4), nargs="+", default=[8 << 20, 32 << 20], help="all-reduce sizes")
+    ap.add_argument("--ratio", type=arguments.number(0, 1e6), default=8.0, help="emulated NIC = intra-node loopback / ratio")
+    ap.add_argument("--latency", type=arguments.number(0, 10, strict=False), default=1e-3, help="emulated NIC latency, s")
+    ap.add_argument("--nics", type=arguments.integer(1, 2), nargs="+", default=[1, 2], help="NICs per emulated node")
+    ap.add_argument("--repeats", type=arguments.integer(1, 1000), default=5, help="repeats; medians")
     ap.add_argument("--json", help="also write the result to this file")
     ap.add_argument("--quick", action="store_true", help="a smoke run for CI (overrides the sizes)")
     a = ap.parse_args()
     if a.quick:
-        vars(a).update(sizes=["256K"], repeats=1)
+        vars(a).update(sizes=[256 << 10], repeats=1)
+    ap.check_memory(4, 4 * max(a.sizes), f"--sizes {max(a.sizes)}")
     with cl.Cluster(world_size=4, timeout=900) as c:
-        result = eb.run(c, [bench.parse_size(s) for s in a.sizes], a.ratio, a.latency, a.nics, a.repeats)
+        result = eb.run(c, a.sizes, a.ratio, a.latency, a.nics, a.repeats)
     print(eb.format_result(result))
     if a.json:
         result["command"] = "python benchmarks/topology_emulated.py " + " ".join(
-            [f"--sizes {' '.join(a.sizes)}", f"--ratio {a.ratio:g}", f"--latency {a.latency:g}",
+            [f"--sizes {' '.join(map(str, a.sizes))}", f"--ratio {a.ratio:g}", f"--latency {a.latency:g}",
              f"--nics {' '.join(map(str, a.nics))}", f"--repeats {a.repeats}"])
         with open(a.json, "w") as f:
             json.dump(result, f, indent=1)

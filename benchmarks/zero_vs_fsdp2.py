@@ -11,7 +11,6 @@ own trackers see it: torch.distributed._tools MemTracker for ours (with the shar
 FSDPMemTracker for FSDP2; and ours' exact ledger (memory()).
 """
 
-import argparse
 import os
 import statistics
 import time
@@ -21,6 +20,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import commlib as cl
+from commlib.bench import arguments
+from commlib.cluster import MAX_WORLD_SIZE
 from commlib.parallel import Comm, zero
 
 
@@ -72,16 +73,20 @@ def run(which: str, hidden: int, layers: int, steps: int, rows: int):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--world-sizes", type=int, nargs="+", default=[2, 4])
-    ap.add_argument("--hidden", type=int, default=1024)
-    ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--rows", type=int, default=32, help="rows of the batch per rank")
+    ap = arguments.Parser(__doc__)
+    ap.add_argument("--world-sizes", type=arguments.integer(1, MAX_WORLD_SIZE), nargs="+", default=[2, 4], help="ranks")
+    ap.add_argument("--hidden", type=arguments.integer(1, 65536), default=1024, help="width of the MLP")
+    ap.add_argument("--layers", type=arguments.integer(1, 1000), default=8, help="Linear layers")
+    ap.add_argument("--steps", type=arguments.integer(3, 100000), default=10, help="Adam steps (the first 2 are not timed)")
+    ap.add_argument("--rows", type=arguments.integer(1, 65536), default=32, help="rows of the batch per rank")
     ap.add_argument("--quick", action="store_true", help="a smoke run for CI (overrides the sizes)")
     a = ap.parse_args()
     if a.quick:
         vars(a).update(world_sizes=[2], hidden=64, layers=2, steps=4)
+    params = a.layers * (a.hidden * a.hidden + a.hidden)
+    # fp32 parameters, gradients and Adam's two moments (16 B/param), the whole model gathered at the peak, and
+    # the one-process reference each rank keeps to compare with: about 24 B/param, whatever the sharding
+    ap.check_memory(max(a.world_sizes), 24 * params, f"--hidden {a.hidden} --layers {a.layers}")
     params = a.layers * (a.hidden * a.hidden + a.hidden)
     print(f"torch {torch.__version__}; {os.cpu_count()} cores; MLP {a.layers} x Linear({a.hidden}, {a.hidden}) = "
           f"{params / 1e6:.1f}M params ({4 * params / 2**20:.0f} MiB fp32); {a.rows} rows per rank; "

@@ -35,6 +35,7 @@ html_last_updated_fmt = None
 html_theme_options = {
     "home_page_in_toc": False,  # the title above the chapters leads home
     "show_toc_level": 2,
+    "navbar_persistent": [],  # one search box, the primary sidebar's: the header repeated it beside it
     "use_download_button": True,  # the page's .ipynb, to run it
     "announcement": ("Run this page live: <code>python3 course.py lab</code> &nbsp;·&nbsp; "
                      "run every test: <code>python3 course.py test</code>"),

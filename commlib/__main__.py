@@ -1,12 +1,13 @@
-"""python -m commlib bench ...: nccl-tests-style sweeps, on a local Cluster or under torchrun.
+"""python -m commlib COMMAND: the course's command line (`python -m commlib COMMAND --help` for each).
 
     python -m commlib bench --op all_reduce --algorithm ring --world-size 4 --min-bytes 1K --max-bytes 64M
     torchrun --nproc-per-node=8 -m commlib bench --op all_reduce --algorithm builtin   # no --world-size
-    python -m commlib learner-copies OUT_DIR [NOTEBOOK ...]
     python -m commlib diagnose TRACE... [--hardware PRESET] [--json]   # per-rank torch.profiler traces
+    python -m commlib learner-copies OUT_DIR [NOTEBOOK ...] [--force]
 
 A bad argument ends it with exit code 2 and one line naming the argument, before anything starts
-(under torchrun, printed by rank 0 only).
+(under torchrun, printed by rank 0 only). Help and argument parsing import no torch (answers in well
+under a second); only `bench`, once its arguments are checked, does.
 """
 
 from __future__ import annotations
@@ -33,24 +34,39 @@ class _Parser(argparse.ArgumentParser):
 
 
 def size(text: str) -> int:
-    from commlib import bench
+    from commlib._validate import parse_size
 
-    return bench.parse_size(text)
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+# What bench runs, named without importing torch (commlib.bench does): the ops nccl-tests measures, each with
+# torch.distributed's built-in and every one-link algorithm of commlib.cost's registry that commlib.algorithms
+# runs. tests/test_cli.py holds these equal to commlib.bench.IMPLEMENTATIONS and DTYPES.
+BENCH_OPS = ("all_gather", "all_reduce", "broadcast", "reduce", "reduce_scatter", "sendrecv")
+BENCH_DTYPES = ("float16", "bfloat16", "float32", "float64", "int32", "int64")
+
+
+def bench_algorithms(op: str) -> tuple[str, ...]:
+    from commlib.cost.registry import REGISTRY
+
+    return ("builtin",) + tuple(a.name for a in REGISTRY.values() if a.op == op and a.level == "link" and a.function)
 
 
 def _bench_problem(args) -> str | None:
     """What is wrong with the bench arguments (one line naming the argument), or None."""
-    from commlib import bench
     from commlib.cluster import MAX_TIMEOUT_S, MAX_WORLD_SIZE, resolve_backend
 
-    if (args.op, args.algorithm) not in bench.IMPLEMENTATIONS:
-        return f"--algorithm for {args.op} must be one of {bench.algorithms_for(args.op)}, got {args.algorithm!r}"
+    if args.algorithm not in bench_algorithms(args.op):
+        return f"--algorithm for {args.op} must be one of {bench_algorithms(args.op)}, got {args.algorithm!r}"
     checks = [("--min-bytes", args.min_bytes >= 1, "at least 1 byte", args.min_bytes),
               ("--max-bytes", args.max_bytes >= args.min_bytes, f">= --min-bytes ({args.min_bytes})", args.max_bytes),
-              ("--factor", args.factor >= 2, "an int >= 2", args.factor),
-              ("--iters", args.iters >= 1, "an int >= 1", args.iters),
-              ("--warmup", args.warmup >= 0, "an int >= 0", args.warmup),
-              ("--repeats", args.repeats >= 1, "an int >= 1", args.repeats),
+              ("--factor", 2 <= args.factor <= 1024, "an int in [2, 1024]", args.factor),
+              ("--iters", 1 <= args.iters <= 10**6, "an int in [1, 1000000]", args.iters),
+              ("--warmup", 0 <= args.warmup <= 10**6, "an int in [0, 1000000]", args.warmup),
+              ("--repeats", 1 <= args.repeats <= 1000, "an int in [1, 1000]", args.repeats),
               ("--timeout", math.isfinite(args.timeout) and 0 < args.timeout <= MAX_TIMEOUT_S,
                f"seconds in (0, {MAX_TIMEOUT_S:.0f}]", args.timeout)]
     for name, ok, allowed, value in checks:
@@ -119,38 +135,47 @@ def _diagnose(args) -> int:
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
-    from commlib import bench
+def _command(sub, name: str, summary: str, example: str):
+    """A subcommand whose --help ends with an example (argparse keeps the epilog's lines as written)."""
+    return sub.add_parser(name, help=summary, description=summary, epilog=f"example:\n  {example}",
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
 
+
+def _parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="python -m commlib", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("bench", help="sweep a collective over message sizes (nccl-tests columns)")
-    b.add_argument("--op", default="all_reduce", choices=bench.BENCHED_OPS)
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    b = _command(sub, "bench", "sweep a collective over message sizes and print nccl-tests' columns",
+                 "python -m commlib bench --op all_reduce --algorithm ring --world-size 4 --max-bytes 4M")
+    b.add_argument("--op", default="all_reduce", choices=BENCH_OPS, help="the collective (default all_reduce)")
     b.add_argument("--algorithm", default="builtin",
                    help="builtin (torch.distributed) or a commlib algorithm: "
-                        + "; ".join(f"{op}: {', '.join(bench.algorithms_for(op))}" for op in bench.BENCHED_OPS))
+                        + "; ".join(f"{op}: {', '.join(bench_algorithms(op))}" for op in BENCH_OPS))
     b.add_argument("--world-size", type=int, default=None,
                    help="start a local Cluster of this many ranks; omit under torchrun")
-    b.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"))
-    b.add_argument("--min-bytes", default="1K", type=size, help="e.g. 512, 1K, 4M (default 1K)")
-    b.add_argument("--max-bytes", default="64M", type=size, help="default 64M")
+    b.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"),
+                   help="auto: nccl when every rank gets its own GPU, else gloo (default auto)")
+    b.add_argument("--min-bytes", default="1K", type=size, help="smallest message, e.g. 512, 1K, 4M (default 1K)")
+    b.add_argument("--max-bytes", default="64M", type=size, help="largest message (default 64M)")
     b.add_argument("--factor", default=2, type=int, help="size multiplier between rows (default 2)")
-    b.add_argument("--dtype", default="float32", choices=tuple(bench.DTYPES))
-    b.add_argument("--iters", default=20, type=int)
-    b.add_argument("--warmup", default=5, type=int)
+    b.add_argument("--dtype", default="float32", choices=BENCH_DTYPES, help="element type (default float32)")
+    b.add_argument("--iters", default=20, type=int, help="timed calls per size, averaged (default 20)")
+    b.add_argument("--warmup", default=5, type=int, help="untimed calls per size before those (default 5)")
     b.add_argument("--repeats", default=1, type=int,
                    help="sweep all sizes this many times, interleaved, and keep each size's median (default 1)")
-    b.add_argument("--timeout", default=600.0, type=float, help="seconds for the whole sweep (local Cluster)")
+    b.add_argument("--timeout", default=600.0, type=float,
+                   help="seconds for the whole sweep on a local Cluster (default 600)")
     b.add_argument("--json", action="store_true", help="print one JSON list of rows instead of the table")
-    d = sub.add_parser("diagnose", help="every collective in per-rank torch.profiler traces: busbw, model, "
-                                        "overlap, stragglers")
+    d = _command(sub, "diagnose", "every collective in per-rank torch.profiler traces: busbw, model, overlap, "
+                                  "stragglers", "python -m commlib diagnose traces/ --hardware dgx_h100 --json")
     d.add_argument("traces", nargs="+", help="trace files (.json, .json.gz), one per rank, or folders of them")
     d.add_argument("--hardware", default=None, choices=tuple(_presets()),
                    help="the machine to price calls on (default: inferred from the GPU named in the traces)")
     d.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
-    lc = sub.add_parser("learner-copies", help="copies of the notebooks without the cells tagged 'solution'")
+    lc = _command(sub, "learner-copies", "copies of the notebooks without the cells tagged 'solution', for learners",
+                  "python -m commlib learner-copies /tmp/learners notebooks/01_collectives.ipynb")
     lc.add_argument("out_dir", help="folder to write the copies to")
     lc.add_argument("notebooks", nargs="*", help="notebooks to copy (default: notebooks/NN_*.ipynb)")
+    lc.add_argument("--force", action="store_true", help="write over copies that already exist in OUT_DIR")
     return ap
 
 
@@ -162,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         from commlib.exercises.learner_copies import CopyError, learner_copies
 
         try:
-            written = learner_copies(args.out_dir, args.notebooks or None)
+            written = learner_copies(args.out_dir, args.notebooks or None, force=args.force)
         except CopyError as e:
             _fail(f"learner-copies: {e}")
         for path in written:

@@ -8,6 +8,7 @@ integers count as ints and numpy floats as numbers; bools count as neither.
 from __future__ import annotations
 
 import math
+import re
 from numbers import Integral, Real
 
 # Upper bounds for the checkers' and models' parameters: far beyond any real job, small enough that every
@@ -117,3 +118,14 @@ def numbers(name: str, values, low: float | None = None, strict: bool = False, u
             item: str = "entry") -> list[float]:
     """A non-empty list of numbers, each checked as number() does (name[i] in the message)."""
     return [number(f"{name}[{i}]", v, low, strict, unit) for i, v in enumerate(listed(name, values, item))]
+
+
+def parse_size(text) -> int:
+    """'64M' -> 67108864, '1K' -> 1024, '512' -> 512 (binary multiples, as nccl-tests); an int passes as it is.
+    Here, not in commlib.bench, so that the command line parses sizes without importing torch."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(i?B)?\s*", str(text), re.IGNORECASE)
+    if not m:
+        raise ValueError(f"size must look like 512, 1K, 64M or 1G, got {shown_safely(text)}")
+    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2).upper()]

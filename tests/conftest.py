@@ -125,6 +125,7 @@ def lab(tmp_path_factory):
     settings = root / "user-settings" / "@jupyterlab" / "notebook-extension"
     settings.mkdir(parents=True)
     (settings / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')  # every cell in the DOM
+    assert course.trust_notebooks(sys.executable, root) is None  # as course.py lab does before it starts
     token = secrets.token_hex(16)
     for attempt in range(3):  # free_port() can lose its port to another process before the server binds it
         port = free_port()

@@ -62,3 +62,56 @@ def test_a_fit_without_bandwidth_is_reported_not_divided_by(monkeypatch):
     line = model_fit.fit_line(2, 30e-6, 0.0, 4)
     assert "no bandwidth can be fitted" in line and "alpha 30.0 µs" in line
     assert "1.000 GB/s" in model_fit.fit_line(2, 30e-6, 1e-9, 4)
+
+
+BAD_ARGUMENTS = {  # script -> (arguments, words of the one line it must print)
+    "cluster_start_dispatch.py": (["--world-size", "0"], "argument --world-size: must be an int >= 1"),
+    "compression_tradeoff.py": (["--bandwidths", "-5"], "argument --bandwidths: must be a finite number"),
+    "ddp_overlap.py": (["--width", "60000", "--layers", "900"], "--layers 900 --width 60000 needs about"),
+    "flight_recorder_overhead.py": (["--runs", "0"], "argument --runs: must be an int >= 1"),
+    "model_fit.py": (["--max-bytes", "100G"], "--max-bytes 107374182400 needs about 1.72e+03 GB"),
+    "pipeline_bubble.py": (["--microbatches", "4", "0"], "argument --microbatches: must be an int >= 1"),
+    "plan_search.py": (["--nodes", "x"], "argument --nodes: must be an int, got 'x'"),
+    "rank_output.py": (["--lines", "-1"], "argument --lines: must be an int >= 1"),
+    "ring_overlap.py": (["--bandwidth", "nan"], "argument --bandwidth: must be a finite number"),
+    "ring_vs_builtin.py": (["--sizes", "64Q"], "argument --sizes: size must look like 512, 1K, 64M or 1G"),
+    "topology_emulated.py": (["--nics", "3"], "argument --nics: must be an int >= 1 and <= 2"),
+    "zero_vs_fsdp2.py": (["--hidden", "60000", "--layers", "900"], "--hidden 60000 --layers 900 needs about"),
+}
+
+
+def run_script(script, args, monkeypatch, capsys) -> tuple[int, str]:
+    """The script's main() in this process (its argument checks need no rank) -> (exit code, stderr)."""
+    import runpy
+
+    import commlib as cl
+
+    def no_cluster(*a, **k):
+        raise AssertionError("a Cluster started before the arguments were checked")
+
+    monkeypatch.setattr(cl, "Cluster", no_cluster)
+    monkeypatch.setattr(sys, "argv", [script, *args])
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    with pytest.raises(SystemExit) as e:
+        runpy.run_path(str(ROOT / "benchmarks" / script), run_name="__main__")
+    return e.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_bad_arguments_are_one_line_exit_2_before_any_rank_starts(script, monkeypatch, capsys):
+    """Before: model_fit --max-bytes 100G started allocating and was killed; tiny sizes and zero_vs_fsdp2's bad
+    values gave tracebacks."""
+    args, words = BAD_ARGUMENTS[script]
+    code, err = run_script(script, args, monkeypatch, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert words in err, err
+
+
+def test_model_fit_refuses_sizes_too_small_to_fit_and_more_than_the_free_memory(monkeypatch, capsys):
+    from commlib.bench import arguments
+
+    code, err = run_script("model_fit.py", ["--max-bytes", "2K"], monkeypatch, capsys)
+    assert code == 2 and "argument --max-bytes: must be a size in [8192," in err, err
+    monkeypatch.setattr(arguments, "available_memory", lambda: 1 << 30)   # 1 GiB free
+    code, err = run_script("model_fit.py", ["--max-bytes", "1G"], monkeypatch, capsys)
+    assert code == 2 and "--max-bytes 1073741824 needs about 18" in err and "1.07 GB free now" in err, err

@@ -184,6 +184,15 @@ def test_every_widget_view_has_its_saved_state(path):
         "re-run it with tools/run_notebooks.py, which saves the widgets' state the book shows"
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_notebook_is_saved_with_the_kernelspec_its_kernel_reports(path):
+    """Before: "Python 3" against the kernel's "Python 3 (ipykernel)": every chapter opened modified in JupyterLab."""
+    from tools.run_notebooks import kernelspec
+
+    assert json.loads(path.read_text())["metadata"]["kernelspec"] == kernelspec(), \
+        "fix it with: python tools/run_notebooks.py --kernelspec-only (or re-run the chapter with that tool)"
+
+
 def _figures_in(path: Path) -> tuple[int, int]:
     """(image outputs that the book shows as <img>, images linked in markdown) of a notebook."""
     nb = json.loads(path.read_text())
@@ -227,6 +236,11 @@ _PAGE_STATE = """() => {
                   `(${(e.innerText || '').trim().slice(0, 40)})`).slice(0, 10),
     savedNote: [...document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]')].map(s =>
       getComputedStyle(s.parentElement, '::before').content),
+    // code (cell inputs, and the text's code blocks: chapter 10's NCCL logs) that scrolls sideways
+    scrolling: [...article.querySelectorAll('div.highlight pre')].filter(e => e.scrollWidth > e.clientWidth + 1)
+      .map(e => `${e.scrollWidth - e.clientWidth} px: ${e.innerText.trim().slice(0, 50)}`).slice(0, 10),
+    searchBoxes: [...document.querySelectorAll('.search-button-field')]
+      .filter(e => !e.closest('article') && e.getClientRects().length && getComputedStyle(e).visibility !== 'hidden').length,
   };
 }"""
 
@@ -295,6 +309,8 @@ def test_page_in_the_browser(seen, name):
     assert "python3 course.py lab" in state["text"] and "python3 course.py test" in state["text"]
     assert "Author name not set" not in state["text"]
     assert state["wide"] == [], f"outputs or widgets wider than the book's column ({state['column']} px)"
+    assert state["scrolling"] == [], "code that scrolls sideways in the column (issue 33)"
+    assert state["searchBoxes"] == 1, f"{state['searchBoxes']} search boxes on the page: one is enough"
     assert all("saved view" in note for note in state["savedNote"]), \
         "a saved widget view does not say that it is one (book/_static/commlib-book.css)"
     assert [v for v in state["views"] if v] == [], "widget views that did not render from their saved state"

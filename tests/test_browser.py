@@ -6,7 +6,8 @@ rendered markdown loads; "run all" finished (its own promise resolved, every cod
 count, the kernel is idle) and no cell produced an error; every ipywidgets view rendered (no "Loading
 widget...", no missing model) and clips nothing (a row of controls wider than the notebook wraps); one control
 per widget changes what the widget shows; every printed line of this run fits the book's column and every
-checker call has its question above it (test_book's rules, applied to what this machine printed). The URL that
+checker call has its question above it (test_book's rules, applied to what this machine printed); it opens
+unmodified (its saved kernelspec is the kernel's) and its animations step before any cell runs. The URL that
 `course.py lab` prints opens chapter 0, with no news pop-up. (test_course.py checks that stopping course.py
 leaves no JupyterLab.) Screenshots go to test-output/browser/. Skip locally with COMMLIB_SKIP_BROWSER=1; .ci/run sets
 COMMLIB_REQUIRE_BROWSER=1, which turns a missing browser into a failure instead of a skip.
@@ -89,6 +90,21 @@ def _check_markdown_images_and_links(page, panel) -> list[str]:
     return problems
 
 
+def _check_animations_step_before_any_cell_runs(panel) -> None:
+    """The saved animation players (chapter 1's ring) show their controls and step, with no cell run: course.py lab
+    trusts the course's notebooks, so JupyterLab runs their saved JavaScript (issue 33, item 2)."""
+    players = panel.locator(".commlib-animation")
+    for i in range(players.count()):
+        player = players.nth(i)
+        player.scroll_into_view_if_needed()
+        # data-frame is set by the player's script alone: untrusted, JupyterLab neither runs it nor keeps the buttons
+        assert player.get_attribute("data-frame") == "0", \
+            "an animation's script did not run before its cell did: is the notebook trusted (course.trust_notebooks)?"
+        player.locator("[data-go=next]").click()
+        assert player.get_attribute("data-frame") == "1"
+        assert player.locator(".commlib-animation-step").inner_text().startswith("step 1 of ")
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs_in_the_browser(lab, browser, path):
     base, token, root, _ = lab
@@ -107,6 +123,10 @@ def test_notebook_runs_in_the_browser(lab, browser, path):
                                f"&& {CURRENT}.sessionContext.session.kernel.status === 'idle' "
                                f"&& {CURRENT}.context.isReady", timeout=90_000)
         panel = page.locator("#" + page.evaluate(f"() => {CURRENT}.id"))
+        # opened as saved: the kernelspec it was saved with is the one the kernel reports (issue 33, item 1)
+        assert page.evaluate(f"() => {CURRENT}.context.model.dirty") is False, \
+            f"{path.name} opens modified: JupyterLab would ask to save it on close (tools/run_notebooks.py --kernelspec-only)"
+        _check_animations_step_before_any_cell_runs(panel)
         problems = _check_markdown_images_and_links(page, panel)
         assert problems == [], f"{path.name}: broken images or links in the rendered markdown: {problems}"
 

@@ -6,9 +6,11 @@ import os
 import sys
 
 import cloudpickle
+import hypothesis.strategies as st
 import pytest
 import torch
 import torch.distributed as dist
+from hypothesis import given, settings
 
 import commlib as cl
 from commlib import compression as cp
@@ -385,6 +387,27 @@ def test_quantize_keeps_the_scale_of_the_finite_values_and_marks_the_rest():
     assert scale.item() == pytest.approx(1 / 127)
     assert codes.tolist() == [127, -128, -64, -128]  # -128: no finite value uses it
     assert torch.isnan(cp.dequantize(codes, scale)).tolist() == [False, True, False, True]
+
+
+# Any float32, 1e-30 to 1e30 in size, zeros and subnormals, in a tensor whose largest value sets the scale
+_VALUES = st.lists(st.one_of(st.floats(-1e30, 1e30).map(lambda v: float(torch.tensor(v))), st.sampled_from([0.0, -0.0, 1e-45, -3e-42, 1e-38])),
+                   min_size=1, max_size=16)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(values=_VALUES, code=st.sampled_from(["int8", "fp8"]))
+def test_quantize_round_trip_error_is_half_a_code_step_at_any_magnitude(values, code):
+    """Before: fp8 of values below about 6e-43 gave NaN (max|x| / 448 underflowed to a zero scale)."""
+    x = torch.tensor(values, dtype=torch.float32)
+    codes, scale = cp.quantize(x, code)
+    back = cp.dequantize(codes, scale)
+    assert torch.isfinite(back).all() and scale.item() >= 2.0**-149
+    s = scale.double().item()
+    err = (back.double() - x.double()).abs()
+    # int8: half a step of the scale; e4m3: half an ulp of 3 mantissa bits (2^-4 relative), or half its
+    # smallest subnormal step (2^-9 of the scale); + 2^-149 for rounding the product to a float32
+    bound = s / 2 if code == "int8" else torch.maximum(x.double().abs() * 2.0**-4, torch.tensor(s * 2.0**-10))
+    assert (err <= bound * (1 + 1e-6) + 2.0**-149).all(), (values, code, s)
 
 
 def nonfinite_means(method):

@@ -63,10 +63,31 @@ def test_lab_as_root_says_why_it_allows_root(monkeypatch, capsys):
     monkeypatch.setattr(course, "ensure_env", lambda: None)
     monkeypatch.setattr(course, "running_as_root", lambda: True)
     monkeypatch.setattr(course, "run", lambda cmd, stop: ran.append(cmd) or 0)
+    monkeypatch.setattr(course, "trust_notebooks", lambda python, root: None)  # tested below
     assert course.main(["lab", "--no-browser"]) == 0
     assert ran == [course.lab_command(course.PY, ROOT, ["--no-browser"])] and "--allow-root" in ran[0]
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and "root" in out[0] and "127.0.0.1" in out[0] and "token" in out[0]
+
+
+def test_lab_trusts_the_course_notebooks_and_runs_kernels_without_tcp(tmp_path):
+    """Before: JupyterLab did not run the saved JavaScript of the (untrusted) chapters, so chapter 1's animation
+    looked dead until its cell ran; every kernel warned "Kernel is running over TCP without encryption"."""
+    import nbformat
+    from nbformat.sign import NotebookNotary
+
+    (tmp_path / "notebooks").mkdir()
+    for name in ("00_a.ipynb", "01_b.ipynb"):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1", outputs=[nbformat.v4.new_output(
+            "display_data", {"text/html": "<script>1</script>"})])])
+        nbformat.write(nb, tmp_path / "notebooks" / name)
+    notary = NotebookNotary()
+    assert not any(notary.check_signature(nbformat.read(p, 4)) for p in course.course_notebooks(tmp_path))
+    assert course.trust_notebooks(sys.executable, tmp_path) is None
+    assert all(notary.check_signature(nbformat.read(p, 4)) for p in course.course_notebooks(tmp_path))
+    if os.name != "nt":
+        assert "--KernelManager.transport=ipc" in course.lab_command("python", ROOT)
+    assert '--ServerApp.tornado_settings={"ws_ping_timeout": 30000}' in course.lab_command("python", ROOT)
 
 
 def test_an_unknown_subcommand_is_named(capsys):
@@ -94,6 +115,7 @@ import sys
 sys.path.insert(0, sys.argv[1])
 import course
 course.ensure_env = lambda: None  # no venv built: the stub stands in for JupyterLab
+course.trust_notebooks = lambda python, root: None
 course.lab_command = lambda python, root, extra: [sys.executable, "-c", sys.argv[2], sys.argv[3], sys.argv[4]]
 if hasattr(course, "run"):  # a short grace before SIGKILL, for the child that ignores SIGTERM
     run = course.run

@@ -112,6 +112,21 @@ def test_learner_copies_never_write_over_their_inputs(tmp_path):
         assert nb.read_bytes() == NOTEBOOKS[0].read_bytes(), "the source notebook is untouched"
 
 
+def test_learner_copies_refuse_to_overwrite_a_copy_unless_forced(tmp_path):
+    """Before: a second learner-copies into the same folder wrote over a learner's work without a word."""
+    nb = NOTEBOOKS[0]
+    assert learner_copies_cli(tmp_path, nb)[0] == 0
+    work = tmp_path / nb.name
+    work.write_text("a learner's answers")
+    code, stdout, stderr = learner_copies_cli(tmp_path, nb)
+    assert code == 2 and stdout == "" and len(stderr.splitlines()) == 1, stderr
+    assert f"{work} exists already" in stderr and "--force" in stderr
+    assert work.read_text() == "a learner's answers"
+    code, stdout, stderr = learner_copies_cli(tmp_path, nb, "--force")
+    assert code == 0 and stdout.strip() == str(work), stderr
+    assert json.loads(work.read_text())["nbformat"] == 4
+
+
 def _unwritable(tmp_path):
     """A folder nobody may write into (root ignores permission bits: use sysfs there)."""
     import os

@@ -57,6 +57,16 @@ def test_bad_configurations_are_named_not_raised():
     assert "tp*pp = 16 must divide the 24 GPUs" in report(box)
 
 
+def test_an_invalid_model_is_named_once_not_again_by_the_search():
+    box = widgets.planner()
+    w = controls(box)
+    w["heads"].value = 0
+    w["fastest that fits"].click()
+    shown = "".join(child.value for child in box.children if hasattr(child, "value") and isinstance(child.value, str))
+    assert shown.count("heads") == 1 and "heads" in report(box), shown
+    assert "no search: the model or the cluster above is not valid" in box.children[8].value
+
+
 def test_editing_the_shape_makes_a_custom_model_and_the_search_lists_what_fits():
     box = widgets.planner("gpt3_1.3b", "dgx_a100", nodes=1, global_batch=32)
     w = controls(box)

@@ -2,6 +2,7 @@
 
     python tools/run_notebooks.py                       # every notebook in notebooks/
     python tools/run_notebooks.py notebooks/00_start_here.ipynb
+    python tools/run_notebooks.py --kernelspec-only     # only write the kernel's own kernelspec; runs nothing
 
 Run it after editing a notebook, then commit the result: nbval checks the saved outputs, and the book
 (`python3 course.py book`) shows them. nbclient keeps the state of every widget the kernel created in the
@@ -9,11 +10,14 @@ notebook's metadata (widgets / application/vnd.jupyter.widget-state+json), which
 each widget's initial view without a kernel; the run fails if a widget view's model is not saved.
 """
 
+import os
 import sys
 import time
 from pathlib import Path
 
 import nbformat
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,10 +33,44 @@ def unsaved_widget_views(nb) -> list[str]:
     return [v for v in views if v not in state]
 
 
+KERNEL = "python3"
+
+
+def kernelspec(name: str = KERNEL) -> dict:
+    """The notebook metadata JupyterLab writes for kernel `name`: its kernel.json's display_name and language.
+    A notebook saved with anything else (ipykernel's "Python 3 (ipykernel)" against nbformat's default "Python 3")
+    opens modified in JupyterLab, which asks to save it on close."""
+    spec = KernelSpecManager().get_kernel_spec(name)
+    return {"display_name": spec.display_name, "language": spec.language, "name": name}
+
+
+def write_kernelspec(paths) -> list[Path]:
+    """Set each notebook's metadata.kernelspec to kernelspec(), touching nothing else (no cell runs);
+    -> the notebooks changed. The one command for it: python tools/run_notebooks.py --kernelspec-only"""
+    want, changed = kernelspec(), []
+    for path in paths:
+        nb = nbformat.read(path, as_version=4)
+        if dict(nb.metadata.get("kernelspec", {})) != want:
+            nb.metadata["kernelspec"] = want
+            nbformat.write(nb, path)
+            changed.append(path)
+    return changed
+
+
+class UnixSocketKernelManager(KernelManager):
+    """A kernel reached over Unix sockets (ipc), as course.py lab's kernels are (TCP on Windows): no
+    "Kernel is running over TCP without encryption" warning from every run, which nobody can act on."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**{"transport": "ipc" if os.name != "nt" else "tcp", **kwargs})
+
+
 def run(path: Path, timeout: int = 120) -> float:
     nb = nbformat.read(path, as_version=4)
+    nb.metadata["kernelspec"] = kernelspec(KERNEL)  # saved as the kernel that ran it reports itself
     t0 = time.perf_counter()
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=True,
+    NotebookClient(nb, kernel_manager_class=UnixSocketKernelManager, timeout=timeout, kernel_name=KERNEL,
+                   store_widget_state=True,
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     missing = unsaved_widget_views(nb)
     if missing:
@@ -42,6 +80,12 @@ def run(path: Path, timeout: int = 120) -> float:
 
 
 if __name__ == "__main__":
-    paths = [Path(p) for p in sys.argv[1:]] or sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
-    for p in paths:
-        print(f"{p.name}: {run(p):.1f} s", flush=True)
+    args = sys.argv[1:]
+    only_kernelspec = "--kernelspec-only" in args
+    paths = [Path(p) for p in args if p != "--kernelspec-only"] or sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
+    if only_kernelspec:
+        for p in write_kernelspec(paths):
+            print(f"{p.name}: kernelspec set to {kernelspec()['display_name']!r}")
+    else:
+        for p in paths:
+            print(f"{p.name}: {run(p):.1f} s", flush=True)

@@ -9,7 +9,6 @@ algbw = size / time (GB = 1e9 B); busbw = algbw * cost.bus_factor(op, p) (nccl-t
 
 from __future__ import annotations
 
-import re
 import statistics
 import time
 
@@ -17,7 +16,8 @@ import torch
 import torch.distributed as dist
 
 from commlib import algorithms as alg
-from commlib import cost
+from commlib import columns, cost
+from commlib._validate import parse_size  # noqa: F401  (commlib.bench.parse_size)
 from commlib.cluster.worker import uses_nccl
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
@@ -75,16 +75,6 @@ def _builtin_all_gather(shard):
     out = torch.empty(shard.numel() * dist.get_world_size(), dtype=shard.dtype, device=shard.device)
     dist.all_gather_single(out, shard)
     return out
-
-
-def parse_size(text: str | int) -> int:
-    """'64M' -> 67108864, '1K' -> 1024, '512' -> 512 (binary multiples, as nccl-tests)."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        return text
-    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(i?B)?\s*", str(text), re.IGNORECASE)
-    if not m:
-        raise ValueError(f"size must look like 512, 1K, 64M or 1G, got {text!r}")
-    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2).upper()]
 
 
 def sizes(min_bytes: int, max_bytes: int, factor: int = 2) -> list[int]:
@@ -195,11 +185,11 @@ def sweep(op: str = "all_reduce", algorithm: str = "builtin", min_bytes: int = 1
 def format_table(rows: list[dict], op: str, redop: str = "sum") -> str:
     """The nccl-tests columns: size (B), count (elements), type, redop, time (us), algbw, busbw (GB/s), #wrong."""
     redop = redop if op in ("all_reduce", "reduce_scatter", "reduce") else "none"
-    lines = [f"{'size':>12} {'count':>12} {'type':>9} {'redop':>6} {'time':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>7}",
-             f"{'(B)':>12} {'(elements)':>12} {'':>9} {'':>6} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8} {'':>7}"]
-    for r in rows:
-        lines.append(f"{r['nbytes']:>12} {r['count']:>12} {r['dtype']:>9} {redop:>6} {r['time_s'] * 1e6:>10.1f} "
-                     f"{r['algbw_GBps']:>8.3f} {r['busbw_GBps']:>8.3f} {r['wrong']:>7}")
+    cells = [["size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong"],
+             ["(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", ""]]
+    cells += [[str(r["nbytes"]), str(r["count"]), r["dtype"], redop, f"{r['time_s'] * 1e6:.1f}",
+               f"{r['algbw_GBps']:.3f}", f"{r['busbw_GBps']:.3f}", str(r["wrong"])] for r in rows]
+    lines = columns.fit(cells, [12, 13, 10, 7, 11, 9, 9, 8], ">" * 8)  # nccl-tests' widths, wider for wider values
     return "\n".join(lines)
 
 

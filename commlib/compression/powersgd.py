@@ -70,6 +70,9 @@ class PowerSGDState(HookState):
 
 def orthogonalize_(a: torch.Tensor, epsilon: float = 0.0) -> torch.Tensor:
     """Gram-Schmidt in place: the columns of a (m x r) become orthonormal, spanning the same space."""
+    if not isinstance(a, torch.Tensor) or a.dim() != 2 or not a.is_floating_point():
+        raise TypeError(f"a must be a 2-D floating-point torch.Tensor (m x r), got {type(a).__name__}")
+    epsilon = check.number("epsilon", epsilon, 0, high=1.0)
     for i in range(a.shape[1]):
         col = a[:, i:i + 1]
         col /= col.norm() + epsilon

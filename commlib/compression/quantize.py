@@ -32,6 +32,11 @@ from commlib.compression.comm import HookState
 from commlib.precision import sum_in_order
 
 CODES = {"int8": (torch.int8, 127.0), "fp8": (torch.float8_e4m3fn, 448.0)}  # code dtype, largest code
+# The smallest scale: fp32's smallest subnormal, 2^-149. For a tiny tensor (max|delta| below 448 * 2^-149, about
+# 6e-43) max|delta| / largest underflows to 0 in fp32 and delta / scale is 0 / 0 or inf (fp8: NaN, e4m3fn has no
+# inf); a subnormal scale rounds, so delta / scale may pass the largest code, and is clamped to it. The error
+# stays below half a code step of the scale, at worst 2^-150: nothing an fp32 value could hold anyway.
+TINY = torch.finfo(torch.float32).smallest_normal * 2.0**-23
 NOT_FINITE = {"int8": -128, "fp8": math.nan}  # the code of a NaN or inf (decodes to NaN)
 
 
@@ -54,19 +59,23 @@ class QuantState(HookState):
 
 def quantize(delta: torch.Tensor, code: str = "int8") -> tuple[torch.Tensor, torch.Tensor]:
     """-> (codes, scale): delta ~ codes * scale, one fp32 scale for the whole tensor (max|delta| / largest code,
-    over the finite values); a NaN or inf gets the code NOT_FINITE."""
+    over the finite values, at least TINY); a NaN or inf gets the code NOT_FINITE."""
     dtype, largest = CODES[check.choice("code", code, tuple(CODES))]
+    check.instance("delta", delta, torch.Tensor, "a torch.Tensor")
     finite = torch.isfinite(delta.detach())
     values = delta.detach().float().where(finite, 0.0)
     amax = values.abs().max() if delta.numel() else torch.zeros((), device=delta.device)
-    scale = torch.where(amax > 0, amax / largest, torch.ones_like(amax))
-    scaled = values / scale
-    codes = scaled.round().clamp_(-largest, largest) if code == "int8" else scaled
+    scale = torch.where(amax > 0, (amax / largest).clamp_min(TINY), torch.ones_like(amax))
+    scaled = (values / scale).clamp_(-largest, largest)  # amax / largest rounds: never past the largest code
+    codes = scaled.round() if code == "int8" else scaled
     return codes.masked_fill_(~finite, NOT_FINITE[code]).to(dtype), scale
 
 
 def dequantize(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """codes * scale in fp32; NOT_FINITE codes -> NaN."""
+    check.instance("codes", codes, torch.Tensor, "a torch.Tensor of int8 or float8_e4m3fn codes")
+    if not isinstance(scale, torch.Tensor) or not scale.is_floating_point():
+        raise TypeError(f"scale must be a floating-point torch.Tensor (quantize's), got {type(scale).__name__}")
     out = codes.float() * scale
     return out.masked_fill_(codes == NOT_FINITE["int8"], math.nan) if codes.dtype == torch.int8 else out
 

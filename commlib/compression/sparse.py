@@ -13,6 +13,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from commlib import _validate as check
 from commlib.compression.closed_form import check_fraction, topk_count
 from commlib.compression.comm import HookState
 
@@ -27,6 +28,8 @@ class TopKState(HookState):
 
 def topk(delta: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """-> (indices, values) of the k entries of delta largest in magnitude."""
+    check.instance("delta", delta, torch.Tensor, "a torch.Tensor")
+    k = check.integer("k", k, 0, delta.numel())
     idx = delta.abs().topk(k, sorted=False).indices
     return idx, delta[idx]
 

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from commlib import cost, topology
+from commlib import columns, cost, topology
 from commlib.compression import closed_form
 from commlib.compression.comm import HookComm, HookState, allreduce_hook
 from commlib.compression.powersgd import PowerSGDState, powersgd_hook
@@ -286,11 +286,13 @@ def table(rows: list[dict]) -> str:
     (and the link, for rows of link_sweep())."""
     base = rows[0]["bytes_per_step"] or 1
     link = any("bandwidth" in r for r in rows)
-    lines = [(f"{'link':<11}" if link else "") + f"{'variant':<16}{'bytes/step':>12}{'ratio':>8}{'test loss':>11}"
-             f"{'accuracy':>10}{'overhead ms':>13}{'comm ms':>9}{'step ms':>9}"]
-    for r in rows:
-        lines.append((f"{link_label(r.get('bandwidth')):<11}" if link else "") +
-                     f"{r['variant']:<16}{r['bytes_per_step']:>12,.0f}{r['bytes_per_step'] / base:>8.3f}"
-                     f"{r['test_loss']:>11.4f}{r['test_accuracy']:>10.3f}{r['overhead_s'] * 1e3:>13.3f}"
-                     f"{r['comm_s'] * 1e3:>9.3f}{r['step_s'] * 1e3:>9.3f}")
+    head = ["variant", "bytes/step", "ratio", "test loss", "accuracy", "overhead ms", "comm ms", "step ms"]
+    cells = [head] + [[r["variant"], f"{r['bytes_per_step']:,.0f}", f"{r['bytes_per_step'] / base:.3f}",
+                       f"{r['test_loss']:.4f}", f"{r['test_accuracy']:.3f}", f"{r['overhead_s'] * 1e3:.3f}",
+                       f"{r['comm_s'] * 1e3:.3f}", f"{r['step_s'] * 1e3:.3f}"] for r in rows]
+    widths, align = [16, 12, 8, 11, 10, 13, 9, 9], "<>>>>>>>"
+    if link:
+        cells = [[c] + row for c, row in zip(["link"] + [link_label(r.get("bandwidth")) for r in rows], cells)]
+        widths, align = [11] + widths, "<" + align
+    lines = columns.fit(cells, widths, align)  # widths grow with the values: no column runs into the next
     return "\n".join(lines)

@@ -8,8 +8,9 @@ so learners start from a clean notebook. Images that a notebook links by a relat
 map in ../assets/) are copied into OUT_DIR/assets/ and the links changed to match, so the copies work
 wherever OUT_DIR is. Plain JSON: no Jupyter needed to run it.
 
-It never writes over an input (OUT_DIR must not hold the notebooks it copies) and reads every input
-before writing anything. What stops it is a CopyError: one line naming the path.
+It never writes over an input (OUT_DIR must not hold the notebooks it copies), nor over a file already
+in OUT_DIR unless asked to (--force: a learner may have worked in an earlier copy), and reads every
+input before writing anything. What stops it is a CopyError: one line naming the path.
 
 The book built without solutions (`python3 course.py book --no-solutions`) drops the same cells
 (drop_solutions) but keeps every other output: the committed outputs are its content.
@@ -101,9 +102,10 @@ def read_notebook(path: Path) -> dict:
     return nb
 
 
-def learner_copies(out_dir, notebooks=None) -> list[Path]:
+def learner_copies(out_dir, notebooks=None, force: bool = False) -> list[Path]:
     """Write learner copies of `notebooks` (default: notebooks/NN_*.ipynb) into out_dir; -> the paths written.
-    CopyError, before anything is written, if an input is unreadable or a copy would overwrite an input."""
+    CopyError, before anything is written, if an input is unreadable, a copy would overwrite an input, or
+    (unless force) a copy's file exists already."""
     root = Path(__file__).resolve().parents[2]
     paths = [Path(p) for p in notebooks] if notebooks else sorted((root / "notebooks").glob("[0-9]*.ipynb"))
     if not paths:
@@ -124,6 +126,11 @@ def learner_copies(out_dir, notebooks=None) -> list[Path]:
     if len(set(names)) < len(names):
         twice = sorted({n for n in names if names.count(n) > 1})
         raise CopyError(f"two inputs are named {twice[0]}: their copies would overwrite each other in {out}")
+    existing = [out / name for name in names if (out / name).exists()]
+    if existing and not force:
+        more = f" and {len(existing) - 1} more" if len(existing) > 1 else ""
+        raise CopyError(f"{existing[0]}{more} exists already: learner copies do not overwrite files in OUT_DIR "
+                        f"(a learner's work may be in them); choose another folder, or pass --force")
     written = []
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -130,14 +130,16 @@ class _Ring(torch.autograd.Function):
                 RingPass.finish(pending.pop())
                 dkv = incoming[0]
             dkv = dkv + part
-            incoming[0] = torch.empty_like(dkv)
-            pending.append(ring.start(dkv, incoming[0], tag=1))  # on to the next rank; back home after the last step
+            if ring.size > 1:  # a ring of one rank (cp = 1) already holds its own block: nothing to send, to itself
+                incoming[0] = torch.empty_like(dkv)
+                pending.append(ring.start(dkv, incoming[0], tag=1))  # on to the next rank; home after the last step
 
         incoming = [None]
         ring.run(torch.stack([k, v]), compute, overlap=ctx.overlap)
-        RingPass.finish(pending.pop())
+        if pending:
+            RingPass.finish(pending.pop())
+            dkv = incoming[0]
         ctx.stats["backward_bytes"] += ring.sent - before
-        dkv = incoming[0]
         return dq, dkv[0], dkv[1], None, None, None, None, None, None
 
 

@@ -28,6 +28,7 @@ from commlib.parallel import context as cpx
 from commlib.parallel import experts as ex
 from commlib.parallel import mesh as mh
 from commlib.parallel import pipeline as pl
+from commlib.parallel import sizes as sz
 from commlib.parallel import tensor as tp
 from commlib.parallel import zero
 from commlib.parallel.collective_matmul import RingPass
@@ -52,10 +53,7 @@ def _groups(size: int) -> list[list[int]]:
 
 def _group_size(name: str, size) -> int:
     """A group size that tiles the world: an int >= 1 dividing it (ValueError naming the parameter otherwise)."""
-    world = dist.get_world_size()
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1 or world % size:
-        raise ValueError(f"{name} must be an int >= 1 dividing the world size {world}, got {size!r}")
-    return size
+    return sz.group(name, size, dist.get_world_size())
 
 
 def _err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -90,7 +88,12 @@ def sharded_training(stage: int, prefetch: bool = False, reference=None, partiti
     parameters of the one-process run (zero.reference_adam) to compare with. -> {p, rank, err, sent, memory
     (between backward and step), phases: the collectives of the last step's forward, backward and step,
     [(kind, bytes)] each}."""
-    steps, batch = check.integer("steps", steps, 1), check.integer("batch", batch, 1)
+    steps, batch = check.integer("steps", steps, 1, sz.MAX_STEPS), check.integer("batch", batch, 1, sz.MAX_DIM)
+    sizes = [check.integer(f"sizes[{i}]", n, 1, sz.MAX_DIM) for i, n in enumerate(check.listed("sizes", sizes))]
+    if len(sizes) < 2:
+        raise ValueError(f"sizes must list at least 2 layer widths (input, ..., output), got {sizes}")
+    lr = check.number("lr", lr, 0, strict=True, high=1e3)
+    prefetch = sz.flag("prefetch", prefetch)
     comm = Comm.split(partition, impl) if partition else Comm(impl=impl)
     if batch % comm.size:
         raise ValueError(f"batch must be divisible by the data-parallel size ({comm.size}), got {batch}")
@@ -130,6 +133,14 @@ def tensor_parallel_block(t: int, sequence_parallel: bool = False, impl: str = "
     """A transformer layer on [seq, batch, hidden] split over groups of t ranks, forward and backward, next to
     the dense layer. -> {errors: output, input grad, param grads; sent; shapes: this rank's weights; x_shape}."""
     t = _size("t", t)
+    seq, batch, hidden, heads = sz.dims(seq=seq, batch=batch, hidden=hidden, heads=heads)
+    sequence_parallel = sz.flag("sequence_parallel", sequence_parallel)
+    sz.divisible("hidden", hidden, "heads", heads)
+    sz.at_least("heads", heads, "t", t)  # each rank holds whole heads
+    sz.divisible("heads", heads, "t", t)
+    if sequence_parallel:
+        sz.divisible("seq", seq, "t", t)
+    sz.elements("the MLP's activations", seq=seq, batch=batch, ffn=4 * hidden)
     comm = Comm.split(_groups(t), impl) if t < dist.get_world_size() else Comm(impl=impl)
     dense = tp.Block(hidden, heads, seed=0)
     par = tp.ParallelBlock(dense, comm, sequence_parallel=sequence_parallel)
@@ -156,6 +167,9 @@ def pipelined(pp: int, kind: str, microbatches: int, rows: int = 4, hidden: int 
     difference), peak_live (micro-batches held at once), events, sent}."""
     pp, microbatches = _size("pp", pp), check.integer("microbatches", microbatches, 1, pl.MAX_MICROBATCHES)
     kind = check.choice("kind", kind, pl.SCHEDULES)
+    rows, hidden, layers = sz.dims(rows=rows, hidden=hidden, layers=layers)
+    sz.divisible("layers", layers, "pp", pp)
+    sz.elements("the batch", rows=rows, microbatches=microbatches, hidden=hidden)
     comm = Comm.split(_groups(pp)) if pp < dist.get_world_size() else Comm()
     torch.manual_seed(5)
     x, y = torch.randn(rows * microbatches, hidden), torch.randn(rows * microbatches, hidden)
@@ -179,6 +193,12 @@ def expert_parallel(ep: int, topk: int, impl: str = "commlib", imbalance=None, t
     many times the balanced traffic), None: the router decides. -> {errors, sent, received: token copies
     this rank's experts processed}."""
     ep = _size("ep", ep)
+    tokens, hidden, experts = sz.dims(tokens=tokens, hidden=hidden, experts=experts)
+    topk = check.integer("topk", topk, 1, experts)
+    sz.divisible("experts", experts, "ep", ep)
+    if imbalance is not None:
+        check.number("imbalance", imbalance, 1, high=ep)
+    sz.elements("the routed tokens", ep=ep, tokens=tokens, topk=topk, hidden=hidden)
     comm = Comm.split(_groups(ep), impl) if ep < dist.get_world_size() else Comm(impl=impl)
     dense = ex.MoE(hidden, experts, topk, ffn=16, seed=0)
     par = ex.ExpertParallelMoE(dense, comm)
@@ -221,7 +241,12 @@ def context_parallel_attention(cp: int, causal: bool = True, balance: str = "zig
     ranks), kv_memory (bytes of K/V held at once), positions (this rank's tokens)}."""
     if variant not in ("ring", "all_gather"):
         raise ValueError(f"variant must be 'ring' or 'all_gather', got {variant!r}")
-    _group_size("cp", cp)
+    cp = _group_size("cp", cp)
+    balance = check.choice("balance", balance, cpx.BALANCES)
+    causal, overlap = sz.flag("causal", causal), sz.flag("overlap", overlap)
+    batch, heads, seq, head_dim = sz.dims(batch=batch, heads=heads, seq=seq, head_dim=head_dim)
+    sz.divisible("seq", seq, "2*cp (two chunks per rank)", 2 * cp)
+    sz.elements("the attention scores", batch=batch, heads=heads, seq_q=seq, seq_k=seq)
     group = _groups(cp)[dist.get_rank() // cp]
     r = group.index(dist.get_rank())
     allpos = [cpx.positions(seq, cp, j, balance) for j in range(cp)]
@@ -258,6 +283,10 @@ def collective_matmul(tp: int, overlap: bool = True, rows: int = 8, hidden: int 
     """all_gather(X) @ W_r done in tp steps over a ring (each step passes the next shard on while it multiplies)
     next to the plain all-gather then matmul. -> {max_err, sent_bytes, expected_bytes, steps}."""
     groups = _groups(_group_size("tp", tp))
+    overlap = sz.flag("overlap", overlap)
+    rows, hidden, cols = sz.dims(rows=rows, hidden=hidden, cols=cols)
+    sz.elements("the gathered input", tp=tp, rows=rows, hidden=hidden)
+    sz.elements("the weight", hidden=hidden, tp=tp, cols=cols)
     comm = Comm.split(groups) if tp < dist.get_world_size() else Comm()
     torch.manual_seed(11)
     x, w = torch.randn(tp * rows, hidden), torch.randn(hidden, tp * cols)
@@ -281,6 +310,14 @@ def mesh_training(dp: int, tp: int, steps: int = 2, batch: int = 2, seq: int = 4
 
     if _group_size("dp", dp) * _group_size("tp", tp) != dist.get_world_size():
         raise ValueError(f"dp*tp = {dp}*{tp} must equal the world size {dist.get_world_size()}")
+    steps = check.integer("steps", steps, 1, sz.MAX_STEPS)
+    batch, seq, hidden, heads = sz.dims(batch=batch, seq=seq, hidden=hidden, heads=heads)
+    table = sz.flag("table", table)
+    sz.divisible("hidden", hidden, "heads", heads)
+    sz.at_least("heads", heads, "tp", tp)  # DTensor's column split hands each tp rank whole heads
+    sz.divisible("heads", heads, "tp", tp)
+    sz.divisible("the MLP width (mesh.Block's ffn, 32)", 32, "tp", tp)
+    sz.elements("the batch", dp=dp, batch=batch, seq=seq, hidden=hidden)
     mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
     out = mh.train(mesh, steps, batch, seq, hidden, heads)
     out["expected"] = plan.mesh_collectives(len(mh.UNITS), dp, tp)
@@ -309,6 +346,15 @@ def ring_overlap(kind: str = "attention", bandwidth: float = 100e6, latency: flo
     if kind not in ("attention", "matmul"):
         raise ValueError(f"kind must be 'attention' or 'matmul', got {kind!r}")
     p = dist.get_world_size()
+    bandwidth = check.number("bandwidth", bandwidth, 0, strict=True, unit="bytes/s")
+    latency = check.number("latency", latency, 0, unit="seconds", high=10.0)
+    overlap, balance = sz.flag("overlap", overlap), check.choice("balance", balance, cpx.BALANCES)
+    seq, heads, head_dim, rows, hidden = sz.dims(seq=seq, heads=heads, head_dim=head_dim, rows=rows, hidden=hidden)
+    if kind == "attention":
+        sz.divisible("seq", seq, "2 * world size (two chunks per rank)", 2 * p)
+        sz.elements("the attention scores", heads=heads, seq_q=seq // p, seq_k=seq // p)
+    else:
+        sz.elements("the weight", hidden=hidden, hidden_out=hidden)
     torch.manual_seed(0)
     if kind == "attention":
         allpos = [cpx.positions(seq, p, j, balance) for j in range(p)]

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 import textwrap
 
-from commlib import cost
+from commlib import columns, cost
 from commlib import plan
 from commlib import topology as topo
 from commlib.profiling.live import intersect, length, union
@@ -234,12 +234,11 @@ def format_report(report: dict, limit: int = 12) -> str:
     """The report as text, under 100 characters a line: calls grouped, flags, overlap, stragglers."""
     out = [f"# {len(report['ranks'])} rank(s) of a {report['world_size']}-rank {report['backend']} job; "
            f"hardware: {report['hardware'] or 'none'}", f"#   ({report['hardware_why']})"]
-    out.append(f"{'op':<15}{'bytes':>11}{'p':>4}{'algo':>7}{'calls':>6}{'mean us':>10}{'busbw GB/s':>11}"
-               f"{'x model':>9}{'flagged':>8}")
-    for r in summary(report)[:limit]:
-        out.append(f"{r['op']:<15}{_f(r['bytes'], 'd'):>11}{_f(r['group_size'], 'd'):>4}{r['algorithm'] or '?':>7}"
-                   f"{r['calls']:>6}{r['mean_us']:>10.1f}{_f(r['busbw_GBps'], '.2f'):>11}"
-                   f"{_f(r['model_ratio']):>9}{r['flagged']:>8}")
+    calls = [["op", "bytes", "p", "algo", "calls", "mean us", "busbw GB/s", "x model", "flagged"]]
+    calls += [[r["op"], _f(r["bytes"], "d"), _f(r["group_size"], "d"), r["algorithm"] or "?", str(r["calls"]),
+               f"{r['mean_us']:.1f}", _f(r["busbw_GBps"], ".2f"), _f(r["model_ratio"]), str(r["flagged"])]
+              for r in summary(report)[:limit]]
+    out += columns.fit(calls, [15, 11, 4, 7, 6, 10, 11, 9, 8], "<>>>>>>>>")  # widths grow with the values
     flags = {}
     for c in report["calls"]:
         if c["flag"]:
@@ -249,10 +248,11 @@ def format_report(report: dict, limit: int = 12) -> str:
         out.append(f"! {len(cs)} call(s) flagged, e.g. rank {c['rank']} {c['op']} {_f(c['bytes'], 'd')} B "
                    f"{c['duration_us']:.0f} us:")
         out += textwrap.wrap(c["flag"], 96, initial_indent="!   ", subsequent_indent="!   ")
-    out.append("rank  comm ms  hidden ms  exposed ms  idle ms   (step 3: overlap)")
-    for rank, o in report["overlap"].items():
-        out.append(f"{rank:>4}{o['comm_us'] / 1e3:>9.2f}{o['hidden_us'] / 1e3:>11.2f}{o['exposed_us'] / 1e3:>12.2f}"
-                   f"{o['idle_us'] / 1e3:>9.2f}")
+    overlap = [["rank", "comm ms", "hidden ms", "exposed ms", "idle ms"]]
+    overlap += [[str(rank)] + [f"{o[k] / 1e3:.2f}" for k in ("comm_us", "hidden_us", "exposed_us", "idle_us")]
+                for rank, o in report["overlap"].items()]
+    lines = columns.fit(overlap, [4, 9, 11, 12, 9], ">>>>>")
+    out += [lines[0] + "   (step 3: overlap)"] + lines[1:]
     if report["stragglers"]:
         for s in report["stragglers"]:
             out.append(f"straggler: rank {s['rank']} held the others back {s['delay_us'] / 1e3:.2f} ms "

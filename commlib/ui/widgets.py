@@ -331,6 +331,10 @@ def planner(model: str = "llama2_7b", node: str = "dgx_h100", nodes: int = 2, gl
     def best(_=None):
         try:
             m, hw, assume = chosen()
+        except (ValueError, TypeError):  # the estimate above says it already: printed once, not twice
+            found.value = "<p>no search: the model or the cluster above is not valid.</p>"
+            return
+        try:
             fits, n = plan.search(m, hw, batch.value, assume)
         except (ValueError, TypeError) as err:
             found.value = f"<b>{err}</b>"

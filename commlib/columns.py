@@ -1,0 +1,22 @@
+"""Text tables whose column widths come from their values: no column ever runs into the next.
+
+    lines = columns.fit([["op", "bytes"], ["all_reduce", "1048576"]], widths=[12, 9], align="<>")
+
+Each column is as wide as its given width or as its widest cell plus one, whichever is more, so at least
+one space parts every two cells (a group of 1000 ranks, a 100 GB message) and the usual values keep the
+layout the widths give. Pure Python.
+"""
+
+from __future__ import annotations
+
+
+def fit(rows: list[list[str]], widths: list[int], align: str) -> list[str]:
+    """rows of cells (strings; header rows included) as lines; align: one '<' or '>' per column."""
+    if len(widths) != len(align) or any(len(r) != len(widths) for r in rows):
+        raise ValueError(f"every row needs {len(widths)} cells, one per width and alignment")
+    last = len(widths) - 1
+    # the space goes on the side of the padding: before a right-aligned cell, after a left-aligned one; the
+    # table's outer edges need none
+    gap = [0 if (a == ">" and i == 0) or (a == "<" and i == last) else 1 for i, a in enumerate(align)]
+    sized = [max([w] + [len(r[i]) + gap[i] for r in rows]) for i, w in enumerate(widths)]
+    return ["".join(f"{cell:{a}{w}}" for cell, a, w in zip(r, align, sized)) for r in rows]
