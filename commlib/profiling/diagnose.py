@@ -30,7 +30,7 @@ from commlib import cost
 from commlib import plan
 from commlib import topology as topo
 from commlib.profiling.live import intersect, length, union
-from commlib.profiling.traces import Call, RankTrace, load
+from commlib.profiling.traces import MAX_BYTES, Call, RankTrace, load
 
 P2P = ("send", "recv", "send_recv")
 # GPU names (deviceProperties) -> the preset whose intra-node link they have; PCIe boards have none
@@ -141,10 +141,12 @@ def stragglers(ranks: list[RankTrace], min_share: float = 0.05) -> tuple[list[di
 
 
 # ------------------------------------------------------------------------------------- the report
-def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: bool = True) -> dict:
+def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: bool = True,
+             max_bytes: int = MAX_BYTES) -> dict:
     """Traces (files, a folder, or RankTraces from traces.load) -> the report: world_size, ranks,
-    hardware, calls (the --json keys, plus kernel, wait_us, flag), overlap per rank, stragglers, notes."""
-    ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces)
+    hardware, calls (the --json keys, plus kernel, wait_us, flag), overlap per rank, stragglers, notes.
+    Files are read in parallel processes, each refused past max_bytes decompressed (traces.load)."""
+    ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces, max_bytes)
     world = next((r.world_size for r in ranks if r.world_size), None) or len(ranks)
     notes = []
     if hardware is not None:
