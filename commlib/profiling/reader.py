@@ -177,21 +177,27 @@ def _decode_shapes(e: Event) -> None:
 
 
 # ------------------------------------------------------------------------------------------ the file
+def _kind(mode: int) -> str | None:
+    if stat.S_ISREG(mode):
+        return None
+    return ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
+            "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "not a regular file")
+
+
 def _open_regular(path: str):
-    """The file, opened without blocking and refused unless it is a regular file (a FIFO, socket, device or
-    folder would hang the read or never end)."""
+    """The file, refused unless it is a regular file (a FIFO, socket, device or folder would hang the read or
+    never end): checked before opening, and again on what was opened (without blocking), in case it changed."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except IsADirectoryError:
-        raise TraceError(path, "a folder, not a trace file") from None
+        kind = _kind(os.stat(path).st_mode)
+        if kind is None:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+            kind = _kind(os.fstat(fd).st_mode)
+            if kind is not None:
+                os.close(fd)
     except OSError as e:
         raise TraceError(path, f"cannot read it ({e.strerror or e})") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
-                "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-                else "not a regular file")
+    if kind is not None:
         raise TraceError(path, f"{kind}, not a trace file (only regular files are read)")
     return os.fdopen(fd, "rb")
 
