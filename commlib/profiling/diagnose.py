@@ -23,6 +23,7 @@ the transfer. No clocks are compared between ranks. Calls are matched by process
 
 from __future__ import annotations
 
+import bisect
 import re
 import textwrap
 
@@ -162,12 +163,14 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
     calls, overlaps = [], {}
     for r in ranks:
         compute = union(r.compute)
+        starts, ends = [s for s, _ in compute], [e for _, e in compute]   # both sorted: the spans are disjoint
         fastest = {}
         for c in r.calls:
             key = (c.op, c.bytes, c.group)
             fastest[key] = min(fastest.get(key, c.duration_us), c.duration_us)
-        for c in r.calls:
-            row = _row(c, hw, far, waits.get((c.rank, c.start_us)), compute, fastest[(c.op, c.bytes, c.group)])
+        for c in r.calls:   # only the compute spans that can meet the call (by bisect: linear time in all)
+            near = compute[bisect.bisect_right(ends, c.start_us):bisect.bisect_left(starts, c.end_us)]
+            row = _row(c, hw, far, waits.get((c.rank, c.start_us)), near, fastest[(c.op, c.bytes, c.group)])
             if row["flag"] and row["wait_us"] is None and len(ranks) < world:
                 row["flag"] += "; or a late peer (not in these traces)"
             calls.append(row)

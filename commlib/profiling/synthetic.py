@@ -7,7 +7,8 @@ cudaLaunchKernel (same `correlation`), two flow events (ac2g) and, now and then,
 20 kernels is an NCCL all-reduce (ncclDevKernel_*), with the collective's arguments on the kernel (kernel_args=
 True) or only on the `record_param_comms` op around its launch (torch < 2.2). form="cpu": a Gloo job: CPU ops
 on the main thread, a c10d::allreduce_ every 20 ops and its gloo:all_reduce on Gloo's worker thread.
-Deterministic (a fixed random.Random per rank); written in chunks, so a million events never sit in memory.
+No "Ev Idx" (Holistic Trace Analysis 0.5.0 fails past 32767 of them: an int16 column). Deterministic (a fixed
+random.Random per rank); written in chunks, so a million events never sit in memory.
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ def _header(rank: int, ranks: int, form: str) -> dict:
 
 def _gpu_events(rng: random.Random, n: int, kernel_args: bool, late_us: float, ranks: int):
     """~n events: per kernel 5 (cpu op, launch, kernel, 2 flows), plus a record_param_comms op before NCCL's."""
-    t, gpu_t, corr, ext, made = 1_000_000.0, 1_000_050.0, 1, 1, 0
+    # ids start where a real job's are after start-up (the A100 trace's first is 57541): HTA 0.5.0 stores row
+    # indices in the correlation column's dtype, int16 when every id is below 32768, and fails past 32767 rows
+    t, gpu_t, corr, ext, made = 1_000_000.0, 1_000_050.0, 60_000, 12_000, 0
     while made < n:
         nccl = corr % NCCL_EVERY == 0
         dur_cpu = 8.0 + rng.random() * 4
@@ -53,8 +56,7 @@ def _gpu_events(rng: random.Random, n: int, kernel_args: bool, late_us: float, r
                    "dur": dur_cpu + 4, "args": {"External id": ext, "Record function id": 0, **comm_args}}
             made += 1
         yield {"ph": "X", "cat": "cpu_op", "name": "aten::fill_", "pid": 1, "tid": 1, "ts": t + 1, "dur": dur_cpu,
-               "args": {"External id": ext, "Record function id": 0, "Sequence number": corr, "Fwd thread id": 0,
-                        "Ev Idx": made}}
+               "args": {"External id": ext, "Record function id": 0, "Sequence number": corr, "Fwd thread id": 0}}
         launch = t + 2
         yield {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": launch,
                "dur": 4.5, "args": {"External id": ext, "cbid": 211, "correlation": corr}}
@@ -94,18 +96,17 @@ def _cpu_events(rng: random.Random, n: int, late_us: float):
                    "args": {"External id": i, "Record function id": 0, "Concrete Inputs": ["", "", "", "", "False",
                                                                                            "-1"],
                             "Input type": ["TensorList", "", "", "", "Scalar", "Scalar"],
-                            "Input Dims": [[[nelems]], [], [], [], [], []], "Ev Idx": made}}
+                            "Input Dims": [[[nelems]], [], [], [], [], []]}}
             work_t = max(work_t, t + 5)
             work = 200.0 + late_us + rng.random() * 100
             yield {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2, "ts": work_t,
                    "dur": work, "args": {"External id": 100_000_000 + i, "Record function id": 0,
-                                         "Input type": ["float"], "Input Dims": [[nelems]], "Ev Idx": made + 1}}
+                                         "Input type": ["float"], "Input Dims": [[nelems]]}}
             work_t += work
             made += 2
         else:
             yield {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1, "ts": t, "dur": dur,
-                   "args": {"External id": i, "Record function id": 0, "Sequence number": i, "Fwd thread id": 0,
-                            "Ev Idx": made}}
+                   "args": {"External id": i, "Record function id": 0, "Sequence number": i, "Fwd thread id": 0}}
             made += 1
         t += dur + 2
 
