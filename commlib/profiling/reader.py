@@ -316,7 +316,9 @@ def _take_events(rec: Records, buf: bytearray, path: str, offset: int, done: int
         if cut < 0:
             return 0
         try:
-            events = _EVENTS.decode(b"[" + bytes(buf[:cut + 1]) + b"]")
+            with memoryview(buf) as view:   # one copy of the block, and no view left to block del buf[...]
+                piece = b"".join((b"[", view[:cut + 1], b"]"))
+            events = _EVENTS.decode(piece)
         except msgspec.ValidationError as e:   # a real event with a field of the wrong type
             raise TraceError(path, _problem(e, offset, done, 1, rec.seen)) from None
         except msgspec.DecodeError:

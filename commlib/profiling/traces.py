@@ -1,6 +1,10 @@
-"""Read per-rank torch.profiler traces (Chrome JSON, .json or .json.gz) into collective calls.
+"""Per-rank torch.profiler traces (Chrome JSON, .json or .json.gz) -> collective calls.
 
     ranks = load(["rank0.json.gz", "rank1.json.gz"])   # or a folder; -> [RankTrace], in rank order
+
+The file is read by reader.py (streaming, bounded, typed; the only code that opens a trace), several files in
+parallel processes by parallel.py; this module turns a rank's records into Calls, in linear time (every lookup
+is a dict or a bisect: a kernel's launch, the op around it, the queued op a Gloo work item serves).
 
 One Call per collective per rank: op (all_reduce, all_gather, reduce_scatter, broadcast, reduce,
 all_to_all, send, recv, barrier, ...), process group and its size, bytes in nccl-tests' convention (the full
