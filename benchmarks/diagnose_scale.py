@@ -20,6 +20,7 @@ import json
 import math
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -51,8 +52,11 @@ QUICK = [("gpu", "gpu", True, 2, 2_000, False), ("gpu", "gpu", True, 2, 20_000, 
 
 
 def timed(cmd: list[str]) -> dict:
-    """Run cmd; wall seconds, peak RSS (bytes) of it and its children together, exit code, stdout, stderr."""
+    """Run cmd; wall seconds, CPU seconds (user + system of it and every process it waited for: on a loaded
+    machine these grow with the work, not with the wait), peak RSS (bytes) of it and its children together,
+    exit code, stdout, stderr."""
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     peak, done = [0], threading.Event()
@@ -77,7 +81,9 @@ def timed(cmd: list[str]) -> dict:
             p.wait()
         done.set()
         th.join()
-    return {"s": time.perf_counter() - t0, "rss": peak[0], "rc": p.returncode, "out": out.decode(),
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return {"s": time.perf_counter() - t0, "cpu": cpu, "rss": peak[0], "rc": p.returncode, "out": out.decode(),
             "err": err.decode()}
 
 
@@ -95,23 +101,27 @@ def run_case(folder, name, form, kernel_args, ranks, events, with_hta, hta_py) -
     if cli["rc"] != 0:
         raise SystemExit(f"diagnose failed on {d}: {cli['err'][-500:]}")
     report = json.loads(cli["out"])
-    t = time.perf_counter()
+    t, c0, w0 = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_CHILDREN)
     diagnose(d)
     call_s = time.perf_counter() - t
+    w1 = resource.getrusage(resource.RUSAGE_CHILDREN)   # + the reader workers'
+    call_cpu = time.process_time() - c0 + w1.ru_utime + w1.ru_stime - w0.ru_utime - w0.ru_stime
     row = {"case": name, "form": form, "kernel_args": kernel_args, "ranks": ranks, "events_per_rank": events,
-           "calls": len(report["calls"]), "cli_s": cli["s"], "call_s": call_s,
+           "calls": len(report["calls"]), "cli_s": cli["s"], "cli_cpu_s": cli["cpu"], "call_s": call_s,
+           "call_cpu_s": call_cpu,
            "peak_rss_bytes": cli["rss"], "bytes_on_disk": sum(os.path.getsize(f) for f in files),
-           "json_load_s": None, "hta_s": None, "hta_rss_bytes": None, "hta_note": None}
+           "json_load_s": None, "json_load_cpu_s": None, "hta_s": None, "hta_cpu_s": None, "hta_rss_bytes": None,
+           "hta_note": None}
     if ranks <= 2:   # the stdlib alone, the same files one after the other
-        t = time.perf_counter()
+        t, c0 = time.perf_counter(), time.process_time()
         for f in files:
             with open(f) as fh:
                 json.load(fh)
-        row["json_load_s"] = time.perf_counter() - t
+        row["json_load_s"], row["json_load_cpu_s"] = time.perf_counter() - t, time.process_time() - c0
     if with_hta and hta_py:
         h = timed([hta_py, "-c", HTA_SCRIPT, d])
         if h["rc"] == 0:
-            row["hta_s"], row["hta_rss_bytes"] = h["s"], h["rss"]
+            row["hta_s"], row["hta_cpu_s"], row["hta_rss_bytes"] = h["s"], h["cpu"], h["rss"]
         else:
             row["hta_note"] = "failed: " + (h["err"].strip().splitlines() or ["?"])[-1][:120]
     for f in files:
@@ -128,19 +138,20 @@ def _s(x):
 
 
 def table(rows: list[dict]) -> list[str]:
-    out = [f"{'case':<20}{'ranks':>6}{'events/rank':>12}{'CLI s':>8}{'call s':>8}{'events/s':>11}{'exp.':>6}"
-           f"{'RSS MB':>8}{'json.load':>10}{'HTA s':>7}{'HTA MB':>8}{'HTA/us':>7}"]
+    out = [f"{'case':<20}{'ranks':>6}{'events/rank':>12}{'CLI s':>7}{'cpu s':>7}{'call s':>7}{'events/s':>10}"
+           f"{'exp.':>6}{'RSS MB':>7}{'json.load':>10}{'HTA s':>7}{'cpu s':>7}{'HTA MB':>7}{'HTA/us':>7}"]
     prev = None
     for r in rows:
         n = r["ranks"] * r["events_per_rank"]
         k = "-"
         if prev and prev["case"] == r["case"] and prev["ranks"] == r["ranks"]:
-            k = f"{math.log(r['cli_s'] / prev['cli_s']) / math.log(r['events_per_rank'] / prev['events_per_rank']):.2f}"
+            k = f"{math.log(r['cli_cpu_s'] / prev['cli_cpu_s']) / math.log(r['events_per_rank'] / prev['events_per_rank']):.2f}"
         r["growth_exponent"] = None if k == "-" else float(k)
         ratio = f"{r['hta_s'] / r['cli_s']:.1f}" if r["hta_s"] else (r["hta_note"] and "fail") or "-"
-        out.append(f"{r['case']:<20}{r['ranks']:>6}{r['events_per_rank']:>12,}{r['cli_s']:>8.2f}{r['call_s']:>8.2f}"
-                   f"{n / r['cli_s']:>11,.0f}{k:>6}{_mb(r['peak_rss_bytes']):>8}{_s(r['json_load_s']):>10}"
-                   f"{_s(r['hta_s']):>7}{_mb(r['hta_rss_bytes']):>8}{ratio:>7}")
+        out.append(f"{r['case']:<20}{r['ranks']:>6}{r['events_per_rank']:>12,}{r['cli_s']:>7.2f}{r['cli_cpu_s']:>7.2f}"
+                   f"{r['call_s']:>7.2f}{n / r['cli_s']:>10,.0f}{k:>6}{_mb(r['peak_rss_bytes']):>7}"
+                   f"{_s(r['json_load_s']):>10}{_s(r['hta_s']):>7}{_s(r['hta_cpu_s']):>7}{_mb(r['hta_rss_bytes']):>7}"
+                   f"{ratio:>7}")
         prev = r
     return out
 
@@ -151,9 +162,10 @@ def targets(rows: list[dict], cores: int) -> list[str]:
     gpu = [r for r in rows if r["case"] == "gpu"]
     if len(gpu) >= 2:
         a, b = gpu[0], gpu[-1]
-        ratio = (b["cli_s"] / a["cli_s"]) / (b["events_per_rank"] / a["events_per_rank"])
-        out.append(f"linear: {b['events_per_rank'] // a['events_per_rank']}x the events took "
-                   f"{b['cli_s'] / a['cli_s']:.1f}x the time (time/events ratio {ratio:.2f}; target <= 1.2 per 10x)")
+        for x, y in zip(gpu, gpu[1:]):
+            out.append(f"linear: {y['events_per_rank'] // x['events_per_rank']}x the events "
+                       f"({x['events_per_rank']:,} -> {y['events_per_rank']:,}) took {y['cli_s'] / x['cli_s']:.1f}x "
+                       f"the time, {y['cli_cpu_s'] / x['cli_cpu_s']:.1f}x the CPU time (target <= 12x per 10x)")
         out.append(f"fast: 2 x {b['events_per_rank']:,} events end to end in {b['cli_s']:.2f} s; json.load alone "
                    f"{_s(b['json_load_s'])} s; HTA {_s(b['hta_s'])} s"
                    + (f" ({b['hta_s'] / b['cli_s']:.1f}x diagnose)" if b["hta_s"] else ""))
@@ -161,6 +173,9 @@ def targets(rows: list[dict], cores: int) -> list[str]:
                    f"({b['bytes_on_disk'] / 1e6:.0f} MB of JSON)")
     one = next((r for r in rows if r["case"] == "one rank"), None)
     many = next((r for r in rows if r["ranks"] > 2), None)
+    if many and not one:
+        out.append(f"many ranks: {many['ranks']} ranks in {many['cli_s']:.2f} s, peak RSS "
+                   f"{_mb(many['peak_rss_bytes'])} MB (no one-rank case here to bound it)")
     if one and many:
         bound = many["ranks"] / cores * one["cli_s"] + 1
         out.append(f"many ranks: {many['ranks']} ranks in {many['cli_s']:.2f} s, one rank {one['cli_s']:.2f} s: "
@@ -192,8 +207,9 @@ def main() -> None:
             rows.append(run_case(folder, *case, hta_py))
             print(f"  done: {case[0]} {case[3]} x {case[4]:,} in {rows[-1]['cli_s']:.2f} s", flush=True)
     print("\n".join(table(rows)))
-    print("(events/s: all ranks' events / CLI seconds; exp.: growth exponent of the CLI time against the row "
-          "above, 1 = linear; HTA/us: HTA's time / diagnose's)")
+    print("(events/s: all ranks' events / CLI seconds; cpu s: CPU seconds of the process and its workers; exp.: "
+          "growth exponent of the CLI's CPU time against the row above, 1 = linear; HTA/us: HTA's time / "
+          "diagnose's)")
     print("\n".join(targets(rows, cores)))
     meta = {"machine": f"{platform.processor() or platform.machine()}, {cores} cores, "
                        f"{psutil.virtual_memory().total / 2**30:.0f} GiB", "python": platform.python_version(),

@@ -134,11 +134,12 @@ class Records:
     events: int = 0                                 # complete events with a timestamp, all kept or not
     nbytes: int = 0                                 # decompressed size read
     seen: int = 0                                   # events decoded so far, of any kind
+    _names: dict = field(default_factory=dict, repr=False)
 
     def add(self, events: list) -> None:
         """Sort one block's decoded events into the records; drop the rest."""
         kernels, copies, launches, comm_ops = self.kernels, self.copies, self.launches, self.comm_ops
-        cpu = self.cpu
+        cpu, names = self.cpu, self._names
         n = 0
         for e in events:
             if e.ph != "X" or e.ts is None:
@@ -146,6 +147,7 @@ class Records:
             n += 1
             cat, name = e.cat, e.name
             if cat == "kernel" or cat in COPIES:
+                e.name = names.setdefault(name, name)   # one string per distinct kernel name, not per kernel
                 a = e.args
                 if a is not None and (a.input_dims is not None or a.input_type is not None):
                     a.input_dims = a.input_type = None   # a Raw would keep the whole block alive
