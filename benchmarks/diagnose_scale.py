@@ -145,7 +145,8 @@ def table(rows: list[dict]) -> list[str]:
         n = r["ranks"] * r["events_per_rank"]
         k = "-"
         if prev and prev["case"] == r["case"] and prev["ranks"] == r["ranks"]:
-            k = f"{math.log(r['cli_cpu_s'] / prev['cli_cpu_s']) / math.log(r['events_per_rank'] / prev['events_per_rank']):.2f}"
+            grow = r["events_per_rank"] / prev["events_per_rank"]
+            k = f"{math.log(r['cli_cpu_s'] / prev['cli_cpu_s']) / math.log(grow):.2f}"
         r["growth_exponent"] = None if k == "-" else float(k)
         ratio = f"{r['hta_s'] / r['cli_s']:.1f}" if r["hta_s"] else (r["hta_note"] and "fail") or "-"
         out.append(f"{r['case']:<20}{r['ranks']:>6}{r['events_per_rank']:>12,}{r['cli_s']:>7.2f}{r['cli_cpu_s']:>7.2f}"

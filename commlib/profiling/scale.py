@@ -29,7 +29,8 @@ def series(data: dict, case: str = "gpu") -> dict:
     (None where it was not run or failed)."""
     rows = [r for r in data["rows"] if r["case"] == case]
     return {"events": [r["ranks"] * r["events_per_rank"] for r in rows], "diagnose_s": [r["cli_s"] for r in rows],
-            "call_s": [r["call_s"] for r in rows], "hta_s": [r["hta_s"] for r in rows]}
+            "diagnose_cpu_s": [r.get("cli_cpu_s") for r in rows], "call_s": [r["call_s"] for r in rows],
+            "hta_s": [r["hta_s"] for r in rows]}
 
 
 def live_point(events_per_rank: int = 20_000, ranks: int = 2) -> dict:
@@ -48,23 +49,23 @@ def live_point(events_per_rank: int = 20_000, ranks: int = 2) -> dict:
 
 
 def summary(data: dict) -> list[str]:
-    """The committed run in a few lines: the machine, time per size (events/s, peak memory, HTA beside), the
-    growth from the smallest to the largest size, and the many-ranks case."""
+    """The committed run in a few lines: the machine and its load, time per size (wall and CPU seconds, events
+    per second, peak memory, HTA beside), the growth between sizes, and the many-ranks case."""
     meta, rows = data["meta"], data["rows"]
-    out = [f"measured on {meta['machine']}, load {meta['load_before'][0]:.1f}, {meta['date']}"]
+    out = [f"measured on {meta['machine']}, {meta['date']}, load {meta['load_before'][0]:.1f} before and "
+           f"{meta['load_after'][0]:.1f} after (shared)"]
     gpu = [r for r in rows if r["case"] == "gpu"]
     for r in gpu:
         n = r["ranks"] * r["events_per_rank"]
         hta = f"; HTA {r['hta_s']:.1f} s ({r['hta_s'] / r['cli_s']:.1f}x)" if r["hta_s"] else ""
-        out.append(f"{r['ranks']} x {r['events_per_rank']:>9,} events: {r['cli_s']:6.2f} s end to end, "
-                   f"{n / r['cli_s']:>9,.0f} events/s, peak {r['peak_rss_bytes'] / 1e6:4.0f} MB{hta}")
-    if len(gpu) >= 2:
-        a, b = gpu[0], gpu[-1]
+        out.append(f"{r['ranks']} x {r['events_per_rank']:>9,} events: {r['cli_s']:6.2f} s "
+                   f"({r['cli_cpu_s']:6.2f} s CPU), {n / r['cli_s']:>7,.0f}/s, {r['peak_rss_bytes'] / 1e6:4.0f} MB{hta}")
+    for a, b in zip(gpu, gpu[1:]):
         grow = b["events_per_rank"] / a["events_per_rank"]
-        out.append(f"{grow:,.0f}x the events: {b['cli_s'] / a['cli_s']:.1f}x the time end to end, "
-                   f"{b['call_s'] / a['call_s']:.1f}x for the call alone (start-up excluded)")
-    many = [r for r in rows if r["ranks"] > 2]
-    for r in many:
-        out.append(f"{r['ranks']} ranks x {r['events_per_rank']:,} events: {r['cli_s']:.2f} s, "
-                   f"peak {r['peak_rss_bytes'] / 1e6:.0f} MB (ranks read in parallel processes)")
+        out.append(f"{grow:,.0f}x the events: {b['cli_s'] / a['cli_s']:.1f}x the time, "
+                   f"{b['cli_cpu_s'] / a['cli_cpu_s']:.1f}x the CPU time (start-up included)")
+    for r in rows:
+        if r["ranks"] > 2:
+            out.append(f"{r['ranks']} ranks x {r['events_per_rank']:,} events: {r['cli_s']:.2f} s, peak "
+                       f"{r['peak_rss_bytes'] / 1e6:.0f} MB (ranks read in parallel processes)")
     return out

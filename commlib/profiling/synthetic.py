@@ -115,7 +115,8 @@ def write_rank(path: str, rank: int, ranks: int, events: int, form: str = "gpu",
                late_us: float = 0.0) -> str:
     """One rank's trace of about `events` events at path (.json, or .json.gz compressed); returns path."""
     rng = random.Random(rank)
-    stream = _gpu_events(rng, events, kernel_args, late_us, ranks) if form == "gpu" else _cpu_events(rng, events, late_us)
+    stream = (_gpu_events(rng, events, kernel_args, late_us, ranks) if form == "gpu"
+              else _cpu_events(rng, events, late_us))
     head = json.dumps(_header(rank, ranks, form))[:-1]
     opener = gzip.open(path, "wt", compresslevel=1) if path.endswith(".gz") else open(path, "w")
     with opener as f:

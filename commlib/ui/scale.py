@@ -9,8 +9,9 @@ from commlib.profiling.scale import series
 
 
 def diagnose_scale(data: dict, live: dict | None = None, ax=None):
-    """Seconds against events (all ranks), log-log: diagnose end to end, Holistic Trace Analysis, a line of
-    slope 1 (linear time) through diagnose's first point, and `live` (profiling.scale.live_point) if given."""
+    """Seconds against events (all ranks), log-log: diagnose end to end (wall and CPU seconds), Holistic Trace
+    Analysis, a line of slope 1 (linear time) through diagnose's largest size, and `live`
+    (profiling.scale.live_point) if given."""
     s = series(data)
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 3.6))
@@ -18,9 +19,12 @@ def diagnose_scale(data: dict, live: dict | None = None, ax=None):
     hta = [(n, t) for n, t in zip(s["events"], s["hta_s"]) if t]
     if hta:
         ax.loglog(*zip(*hta), "s-", color="C3", label="Holistic Trace Analysis 0.5.0")
-    n0, t0 = s["events"][0], s["call_s"][0]
-    ax.loglog([n0, s["events"][-1]], [t0, t0 * s["events"][-1] / n0], ":", color="grey", label="linear time")
-    ax.loglog(s["events"], s["call_s"], "^--", color="C0", alpha=0.6, label="diagnose() call (no start-up)")
+    cpu = s["diagnose_cpu_s"]
+    if all(cpu):
+        ax.loglog(s["events"], cpu, "^--", color="C0", alpha=0.6, label="diagnose, CPU seconds")
+    n0, n1 = s["events"][0], s["events"][-1]
+    t0 = min(s["diagnose_s"][-1], *(cpu[-1:] if all(cpu) else ())) * n0 / n1
+    ax.loglog([n0, n1], [t0, t0 * n1 / n0], ":", color="grey", label="linear time")
     if live:
         ax.loglog([live["events"]], [live["seconds"]], "*", ms=14, color="C2", label="diagnose() here, now")
     ax.set_xlabel("trace events (2 ranks)")
