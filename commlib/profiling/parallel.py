@@ -3,8 +3,9 @@
 A rank's trace is parsed in a worker and only its RankTrace (calls, compute spans as an array) comes back, so
 the parent never holds a parsed trace and each worker holds one at a time: memory grows with the largest
 rank's trace, not with the number of ranks. The workers are plain `python -c "...; _serve()"` processes fed
-file names on stdin, not multiprocessing's: its spawn and forkserver start methods re-run the caller's __main__ in every worker (a script without an `if __name__ == "__main__"` guard would start
-readers forever), and fork is unsafe in a process with threads (a Jupyter kernel). Every file has a
+file names on stdin, not multiprocessing's: its spawn and forkserver start methods re-run the caller's
+__main__ in every worker (a script without an `if __name__ == "__main__"` guard would start readers forever),
+and fork is unsafe in a process with threads (a Jupyter kernel). Every file has a
 deadline; on an error, a dead worker, a timeout or Ctrl-C every worker is killed and waited for.
 """
 

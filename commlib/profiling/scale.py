@@ -59,7 +59,8 @@ def summary(data: dict) -> list[str]:
         n = r["ranks"] * r["events_per_rank"]
         hta = f"; HTA {r['hta_s']:.1f} s ({r['hta_s'] / r['cli_s']:.1f}x)" if r["hta_s"] else ""
         out.append(f"{r['ranks']} x {r['events_per_rank']:>9,} events: {r['cli_s']:6.2f} s "
-                   f"({r['cli_cpu_s']:6.2f} s CPU), {n / r['cli_s']:>7,.0f}/s, {r['peak_rss_bytes'] / 1e6:4.0f} MB{hta}")
+                   f"({r['cli_cpu_s']:6.2f} s CPU), {n / r['cli_s']:>7,.0f}/s, "
+                   f"{r['peak_rss_bytes'] / 1e6:4.0f} MB{hta}")
     for a, b in zip(gpu, gpu[1:]):
         grow = b["events_per_rank"] / a["events_per_rank"]
         out.append(f"{grow:,.0f}x the events: {b['cli_s'] / a['cli_s']:.1f}x the time, "
