@@ -48,6 +48,10 @@ def live_point(events_per_rank: int = 20_000, ranks: int = 2) -> dict:
     return {"events": events, "seconds": seconds, "events_per_s": events / seconds, "calls": len(report["calls"])}
 
 
+def _cpu(row: dict) -> str:
+    return "-" if row.get("cli_cpu_s") is None else f"{row['cli_cpu_s']:.2f}"
+
+
 def summary(data: dict) -> list[str]:
     """The committed run in a few lines: the machine and its load, time per size (wall and CPU seconds, events
     per second, peak memory, HTA beside), the growth between sizes, and the many-ranks case."""
@@ -59,12 +63,12 @@ def summary(data: dict) -> list[str]:
         n = r["ranks"] * r["events_per_rank"]
         hta = f"; HTA {r['hta_s']:.1f} s ({r['hta_s'] / r['cli_s']:.1f}x)" if r["hta_s"] else ""
         out.append(f"{r['ranks']} x {r['events_per_rank']:>9,} events: {r['cli_s']:6.2f} s "
-                   f"({r['cli_cpu_s']:6.2f} s CPU), {n / r['cli_s']:>7,.0f}/s, "
+                   f"({_cpu(r):>6} s CPU), {n / r['cli_s']:>7,.0f}/s, "
                    f"{r['peak_rss_bytes'] / 1e6:4.0f} MB{hta}")
     for a, b in zip(gpu, gpu[1:]):
         grow = b["events_per_rank"] / a["events_per_rank"]
-        out.append(f"{grow:,.0f}x the events: {b['cli_s'] / a['cli_s']:.1f}x the time, "
-                   f"{b['cli_cpu_s'] / a['cli_cpu_s']:.1f}x the CPU time (start-up included)")
+        cpu = f", {b['cli_cpu_s'] / a['cli_cpu_s']:.1f}x the CPU time" if a.get("cli_cpu_s") else ""
+        out.append(f"{grow:,.0f}x the events: {b['cli_s'] / a['cli_s']:.1f}x the time{cpu} (start-up included)")
     for r in rows:
         if r["ranks"] > 2:
             out.append(f"{r['ranks']} ranks x {r['events_per_rank']:,} events: {r['cli_s']:.2f} s, peak "

@@ -23,13 +23,15 @@ def diagnose_scale(data: dict, live: dict | None = None, ax=None):
     if all(cpu):
         ax.loglog(s["events"], cpu, "^--", color="C0", alpha=0.6, label="diagnose, CPU seconds")
     n0, n1 = s["events"][0], s["events"][-1]
-    t0 = min(s["diagnose_s"][-1], *(cpu[-1:] if all(cpu) else ())) * n0 / n1
+    t0 = min([s["diagnose_s"][-1]] + (cpu[-1:] if all(cpu) else [])) * n0 / n1
     ax.loglog([n0, n1], [t0, t0 * n1 / n0], ":", color="grey", label="linear time")
     if live:
         ax.loglog([live["events"]], [live["seconds"]], "*", ms=14, color="C2", label="diagnose() here, now")
     ax.set_xlabel("trace events (2 ranks)")
     ax.set_ylabel("seconds")
-    ax.set_title(data["meta"]["machine"], fontsize=9)
+    meta = data["meta"]
+    ax.set_title(f"{meta['machine']}, load {meta['load_before'][0]:.0f} to {meta['load_after'][0]:.0f} (shared)",
+                 fontsize=9)
     ax.legend(fontsize=8)
     ax.figure.tight_layout()
     return ax.figure
