@@ -45,7 +45,7 @@ def read_all(files: list[str], read, *args, workers: int | None = None, timeout_
     Each file must be read within timeout_s of its start (TraceError naming it otherwise)."""
     small = workers is None and sum(_size(f) for f in files) < SERIAL_BYTES
     workers = min(len(files), workers or _cores())
-    if workers <= 1 or small:
+    if workers <= 1 or small or os.name == "nt":   # Windows' select() takes sockets only, not pipes
         return [read(f, *args) for f in files]
     return _Pool(workers).map(files, read, args, timeout_s)
 
