@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 from commlib.profiling.parallel import read_all
 from commlib.profiling.reader import (C10D_OR_PARAM_COMMS, CPU_OP, MAX_BYTES, PROFILER_STEP, Records,  # noqa: F401
-                                      TraceError, read_records)
+                                      TraceError, no_gc, read_records)
 
 # the real GPU trace that ships with the course (assets/traces/README.md: its source, licence and trimming)
 SAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -275,6 +275,11 @@ def _gloo_calls(rank, rec: Records, comm_threads) -> list[Call]:
 def read(path: str, max_bytes: int = MAX_BYTES) -> RankTrace:
     """One rank's trace -> RankTrace (TraceError naming the file when it is not a usable trace). compute is an
     (n, 2) float array of (start, end) spans, us."""
+    with no_gc():
+        return _read(path, max_bytes)
+
+
+def _read(path: str, max_bytes: int) -> RankTrace:
     rec = read_records(path, max_bytes)
     info = rec.info
     rank = _rank_of(path, info)
