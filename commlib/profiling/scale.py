@@ -61,7 +61,7 @@ def summary(data: dict) -> list[str]:
     gpu = [r for r in rows if r["case"] == "gpu"]
     for r in gpu:
         n = r["ranks"] * r["events_per_rank"]
-        hta = f"; HTA {r['hta_s']:.1f} s ({r['hta_s'] / r['cli_s']:.1f}x)" if r["hta_s"] else ""
+        hta = f"; HTA {r['hta_s']:.1f} s ({r['hta_s'] / r['cli_s']:.1f}x as long)" if r["hta_s"] else ""
         out.append(f"{r['ranks']} x {r['events_per_rank']:>9,} events: {r['cli_s']:6.2f} s "
                    f"({_cpu(r):>6} s CPU), {n / r['cli_s']:>7,.0f}/s, "
                    f"{r['peak_rss_bytes'] / 1e6:4.0f} MB{hta}")
