@@ -114,6 +114,7 @@ def test_bad_files_are_refused_in_one_line_and_nothing_hangs(tmp_path):
             f.write(bytes(1 << 20))
     assert os.path.getsize(bomb) < 200_000
     _one_line(bomb, "more than 1048576 bytes once decompressed", max_bytes=1 << 20)
+    _one_line(bomb, "starts with b'\\x00' at byte 0, not a JSON object")   # under the limit: its first block says
     big = tmp_path / "rank0.json"
     big.write_text(" " * 5000)
     _one_line(big, "more than 4096 bytes: the limit", max_bytes=4096)

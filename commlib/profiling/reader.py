@@ -299,6 +299,11 @@ def _read_records(path: str, max_bytes: int) -> Records:
         buf += block
         done += len(block)
         if streaming is None:
+            first = buf.lstrip()[:1]
+            if first and first != b"{":   # refused now, not after reading up to max_bytes of it
+                at = len(buf) - len(buf.lstrip())
+                raise TraceError(path, f"not a torch.profiler trace (no 'traceEvents' list: it starts with "
+                                       f"{bytes(first)!r} at byte {at}, not a JSON object)")
             m = _ARRAY.search(buf)
             if m is None:
                 if len(buf) > HEAD:
