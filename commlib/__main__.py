@@ -2,7 +2,7 @@
 
     python -m commlib bench --op all_reduce --algorithm ring --world-size 4 --min-bytes 1K --max-bytes 64M
     torchrun --nproc-per-node=8 -m commlib bench --op all_reduce --algorithm builtin   # no --world-size
-    python -m commlib diagnose TRACE... [--hardware PRESET] [--json]   # per-rank torch.profiler traces
+    python -m commlib diagnose TRACE... [--hardware PRESET] [--json] [--max-bytes 4G]   # per-rank traces
     python -m commlib learner-copies OUT_DIR [NOTEBOOK ...] [--force]
 
 A bad argument ends it with exit code 2 and one line naming the argument, before anything starts
@@ -123,12 +123,21 @@ def _presets():
     return topology.PRESETS
 
 
+def _trace_limit(text: str) -> int:
+    from commlib.profiling.reader import parse_max_bytes
+
+    try:
+        return parse_max_bytes(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _diagnose(args) -> int:
     from commlib.profiling.diagnose import diagnose, format_report, json_report
     from commlib.profiling.traces import TraceError
 
     try:
-        report = diagnose(args.traces, hardware=args.hardware)
+        report = diagnose(args.traces, hardware=args.hardware, max_bytes=args.max_bytes)
     except TraceError as e:
         _fail(f"diagnose: {e}")
     print(json.dumps(json_report(report)) if args.json else format_report(report))
@@ -171,6 +180,8 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--hardware", default=None, choices=tuple(_presets()),
                    help="the machine to price calls on (default: inferred from the GPU named in the traces)")
     d.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
+    d.add_argument("--max-bytes", default=4 << 30, type=_trace_limit,
+                   help="refuse a trace file larger than this once decompressed, e.g. 512M (default 4G)")
     lc = _command(sub, "learner-copies", "copies of the notebooks without the cells tagged 'solution', for learners",
                   "python -m commlib learner-copies /tmp/learners notebooks/01_collectives.ipynb")
     lc.add_argument("out_dir", help="folder to write the copies to")

@@ -19,6 +19,7 @@ SCRIPTS = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py"))
 TABLES = {
     "cluster_start_dispatch.py": ["cluster start:", "run(noop) dispatch median:", "spawn / dispatch:"],
     "compression_tradeoff.py": ["bytes/step", "measured", "textbook"],
+    "diagnose_scale.py": ["events/s", "Holistic Trace Analysis: not run (--quick)", "linear:", "many ranks:"],
     "ddp_overlap.py": ["torch DDP: step", "BucketedDDP (overlap) / torch DDP:", "overlap / no-overlap:"],
     "flight_recorder_overhead.py": ["on/off - 1", "run() dispatch", "all_reduce 1 MiB", "8 B, 1 rank"],
     "model_fit.py": ["p=2 sendrecv fit", "p=4 ring busbw at 1 MiB"],

@@ -1,8 +1,9 @@
 """Where does a step's time go? live.py profiles a run of this course's ranks under torch.profiler and splits it
 into compute, communication, their overlap, exposed communication and idle time, and times collectives the
-ways chapter 9 compares (chunked, segmented, asynchronous). traces.py reads per-rank torch.profiler traces (CPU/Gloo
-and CUDA/NCCL) into collective calls; diagnose.py applies the three steps to them and finds stragglers
-(`python -m commlib diagnose`)."""
+ways chapter 9 compares (chunked, segmented, asynchronous). reader.py opens a torch.profiler trace (streaming,
+bounded, typed), parallel.py reads many in worker processes, traces.py turns them into collective calls (CPU/Gloo
+and CUDA/NCCL); diagnose.py applies the three steps to them and finds stragglers (`python -m commlib diagnose`);
+synthetic.py writes traces of any size and scale.py holds how diagnose scales (benchmarks/diagnose_scale.py)."""
 
 from commlib.profiling.live import (COMM_KERNEL_WORDS, COMM_PREFIXES, Interval, breakdown, intersect,  # noqa: F401
                                     intervals_from_events, length, profile, time_async, time_in_chunks,

@@ -23,6 +23,7 @@ the transfer. No clocks are compared between ranks. Calls are matched by process
 
 from __future__ import annotations
 
+import bisect
 import re
 import textwrap
 
@@ -30,7 +31,7 @@ from commlib import columns, cost
 from commlib import plan
 from commlib import topology as topo
 from commlib.profiling.live import intersect, length, union
-from commlib.profiling.traces import Call, RankTrace, load
+from commlib.profiling.traces import MAX_BYTES, Call, RankTrace, load
 
 P2P = ("send", "recv", "send_recv")
 # GPU names (deviceProperties) -> the preset whose intra-node link they have; PCIe boards have none
@@ -141,10 +142,12 @@ def stragglers(ranks: list[RankTrace], min_share: float = 0.05) -> tuple[list[di
 
 
 # ------------------------------------------------------------------------------------- the report
-def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: bool = True) -> dict:
+def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: bool = True,
+             max_bytes: int = MAX_BYTES) -> dict:
     """Traces (files, a folder, or RankTraces from traces.load) -> the report: world_size, ranks,
-    hardware, calls (the --json keys, plus kernel, wait_us, flag), overlap per rank, stragglers, notes."""
-    ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces)
+    hardware, calls (the --json keys, plus kernel, wait_us, flag), overlap per rank, stragglers, notes.
+    Files are read in parallel processes, each refused past max_bytes decompressed (traces.load)."""
+    ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces, max_bytes)
     world = next((r.world_size for r in ranks if r.world_size), None) or len(ranks)
     notes = []
     if hardware is not None:
@@ -160,12 +163,14 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
     calls, overlaps = [], {}
     for r in ranks:
         compute = union(r.compute)
+        starts, ends = [s for s, _ in compute], [e for _, e in compute]   # both sorted: the spans are disjoint
         fastest = {}
         for c in r.calls:
             key = (c.op, c.bytes, c.group)
             fastest[key] = min(fastest.get(key, c.duration_us), c.duration_us)
-        for c in r.calls:
-            row = _row(c, hw, far, waits.get((c.rank, c.start_us)), compute, fastest[(c.op, c.bytes, c.group)])
+        for c in r.calls:   # only the compute spans that can meet the call (by bisect: linear time in all)
+            near = compute[bisect.bisect_right(ends, c.start_us):bisect.bisect_left(starts, c.end_us)]
+            row = _row(c, hw, far, waits.get((c.rank, c.start_us)), near, fastest[(c.op, c.bytes, c.group)])
             if row["flag"] and row["wait_us"] is None and len(ranks) < world:
                 row["flag"] += "; or a late peer (not in these traces)"
             calls.append(row)

@@ -30,7 +30,9 @@ class Interval:
 
 
 def union(spans) -> list[tuple[float, float]]:
-    """Merge (start, end) spans into disjoint, sorted spans."""
+    """Merge (start, end) spans into disjoint, sorted spans (an (n, 2) array is merged with numpy: same result)."""
+    if hasattr(spans, "shape"):
+        return _union_array(spans)
     merged: list[list[float]] = []
     for s, e in sorted(spans):
         if e <= s:
@@ -40,6 +42,22 @@ def union(spans) -> list[tuple[float, float]]:
         else:
             merged.append([s, e])
     return [(s, e) for s, e in merged]
+
+
+def _union_array(a) -> list[tuple[float, float]]:
+    """union() in numpy: sorted by start, a new span begins where a start passes every earlier end."""
+    import numpy as np
+
+    a = a[a[:, 1] > a[:, 0]]
+    if not len(a):
+        return []
+    order = np.argsort(a[:, 0], kind="stable")
+    s, run = a[order, 0], np.maximum.accumulate(a[order, 1])
+    new = np.empty(len(s), dtype=bool)
+    new[0], new[1:] = True, s[1:] > run[:-1]
+    first = np.flatnonzero(new)
+    ends = run[np.append(first[1:] - 1, len(s) - 1)]
+    return list(zip(s[first].tolist(), ends.tolist()))
 
 
 def length(spans) -> float:

@@ -1,6 +1,10 @@
-"""Read per-rank torch.profiler traces (Chrome JSON, .json or .json.gz) into collective calls.
+"""Per-rank torch.profiler traces (Chrome JSON, .json or .json.gz) -> collective calls.
 
     ranks = load(["rank0.json.gz", "rank1.json.gz"])   # or a folder; -> [RankTrace], in rank order
+
+The file is read by reader.py (streaming, bounded, typed; the only code that opens a trace), several files in
+parallel processes by parallel.py; this module turns a rank's records into Calls, in linear time (every lookup
+is a dict or a bisect: a kernel's launch, the op around it, the queued op a Gloo work item serves).
 
 One Call per collective per rank: op (all_reduce, all_gather, reduce_scatter, broadcast, reduce,
 all_to_all, send, recv, barrier, ...), process group and its size, bytes in nccl-tests' convention (the full
@@ -36,12 +40,13 @@ f4d0062), which NCCL >= 2.19's ncclDevKernel_* names are not. What this module n
 from __future__ import annotations
 
 import bisect
-import gzip
-import json
 import os
 import re
-import zlib
 from dataclasses import dataclass, field
+
+from commlib.profiling.parallel import read_all
+from commlib.profiling.reader import (C10D_OR_PARAM_COMMS, CPU_OP, MAX_BYTES, PROFILER_STEP, Records,  # noqa: F401
+                                      TraceError, no_gc, read_records)
 
 # the real GPU trace that ships with the course (assets/traces/README.md: its source, licence and trimming)
 SAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -80,14 +85,6 @@ _NEW = re.compile(rf"^ncclDevKernel_(?P<op>[A-Za-z]+?)(?:_(?P<rest>[A-Za-z0-9_]*
                   rf"(?P<proto>LL128|LL|SIMPLE))?(?:\(|$)")
 
 
-class TraceError(ValueError):
-    """A file that cannot be read as one rank of the job: str() is one line, 'PATH: problem'."""
-
-    def __init__(self, path: str, problem: str):
-        super().__init__(f"{path}: {problem}")
-        self.path, self.problem = path, problem
-
-
 @dataclass(frozen=True)
 class Call:
     rank: int
@@ -115,7 +112,7 @@ class RankTrace:
     backend: str              # "nccl" or "gloo"
     device: str | None        # the GPU's name (deviceProperties), None on CPU
     calls: list[Call]
-    compute: list[tuple[float, float]]   # spans of compute (kernels; or CPU ops off Gloo's threads), us
+    compute: object                       # (n, 2) array of compute spans (kernels; or CPU ops off Gloo's threads), us
     wall: tuple[float, float]             # first to last event of the timeline used, us
     job: tuple = field(default=(), repr=False)   # what must agree between ranks of one job
 
@@ -149,25 +146,7 @@ def nccl_bytes(op: str, in_nelems, out_nelems, itemsize) -> int | None:
     return int(n) * itemsize
 
 
-# ------------------------------------------------------------------------------------------ reading
-def _open(path: str) -> dict:
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        data = json.loads(raw)
-    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-        raise TraceError(path, f"truncated or damaged gzip file ({e})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise TraceError(path, f"not a torch.profiler trace (not JSON: {e})") from None
-    except OSError as e:
-        raise TraceError(path, f"cannot read it ({e.strerror or e})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise TraceError(path, "not a torch.profiler trace (no 'traceEvents' list)")
-    return data
-
-
+# ------------------------------------------------------------------------------------------ calls
 def _rank_of(path: str, info: dict) -> int | None:
     if isinstance(info.get("rank"), int):
         return info["rank"]
@@ -192,24 +171,26 @@ def _numel(shape) -> int:
     return n
 
 
-def _from_args(args: dict) -> dict | None:
+def _from_args(args) -> dict | None:
     """The collective's arguments as recent torch writes them (on a kernel or on record_param_comms)."""
-    name = args.get("Collective name")
+    name = args.collective if args is not None else None
     if not isinstance(name, str):
         return None
     op = OP_NAMES.get(name.lower(), name.lower())
-    dtype, size = dtype_of(args.get("dtype"))
-    return {"op": op, "group": str(args.get("Process Group Name", "0")), "group_size": args.get("Group size"),
-            "dtype": dtype, "bytes": nccl_bytes(op, args.get("In msg nelems"), args.get("Out msg nelems"), size)}
+    dtype, size = dtype_of(args.dtype)
+    group = "0" if args.pg_name is None else str(args.pg_name)
+    return {"op": op, "group": group, "group_size": args.group_size,
+            "dtype": dtype, "bytes": nccl_bytes(op, args.in_nelems, args.out_nelems, size)}
 
 
-def _from_shapes(name: str, args: dict) -> dict | None:
+def _from_shapes(name: str, args) -> dict | None:
     """An older `nccl:*` / `c10d::*` op: the op from its name, sizes from its input shapes (record_shapes)."""
     op_name = name.split(":")[-1].lower()
     op = OP_NAMES.get(op_name)
     if op is None:
         return None
-    dims, types = args.get("Input Dims") or [], args.get("Input type") or []
+    dims = (args.input_dims if args is not None else None) or []
+    types = (args.input_type if args is not None else None) or []
     dtype, size = dtype_of(next((t for t in types if t and t not in ("TensorList", "Scalar")), None))
     if op in ("all_gather", "reduce_scatter") and len(dims) >= 2 and all(isinstance(d, list) for d in dims[:2]) \
             and dims[0] and dims[1] and not isinstance(dims[0][0], list):  # (output, input) as c10d::_*_base_
@@ -224,40 +205,37 @@ def _from_shapes(name: str, args: dict) -> dict | None:
             "bytes": None if n is None or size is None else n * size}
 
 
-def _cuda_calls(rank, events, kernels) -> list[Call]:
-    """One Call per NCCL kernel; arguments from the kernel, else from the CPU op that launched it."""
-    by_ext, launches, ops_by_tid = {}, {}, {}
-    for e in events:
-        cat, args = e.get("cat"), e.get("args") or {}
-        if cat == "cuda_runtime" and "correlation" in args:
-            launches[args["correlation"]] = e
-        elif cat in ("cpu_op", "user_annotation") and (e.get("name") == "record_param_comms"
-                                                       or str(e.get("name", "")).startswith("nccl:")):
-            info = _from_args(args) or _from_shapes(e["name"], args)
+def _cuda_calls(rank, rec: Records, kernels) -> list[Call]:
+    """One Call per NCCL kernel; arguments from the kernel, else from the CPU op that launched it (the kernel's
+    correlation names its launch; the innermost collective op around the launch on that thread, by bisect)."""
+    by_ext, ops_by_tid = {}, {}
+    for e in rec.comm_ops:
+        if e.cat in ("cpu_op", "user_annotation") and (e.name == "record_param_comms" or e.name.startswith("nccl:")):
+            info = _from_args(e.args) or _from_shapes(e.name, e.args)
             if info:
-                by_ext.setdefault(args.get("External id"), info)
-                start = float(e["ts"])
-                ops_by_tid.setdefault(e.get("tid"), []).append((start, start + float(e.get("dur", 0)), info))
+                by_ext.setdefault(e.args.external_id if e.args is not None else None, info)
+                ops_by_tid.setdefault(e.tid, []).append((e.ts, e.ts + e.dur, info))
     starts = {}
     for tid, spans in ops_by_tid.items():
         spans.sort(key=lambda s: s[0])
         starts[tid] = [s[0] for s in spans]
     calls = []
     for k in kernels:
-        args = k.get("args") or {}
+        args = k.args
         info = _from_args(args)
-        launch = launches.get(args.get("correlation"))
+        launch = rec.launches.get(args.correlation) if args is not None else None
         if info is None and launch is not None:  # the innermost op with sizes around its launch
-            t, spans = float(launch["ts"]), ops_by_tid.get(launch.get("tid"), [])
-            i = bisect.bisect_right(starts[launch.get("tid")], t)
+            t, tid = launch
+            spans = ops_by_tid.get(tid, [])
+            i = bisect.bisect_right(starts[tid], t) if spans else 0
             inside = [s for s in spans[max(0, i - 4):i] if s[1] >= t]   # collective ops nest a few deep at most
             info = min(inside, key=lambda s: (s[2]["bytes"] is None, s[1] - s[0]))[2] if inside else None
         if info is None:  # no launch recorded: the op whose External id the kernel carries
-            info = by_ext.get(args.get("External id"))
-        kinfo = kernel_info(k["name"])
+            info = by_ext.get(args.external_id if args is not None else None)
+        kinfo = kernel_info(k.name)
         info = info or {"op": kinfo["op"] or "unknown", "group": "0", "group_size": None, "dtype": None, "bytes": None}
         calls.append(Call(rank, info["op"], info["group"], info["group_size"], info["bytes"], info["dtype"],
-                          float(k["ts"]), float(k.get("dur", 0.0)), kinfo["algorithm"], None, k["name"]))
+                          k.ts, k.dur, kinfo["algorithm"], None, k.name))
     return calls
 
 
@@ -266,62 +244,69 @@ def _cuda_calls(rank, events, kernels) -> list[Call]:
 GLOO_RUNS_AS = {"reduce_scatter": "all_reduce"}
 
 
-def _gloo_calls(rank, events, comm_threads) -> list[Call]:
+def _gloo_calls(rank, rec: Records, comm_threads) -> list[Call]:
     """gloo:* work events (the work itself, with its own input shape and dtype), each matched in order with the
-    c10d::* op that queued it: the op the user called, and its size in nccl-tests' convention."""
-    work = sorted((e for e in events if str(e.get("name", "")).startswith("gloo:")), key=lambda e: float(e["ts"]))
-    queued = sorted((e for e in events if e.get("cat") == "cpu_op" and str(e.get("name", "")).startswith("c10d::")
-                     and e.get("tid") not in comm_threads and OP_NAMES.get(e["name"][6:].lower())),
-                    key=lambda e: float(e["ts"]))
+    c10d::* op that queued it: the op the user called, and its size in nccl-tests' convention. The next queued op
+    that Gloo runs as this work's op is found by bisect in a per-op index (not by a scan: linear time when work
+    and queued ops do not match one to one)."""
+    work = sorted((e for e in rec.comm_ops if e.name.startswith("gloo:")), key=lambda e: e.ts)
+    queued = sorted((e for e in rec.comm_ops if e.cat == "cpu_op" and e.name.startswith("c10d::")
+                     and e.tid not in comm_threads and OP_NAMES.get(e.name[6:].lower())), key=lambda e: e.ts)
+    infos = [_from_shapes(q.name, q.args) for q in queued]
+    runs = {}   # the op Gloo runs -> indices of the queued ops it serves, ascending
+    for k, info in enumerate(infos):
+        for ran in {info["op"], GLOO_RUNS_AS.get(info["op"])} - {None}:
+            runs.setdefault(ran, []).append(k)
     calls, j = [], 0
     for w in work:
-        ran = _from_shapes(w["name"], w.get("args") or {}) or {"op": w["name"][5:].lower(), "dtype": None,
-                                                                 "bytes": None}
+        ran = _from_shapes(w.name, w.args) or {"op": w.name[5:].lower(), "dtype": None, "bytes": None}
         asked = None
-        for k in range(j, len(queued)):  # the next queued op Gloo runs this way (others ran inline, or not here)
-            info = _from_shapes(queued[k]["name"], queued[k].get("args") or {})
-            if info["op"] == ran["op"] or GLOO_RUNS_AS.get(info["op"]) == ran["op"]:
-                asked, j = info, k + 1
-                break
+        ks = runs.get(ran["op"], ())
+        i = bisect.bisect_left(ks, j)
+        if i < len(ks):   # the next queued op Gloo runs this way (others ran inline, or not here)
+            asked, j = infos[ks[i]], ks[i] + 1
         op = asked["op"] if asked else ran["op"]
         dtype = (asked and asked["dtype"]) or ran["dtype"]
         nbytes = asked["bytes"] if asked and asked["dtype"] else (ran["bytes"] or (asked and asked["bytes"]))
-        calls.append(Call(rank, op, "0", None, nbytes, dtype, float(w["ts"]), float(w.get("dur", 0.0)),
-                          None, None, None))
+        calls.append(Call(rank, op, "0", None, nbytes, dtype, w.ts, w.dur, None, None, None))
     return calls
 
 
-def read(path: str) -> RankTrace:
-    """One rank's trace -> RankTrace (TraceError naming the file when it is not a usable trace)."""
-    data = _open(path)
-    events = [e for e in data["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e]
-    info = data.get("distributedInfo") if isinstance(data.get("distributedInfo"), dict) else {}
+def read(path: str, max_bytes: int = MAX_BYTES) -> RankTrace:
+    """One rank's trace -> RankTrace (TraceError naming the file when it is not a usable trace). compute is an
+    (n, 2) float array of (start, end) spans, us."""
+    with no_gc():
+        return _read(path, max_bytes)
+
+
+def _read(path: str, max_bytes: int) -> RankTrace:
+    rec = read_records(path, max_bytes)
+    info = rec.info
     rank = _rank_of(path, info)
     if rank is None:
         raise TraceError(path, "no rank in it (no distributedInfo.rank) nor in its name (e.g. rank3.json)")
-    kernels = [e for e in events if e.get("cat") == "kernel"]
-    nccl = [e for e in kernels if str(e.get("name", "")).lower().startswith("nccl")]
-    comm_threads = {e.get("tid") for e in events if str(e.get("name", "")).startswith("gloo:")}
-    if nccl or (kernels and not comm_threads):
-        calls = _cuda_calls(rank, events, sorted(nccl, key=lambda e: float(e["ts"])))
-        compute = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in kernels if e not in nccl]
-        timeline = kernels
+    is_nccl = [k.name.lower().startswith("nccl") for k in rec.kernels]
+    comm_threads = {e.tid for e in rec.comm_ops if e.name.startswith("gloo:")}
+    cpu = rec.cpu
+    if any(is_nccl) or (rec.kernels and not comm_threads):
+        nccl = sorted((k for k, n in zip(rec.kernels, is_nccl) if n), key=lambda k: k.ts)
+        calls = _cuda_calls(rank, rec, nccl)
+        compute = _spans([(k.ts, k.ts + k.dur) for k, n in zip(rec.kernels, is_nccl) if not n])
+        timeline = _spans([(k.ts, k.ts + k.dur) for k in rec.kernels])
         backend = "nccl"
     else:
-        calls = _gloo_calls(rank, events, comm_threads)
-        compute = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events
-                   if e.get("cat") == "cpu_op" and e.get("tid") not in comm_threads
-                   and not str(e.get("name", "")).startswith(("c10d::", "record_param_comms"))]
-        timeline = [e for e in events if e.get("cat") in ("cpu_op", "user_annotation")
-                    and not str(e.get("name", "")).startswith("ProfilerStep")]
+        calls = _gloo_calls(rank, rec, comm_threads)
+        pick = [kind & CPU_OP and not kind & C10D_OR_PARAM_COMMS and tid not in comm_threads
+                for kind, tid in zip(cpu.kinds, cpu.tid)]
+        compute = _spans([(s, e) for s, e, p in zip(cpu.start, cpu.end, pick) if p])
+        timeline = _spans([(s, e) for s, e, kind in zip(cpu.start, cpu.end, cpu.kinds) if not kind & PROFILER_STEP])
         backend = "gloo"
-    if not calls and not events:
+    if not calls and not rec.events:
         raise TraceError(path, "no events in it")
-    spans = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in timeline] or [(0.0, 0.0)]
-    wall = (min(s for s, _ in spans), max(e for _, e in spans))
+    wall = (float(timeline[:, 0].min()), float(timeline[:, 1].max())) if len(timeline) else (0.0, 0.0)
     device = None
-    props = data.get("deviceProperties")
-    if isinstance(props, list) and props and isinstance(props[0], dict) and backend == "nccl":
+    props = rec.devices
+    if props and isinstance(props[0], dict) and backend == "nccl":
         device = props[0].get("name")
     pgs = tuple(sorted((str(g.get("pg_name")), g.get("pg_size")) for g in info.get("pg_config") or []
                        if isinstance(g, dict)))
@@ -330,6 +315,12 @@ def read(path: str) -> RankTrace:
     calls = [c if c.group_size is not None else _with_size(c, size.get(c.group), info.get("world_size"), len(pgs))
              for c in calls]
     return RankTrace(path, rank, info.get("world_size"), backend, device, calls, compute, wall, job)
+
+
+def _spans(pairs):
+    import numpy as np
+
+    return np.array(pairs, dtype=np.float64).reshape(-1, 2)
 
 
 def _with_size(call: Call, pg_size, world_size, n_groups) -> Call:
@@ -349,7 +340,7 @@ def trace_files(paths) -> list[str]:
             if not found:
                 raise TraceError(p, "a folder with no trace files (.json or .json.gz) in it")
             files += found
-        elif os.path.exists(p):
+        elif os.path.lexists(p):
             files.append(p)
         else:
             raise TraceError(p, "no such file or folder")
@@ -358,9 +349,11 @@ def trace_files(paths) -> list[str]:
     return files
 
 
-def load(paths) -> list[RankTrace]:
-    """Every rank's trace, in rank order; TraceError when files come from two jobs or two are one rank."""
-    ranks = [read(f) for f in trace_files(paths)]
+def load(paths, max_bytes: int = MAX_BYTES, workers: int | None = None, timeout_s: float = 600.0) -> list[RankTrace]:
+    """Every rank's trace, in rank order; TraceError when files come from two jobs or two are one rank. Ranks are
+    read in parallel processes (workers: default one per core, at most one per file), each within timeout_s."""
+    files = trace_files(paths)
+    ranks = read_all(files, read, max_bytes, workers=workers, timeout_s=timeout_s)
     first = ranks[0]
     for r in ranks[1:]:
         keys = ("world size", "backend", "NCCL version", "process groups")
@@ -373,7 +366,6 @@ def load(paths) -> list[RankTrace]:
             raise TraceError(r.path, f"rank {r.rank} again: {seen[r.rank]} is rank {r.rank} too")
         seen[r.rank] = r.path
     return sorted(ranks, key=lambda r: r.rank)
-
 
 
 # ------------------------------------------------------------------------------------- writing, in a rank

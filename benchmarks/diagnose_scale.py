@@ -1,0 +1,227 @@
+"""Diagnose at scale: `python -m commlib diagnose` on synthetic traces of a real job's shape, 1k to 1M events per
+rank, 1 to 64 ranks, against the stdlib's json.load of the same files and Holistic Trace Analysis.
+
+    python benchmarks/diagnose_scale.py [--quick] [--hta-python PATH] [--out benchmarks/diagnose_scale.json]
+
+Traces: commlib.profiling.synthetic (Kineto's GPU format with torch >= 2.3's collective arguments on the NCCL
+kernels, 5% of kernels NCCL; the same without the arguments; a CPU/Gloo job), written to a temporary folder.
+Per case: the CLI end to end (a fresh process: start-up, reading, analysis, report), its peak memory (RSS of
+the process and its reader workers together, sampled every 10 ms), events per second, the growth exponent
+against the case before it (time ~ events^k: 1 is linear), the Python call diagnose() in this process,
+json.load of the same files one after the other, and HTA (TraceAnalysis + get_comm_comp_overlap) where it is
+importable by --hta-python (default: this interpreter), with its peak memory and its time / diagnose's.
+--quick (what CI runs): small sizes, no HTA, writes nothing. The full run writes its figures, labelled with the
+machine and its load, to --out; chapter 9's scale figure reads them.
+"""
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import psutil
+
+from commlib.profiling import synthetic
+from commlib.profiling.diagnose import diagnose
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HTA_SCRIPT = """
+import logging, sys, time
+logging.disable(logging.WARNING)
+t = time.perf_counter()
+from hta.trace_analysis import TraceAnalysis
+TraceAnalysis(trace_dir=sys.argv[1]).get_comm_comp_overlap(visualize=False)
+print("HTA_SECONDS", time.perf_counter() - t)
+"""
+# (name, form, kernel args on the NCCL kernels, ranks, events per rank, run HTA)
+FULL = [("gpu", "gpu", True, 2, 10_000, True), ("gpu", "gpu", True, 2, 100_000, True),
+        ("gpu", "gpu", True, 2, 1_000_000, True), ("gpu, no kernel args", "gpu", False, 2, 100_000, False),
+        ("cpu/gloo", "cpu", True, 2, 100_000, False),
+        ("one rank", "gpu", True, 1, 100_000, False), ("64 ranks", "gpu", True, 64, 100_000, False)]
+QUICK = [("gpu", "gpu", True, 2, 2_000, False), ("gpu", "gpu", True, 2, 20_000, False),
+         ("gpu, no kernel args", "gpu", False, 2, 5_000, False), ("cpu/gloo", "cpu", True, 2, 5_000, False),
+         ("4 ranks", "gpu", True, 4, 5_000, False)]
+
+
+def timed(cmd: list[str]) -> dict:
+    """Run cmd; wall seconds, CPU seconds (user + system of it and every process it waited for: on a loaded
+    machine these grow with the work, not with the wait), peak RSS (bytes) of it and its children together,
+    exit code, stdout, stderr."""
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    peak, done = [0], threading.Event()
+
+    def sample():
+        proc = psutil.Process(p.pid)
+        while not done.is_set():
+            try:
+                rss = proc.memory_info().rss + sum(c.memory_info().rss for c in proc.children(recursive=True))
+                peak[0] = max(peak[0], rss)
+            except psutil.Error:
+                pass
+            done.wait(0.01)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    try:
+        out, err = p.communicate(timeout=1800)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        done.set()
+        th.join()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return {"s": time.perf_counter() - t0, "cpu": cpu, "rss": peak[0], "rc": p.returncode, "out": out.decode(),
+            "err": err.decode()}
+
+
+def hta_python(arg: str | None) -> str | None:
+    """An interpreter that can import hta, or None."""
+    py = arg or sys.executable
+    ok = subprocess.run([py, "-c", "import hta.trace_analysis"], capture_output=True).returncode == 0
+    return py if ok else None
+
+
+def run_case(folder, name, form, kernel_args, ranks, events, with_hta, hta_py) -> dict:
+    d = os.path.join(folder, f"{form}-{int(kernel_args)}-{ranks}x{events}")
+    files = synthetic.write_job(d, ranks, events, form, kernel_args)
+    cli = timed([sys.executable, "-m", "commlib", "diagnose", d, "--json"])
+    if cli["rc"] != 0:
+        raise SystemExit(f"diagnose failed on {d}: {cli['err'][-500:]}")
+    report = json.loads(cli["out"])
+    t, c0, w0 = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    diagnose(d)
+    call_s = time.perf_counter() - t
+    w1 = resource.getrusage(resource.RUSAGE_CHILDREN)   # + the reader workers'
+    call_cpu = time.process_time() - c0 + w1.ru_utime + w1.ru_stime - w0.ru_utime - w0.ru_stime
+    row = {"case": name, "form": form, "kernel_args": kernel_args, "ranks": ranks, "events_per_rank": events,
+           "calls": len(report["calls"]), "cli_s": cli["s"], "cli_cpu_s": cli["cpu"], "call_s": call_s,
+           "call_cpu_s": call_cpu,
+           "peak_rss_bytes": cli["rss"], "bytes_on_disk": sum(os.path.getsize(f) for f in files),
+           "json_load_s": None, "json_load_cpu_s": None, "hta_s": None, "hta_cpu_s": None, "hta_rss_bytes": None,
+           "hta_note": None}
+    if ranks <= 2:   # the stdlib alone, the same files one after the other
+        t, c0 = time.perf_counter(), time.process_time()
+        for f in files:
+            with open(f) as fh:
+                json.load(fh)
+        row["json_load_s"], row["json_load_cpu_s"] = time.perf_counter() - t, time.process_time() - c0
+    if with_hta and hta_py:
+        h = timed([hta_py, "-c", HTA_SCRIPT, d])
+        if h["rc"] == 0:
+            row["hta_s"], row["hta_cpu_s"], row["hta_rss_bytes"] = h["s"], h["cpu"], h["rss"]
+        else:
+            row["hta_note"] = "failed: " + (h["err"].strip().splitlines() or ["?"])[-1][:120]
+    for f in files:
+        os.remove(f)
+    return row
+
+
+def _mb(x):
+    return "-" if x is None else f"{x / 1e6:.0f}"
+
+
+def _s(x):
+    return "-" if x is None else f"{x:.2f}"
+
+
+def table(rows: list[dict]) -> list[str]:
+    out = [f"{'case':<20}{'ranks':>6}{'events/rank':>12}{'CLI s':>7}{'cpu s':>7}{'call s':>7}{'events/s':>10}"
+           f"{'exp.':>6}{'RSS MB':>7}{'json.load':>10}{'HTA s':>7}{'cpu s':>7}{'HTA MB':>7}{'HTA/us':>7}"]
+    prev = None
+    for r in rows:
+        n = r["ranks"] * r["events_per_rank"]
+        k = "-"
+        if prev and prev["case"] == r["case"] and prev["ranks"] == r["ranks"]:
+            grow = r["events_per_rank"] / prev["events_per_rank"]
+            k = f"{math.log(r['cli_cpu_s'] / prev['cli_cpu_s']) / math.log(grow):.2f}"
+        r["growth_exponent"] = None if k == "-" else float(k)
+        ratio = f"{r['hta_s'] / r['cli_s']:.1f}" if r["hta_s"] else (r["hta_note"] and "fail") or "-"
+        out.append(f"{r['case']:<20}{r['ranks']:>6}{r['events_per_rank']:>12,}{r['cli_s']:>7.2f}{r['cli_cpu_s']:>7.2f}"
+                   f"{r['call_s']:>7.2f}{n / r['cli_s']:>10,.0f}{k:>6}{_mb(r['peak_rss_bytes']):>7}"
+                   f"{_s(r['json_load_s']):>10}{_s(r['hta_s']):>7}{_s(r['hta_cpu_s']):>7}{_mb(r['hta_rss_bytes']):>7}"
+                   f"{ratio:>7}")
+        prev = r
+    return out
+
+
+def targets(rows: list[dict], cores: int) -> list[str]:
+    """The issue's targets, each as measured here."""
+    out = []
+    gpu = [r for r in rows if r["case"] == "gpu"]
+    if len(gpu) >= 2:
+        a, b = gpu[0], gpu[-1]
+        for x, y in zip(gpu, gpu[1:]):
+            out.append(f"linear: {y['events_per_rank'] // x['events_per_rank']}x the events "
+                       f"({x['events_per_rank']:,} -> {y['events_per_rank']:,}) took {y['cli_s'] / x['cli_s']:.1f}x "
+                       f"the time, {y['cli_cpu_s'] / x['cli_cpu_s']:.1f}x the CPU time (target <= 12x per 10x)")
+        out.append(f"fast: 2 x {b['events_per_rank']:,} events end to end in {b['cli_s']:.2f} s; json.load alone "
+                   f"{_s(b['json_load_s'])} s; HTA {_s(b['hta_s'])} s"
+                   + (f" ({b['hta_s'] / b['cli_s']:.1f}x diagnose)" if b["hta_s"] else ""))
+        out.append(f"memory: peak RSS {_mb(b['peak_rss_bytes'])} MB for 2 x {b['events_per_rank']:,} events "
+                   f"({b['bytes_on_disk'] / 1e6:.0f} MB of JSON)")
+    one = next((r for r in rows if r["case"] == "one rank"), None)
+    many = next((r for r in rows if r["ranks"] > 2), None)
+    if many and not one:
+        out.append(f"many ranks: {many['ranks']} ranks in {many['cli_s']:.2f} s, peak RSS "
+                   f"{_mb(many['peak_rss_bytes'])} MB (no one-rank case here to bound it)")
+    if one and many:
+        bound = many["ranks"] / cores * one["cli_s"] + 1
+        out.append(f"many ranks: {many['ranks']} ranks in {many['cli_s']:.2f} s, one rank {one['cli_s']:.2f} s: "
+                   f"bound {many['ranks']}/{cores} cores x one + 1 s = {bound:.2f} s; peak RSS "
+                   f"{_mb(many['peak_rss_bytes'])} MB vs {_mb(one['peak_rss_bytes'])} MB for one rank")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes, no HTA, nothing written (CI)")
+    ap.add_argument("--hta-python", default=None,
+                    help="an interpreter with holistictraceanalysis installed (default: this one, if it has it)")
+    ap.add_argument("--out", default=None, help="JSON file for the figures (full run: benchmarks/diagnose_scale.json)")
+    args = ap.parse_args()
+    cases = QUICK if args.quick else FULL
+    hta_py = None if args.quick else hta_python(args.hta_python)
+    out = args.out or (None if args.quick else os.path.join(ROOT, "benchmarks", "diagnose_scale.json"))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load_before = os.getloadavg()
+    helps = [timed([sys.executable, "-m", "commlib", "diagnose", "--help"])["s"] for _ in range(1 if args.quick else 3)]
+    print(f"# {platform.processor() or platform.machine()}, {cores} cores, load {load_before[0]:.1f} before; "
+          f"python -m commlib diagnose --help: {min(helps):.2f} s (best of {len(helps)})")
+    print("Holistic Trace Analysis: " + (f"run with {hta_py}" if hta_py else
+          "not run (--quick)" if args.quick else "not installed here (give --hta-python PATH): column skipped"))
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="diagnose_scale_") as folder:
+        for case in cases:
+            rows.append(run_case(folder, *case, hta_py))
+            print(f"  done: {case[0]} {case[3]} x {case[4]:,} in {rows[-1]['cli_s']:.2f} s", flush=True)
+    print("\n".join(table(rows)))
+    print("(events/s: all ranks' events / CLI seconds; cpu s: CPU seconds of the process and its workers; exp.: "
+          "growth exponent of the CLI's CPU time against the row above, 1 = linear; HTA/us: HTA's time / "
+          "diagnose's)")
+    print("\n".join(targets(rows, cores)))
+    meta = {"machine": f"{platform.processor() or platform.machine()}, {cores} cores, "
+                       f"{psutil.virtual_memory().total / 2**30:.0f} GiB", "python": platform.python_version(),
+            "date": datetime.date.today().isoformat(), "load_before": load_before, "load_after": os.getloadavg(),
+            "help_s": min(helps), "hta": hta_py is not None,
+            "load_note": "1-minute load averages of the whole machine, this benchmark included"}
+    if out:
+        with open(out, "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+        print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

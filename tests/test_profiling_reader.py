@@ -1,0 +1,174 @@
+"""commlib.profiling.reader / parallel: the streaming reader gives the old reader's calls field by field, on every
+trace the repository holds and on synthetic ones of each form; bad files are refused in one line, bounded, and
+nothing hangs; parallel reading equals serial reading and leaves no process behind."""
+
+import gzip
+import json
+import os
+import socket
+
+import numpy as np
+import psutil
+import pytest
+
+import legacy_trace_reader as legacy
+from commlib.profiling import live, reader, synthetic
+from commlib.profiling import traces as tr
+from commlib.profiling.parallel import read_all
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _same(path):
+    """The new reader's RankTrace equals the old one's, field by field (compute as the same spans, in order)."""
+    old, new = legacy.read(path), tr.read(path)
+    assert [c.__dict__ for c in new.calls] == [c.__dict__ for c in old.calls]
+    assert [tuple(s) for s in new.compute.tolist()] == old.compute
+    assert (new.rank, new.world_size, new.backend, new.device, new.wall, new.job) == \
+           (old.rank, old.world_size, old.backend, old.device, old.wall, old.job)
+    return new
+
+
+def _repository_traces():
+    out = []
+    for folder, dirs, names in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("node_modules", "_build", "__pycache__")]
+        out += [os.path.join(folder, n) for n in names if n.endswith((".json.gz", ".trace.json"))]
+    return out
+
+
+def test_every_trace_in_the_repository_reads_as_the_old_reader_read_it():
+    found = _repository_traces()
+    assert tr.SAMPLE in found
+    for path in found:
+        _same(path)
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory):
+    d = tmp_path_factory.mktemp("synth")
+    return {"gpu": synthetic.write_job(str(d / "gpu"), 2, 3000, "gpu"),
+            "gpu_old": synthetic.write_job(str(d / "old"), 2, 3000, "gpu", kernel_args=False, gz=True),
+            "cpu": synthetic.write_job(str(d / "cpu"), 2, 3000, "cpu", late_rank=1)}
+
+
+def test_synthetic_traces_of_each_form_read_as_the_old_reader_read_them(synth):
+    for form, paths in synth.items():
+        for p in paths:
+            r = _same(p)
+            assert r.backend == ("gloo" if form == "cpu" else "nccl") and len(r.calls) > 20
+    with_args, without = tr.read(synth["gpu"][0]), tr.read(synth["gpu_old"][0])   # the launch names the op
+    assert [(c.op, c.bytes, c.dtype) for c in with_args.calls] == [(c.op, c.bytes, c.dtype) for c in without.calls]
+
+
+def test_gloo_work_that_matches_no_queued_op_one_to_one_reads_as_before(tmp_path, synth):
+    data = json.load(open(synth["cpu"][0]))
+    kept, c10d = [], 0
+    for e in data["traceEvents"]:   # every other queued c10d op lost; an extra broadcast nobody queued
+        if e.get("name", "").startswith("c10d::"):
+            c10d += 1
+            if c10d % 2:
+                continue
+        kept.append(e)
+    kept.append({**kept[-1], "name": "gloo:broadcast", "cat": "user_annotation", "tid": 2})
+    data["traceEvents"] = kept
+    (tmp_path / "rank0.json").write_text(json.dumps(data))
+    _same(str(tmp_path / "rank0.json"))
+
+
+def test_a_cut_between_blocks_is_proven_by_the_decoder_even_inside_strings(tmp_path, monkeypatch, synth):
+    data = json.load(open(synth["gpu"][0]))
+    for i, e in enumerate(data["traceEvents"]):   # '}, {' inside names and nested lists, as C++ lambdas have
+        if e.get("cat") == "cpu_op":
+            e["name"] = "aten::{lambda()#1}, {x}" + "}, {" * (i % 3)
+            e["args"]["nested"] = [{"a": 1}, {"b": [{"c": 2}, {}]}]
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(data, indent=1))
+    whole = tr.read(str(path))
+    monkeypatch.setattr(reader, "BLOCK", 997)   # cuts everywhere, in strings and nested lists too
+    cut = tr.read(str(path))
+    assert [c.__dict__ for c in cut.calls] == [c.__dict__ for c in whole.calls] and len(cut.calls) > 20
+    assert np.array_equal(cut.compute, whole.compute)
+
+
+def test_numpy_union_equals_the_python_union():
+    rng = np.random.default_rng(0)
+    starts = rng.integers(0, 20000, 500).astype(float)
+    spans = np.stack([starts, starts + rng.integers(-5, 30, 500)], axis=1)
+    assert live.union(spans) == live.union(spans.tolist()) and len(live.union(spans)) > 5
+
+
+def _one_line(path, match, **kw):
+    with pytest.raises(tr.TraceError) as e:
+        reader.read_records(str(path), **kw)
+    text = str(e.value)
+    assert text.startswith(f"{path}: ") and match in text and "\n" not in text, text
+    return text
+
+
+@pytest.mark.timeout(20)
+def test_bad_files_are_refused_in_one_line_and_nothing_hangs(tmp_path):
+    bomb = tmp_path / "bomb.json.gz"
+    with gzip.open(bomb, "wb", compresslevel=9) as f:   # 64 MiB of zeros in 64 KiB
+        for _ in range(64):
+            f.write(bytes(1 << 20))
+    assert os.path.getsize(bomb) < 200_000
+    _one_line(bomb, "more than 1048576 bytes once decompressed", max_bytes=1 << 20)
+    _one_line(bomb, "starts with b'\\x00' at byte 0, not a JSON object")   # under the limit: its first block says
+    big = tmp_path / "rank0.json"
+    big.write_text(" " * 5000)
+    _one_line(big, "more than 4096 bytes: the limit", max_bytes=4096)
+    os.mkfifo(tmp_path / "fifo.json")   # a reader would wait for a writer forever
+    _one_line(tmp_path / "fifo.json", "a FIFO, not a trace file")
+    _one_line("/dev/zero", "a device, not a trace file")
+    _one_line(tmp_path, "a folder")
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(tmp_path / "sock.json"))
+        _one_line(tmp_path / "sock.json", "a socket, not a trace file")
+
+
+def test_truncated_files_name_the_byte_where_they_end(tmp_path):
+    raw = gzip.open(tr.SAMPLE).read()
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(raw[:100_000])
+    _one_line(cut, "truncated JSON: it ends at byte 100000")
+    gz = tmp_path / "cut.json.gz"
+    gz.write_bytes(open(tr.SAMPLE, "rb").read()[:5000])
+    _one_line(gz, "truncated or damaged gzip file: it ends at byte 5000")
+    odd = json.loads(raw)
+    odd["traceEvents"][7]["ts"] = "soon"
+    (tmp_path / "odd.json").write_text(json.dumps(odd))
+    _one_line(tmp_path / "odd.json", "traceEvents[7].ts")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    _one_line(tmp_path / "list.json", "no 'traceEvents' list")
+
+
+def test_parallel_reading_equals_serial_and_leaves_no_process(synth, tmp_path):
+    files = synth["gpu"] + synth["cpu"]
+    serial = read_all(files, tr.read, 1 << 30, workers=1)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    parallel = read_all(files, tr.read, 1 << 30, workers=2)
+    for a, b in zip(serial, parallel):
+        assert [c.__dict__ for c in a.calls] == [c.__dict__ for c in b.calls] and np.array_equal(a.compute, b.compute)
+    (tmp_path / "notes.json").write_text("hello")
+    with pytest.raises(tr.TraceError, match="notes.json: not a torch.profiler trace"):
+        read_all(files + [str(tmp_path / "notes.json")], tr.read, 1 << 30, workers=2)
+    with pytest.raises(tr.TraceError, match="not read within 0.001 s"):   # a worker cannot even start in 1 ms
+        read_all(files, tr.read, 1 << 30, workers=2, timeout_s=0.001)
+    assert {p.pid for p in psutil.Process().children(recursive=True)} == before
+
+
+def test_cli_states_the_limit_and_refuses_past_it_in_one_line(capsys):
+    from commlib.__main__ import main
+
+    with pytest.raises(SystemExit):
+        main(["diagnose", "--help"])
+    helptext = " ".join(capsys.readouterr().out.split())   # argparse wraps to the terminal's width
+    assert "--max-bytes" in helptext and "default 4G" in helptext
+    cases = [(["--max-bytes", "64K"], f"{tr.SAMPLE}: more than 65536 bytes once decompressed"),
+             (["--max-bytes", "lots"], "--max-bytes must be a size")]
+    for args, words in cases:
+        with pytest.raises(SystemExit) as e:
+            main(["diagnose", tr.SAMPLE, *args])
+        out, err = capsys.readouterr()
+        assert e.value.code == 2 and out == "" and err.count("\n") == 1 and words in err, err
