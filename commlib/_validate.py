@@ -125,7 +125,7 @@ def parse_size(text) -> int:
     Here, not in commlib.bench, so that the command line parses sizes without importing torch."""
     if isinstance(text, int) and not isinstance(text, bool):
         return text
-    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(i?B)?\s*", str(text), re.IGNORECASE)
+    m = re.fullmatch(r"\s*(\d+)\s*([KMGT]?)(i?B)?\s*", str(text), re.IGNORECASE)
     if not m:
         raise ValueError(f"size must look like 512, 1K, 64M or 1G, got {shown_safely(text)}")
-    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2).upper()]
+    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}[m.group(2).upper()]

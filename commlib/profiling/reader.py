@@ -265,10 +265,13 @@ def _problem(e: Exception, offset: int, total: int, prefix: int = 0, first: int 
 
 def parse_max_bytes(text: str) -> int:
     """'4G' -> 4 << 30, '512M', '1000' (binary multiples, as `bench --max-bytes`); ValueError otherwise."""
-    m = re.fullmatch(r"\s*(\d+)\s*([KMGT]?)(i?B)?\s*", str(text), re.IGNORECASE)
-    if not m or int(m.group(1)) == 0:
+    try:
+        n = _validate.parse_size(str(text))
+    except ValueError:
+        n = 0
+    if n <= 0:
         raise ValueError(f"--max-bytes must be a size > 0 like 512M, 4G or 1000000, got {text!r}")
-    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}[m.group(2).upper()]
+    return n
 
 
 @contextlib.contextmanager
