@@ -50,19 +50,22 @@ def _group_of(snapshots: dict, ranks, name: str | None = None) -> str:
 # ---------------------------------------------------------------------------- 1. torch's checks
 def from_fingerprints(errors: dict, snapshots: dict | None = None) -> dict | None:
     """torch's DETAIL check: each rank's error names itself and one rank that differs from it."""
-    prints = {}
+    prints, seqs = {}, {}
     for text in errors.values():
         if "Detected mismatch between collectives" not in str(text):
             continue
         for rank, seq, op, shape, dt in _FINGERPRINT.findall(str(text)):
-            prints[int(rank)] = (int(seq) + 1, _OPS.get(op, op.lower()), shape, dt)  # torch counts from 0 here
+            seqs[int(rank)] = int(seq) + 1  # torch counts from 0 here
+            prints[int(rank)] = (_OPS.get(op, op.lower()), shape, dt)
     if len(set(prints.values())) < 2:
         return None
+    # The call, not its number, is compared: the wrapper's number also counts a rank's sends and recvs, so the
+    # stages of a pipeline reach the same collective with different numbers (torch 2.13, ProcessGroupWrapper).
     classes: dict = {}
-    for rank, key in prints.items():
+    for rank, key in sorted(prints.items()):
         classes.setdefault(key, []).append(rank)
     culprits, _ = split(classes)
-    text = sides(classes, lambda k: f"{k[1]} #{k[0]} of [{k[2]}] {matching.dtype(k[3])}")
+    text = sides(classes, lambda k: f"{k[0]} #{seqs[min(classes[k])]} of [{k[1]}] {matching.dtype(k[2])}")
     where = _group_of(snapshots or {}, culprits)
     detail = (f"mismatch in {where}: {text} (caught before it ran by torch's fingerprint check, "
               f"TORCH_DISTRIBUTED_DEBUG=DETAIL).")
@@ -207,7 +210,7 @@ def summary(error, width: int = 100) -> str:
     if not isinstance(d, dict) or "detail" not in d:
         return f"no diagnosis: {type(error).__name__}"
     head = f"{type(error).__name__}: " if isinstance(error, BaseException) else ""
-    who = str(d["ranks"]) if d["ranks"] else " none named (see below)"
-    lines = [f"{head}kind={d['kind']!r}, culprits={who}"]
+    who = f"culprits={d['ranks']}" if d["ranks"] else "no culprit named (see below)"
+    lines = [f"{head}kind={d['kind']!r}, {who}"]
     lines += textwrap.wrap(d["detail"], width=width, subsequent_indent="  ")
     return "\n".join(lines)
