@@ -266,15 +266,17 @@ def test_replay_steps_mark_the_odd_and_the_missing_ranks():
     assert steps[1]["calls"][1] == "#2 all_reduce [8] float32" and steps[2]["calls"][1] is None
 
 
-def test_replay_widget_opens_on_the_first_odd_collective_and_follows_the_slider():
+def test_replay_widget_starts_at_the_first_entry_counts_from_one_and_follows_the_slider():
     from commlib.ui import replay
 
     snaps = {r: snap([record(1), record(2, op="broadcast" if r == 2 else "all_reduce")], 3) for r in range(3)}
     box = replay.replay(snaps)
-    (play, slider), view = box.children[0].children, box.children[1]
-    assert slider.value == 1 and "ranks [2] differ" in view.value and "broadcast" in view.value
-    slider.value = 0
-    assert "every rank agrees" in view.value
+    (play, slider), note, view = box.children[0].children, box.children[1], box.children[2]
+    assert (slider.min, slider.value, slider.max, play.value) == (1, 1, 2, 1)
+    assert "entry 1 of 2: process group 0, collective #1" in view.value and "every rank agrees" in view.value
+    assert "first differ at entry 2" in note.value
+    slider.value = 2
+    assert "entry 2 of 2" in view.value and "ranks [2] differ" in view.value and "broadcast" in view.value
 
 
 # ------------------------------------------------------------------- stack dumps, read once whole

@@ -185,3 +185,30 @@ def findings(snapshots: dict) -> list[dict]:
 def from_records(snapshots: dict, kind: str) -> dict | None:
     """The first live finding of this kind ('mismatch' or 'missing'), or None."""
     return next((f for f in findings(snapshots) if f["kind"] == kind), None)
+
+
+def torch_verdicts(snapshots: dict) -> str:
+    """What torch's own matcher (flight_recorder Op.match, as its analyser uses it) says when each rank's records
+    are compared with those of the group's first rank, finished or not: one line, for the stale-records lesson."""
+    from collections import Counter
+
+    from torch.distributed.flight_recorder.components.types import MatchState, Op
+
+    flagged, states, compared = set(), Counter(), 0
+    for (name, members), g in groups(snapshots).items():
+        members = members or sorted(g["records"])
+        first = min(g["records"])
+        for rank, recs in g["records"].items():
+            for seq, e in recs.items():
+                ref = g["records"][first].get(seq)
+                if ref is None or rank == first:
+                    continue
+                compared += 1
+                state = Op(ref, {name: set(members)}, name).match(Op(e, {name: set(members)}, name)).state
+                if state not in (MatchState.FULLY_MATCHED, MatchState.UNDECIDED):
+                    flagged.update((rank, first))
+                    states[state.name] += 1
+    if not flagged:
+        return f"torch's Op.match: all {compared} record pairs match"
+    kinds = ", ".join(f"{n} {s}" for s, n in states.most_common())
+    return f"torch's Op.match: {kinds} in {compared} record pairs, which would blame {ranks_text(sorted(flagged))}"
