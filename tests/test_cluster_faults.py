@@ -177,3 +177,32 @@ def test_the_fault_matrix_names_the_culprit_only(cluster):
         if left:
             wrong.append(f"{case}: pids {left} left behind")
     assert not wrong, f"COMMLIB_FAULT_SEED={SEED}:\n" + "\n".join(wrong)
+
+
+def reversed_stage(culprit):
+    """A pipeline step with blocking send/recv: activations forward, gradients back; stage `culprit` waits for its
+    gradient before it has passed its activation on, so it and the next stage each wait for the other."""
+    rank, p = dist.get_rank(), dist.get_world_size()
+    act, grad = torch.ones(4), torch.ones(4)
+    if rank == culprit and rank < p - 1:
+        dist.recv(grad, rank + 1)
+    if rank > 0:
+        dist.recv(act, rank - 1)
+    if rank < p - 1:
+        dist.send(act, rank + 1)
+        dist.recv(grad, rank + 1)
+    if rank > 0:
+        dist.send(grad, rank - 1)
+
+
+@pytest.mark.parametrize("culprit", [1])
+def test_a_pipeline_stage_with_its_order_reversed_names_the_pair_that_wait_on_each_other(cluster, culprit):
+    _use(cluster, False)
+    cluster.timeout = TIMEOUT
+    with pytest.raises(cl.ClusterTimeout) as info:
+        cluster.run(reversed_stage, culprit)
+    d = info.value.diagnosis
+    assert d["kind"] == "p2p" and d["ranks"] == [culprit, culprit + 1], d
+    assert f"rank {culprit} in recv from rank {culprit + 1} ([4] float32)" in d["detail"]
+    assert f"rank {culprit + 1} in recv from rank {culprit}" in d["detail"]
+    assert f"rank {culprit - 1} in send to rank {culprit}" in d["detail"]  # waits behind them: named, not blamed

@@ -8,7 +8,9 @@ nothing else writes `snapshot()` to `fr_rank{r}.pkl`:
            its pg_config filled in from torch's own tables (on Gloo it comes back empty, and torch's
            analyser, torch.distributed.flight_recorder, needs it to match records across ranks);
   waiting  the torch.distributed call the rank's main thread is blocked in, read from its frames
-           (send/recv are not in Gloo's records: this is how an unmatched recv is seen).
+           (send/recv are not in Gloo's records: this is how an unmatched recv is seen);
+  p2p      the sends and receives it posted and those still pending (p2p_log.py: a rank blocked in
+           work.wait() of an isend/irecv is in no torch.distributed call).
 The signal is blocked in every thread but that one (block_dump_signal() runs before any thread
 starts), so it is delivered there even while the main thread waits inside Gloo.
 """
