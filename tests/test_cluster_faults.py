@@ -27,6 +27,7 @@ WORLD = 4
 TIMEOUT = 2.0          # the fault's run; a hang is reported after it
 PROGRAM_TIMEOUT = 120.0  # the program's run: fresh ranks import FSDP2/DTensor on a loaded machine
 FULL = os.environ.get("COMMLIB_FULL_FAULT_MATRIX") == "1"
+PRELOAD = ("torch.distributed.fsdp", "torch.distributed.tensor", "commlib.parallel.live")  # once, not per restart
 SEED = int(os.environ.get("COMMLIB_FAULT_SEED", random.SystemRandom().randrange(10**6)))
 
 
@@ -128,7 +129,7 @@ def cases():
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = cl.Cluster(WORLD, timeout=PROGRAM_TIMEOUT)
+    c = cl.Cluster(WORLD, timeout=PROGRAM_TIMEOUT, preload=PRELOAD)
     yield c
     pids = c.pids
     c.close()
@@ -206,3 +207,12 @@ def test_a_pipeline_stage_with_its_order_reversed_names_the_pair_that_wait_on_ea
     assert f"rank {culprit} in recv from rank {culprit + 1} ([4] float32)" in d["detail"]
     assert f"rank {culprit + 1} in recv from rank {culprit}" in d["detail"]
     assert f"rank {culprit - 1} in send to rank {culprit}" in d["detail"]  # waits behind them: named, not blamed
+
+
+@pytest.mark.parametrize("bad", ["torch", ("no_such_module_xyz",), (3,), ("torch,os",)])
+def test_preload_is_checked_before_any_process_starts(bad, monkeypatch):
+    from commlib.cluster import core
+
+    monkeypatch.setattr(core, "Launcher", None)
+    with pytest.raises((TypeError, ValueError), match="preload must"):
+        cl.Cluster(2, preload=bad)

@@ -132,9 +132,10 @@ def _waits(snapshots: dict, exclude=()) -> dict:
     return {r: s["waiting"] for r, s in snapshots.items() if s and s.get("waiting") and r not in exclude}
 
 
-def from_failures(snapshots: dict, errors: dict, dead: dict) -> dict | None:
+def from_failures(snapshots: dict, errors: dict, dead: dict, stuck=()) -> dict | None:
     """Dead ranks, else ranks that raised outside torch.distributed (the others' errors, raised inside a
-    collective or a send/recv, are what the first one left them with)."""
+    collective or a send/recv, are what the first one left them with). Ranks still running (stuck) when the
+    first error came are left waiting too, even if a loaded machine has not yet brought them into the call."""
     own = [r for r in errors if r not in dead and not (snapshots.get(r) or {}).get("failed")]
     culprits = sorted(dead) or sorted(own)
     if not culprits:
@@ -142,7 +143,7 @@ def from_failures(snapshots: dict, errors: dict, dead: dict) -> dict | None:
     how = {r: (f"died ({dead[r]})" if r in dead else f"raised {_last_line(errors[r])}") for r in culprits}
     said = "; ".join(f"rank {r} {how[r]}" for r in culprits)
     waits = _waits(snapshots, culprits)
-    victims = sorted(set(waits) | {r for r in errors if r not in culprits})
+    victims = sorted((set(waits) | set(errors) | set(stuck)) - set(culprits))
     if not victims:
         return {"kind": "unknown", "ranks": culprits,
                 "detail": f"unknown: {said}; no other rank was left waiting in a collective or a send/recv "
@@ -189,7 +190,7 @@ def diagnose(snapshots: dict, world_size: int, errors: dict | None = None, stuck
     errors, dead = errors or {}, dead or {}
     found = (from_fingerprints(errors, snapshots) or from_monitored_barrier(errors, world_size)
              or matching.from_records(snapshots, "mismatch") or from_p2p(snapshots)
-             or matching.from_records(snapshots, "missing") or from_failures(snapshots, errors, dead)
+             or matching.from_records(snapshots, "missing") or from_failures(snapshots, errors, dead, stuck)
              or from_waiting(snapshots))
     if found:
         return found
