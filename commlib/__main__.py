@@ -22,8 +22,9 @@ TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 def _fail(message: str, every_rank: bool = False):
-    """Exit 2 with one line on stderr; under torchrun every rank exits, rank 0 alone says why (every_rank: each)."""
-    if every_rank or os.environ.get("RANK", "0") == "0":
+    """Exit 2 with one line on stderr; under torchrun every rank exits, rank 0 alone says why (every_rank: each).
+    Without all of torchrun's variables this is no torchrun job, so no rank 0 may be there to say it: each says it."""
+    if every_rank or os.environ.get("RANK", "0") == "0" or any(k not in os.environ for k in TORCHRUN_VARS):
         print(f"python -m commlib: error: {message}", file=sys.stderr)
     raise SystemExit(2)
 
@@ -73,9 +74,11 @@ def _bench_problem(args) -> str | None:
         if not ok:
             return f"{name} must be {allowed}, got {value}"
     if args.world_size is None:
-        if any(k not in os.environ for k in TORCHRUN_VARS):
-            return ("--world-size is needed outside torchrun (e.g. --world-size 4); "
-                    "or launch with: torchrun --nproc-per-node=N -m commlib bench ...")
+        missing = [k for k in TORCHRUN_VARS if k not in os.environ]
+        if missing:
+            return (f"--world-size is needed outside torchrun (e.g. --world-size 4): {', '.join(missing)} "
+                    f"{'is' if len(missing) == 1 else 'are'} not set; or launch with: "
+                    "torchrun --nproc-per-node=N -m commlib bench ...")
         local = os.environ.get("LOCAL_WORLD_SIZE", "1")
         return _memory_problem(args, int(local) if local.isdigit() else 1)
     if not 1 <= args.world_size <= MAX_WORLD_SIZE:

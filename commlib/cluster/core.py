@@ -33,6 +33,7 @@ from numbers import Real
 import cloudpickle
 
 from commlib.cluster import diagnosis as _diagnosis, flight_recorder
+from commlib.cluster import flight_recorder as _fr
 from commlib.cluster.errors import ClusterTimeout, RankDied, RankError
 from commlib.cluster.launcher import Launcher
 from commlib.cluster.output import RankOutput
@@ -74,6 +75,24 @@ def _check_seconds(name: str, value) -> float:
     return float(value)
 
 
+def _check_preload(preload) -> tuple:
+    """Cluster(preload=...): module names the rank launcher imports once, so every rank, restarts included,
+    starts with them (a lesson that restarts FSDP2 ranks often). Each must be importable here."""
+    import importlib.util
+
+    if isinstance(preload, str) or not isinstance(preload, (tuple, list)):
+        raise TypeError(f"preload must be a tuple of module names such as ('torch.distributed.fsdp',), "
+                        f"got {type(preload).__name__}")
+    for name in preload:
+        try:
+            found = isinstance(name, str) and "," not in name and importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise ValueError(f"preload must name importable modules, got {name!r}")
+    return tuple(preload)
+
+
 def check_host(host) -> bool:
     """-> True for a loopback host. Bad values: TypeError/ValueError naming `host`. Any other host
     (0.0.0.0, a LAN address) is the user's explicit choice: allowed, with a warning about the exposure."""
@@ -113,7 +132,8 @@ class Cluster:
 
     def __init__(self, world_size: int = 4, backend: str = "auto", timeout: float = 60.0,
                  start_timeout: float = 120.0, host: str = "127.0.0.1", output: str = "ordered",
-                 debug: bool = False, flight_recorder: int = flight_recorder.DEFAULT_BUFFER):
+                 debug: bool = False, flight_recorder: int | None = flight_recorder.DEFAULT_BUFFER,
+                 preload: tuple = ()):
         if isinstance(world_size, bool) or not isinstance(world_size, int):
             raise TypeError(f"world_size must be an int in [1, {MAX_WORLD_SIZE}], got {type(world_size).__name__}")
         if not 1 <= world_size <= MAX_WORLD_SIZE:
@@ -123,9 +143,8 @@ class Cluster:
         self.output = output
         if not isinstance(debug, bool):
             raise TypeError(f"debug must be True or False, got {debug!r}")
-        if isinstance(flight_recorder, bool) or not isinstance(flight_recorder, int) or flight_recorder < 0:
-            raise ValueError(f"flight_recorder must be an int >= 0 (entries kept per rank; 0: off), got {flight_recorder!r}")
-        self.debug, self.flight_recorder = debug, flight_recorder
+        self.debug, self.flight_recorder = debug, _fr.check_buffer(flight_recorder)
+        self.preload = _check_preload(preload)
         self._loopback = check_host(host)
         self.world_size = world_size
         self.backend = resolve_backend(backend, world_size)
@@ -242,7 +261,7 @@ class Cluster:
 
     def _start_ranks(self) -> None:
         launcher = self._state
-        launcher.ensure_zygote(self.start_timeout)
+        launcher.ensure_zygote(self.start_timeout, self.preload)
         self._generation += 1
         specs = [dict(rank=r, world_size=self.world_size, backend=self.backend, host=self.host,
                       loopback=self._loopback, port=launcher.port, store_port=launcher.store_port,
@@ -319,13 +338,15 @@ class Cluster:
         finally:
             lines.flush()
         if errors:  # a dead rank is the cause of its peers' "connection reset" errors: name it first
-            dead = [r for r, e in errors.items() if isinstance(e, RankDied)]
+            dead = {r: e.args[0].split(": ", 1)[-1].splitlines()[0] for r, e in errors.items() if isinstance(e, RankDied)}
             alive = {r: ranks[r][1] for r in range(self.world_size) if r not in dead}
             snaps = flight_recorder.request_snapshots(alive, self._state.tmpdir, time.monotonic() + 2.0)
-            diagnosis = _diagnosis.diagnose(snaps, self.world_size, {r: e.remote_traceback for r, e in errors.items()})
+            running = [r for r in range(self.world_size) if r not in results and r not in errors]
+            diagnosis = _diagnosis.diagnose(snaps, self.world_size, {r: e.remote_traceback for r, e in errors.items()},
+                                            stuck=running, dead=dead)
             named = [r for r in diagnosis["ranks"] if r in errors]  # the culprit's own error, if it raised one
-            first = min(named or dead or errors)
-            if diagnosis["kind"] == "unknown":  # then the error itself is the best clue: say it first
+            first = min(named or list(dead) or list(errors))
+            if diagnosis["kind"] == "unknown" and not diagnosis["ranks"]:  # then the error itself is the best clue
                 lines = (errors[first].remote_traceback or errors[first].args[0]).strip().splitlines()
                 diagnosis = _diagnosis.diagnose(snaps, self.world_size, headline=(
                     f"rank {first} raised {lines[-1]}" if not isinstance(errors[first], RankDied) else

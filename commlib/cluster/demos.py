@@ -24,6 +24,25 @@ def hello() -> dict:
             "pid": os.getpid(), "all_reduce_sum": t.item(), "expected": p * (p + 1) / 2}
 
 
+def time_all_reduce(calls: int = 200, numel: int = 4) -> float:
+    """Seconds per dist.all_reduce of `numel` float32 values, the median of `calls` calls after 10 unmeasured ones:
+    with Cluster(debug=True) each call also runs torch's fingerprint checks (chapter 10)."""
+    import statistics
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    t = torch.ones(numel)
+    times = []
+    for i in range(calls + 10):
+        start = time.perf_counter()
+        dist.all_reduce(t)
+        if i >= 10:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 if __name__ == "__main__":  # torchrun --nproc-per-node=4 -m commlib.cluster.demos
     from commlib.cluster.torchrun import init_from_env
 

@@ -8,7 +8,9 @@ nothing else writes `snapshot()` to `fr_rank{r}.pkl`:
            its pg_config filled in from torch's own tables (on Gloo it comes back empty, and torch's
            analyser, torch.distributed.flight_recorder, needs it to match records across ranks);
   waiting  the torch.distributed call the rank's main thread is blocked in, read from its frames
-           (send/recv are not in Gloo's records: this is how an unmatched recv is seen).
+           (send/recv are not in Gloo's records: this is how an unmatched recv is seen);
+  p2p      the sends and receives it posted and those still pending (p2p_log.py: a rank blocked in
+           work.wait() of an isend/irecv is in no torch.distributed call).
 The signal is blocked in every thread but that one (block_dump_signal() runs before any thread
 starts), so it is delivered there even while the main thread waits inside Gloo.
 """
@@ -23,10 +25,29 @@ import sys
 import threading
 import time
 
+from commlib.cluster import dumps, p2p_log
 from commlib.cluster.output import dropping_stderr_lines
 
 DUMP_SIGNAL = getattr(signal, "SIGUSR2", None)
 DEFAULT_BUFFER = 64   # entries per rank: enough for the last steps of a lesson's loop, cheap to dump
+TORCH_DEFAULT_BUFFER = 2000  # torch 2.13's own default (FlightRecorder.hpp: getCvarInt(TORCH_FR_BUFFER_SIZE, 2000))
+# torch reads TORCH_FR_BUFFER_SIZE as a C int (Utils.hpp getCvarInt: std::stoi): 2**31 and up throw inside every
+# rank's process-group setup, and the ranks never start. Entries also hold sizes and stacks, so a smaller cap is
+# kept: a million records is hours of a lesson's loop.
+MAX_BUFFER = 1_000_000
+
+
+def check_buffer(size) -> int | None:
+    """Cluster(flight_recorder=size): None (off) or an int in [1, MAX_BUFFER]; else TypeError/ValueError naming it."""
+    if size is None:
+        return None
+    if isinstance(size, bool) or not isinstance(size, int):
+        raise TypeError(f"flight_recorder must be an int in [1, {MAX_BUFFER}] (entries kept per rank) or None (off), "
+                        f"got {type(size).__name__}")
+    if not 1 <= size <= MAX_BUFFER:
+        raise ValueError(f"flight_recorder must be an int in [1, {MAX_BUFFER}] (entries kept per rank) or None "
+                         f"(off), got {size}")
+    return size
 _C10D_FILE = os.path.join("torch", "distributed", "distributed_c10d.py")
 _USER_SKIP = (os.path.join("torch", "distributed"), os.path.join("commlib", "cluster", "worker.py"))
 CALLS = {"send", "recv", "isend", "irecv", "broadcast", "all_reduce", "all_reduce_coalesced", "reduce",
@@ -36,13 +57,14 @@ CALLS = {"send", "recv", "isend", "irecv", "broadcast", "all_reduce", "all_reduc
 P2P_CALLS = {"send", "recv", "isend", "irecv", "batch_isend_irecv", "send_object_list", "recv_object_list"}
 
 
-def configure(buffer_size: int, debug: bool) -> None:
-    """Before init_process_group: the Flight Recorder's size (0: off) and, with debug, torch's
+def configure(buffer_size: int | None, debug: bool) -> None:
+    """Before init_process_group: the Flight Recorder's size (None: off) and, with debug, torch's
     collective fingerprint checks (TORCH_DISTRIBUTED_DEBUG=DETAIL, set here because torch read the
     variable when the zygote imported it)."""
     import torch.distributed as dist
 
-    os.environ["TORCH_FR_BUFFER_SIZE"] = str(int(buffer_size))
+    os.environ["TORCH_FR_BUFFER_SIZE"] = str(int(buffer_size or 0))  # torch: 0 is off
+    p2p_log.install()
     if debug:
         os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
         dist.set_debug_level(dist.DebugLevel.DETAIL)
@@ -81,7 +103,8 @@ def snapshot(thread_id: int | None = None) -> dict:
     import torch
     import torch.distributed as dist
 
-    out: dict = {"fr": None, "waiting": None, "groups": {}, "failed": _failed[0] if _failed else None}
+    out: dict = {"fr": None, "waiting": None, "groups": {}, "failed": _failed[0] if _failed else None,
+                 "p2p": p2p_log.snapshot()}
     if dist.is_initialized():
         out["groups"] = group_table()
         try:
@@ -200,9 +223,8 @@ def collect(asked: list, folder: str, deadline: float) -> dict:
     out = {}
     for rank in asked:
         try:
-            with open(dump_path(folder, rank), "rb") as f:
-                out[rank] = pickle.load(f)
-        except Exception:
+            out[rank] = dumps.load(dump_path(folder, rank))
+        except dumps.DumpRefused:
             out[rank] = None
     return out
 
@@ -253,7 +275,7 @@ def records(snapshot: dict | None) -> list[dict]:
 
 def describe(entry: dict) -> str:
     """'#2 all_reduce [4] float32' for one record (what the diagnosis calls it)."""
-    from commlib.cluster.diagnosis import describe_record
+    from commlib.cluster.matching import describe_record
 
     return describe_record(entry)
 
@@ -283,29 +305,14 @@ def arrivals(snapshots: dict) -> dict:
 
 
 def write_dumps(snapshots: dict, folder: str, prefix: str = "rank_") -> list[str]:
-    """Write each rank's records as the file torch writes on a GPU job's timeout (TORCH_NCCL_DUMP_ON_TIMEOUT):
-    folder/{prefix}{rank}, a pickle torch's analyser reads: `torchfrtrace folder -p {prefix}`."""
-    os.makedirs(folder, exist_ok=True)
-    paths = []
-    for rank, snap in sorted(snapshots.items()):
-        if snap and snap.get("fr"):
-            path = os.path.join(folder, f"{prefix}{rank}")
-            with open(path, "wb") as f:
-                pickle.dump(snap["fr"], f)
-            paths.append(path)
-    return paths
+    """Each rank's records as the files torch writes on a GPU job's timeout: see dumps.write."""
+    return dumps.write(snapshots, folder, prefix)
 
 
 def read_dumps(folder: str, prefix: str = "rank_") -> dict:
-    """The dumps in folder named {prefix}{rank} (this course's, or a GPU job's written on a watchdog timeout)
-    -> {rank: snapshot}, which table(), arrivals(), replay_steps() and the replay widget read."""
-    out = {}
-    for name in sorted(os.listdir(folder)):
-        tail = name[len(prefix):] if name.startswith(prefix) else ""
-        if tail.isdigit():
-            with open(os.path.join(folder, name), "rb") as f:
-                out[int(tail)] = {"fr": pickle.load(f), "waiting": None, "failed": None, "groups": {}}
-    return out
+    """{rank: snapshot} from the dumps in folder, which table(), arrivals(), replay_steps() and the replay widget
+    read. Loaded as data only (dumps.load): a file that asks to import anything is refused (DumpRefused)."""
+    return dumps.read(folder, prefix)
 
 
 def torch_analyser(folder: str, prefix: str = "rank_", timeout_s: float = 60.0) -> str:

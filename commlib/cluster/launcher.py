@@ -31,7 +31,7 @@ import time
 
 from commlib.cluster.errors import ClusterTimeout
 from commlib.cluster.listener import AuthListener
-from commlib.cluster.worker import command, recv, send
+from commlib.cluster.worker import PRELOAD_ENV, command, recv, send
 
 ZYGOTE_EXIT_S = 1.0       # after "close", how long the zygote gets to kill the ranks before SIGKILL
 _EXIT_CODES_KEPT = 4096   # recent exit reports remembered (a few generations of the largest world)
@@ -124,11 +124,13 @@ class Launcher:
         return self.zygote is not None and self.zygote.poll() is None and self._reader is not None \
             and self._reader.is_alive()
 
-    def ensure_zygote(self, start_timeout: float) -> None:
+    def ensure_zygote(self, start_timeout: float, preload: tuple = ()) -> None:
+        """Start the zygote unless it runs; preload: modules it imports after torch (worker.PRELOAD_ENV)."""
         if self.zygote_alive():
             return
         self._stop_zygote()
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        env[PRELOAD_ENV] = ",".join(preload)
         pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds commlib/
         env["PYTHONPATH"] = os.pathsep.join([pkg_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         # A session of its own: a signal to this process's group (a terminal's Ctrl-C, a kernel manager

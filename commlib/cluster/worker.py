@@ -30,6 +30,7 @@ from commlib.cluster import flight_recorder
 from commlib.cluster.output import RankStreams
 
 WATCH_INTERVAL_S = 0.1
+PRELOAD_ENV = "COMMLIB_ZYGOTE_PRELOAD"  # modules the zygote imports after torch, comma-separated (Cluster(preload=))
 USE_FORK = sys.platform.startswith("linux") and os.environ.get("COMMLIB_START_METHOD", "fork") == "fork"
 
 
@@ -199,8 +200,13 @@ def zygote_main(host: str, port: int, authkey: bytes, tmpdir: str | None = None)
     as they happen, and the parent's death is noticed within WATCH_INTERVAL_S."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.getppid()
+    import importlib
+
     import torch  # noqa: F401  (the point of the zygote: ranks inherit the imported module)
     import torch.distributed  # noqa: F401
+
+    for name in filter(None, os.environ.pop(PRELOAD_ENV, "").split(",")):
+        importlib.import_module(name)  # e.g. FSDP2/DTensor: seconds per fresh rank otherwise, at every restart
 
     wake_r, wake_w = os.pipe()
     for fd in (wake_r, wake_w):
