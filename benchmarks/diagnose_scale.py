@@ -162,7 +162,7 @@ def targets(rows: list[dict], cores: int) -> list[str]:
     out = []
     gpu = [r for r in rows if r["case"] == "gpu"]
     if len(gpu) >= 2:
-        a, b = gpu[0], gpu[-1]
+        b = gpu[-1]
         for x, y in zip(gpu, gpu[1:]):
             out.append(f"linear: {y['events_per_rank'] // x['events_per_rank']}x the events "
                        f"({x['events_per_rank']:,} -> {y['events_per_rank']:,}) took {y['cli_s'] / x['cli_s']:.1f}x "

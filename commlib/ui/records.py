@@ -51,6 +51,6 @@ def last_records(snapshots: dict, diagnosis: dict | None = None, last: int = 3, 
     ax.set_ylim(-0.3, rows + 0.7)
     ax.axis("off")
     kind = (diagnosis or {}).get("kind")
-    ax.set_title(f"last Flight Recorder entries per rank (oldest at the top); orange: still waiting"
+    ax.set_title("last Flight Recorder entries per rank (oldest at the top); orange: still waiting"
                  + (f"; diagnosis: {kind}" if kind else ""), fontsize=9)
     return ax
