@@ -25,7 +25,10 @@ def _same(path):
     assert [c.__dict__ for c in new.calls] == [c.__dict__ for c in old.calls]
     assert [tuple(s) for s in new.compute.tolist()] == old.compute
     assert (new.rank, new.world_size, new.backend, new.device, new.wall, new.job) == \
-           (old.rank, old.world_size, old.backend, old.device, old.wall, old.job)
+           (old.rank, old.world_size, old.backend, old.device, old.wall, old.job[:3])
+    # issue 36: the process groups are no longer part of what must agree between ranks (each rank lists only
+    # its own), they are the rank's groups, merged across ranks by groups.merge
+    assert tuple(sorted((g.name, g.size) for g in new.groups)) == old.job[3]
     return new
 
 

@@ -18,7 +18,8 @@
 Stragglers: a collective ends on every rank at about the same moment (nobody finishes before the last rank's
 data arrived), so each rank's duration in a call, read back from its end, is its arrival: the rank with the
 shortest duration arrived last, the others waited (their duration minus the shortest) and the shortest is
-the transfer. No clocks are compared between ranks. Calls are matched by process group and order.
+the transfer. No clocks are compared between ranks. Calls are matched within their process group, in order
+(groups.py says how each call's group is known), and a straggler is named with the group it was late in.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ def matched(ranks: list[RankTrace]) -> list[list[Call]]:
     per = {}
     for r in ranks:
         for c in r.calls:
-            if c.op not in P2P:
+            if c.op not in P2P and c.group is not None:   # a call of an unknown group has no known peers
                 per.setdefault(c.group, {}).setdefault(r.rank, []).append(c)
     out = []
     for by_rank in per.values():
@@ -124,9 +125,10 @@ def matched(ranks: list[RankTrace]) -> list[list[Call]]:
 def stragglers(ranks: list[RankTrace], min_share: float = 0.05) -> tuple[list[dict], dict]:
     """-> (stragglers, waits). Per matched call: transfer = the shortest duration, each rank's wait = its
     duration - transfer, the rank with the shortest duration arrived last and is charged the others' waits.
-    stragglers: [{rank, delay_us, calls}] for ranks charged at least min_share of all ranks' communication
-    time, largest first. waits: {(rank, start_us): (wait_us, late rank)} for every matched call."""
-    waits, delay, count = {}, {}, {}
+    stragglers: [{rank, group, group_size, delay_us, calls}] per (late rank, group) charged at least min_share
+    of all ranks' communication time, largest first; delay_us is the sum of its peers' waits, so it can pass
+    its own communication time. waits: {(rank, start_us): (wait_us, late rank)} for every matched call."""
+    waits, delay, count, size = {}, {}, {}, {}
     for calls in matched(ranks):
         last = min(calls, key=lambda c: c.duration_us)
         total = 0.0
@@ -134,10 +136,13 @@ def stragglers(ranks: list[RankTrace], min_share: float = 0.05) -> tuple[list[di
             w = c.duration_us - last.duration_us
             waits[(c.rank, c.start_us)] = (w, last.rank)
             total += w
-        delay[last.rank] = delay.get(last.rank, 0.0) + total
-        count[last.rank] = count.get(last.rank, 0) + 1
+        key = (last.rank, last.group)
+        delay[key] = delay.get(key, 0.0) + total
+        count[key] = count.get(key, 0) + 1
+        size[key] = last.group_size
     comm = sum(c.duration_us for r in ranks for c in r.calls if c.op not in P2P)
-    out = [{"rank": r, "delay_us": d, "calls": count[r]} for r, d in delay.items() if comm and d >= min_share * comm]
+    out = [{"rank": r, "group": g, "group_size": size[(r, g)], "delay_us": d, "calls": count[(r, g)]}
+           for (r, g), d in delay.items() if comm and d >= min_share * comm]
     return sorted(out, key=lambda s: -s["delay_us"]), waits
 
 
@@ -175,11 +180,24 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
                 row["flag"] += "; or a late peer (not in these traces)"
             calls.append(row)
         overlaps[r.rank] = overlap(r)
+        overlaps[r.rank]["waiting_us"] = min(overlaps[r.rank]["comm_us"], sum(
+            c["wait_us"] or 0.0 for c in calls if c["rank"] == r.rank))   # part of its communication time
+    unknown = sum(1 for c in calls if c["group"] is None)
+    if unknown:
+        notes.append(f"the process group of {unknown} call(s) is not known (Gloo traces name none, and the "
+                     "worker threads did not settle it): no peers, waits or group sizes for them")
     if any(c["dtype"] is None and c["bytes"] for c in calls):
         notes.append("some dtypes are not in the trace (Gloo, tensor lists): their bytes assume 4-byte elements")
     return {"world_size": world, "ranks": [r.rank for r in ranks], "backend": ranks[0].backend,
             "hardware": hardware, "hardware_why": why, "calls": calls, "overlap": overlaps,
-            "stragglers": late, "notes": notes}
+            "stragglers": late, "groups": _groups(ranks), "notes": notes}
+
+
+def _groups(ranks) -> dict:
+    """{name: ranks} of the job's process groups that ran a call (the ranks as pg_config lists them)."""
+    listed = {g.name: list(g.ranks) for r in ranks for g in r.groups if g.ranks}
+    used = sorted({c.group for r in ranks for c in r.calls if c.group is not None}, key=lambda n: (len(n), n))
+    return {n: listed.get(n) for n in used}
 
 
 def _row(c: Call, hw, far: float, wait, compute, fastest_us: float | None = None) -> dict:
@@ -218,32 +236,38 @@ def _f(x, fmt=".1f", none="-"):
 
 
 def summary(report: dict) -> list[dict]:
-    """Calls grouped by (op, bytes, group size, algorithm, kernel): count, mean duration, busbw, model ratio."""
+    """Calls grouped by (op, bytes, process group, its size, algorithm): count, mean duration, busbw, model
+    ratio."""
     groups = {}
     for c in report["calls"]:
-        key = (c["op"], c["bytes"], c["group_size"], c["algorithm"])
+        key = (c["op"], c["bytes"], c["group"], c["group_size"], c["algorithm"])
         groups.setdefault(key, []).append(c)
     rows = []
-    for (op, nbytes, p, algo), cs in groups.items():
+    for (op, nbytes, group, p, algo), cs in groups.items():
         mean = sum(c["duration_us"] for c in cs) / len(cs)
         bus = [c["busbw_GBps"] for c in cs if c["busbw_GBps"] is not None]
         ratios = [c["model_ratio"] for c in cs if c["model_ratio"] is not None]
-        rows.append({"op": op, "bytes": nbytes, "group_size": p, "algorithm": algo, "calls": len(cs),
+        rows.append({"op": op, "bytes": nbytes, "group": group, "group_size": p, "algorithm": algo, "calls": len(cs),
                      "mean_us": mean, "busbw_GBps": sum(bus) / len(bus) if bus else None,
                      "model_ratio": sum(ratios) / len(ratios) if ratios else None,
                      "flagged": sum(1 for c in cs if c["flag"])})
     return sorted(rows, key=lambda r: -r["mean_us"] * r["calls"])
 
 
+def group_label(name, size) -> str:
+    """'4 (2)': a process group's name and size; '?' where the group is not known."""
+    return "?" if name is None else f"{name} ({_f(size, 'd', '?')})"
+
+
 def format_report(report: dict, limit: int = 12) -> str:
     """The report as text, under 100 characters a line: calls grouped, flags, overlap, stragglers."""
     out = [f"# {len(report['ranks'])} rank(s) of a {report['world_size']}-rank {report['backend']} job; "
            f"hardware: {report['hardware'] or 'none'}", f"#   ({report['hardware_why']})"]
-    out.append(f"{'op':<15}{'bytes':>11}{'p':>4}{'algo':>7}{'calls':>6}{'mean us':>10}{'busbw GB/s':>11}"
-               f"{'x model':>9}{'flagged':>8}")
+    out.append(f"{'op':<15}{'bytes':>11}{'group (size)':>13}{'algo':>7}{'calls':>6}{'mean us':>10}"
+               f"{'busbw GB/s':>11}{'x model':>9}{'flagged':>8}")
     for r in summary(report)[:limit]:
-        out.append(f"{r['op']:<15}{_f(r['bytes'], 'd'):>11}{_f(r['group_size'], 'd'):>4}{r['algorithm'] or '?':>7}"
-                   f"{r['calls']:>6}{r['mean_us']:>10.1f}{_f(r['busbw_GBps'], '.2f'):>11}"
+        out.append(f"{r['op']:<15}{_f(r['bytes'], 'd'):>11}{group_label(r['group'], r['group_size']):>13}"
+                   f"{r['algorithm'] or '?':>7}{r['calls']:>6}{r['mean_us']:>10.1f}{_f(r['busbw_GBps'], '.2f'):>11}"
                    f"{_f(r['model_ratio']):>9}{r['flagged']:>8}")
     flags = {}
     for c in report["calls"]:
@@ -254,14 +278,18 @@ def format_report(report: dict, limit: int = 12) -> str:
         out.append(f"! {len(cs)} call(s) flagged, e.g. rank {c['rank']} {c['op']} {_f(c['bytes'], 'd')} B "
                    f"{c['duration_us']:.0f} us:")
         out += textwrap.wrap(c["flag"], 96, initial_indent="!   ", subsequent_indent="!   ")
-    out.append("rank  comm ms  hidden ms  exposed ms  idle ms   (step 3: overlap)")
+    out.append("overlap per rank (ms): comm = waiting for peers + moving data; hidden + exposed = comm")
+    out.append("rank  comm ms  waiting ms  hidden ms  exposed ms  idle ms")
     for rank, o in report["overlap"].items():
-        out.append(f"{rank:>4}{o['comm_us'] / 1e3:>9.2f}{o['hidden_us'] / 1e3:>11.2f}{o['exposed_us'] / 1e3:>12.2f}"
-                   f"{o['idle_us'] / 1e3:>9.2f}")
+        out.append(f"{rank:>4}{o['comm_us'] / 1e3:>9.2f}{o.get('waiting_us', 0.0) / 1e3:>12.2f}"
+                   f"{o['hidden_us'] / 1e3:>11.2f}{o['exposed_us'] / 1e3:>12.2f}{o['idle_us'] / 1e3:>9.2f}")
     if report["stragglers"]:
         for s in report["stragglers"]:
-            out.append(f"straggler: rank {s['rank']} held the others back {s['delay_us'] / 1e3:.2f} ms "
-                       f"in all, over {s['calls']} call(s)")
+            members = (report.get("groups") or {}).get(s["group"])
+            where = f"group {group_label(s['group'], s['group_size'])}" + (
+                f", ranks {', '.join(map(str, members))}" if members else "")
+            out.append(f"straggler: rank {s['rank']} in {where}: its peers waited {s['delay_us'] / 1e3:.2f} ms "
+                       f"for it, over {s['calls']} call(s)")
     else:
         out.append("stragglers: none found")
     out += [f"note: {n}" for n in report["notes"]]

@@ -40,6 +40,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from commlib.profiling.groups import assign_gloo, configured, merge, parse_ranks
 from commlib.profiling.parallel import read_all
 from commlib.profiling.reader import (C10D_OR_PARAM_COMMS, CPU_OP, MAX_BYTES, PROFILER_STEP, Records,  # noqa: F401
                                       TraceError, read_records)
@@ -111,6 +112,8 @@ class RankTrace:
     compute: object                       # (n, 2) array of compute spans (kernels; or CPU ops off Gloo's threads), us
     wall: tuple[float, float]             # first to last event of the timeline used, us
     job: tuple = field(default=(), repr=False)   # what must agree between ranks of one job
+    groups: list = field(default_factory=list, repr=False)    # its pg_config as groups.Group, creation order
+    threads: list = field(default_factory=list, repr=False)   # Gloo: (worker thread, issue index) per call
 
 
 def kernel_info(name: str) -> dict:
@@ -175,7 +178,9 @@ def _from_args(args) -> dict | None:
     op = OP_NAMES.get(name.lower(), name.lower())
     dtype, size = dtype_of(args.dtype)
     group = "0" if args.pg_name is None else str(args.pg_name)
-    return {"op": op, "group": group, "group_size": args.group_size,
+    members = parse_ranks(args.pg_ranks)
+    group_size = args.group_size if args.group_size is not None else (len(members) if members else None)
+    return {"op": op, "group": group, "group_size": group_size,
             "dtype": dtype, "bytes": nccl_bytes(op, args.in_nelems, args.out_nelems, size)}
 
 
@@ -240,11 +245,12 @@ def _cuda_calls(rank, rec: Records, kernels) -> list[Call]:
 GLOO_RUNS_AS = {"reduce_scatter": "all_reduce"}
 
 
-def _gloo_calls(rank, rec: Records, comm_threads) -> list[Call]:
+def _gloo_calls(rank, rec: Records, comm_threads) -> tuple[list[Call], list]:
     """gloo:* work events (the work itself, with its own input shape and dtype), each matched in order with the
     c10d::* op that queued it: the op the user called, and its size in nccl-tests' convention. The next queued op
     that Gloo runs as this work's op is found by bisect in a per-op index (not by a scan: linear time when work
-    and queued ops do not match one to one)."""
+    and queued ops do not match one to one). Also returns each call's (worker thread, issue index): the
+    thread says its process group (groups.py), the index the order the program issued it."""
     work = sorted((e for e in rec.comm_ops if e.name.startswith("gloo:")), key=lambda e: e.ts)
     queued = sorted((e for e in rec.comm_ops if e.cat == "cpu_op" and e.name.startswith("c10d::")
                      and e.tid not in comm_threads and OP_NAMES.get(e.name[6:].lower())), key=lambda e: e.ts)
@@ -253,19 +259,20 @@ def _gloo_calls(rank, rec: Records, comm_threads) -> list[Call]:
     for k, info in enumerate(infos):
         for ran in {info["op"], GLOO_RUNS_AS.get(info["op"])} - {None}:
             runs.setdefault(ran, []).append(k)
-    calls, j = [], 0
+    calls, threads, j = [], [], 0
     for w in work:
         ran = _from_shapes(w.name, w.args) or {"op": w.name[5:].lower(), "dtype": None, "bytes": None}
-        asked = None
+        asked, issued = None, len(queued) + len(calls)
         ks = runs.get(ran["op"], ())
         i = bisect.bisect_left(ks, j)
         if i < len(ks):   # the next queued op Gloo runs this way (others ran inline, or not here)
-            asked, j = infos[ks[i]], ks[i] + 1
+            asked, j, issued = infos[ks[i]], ks[i] + 1, ks[i]
         op = asked["op"] if asked else ran["op"]
         dtype = (asked and asked["dtype"]) or ran["dtype"]
         nbytes = asked["bytes"] if asked and asked["dtype"] else (ran["bytes"] or (asked and asked["bytes"]))
         calls.append(Call(rank, op, "0", None, nbytes, dtype, w.ts, w.dur, None, None, None))
-    return calls
+        threads.append((w.tid, issued))
+    return calls, threads
 
 
 def read(path: str, max_bytes: int = MAX_BYTES) -> RankTrace:
@@ -284,9 +291,9 @@ def read(path: str, max_bytes: int = MAX_BYTES) -> RankTrace:
         calls = _cuda_calls(rank, rec, nccl)
         compute = _spans([(k.ts, k.ts + k.dur) for k, n in zip(rec.kernels, is_nccl) if not n])
         timeline = _spans([(k.ts, k.ts + k.dur) for k in rec.kernels])
-        backend = "nccl"
+        backend, threads = "nccl", []
     else:
-        calls = _gloo_calls(rank, rec, comm_threads)
+        calls, threads = _gloo_calls(rank, rec, comm_threads)
         pick = [kind & CPU_OP and not kind & C10D_OR_PARAM_COMMS and tid not in comm_threads
                 for kind, tid in zip(cpu.kinds, cpu.tid)]
         compute = _spans([(s, e) for s, e, p in zip(cpu.start, cpu.end, pick) if p])
@@ -299,13 +306,12 @@ def read(path: str, max_bytes: int = MAX_BYTES) -> RankTrace:
     props = rec.devices
     if props and isinstance(props[0], dict) and backend == "nccl":
         device = props[0].get("name")
-    pgs = tuple(sorted((str(g.get("pg_name")), g.get("pg_size")) for g in info.get("pg_config") or []
-                       if isinstance(g, dict)))
-    job = (info.get("world_size"), info.get("backend"), info.get("nccl_version"), pgs)
-    size = {name: s for name, s in pgs}
-    calls = [c if c.group_size is not None else _with_size(c, size.get(c.group), info.get("world_size"), len(pgs))
+    groups = configured(info)
+    job = (info.get("world_size"), info.get("backend"), info.get("nccl_version"))
+    size = {g.name: g.size for g in groups}
+    calls = [c if c.group_size is not None else _with_size(c, size.get(c.group), info.get("world_size"), len(groups))
              for c in calls]
-    return RankTrace(path, rank, info.get("world_size"), backend, device, calls, compute, wall, job)
+    return RankTrace(path, rank, info.get("world_size"), backend, device, calls, compute, wall, job, groups, threads)
 
 
 def _spans(pairs):
@@ -341,13 +347,14 @@ def trace_files(paths) -> list[str]:
 
 
 def load(paths, max_bytes: int = MAX_BYTES, workers: int | None = None, timeout_s: float = 600.0) -> list[RankTrace]:
-    """Every rank's trace, in rank order; TraceError when files come from two jobs or two are one rank. Ranks are
-    read in parallel processes (workers: default one per core, at most one per file), each within timeout_s."""
+    """Every rank's trace, in rank order, each call filed under its process group (groups.py); TraceError when
+    files come from two jobs or two are one rank. Ranks are read in parallel processes (workers: default one per
+    core, at most one per file), each within timeout_s."""
     files = trace_files(paths)
     ranks = read_all(files, read, max_bytes, workers=workers, timeout_s=timeout_s)
     first = ranks[0]
     for r in ranks[1:]:
-        keys = ("world size", "backend", "NCCL version", "process groups")
+        keys = ("world size", "backend", "NCCL version")
         for key, a, b in zip(keys, first.job, r.job):
             if a is not None and b is not None and a != b:
                 raise TraceError(r.path, f"from another job than {first.path}: {key} {b} here, {a} there")
@@ -356,7 +363,29 @@ def load(paths, max_bytes: int = MAX_BYTES, workers: int | None = None, timeout_
         if r.rank in seen:
             raise TraceError(r.path, f"rank {r.rank} again: {seen[r.rank]} is rank {r.rank} too")
         seen[r.rank] = r.path
-    return sorted(ranks, key=lambda r: r.rank)
+    return file_groups(sorted(ranks, key=lambda r: r.rank))
+
+
+def file_groups(ranks: list[RankTrace]) -> list[RankTrace]:
+    """The ranks with every call under its process group of the job, sized by the group's ranks: NCCL calls
+    as the trace names them; Gloo calls by their worker thread (groups.assign_gloo; group None where that
+    is not settled, and the job has more than one group)."""
+    groups = merge(ranks)
+    gloo = [r for r in ranks if r.backend == "gloo" and r.calls]
+    where = {}
+    if gloo and len(groups) > 1:
+        where = assign_gloo(gloo, groups)
+    for r in ranks:
+        calls = []
+        for i, c in enumerate(r.calls):
+            name = c.group
+            if r.backend == "gloo" and len(groups) > 1:
+                name = where.get((r.rank, r.threads[i][0])) if where else None
+            g = groups.get(name)
+            size = g.size if g is not None and g.size else (c.group_size if name == c.group else None)
+            calls.append(Call(**{**c.__dict__, "group": name, "group_size": size}))
+        r.calls = calls
+    return ranks
 
 
 # ------------------------------------------------------------------------------------- writing, in a rank
