@@ -91,13 +91,15 @@ def cause(call: Call, ratio: float, m: dict, wait_us: float, waited_for, beside_
 # ------------------------------------------------------------------------------------- step 3
 def overlap(rank: RankTrace) -> dict:
     """Per rank, in us: comm_us (union of its calls), hidden_us (under compute), exposed_us, compute_us,
-    idle_us (neither), wall_us."""
+    idle_us (no kernel, memcpy or memset: busy as Holistic Trace Analysis and Nsight count it), wall_us."""
     comm = union((c.start_us, c.end_us) for c in rank.calls)
     compute = union(rank.compute)
+    copies = union(rank.copies) if rank.copies is not None else []
     hidden = length(intersect(comm, compute))
     wall = rank.wall[1] - rank.wall[0]
     return {"comm_us": length(comm), "hidden_us": hidden, "exposed_us": length(comm) - hidden,
-            "compute_us": length(compute), "idle_us": wall - length(union(comm + compute)), "wall_us": wall}
+            "compute_us": length(compute), "idle_us": max(0.0, wall - length(union(comm + compute + copies))),
+            "wall_us": wall}
 
 
 # ----------------------------------------------------------------------------------- stragglers
@@ -154,7 +156,7 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
     Files are read in parallel processes, each refused past max_bytes decompressed (traces.load)."""
     ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces, max_bytes)
     world = next((r.world_size for r in ranks if r.world_size), None) or len(ranks)
-    notes = []
+    notes = [n for r in ranks for n in r.notes]
     if hardware is not None:
         if hardware not in topo.PRESETS:
             raise ValueError(f"hardware must be one of {tuple(topo.PRESETS)}, got {hardware!r}")
@@ -184,8 +186,8 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
             c["wait_us"] or 0.0 for c in calls if c["rank"] == r.rank))   # part of its communication time
     unknown = sum(1 for c in calls if c["group"] is None)
     if unknown:
-        notes.append(f"the process group of {unknown} call(s) is not known (Gloo traces name none, and the "
-                     "worker threads did not settle it): no peers, waits or group sizes for them")
+        notes.append(f"the process group of {unknown} call(s) is not known (the trace names none, or Gloo's "
+                     "worker threads did not settle it): they are matched with no peer and charged no wait")
     if any(c["dtype"] is None and c["bytes"] for c in calls):
         notes.append("some dtypes are not in the trace (Gloo, tensor lists): their bytes assume 4-byte elements")
     return {"world_size": world, "ranks": [r.rank for r in ranks], "backend": ranks[0].backend,
@@ -256,7 +258,7 @@ def summary(report: dict) -> list[dict]:
 
 def group_label(name, size) -> str:
     """'4 (2)': a process group's name and size; '?' where the group is not known."""
-    return "?" if name is None else f"{name} ({_f(size, 'd', '?')})"
+    return f"{'?' if name is None else name} ({_f(size, 'd', '?')})" if name is not None or size else "?"
 
 
 def format_report(report: dict, limit: int = 12) -> str:

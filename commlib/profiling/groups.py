@@ -24,7 +24,8 @@ created. So a Gloo call's group is found from its thread, in two steps:
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 
 from commlib.profiling.reader import TraceError
 
@@ -197,3 +198,33 @@ def _monotone(n: int, k: int, cap: int):
     for combo in itertools.combinations_with_replacement(range(k), n):
         if all(combo.count(j) <= cap for j in set(combo)):
             yield combo
+
+
+def file_calls(ranks: list) -> list:
+    """The ranks with every call under its process group of the job, sized by the group's ranks: NCCL calls
+    as the trace names them; Gloo calls by their worker thread (groups.assign_gloo; group None where that
+    is not settled, and the job has more than one group)."""
+    groups = merge(ranks)
+    gloo = [r for r in ranks if r.backend == "gloo" and r.calls]
+    where = {}
+    if gloo and len(groups) > 1:
+        where = assign_gloo(gloo, groups)
+    for r in ranks:
+        calls = []
+        for i, c in enumerate(r.calls):
+            name = c.group
+            if r.backend == "gloo" and len(groups) > 1:
+                name = where.get((r.rank, r.threads[i][0])) if where else None
+            g = groups.get(name)
+            size = g.size if g is not None and g.size else (c.group_size if name == c.group else None)
+            if not groups and c.group_size and r.world_size and c.group_size != r.world_size:
+                name = None   # no pg_config, and the trace's sizes say it is not the whole job: which group?
+            nbytes = c.bytes
+            if i in r.shards:   # an older trace's all-gather: nccl-tests counts the gathered total
+                nbytes = nbytes * size if nbytes is not None and size else None
+            calls.append(replace(c, group=name, group_size=size, bytes=nbytes))
+        if any(i in r.shards and c.bytes is None for i, c in enumerate(calls)):
+            r.notes.append(f"{os.path.basename(r.path)}: all-gathers recorded with one rank's shard and no known "
+                           "group: their bytes (shard x group size) are not known, nothing is flagged on them")
+        r.calls = calls
+    return ranks

@@ -55,10 +55,11 @@ class Args(msgspec.Struct):
     """The `args` fields some analysis reads (kernels, launches, collective ops); every other one is skipped.
     Collective arguments (torch >= 2.2 writes them on the NCCL kernel and on record_param_comms) are kept as
     written (Any): a later check, not the decoder, decides what an odd value means."""
-    external_id: int | None = msgspec.field(default=None, name="External id")
-    correlation: int | None = None
-    stream: int | None = None
-    device: int | None = None
+    # ids are compared, never computed with: any JSON scalar is kept (ROCm traces write the stream as a string)
+    external_id: int | str | None = msgspec.field(default=None, name="External id")
+    correlation: int | str | None = None
+    stream: int | str | None = None
+    device: int | str | None = None
     collective: Any = msgspec.field(default=None, name="Collective name")
     in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
     out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")

@@ -40,8 +40,9 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from commlib.profiling.groups import assign_gloo, configured, merge, parse_ranks
+from commlib.profiling.groups import configured, file_calls, parse_ranks
 from commlib.profiling.parallel import read_all
+from commlib.profiling.recording import record  # noqa: F401  (traces.record, as chapters 9 and 10 call it)
 from commlib.profiling.reader import (C10D_OR_PARAM_COMMS, CPU_OP, MAX_BYTES, PROFILER_STEP, Records,  # noqa: F401
                                       TraceError, read_records)
 
@@ -114,6 +115,10 @@ class RankTrace:
     job: tuple = field(default=(), repr=False)   # what must agree between ranks of one job
     groups: list = field(default_factory=list, repr=False)    # its pg_config as groups.Group, creation order
     threads: list = field(default_factory=list, repr=False)   # Gloo: (worker thread, issue index) per call
+    copies: object = None     # (n, 2) memcpy / memset spans: busy, not compute (as HTA and Nsight count them)
+    shards: set = field(default_factory=set, repr=False)      # indices of all-gathers whose bytes are one shard
+    notes: list = field(default_factory=list, repr=False)     # what the reader could not know, for the report
+    holds: str = field(default="", repr=False)                # what the file holds, said where it has no call
 
 
 def kernel_info(name: str) -> dict:
@@ -193,25 +198,33 @@ def _from_shapes(name: str, args) -> dict | None:
     dims = (args.input_dims if args is not None else None) or []
     types = (args.input_type if args is not None else None) or []
     dtype, size = dtype_of(next((t for t in types if t and t not in ("TensorList", "Scalar")), None))
+    group_size, shard = None, False
     if op in ("all_gather", "reduce_scatter") and len(dims) >= 2 and all(isinstance(d, list) for d in dims[:2]) \
             and dims[0] and dims[1] and not isinstance(dims[0][0], list):  # (output, input) as c10d::_*_base_
-        n = max(_numel(dims[0]), _numel(dims[1]))
+        big, small = max(_numel(dims[0]), _numel(dims[1])), min(_numel(dims[0]), _numel(dims[1]))
+        n = big
+        if small and big % small == 0:   # the whole over one rank's share: the group's size
+            group_size = big // small
     else:
         n = _dims_numel(dims)
+        # nccl:all_gather / nccl:_all_gather_base record their input only: one rank's shard
+        shard = op == "all_gather" and name.startswith("nccl:")
     if op == "barrier":  # its one-byte tensor is not sent
         return {"op": op, "group": "0", "group_size": None, "dtype": None, "bytes": None}
     if size is None and "TensorList" in types:  # a tensor list records no dtype: assume 4-byte elements
         size = 4
-    return {"op": op, "group": "0", "group_size": None, "dtype": dtype,
+    return {"op": op, "group": "0", "group_size": group_size, "dtype": dtype, "shard": shard,
             "bytes": None if n is None or size is None else n * size}
 
 
-def _cuda_calls(rank, rec: Records, kernels) -> list[Call]:
+def _cuda_calls(rank, rec: Records, kernels, shards: set) -> list[Call]:
     """One Call per NCCL kernel; arguments from the kernel, else from the CPU op that launched it (the kernel's
-    correlation names its launch; the innermost collective op around the launch on that thread, by bisect)."""
+    correlation names its launch; the innermost collective op around the launch on that thread, by bisect).
+    Adds to shards the indices of all-gathers whose bytes are one rank's shard (an older trace's nccl:* op)."""
     by_ext, ops_by_tid = {}, {}
     for e in rec.comm_ops:
-        if e.cat in ("cpu_op", "user_annotation") and (e.name == "record_param_comms" or e.name.startswith("nccl:")):
+        if e.cat in ("cpu_op", "user_annotation") and (e.name == "record_param_comms"
+                                                       or e.name.startswith(("nccl:", "c10d::"))):
             info = _from_args(e.args) or _from_shapes(e.name, e.args)
             if info:
                 by_ext.setdefault(e.args.external_id if e.args is not None else None, info)
@@ -229,12 +242,16 @@ def _cuda_calls(rank, rec: Records, kernels) -> list[Call]:
             t, tid = launch
             spans = ops_by_tid.get(tid, [])
             i = bisect.bisect_right(starts[tid], t) if spans else 0
-            inside = [s for s in spans[max(0, i - 4):i] if s[1] >= t]   # collective ops nest a few deep at most
-            info = min(inside, key=lambda s: (s[2]["bytes"] is None, s[1] - s[0]))[2] if inside else None
+            inside = [s for s in spans[max(0, i - 6):i] if s[1] >= t]   # collective ops nest a few deep at most
+            # the op that says most: sizes, then the whole (not a shard), then the innermost
+            info = min(inside, key=lambda s: (s[2]["bytes"] is None, s[2].get("shard", False), s[1] - s[0]))[2] \
+                if inside else None
         if info is None:  # no launch recorded: the op whose External id the kernel carries
             info = by_ext.get(args.external_id if args is not None else None)
         kinfo = kernel_info(k.name)
         info = info or {"op": kinfo["op"] or "unknown", "group": "0", "group_size": None, "dtype": None, "bytes": None}
+        if info.get("shard"):
+            shards.add(len(calls))
         calls.append(Call(rank, info["op"], info["group"], info["group_size"], info["bytes"], info["dtype"],
                           k.ts, k.dur, kinfo["algorithm"], None, k.name))
     return calls
@@ -277,21 +294,30 @@ def _gloo_calls(rank, rec: Records, comm_threads) -> tuple[list[Call], list]:
 
 def read(path: str, max_bytes: int = MAX_BYTES) -> RankTrace:
     """One rank's trace -> RankTrace (TraceError naming the file when it is not a usable trace). compute is an
-    (n, 2) float array of (start, end) spans, us."""
+    (n, 2) float array of (start, end) spans, us. rank is None where neither distributedInfo nor the file's
+    name says it (load decides)."""
     rec = read_records(path, max_bytes)
     info = rec.info
     rank = _rank_of(path, info)
-    if rank is None:
-        raise TraceError(path, "no rank in it (no distributedInfo.rank) nor in its name (e.g. rank3.json)")
     is_nccl = [k.name.lower().startswith("nccl") for k in rec.kernels]
     comm_threads = {e.tid for e in rec.comm_ops if e.name.startswith("gloo:")}
     cpu = rec.cpu
+    notes, shards, threads = [], set(), []
+    copies = _spans([(k.ts, k.ts + k.dur) for k in rec.copies])
     if any(is_nccl) or (rec.kernels and not comm_threads):
         nccl = sorted((k for k, n in zip(rec.kernels, is_nccl) if n), key=lambda k: k.ts)
-        calls = _cuda_calls(rank, rec, nccl)
+        calls = _cuda_calls(rank, rec, nccl, shards)
         compute = _spans([(k.ts, k.ts + k.dur) for k, n in zip(rec.kernels, is_nccl) if not n])
-        timeline = _spans([(k.ts, k.ts + k.dur) for k in rec.kernels])
-        backend, threads = "nccl", []
+        timeline = _spans([(k.ts, k.ts + k.dur) for k in [*rec.kernels, *rec.copies]])
+        backend = "nccl"
+    elif not comm_threads and any(e.name.startswith("nccl:") for e in rec.comm_ops):
+        calls = _cpu_nccl_calls(rank, rec, shards)   # NCCL seen from the CPU only (no CUDA activity recorded)
+        compute = _spans([(s, e) for s, e, kind in zip(cpu.start, cpu.end, cpu.kinds)
+                          if kind & CPU_OP and not kind & C10D_OR_PARAM_COMMS])
+        timeline = _spans([(s, e) for s, e, kind in zip(cpu.start, cpu.end, cpu.kinds) if not kind & PROFILER_STEP])
+        backend = "nccl"
+        notes.append(f"{os.path.basename(path)}: no device times in this trace (NCCL seen from the CPU only): "
+                     "the times are the CPU ops'; record with ProfilerActivity.CUDA for the kernels'")
     else:
         calls, threads = _gloo_calls(rank, rec, comm_threads)
         pick = [kind & CPU_OP and not kind & C10D_OR_PARAM_COMMS and tid not in comm_threads
@@ -299,8 +325,6 @@ def read(path: str, max_bytes: int = MAX_BYTES) -> RankTrace:
         compute = _spans([(s, e) for s, e, p in zip(cpu.start, cpu.end, pick) if p])
         timeline = _spans([(s, e) for s, e, kind in zip(cpu.start, cpu.end, cpu.kinds) if not kind & PROFILER_STEP])
         backend = "gloo"
-    if not calls and not rec.events:
-        raise TraceError(path, "no events in it")
     wall = (float(timeline[:, 0].min()), float(timeline[:, 1].max())) if len(timeline) else (0.0, 0.0)
     device = None
     props = rec.devices
@@ -311,7 +335,31 @@ def read(path: str, max_bytes: int = MAX_BYTES) -> RankTrace:
     size = {g.name: g.size for g in groups}
     calls = [c if c.group_size is not None else _with_size(c, size.get(c.group), info.get("world_size"), len(groups))
              for c in calls]
-    return RankTrace(path, rank, info.get("world_size"), backend, device, calls, compute, wall, job, groups, threads)
+    return RankTrace(path, rank, info.get("world_size"), backend, device, calls, compute, wall, job, groups, threads,
+                     copies, shards, notes, _holds(rec))
+
+
+def _holds(rec: Records) -> str:
+    """What a file with no collective call holds, and the likely cause, in a few words."""
+    if not rec.events:
+        return ("no events at all: the profiler was stopped (or its schedule never reached an active step) "
+                "before export_chrome_trace, or on_trace_ready wrote it before any step ran")
+    return (f"{rec.events} events, none a collective: a rank that communicated nothing in the recorded "
+            "steps, or a schedule window that missed them")
+
+
+def _cpu_nccl_calls(rank, rec: Records, shards: set) -> list[Call]:
+    """One Call per nccl:* op on the CPU (its time is the CPU op's: the launch, not the kernel), sized from its
+    shapes or from the record_param_comms beside it."""
+    calls = []
+    for e in sorted((e for e in rec.comm_ops if e.name.startswith("nccl:")), key=lambda e: e.ts):
+        info = _from_shapes(e.name, e.args) or {"op": e.name[5:].lower(), "group": "0", "group_size": None,
+                                                 "dtype": None, "bytes": None}
+        if info.get("shard"):
+            shards.add(len(calls))
+        calls.append(Call(rank, info["op"], info["group"], info["group_size"], info["bytes"], info["dtype"],
+                          e.ts, e.dur, None, None, None))
+    return calls
 
 
 def _spans(pairs):
@@ -352,6 +400,19 @@ def load(paths, max_bytes: int = MAX_BYTES, workers: int | None = None, timeout_
     core, at most one per file), each within timeout_s."""
     files = trace_files(paths)
     ranks = read_all(files, read, max_bytes, workers=workers, timeout_s=timeout_s)
+    if not any(r.calls for r in ranks):   # nothing to diagnose: say what each file holds
+        raise TraceError(ranks[0].path, "nothing to diagnose: " + ranks[0].holds + "".join(
+            f"\n{r.path}: nothing to diagnose: {r.holds}" for r in ranks[1:]))
+    unnamed = [r for r in ranks if r.rank is None]
+    if len(ranks) == 1 and unnamed:   # a single-GPU run, or one file of a job: rank 0 of a one-rank job
+        unnamed[0].rank = 0
+        unnamed[0].notes.append(f"{os.path.basename(unnamed[0].path)}: no distributedInfo (nor a rank in its "
+                                "name): read as rank 0 of a one-rank job")
+        unnamed[0].calls = [Call(**{**c.__dict__, "rank": 0}) for c in unnamed[0].calls]
+    elif unnamed:
+        raise TraceError(unnamed[0].path, f"no rank in {len(unnamed)} of {len(ranks)} files (no distributedInfo.rank,"
+                                          " nor rank3 / rank-3 / rank_3 / worker3 in the name): "
+                                          + ", ".join(os.path.basename(r.path) for r in unnamed))
     first = ranks[0]
     for r in ranks[1:]:
         keys = ("world size", "backend", "NCCL version")
@@ -363,62 +424,4 @@ def load(paths, max_bytes: int = MAX_BYTES, workers: int | None = None, timeout_
         if r.rank in seen:
             raise TraceError(r.path, f"rank {r.rank} again: {seen[r.rank]} is rank {r.rank} too")
         seen[r.rank] = r.path
-    return file_groups(sorted(ranks, key=lambda r: r.rank))
-
-
-def file_groups(ranks: list[RankTrace]) -> list[RankTrace]:
-    """The ranks with every call under its process group of the job, sized by the group's ranks: NCCL calls
-    as the trace names them; Gloo calls by their worker thread (groups.assign_gloo; group None where that
-    is not settled, and the job has more than one group)."""
-    groups = merge(ranks)
-    gloo = [r for r in ranks if r.backend == "gloo" and r.calls]
-    where = {}
-    if gloo and len(groups) > 1:
-        where = assign_gloo(gloo, groups)
-    for r in ranks:
-        calls = []
-        for i, c in enumerate(r.calls):
-            name = c.group
-            if r.backend == "gloo" and len(groups) > 1:
-                name = where.get((r.rank, r.threads[i][0])) if where else None
-            g = groups.get(name)
-            size = g.size if g is not None and g.size else (c.group_size if name == c.group else None)
-            calls.append(Call(**{**c.__dict__, "group": name, "group_size": size}))
-        r.calls = calls
-    return ranks
-
-
-# ------------------------------------------------------------------------------------- writing, in a rank
-def record(step, path: str, *args, warmup: int = 1, late_rank: int | None = None, late_s: float = 0.0,
-           **kwargs) -> str:
-    """Inside a rank: run step(*args, **kwargs) `warmup` times under the profiler's warm-up (it absorbs the
-    ranks' different profiler start-up times), then once recorded, and write this rank's trace to path
-    ("{rank}" in it becomes the rank). late_rank sleeps late_s before the recorded step: a straggler, on
-    purpose. Returns the path written."""
-    import time
-    import warnings
-
-    import torch
-    import torch.distributed as dist
-    from torch.profiler import ProfilerActivity, profile, schedule
-
-    from commlib.profiling.live import _without_profiler_chatter
-
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    out = path.replace("{rank}", str(rank))
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    # the GPU timeline where this rank uses CUDA: an NCCL group, or CUDA already initialised
-    cuda = torch.cuda.is_initialized() or (dist.is_initialized() and "nccl" in str(dist.get_backend()))
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with warnings.catch_warnings(), _without_profiler_chatter(), profile(activities=activities, record_shapes=True,
-                                              schedule=schedule(wait=0, warmup=warmup, active=1),
-                                              on_trace_ready=lambda p: p.export_chrome_trace(out)) as prof:
-        warnings.filterwarnings("ignore", ".*Profiler clears events")  # one cycle is all we record
-        for i in range(warmup + 1):
-            if i == warmup and rank == late_rank:
-                time.sleep(late_s)
-            step(*args, **kwargs)
-            if cuda:
-                torch.cuda.synchronize()
-            prof.step()
-    return out
+    return file_calls(sorted(ranks, key=lambda r: r.rank))
