@@ -25,6 +25,7 @@ the transfer. No clocks are compared between ranks. Calls are matched within the
 from __future__ import annotations
 
 import bisect
+import math
 import re
 import textwrap
 
@@ -226,10 +227,21 @@ def _row(c: Call, hw, far: float, wait, compute, fastest_us: float | None = None
 
 
 def json_report(report: dict) -> dict:
-    """The --json object: the report with start_us relative to the earliest call of the job."""
+    """The --json object: the report with start_us relative to the earliest call of the job; strict JSON
+    (null for a value that is unknown or not finite: json.dumps(..., allow_nan=False) accepts it)."""
     t0 = min((c["start_us"] for c in report["calls"]), default=0.0)
     calls = [{**c, "start_us": c["start_us"] - t0} for c in report["calls"]]
-    return {**report, "calls": calls, "overlap": {str(k): v for k, v in report["overlap"].items()}}
+    return _finite({**report, "calls": calls, "overlap": {str(k): v for k, v in report["overlap"].items()}})
+
+
+def _finite(x):
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
 
 
 # ------------------------------------------------------------------------------------- text

@@ -88,6 +88,7 @@ class Event(msgspec.Struct):
     pid: int | str | None = None
     tid: int | str | None = None
     args: _LazyArgs | None = None
+    index: int = msgspec.field(default=-1, name="__commlib_event_index__")   # its place in traceEvents (set by Records.add)
 
 
 class _Head(msgspec.Struct):
@@ -141,9 +142,13 @@ class Records:
         kernels, copies, launches, comm_ops = self.kernels, self.copies, self.launches, self.comm_ops
         cpu = self.cpu
         n = 0
-        for e in events:
+        for i, e in enumerate(events):
             if e.ph != "X" or e.ts is None:
                 continue
+            e.index = self.seen + i
+            if e.dur < 0 or e.dur != e.dur:
+                raise TraceError(self.path, f"traceEvents[{e.index}] ({e.name[:40]}): field 'dur' is {e.dur!r}, "
+                                            "not a duration (>= 0)")
             n += 1
             cat, name = e.cat, e.name
             if cat == "kernel" or cat in COPIES:

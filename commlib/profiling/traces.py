@@ -40,6 +40,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from commlib.profiling.fields import OddField, count, dims_numel, numel
 from commlib.profiling.groups import configured, file_calls, parse_ranks
 from commlib.profiling.parallel import read_all
 from commlib.profiling.recording import record  # noqa: F401  (traces.record, as chapters 9 and 10 call it)
@@ -152,27 +153,20 @@ def nccl_bytes(op: str, in_nelems, out_nelems, itemsize) -> int | None:
 
 # ------------------------------------------------------------------------------------------ calls
 def _rank_of(path: str, info: dict) -> int | None:
-    if isinstance(info.get("rank"), int):
-        return info["rank"]
+    if isinstance(info.get("rank"), (int, str)) and str(info["rank"]).strip().isdigit():
+        return int(info["rank"])   # an int, or one written as a string
     m = re.search(r"(?:rank|worker)[-_]?(\d+)", os.path.basename(path), re.IGNORECASE)
     return int(m.group(1)) if m else None
 
 
-def _dims_numel(dims) -> int | None:
-    """numel of the first tensor in a record_shapes 'Input Dims' entry (a TensorList is one level deeper)."""
-    if not dims:
-        return None
-    first = dims[0]
-    if first and isinstance(first[0], list):  # TensorList: add its tensors up
-        return sum(_numel(d) for d in first)
-    return _numel(first) if isinstance(first, list) and first else None
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
+def _checked(rec: Records, e, fn, *args):
+    """fn(*args), an OddField in it reported as one line naming the file, the event's index and the field."""
+    try:
+        return fn(*args)
+    except OddField as x:
+        shown = repr(x.value) if len(repr(x.value)) < 60 else repr(x.value)[:50] + "..."
+        raise TraceError(rec.path, f"traceEvents[{e.index}] ({e.name[:40]}): field '{x.field}' is {shown}, not "
+                                   "a count torch would write") from None
 
 
 def _from_args(args) -> dict | None:
@@ -184,9 +178,11 @@ def _from_args(args) -> dict | None:
     dtype, size = dtype_of(args.dtype)
     group = "0" if args.pg_name is None else str(args.pg_name)
     members = parse_ranks(args.pg_ranks)
-    group_size = args.group_size if args.group_size is not None else (len(members) if members else None)
-    return {"op": op, "group": group, "group_size": group_size,
-            "dtype": dtype, "bytes": nccl_bytes(op, args.in_nelems, args.out_nelems, size)}
+    group_size = count("Group size", args.group_size, low=1)
+    group_size = group_size if group_size is not None else (len(members) if members else None)
+    in_n, out_n = count("In msg nelems", args.in_nelems), count("Out msg nelems", args.out_nelems)
+    return {"op": op, "group": group, "group_size": group_size, "dtype": dtype,
+            "bytes": nccl_bytes(op, in_n, out_n, size)}
 
 
 def _from_shapes(name: str, args) -> dict | None:
@@ -201,12 +197,12 @@ def _from_shapes(name: str, args) -> dict | None:
     group_size, shard = None, False
     if op in ("all_gather", "reduce_scatter") and len(dims) >= 2 and all(isinstance(d, list) for d in dims[:2]) \
             and dims[0] and dims[1] and not isinstance(dims[0][0], list):  # (output, input) as c10d::_*_base_
-        big, small = max(_numel(dims[0]), _numel(dims[1])), min(_numel(dims[0]), _numel(dims[1]))
+        big, small = max(numel(dims[0]), numel(dims[1])), min(numel(dims[0]), numel(dims[1]))
         n = big
         if small and big % small == 0:   # the whole over one rank's share: the group's size
             group_size = big // small
     else:
-        n = _dims_numel(dims)
+        n = dims_numel(dims)
         # nccl:all_gather / nccl:_all_gather_base record their input only: one rank's shard
         shard = op == "all_gather" and name.startswith("nccl:")
     if op == "barrier":  # its one-byte tensor is not sent
@@ -225,7 +221,7 @@ def _cuda_calls(rank, rec: Records, kernels, shards: set) -> list[Call]:
     for e in rec.comm_ops:
         if e.cat in ("cpu_op", "user_annotation") and (e.name == "record_param_comms"
                                                        or e.name.startswith(("nccl:", "c10d::"))):
-            info = _from_args(e.args) or _from_shapes(e.name, e.args)
+            info = _checked(rec, e, _from_args, e.args) or _checked(rec, e, _from_shapes, e.name, e.args)
             if info:
                 by_ext.setdefault(e.args.external_id if e.args is not None else None, info)
                 ops_by_tid.setdefault(e.tid, []).append((e.ts, e.ts + e.dur, info))
@@ -236,7 +232,7 @@ def _cuda_calls(rank, rec: Records, kernels, shards: set) -> list[Call]:
     calls = []
     for k in kernels:
         args = k.args
-        info = _from_args(args)
+        info = _checked(rec, k, _from_args, args)
         launch = rec.launches.get(args.correlation) if args is not None else None
         if info is None and launch is not None:  # the innermost op with sizes around its launch
             t, tid = launch
@@ -271,14 +267,14 @@ def _gloo_calls(rank, rec: Records, comm_threads) -> tuple[list[Call], list]:
     work = sorted((e for e in rec.comm_ops if e.name.startswith("gloo:")), key=lambda e: e.ts)
     queued = sorted((e for e in rec.comm_ops if e.cat == "cpu_op" and e.name.startswith("c10d::")
                      and e.tid not in comm_threads and OP_NAMES.get(e.name[6:].lower())), key=lambda e: e.ts)
-    infos = [_from_shapes(q.name, q.args) for q in queued]
+    infos = [_checked(rec, q, _from_shapes, q.name, q.args) for q in queued]
     runs = {}   # the op Gloo runs -> indices of the queued ops it serves, ascending
     for k, info in enumerate(infos):
         for ran in {info["op"], GLOO_RUNS_AS.get(info["op"])} - {None}:
             runs.setdefault(ran, []).append(k)
     calls, threads, j = [], [], 0
     for w in work:
-        ran = _from_shapes(w.name, w.args) or {"op": w.name[5:].lower(), "dtype": None, "bytes": None}
+        ran = _checked(rec, w, _from_shapes, w.name, w.args) or {"op": w.name[5:].lower(), "dtype": None, "bytes": None}
         asked, issued = None, len(queued) + len(calls)
         ks = runs.get(ran["op"], ())
         i = bisect.bisect_left(ks, j)
@@ -328,9 +324,13 @@ def read(path: str, max_bytes: int = MAX_BYTES) -> RankTrace:
     wall = (float(timeline[:, 0].min()), float(timeline[:, 1].max())) if len(timeline) else (0.0, 0.0)
     device = None
     props = rec.devices
-    if props and isinstance(props[0], dict) and backend == "nccl":
-        device = props[0].get("name")
+    if props and isinstance(props[0], dict) and backend == "nccl" and isinstance(props[0].get("name"), str):
+        device = props[0]["name"]
     groups = configured(info)
+    try:
+        info["world_size"] = count("world_size", info.get("world_size"), low=1)
+    except OddField as x:
+        raise TraceError(path, f"distributedInfo.world_size is {x.value!r}, not a number of ranks") from None
     job = (info.get("world_size"), info.get("backend"), info.get("nccl_version"))
     size = {g.name: g.size for g in groups}
     calls = [c if c.group_size is not None else _with_size(c, size.get(c.group), info.get("world_size"), len(groups))
@@ -353,7 +353,7 @@ def _cpu_nccl_calls(rank, rec: Records, shards: set) -> list[Call]:
     shapes or from the record_param_comms beside it."""
     calls = []
     for e in sorted((e for e in rec.comm_ops if e.name.startswith("nccl:")), key=lambda e: e.ts):
-        info = _from_shapes(e.name, e.args) or {"op": e.name[5:].lower(), "group": "0", "group_size": None,
+        info = _checked(rec, e, _from_shapes, e.name, e.args) or {"op": e.name[5:].lower(), "group": "0", "group_size": None,
                                                  "dtype": None, "bytes": None}
         if info.get("shard"):
             shards.add(len(calls))
