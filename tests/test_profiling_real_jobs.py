@@ -113,3 +113,39 @@ def test_nothing_to_diagnose_is_an_error_with_one_line_per_file(tmp_path):
     assert out.returncode == 2 and "Traceback" not in out.stderr and len(lines) == 2, out.stderr
     assert "rank0.json: nothing to diagnose: no events at all: the profiler was stopped" in lines[0]
     assert "rank1.json: nothing to diagnose: 1 events, none a collective" in lines[1]
+
+
+def _readme_recipe():
+    """The first python block of README.md's section on diagnosing your own job: the recipe, as printed."""
+    text = open(os.path.join(ROOT, "README.md")).read()
+    section = text[text.index("## Diagnose your own job's traces"):]
+    return section[section.index("```python\n") + 10:section.index("```", section.index("```python\n") + 10)]
+
+
+def _run_recipe(code, folder):
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+
+    def train_step():
+        torch.mm(torch.ones(64, 64), torch.ones(64, 64))
+        dist.all_reduce(torch.ones(1 << 12))
+
+    os.chdir(folder)   # the recipe writes traces/rank{rank}.json where it runs
+    exec(code, {"train_step": train_step})
+
+
+def test_the_readme_profiler_recipe_run_on_two_cpu_ranks_gives_traces_diagnose_reads(tmp_path):
+    import cloudpickle
+
+    import commlib as cl
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    with cl.Cluster(world_size=2, timeout=120) as c:
+        c.run(_run_recipe, _readme_recipe(), str(tmp_path))
+    report = td.diagnose(str(tmp_path / "traces"))
+    assert report["ranks"] == [0, 1] and report["backend"] == "gloo"
+    # two recorded steps of one all-reduce each, on each rank, with the tensor's bytes
+    assert sorted((c["rank"], c["op"], c["bytes"]) for c in report["calls"]) == \
+        [(r, "all_reduce", (1 << 12) * 4) for r in (0, 1) for _ in range(2)]
