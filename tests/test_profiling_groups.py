@@ -112,6 +112,7 @@ def test_live_2x2_mesh_files_each_call_under_its_group_and_names_the_slow_rank_i
     assert [(c["rank"], c["group"]) for c in waited] == [(1, "4")] and f"for rank {SLOW}" in waited[0]["flag"]
     for rank, o in report["overlap"].items():   # one story: the waiting is part of the communication time
         assert 0.0 <= o["waiting_us"] <= o["comm_us"]
+    assert top["delay_us"] <= report["overlap"][1]["waiting_us"] + 1e-6   # rank 1 is its only peer
     text = td.format_report(report)
     assert "straggler: rank 3 in group 4 (2), ranks 1, 3: its peers waited" in text
     assert max(len(line) for line in text.splitlines()) < 100

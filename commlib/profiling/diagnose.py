@@ -129,23 +129,25 @@ def stragglers(ranks: list[RankTrace], min_share: float = 0.05) -> tuple[list[di
     """-> (stragglers, waits). Per matched call: transfer = the shortest duration, each rank's wait = its
     duration - transfer, the rank with the shortest duration arrived last and is charged the others' waits.
     stragglers: [{rank, group, group_size, delay_us, calls}] per (late rank, group) charged at least min_share
-    of all ranks' communication time, largest first; delay_us is the sum of its peers' waits, so it can pass
-    its own communication time. waits: {(rank, start_us): (wait_us, late rank)} for every matched call."""
-    waits, delay, count, size = {}, {}, {}, {}
+    of all ranks' communication time, largest first; delay_us adds up, over its peers, the time each of them
+    waited for it (a union on each peer's clock: overlapping calls are not counted twice), so it is never
+    more than those peers' communication time. waits: {(rank, start_us): (wait_us, late rank)} per matched
+    call."""
+    waits, spans, count, size = {}, {}, {}, {}
     for calls in matched(ranks):
         last = min(calls, key=lambda c: c.duration_us)
-        total = 0.0
+        key = (last.rank, last.group)
         for c in calls:
             w = c.duration_us - last.duration_us
             waits[(c.rank, c.start_us)] = (w, last.rank)
-            total += w
-        key = (last.rank, last.group)
-        delay[key] = delay.get(key, 0.0) + total
+            if w > 0:   # the first w of its call: it had arrived and waited for the last one
+                spans.setdefault(key, {}).setdefault(c.rank, []).append((c.start_us, c.start_us + w))
         count[key] = count.get(key, 0) + 1
         size[key] = last.group_size
+    delay = {key: sum(length(union(s)) for s in spans.get(key, {}).values()) for key in count}
     comm = sum(c.duration_us for r in ranks for c in r.calls if c.op not in P2P)
     out = [{"rank": r, "group": g, "group_size": size[(r, g)], "delay_us": d, "calls": count[(r, g)]}
-           for (r, g), d in delay.items() if comm and d >= min_share * comm]
+           for (r, g), d in delay.items() if comm and d > 0 and d >= min_share * comm]
     return sorted(out, key=lambda s: -s["delay_us"]), waits
 
 
@@ -183,8 +185,10 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
                 row["flag"] += "; or a late peer (not in these traces)"
             calls.append(row)
         overlaps[r.rank] = overlap(r)
-        overlaps[r.rank]["waiting_us"] = min(overlaps[r.rank]["comm_us"], sum(
-            c["wait_us"] or 0.0 for c in calls if c["rank"] == r.rank))   # part of its communication time
+        # a call's wait is its first wait_us (it arrived, then waited for the last peer): as a union, part of
+        # the rank's communication time and never more, however its calls overlap
+        overlaps[r.rank]["waiting_us"] = length(union((c["start_us"], c["start_us"] + c["wait_us"])
+                                                      for c in calls if c["rank"] == r.rank and c["wait_us"]))
     unknown = sum(1 for c in calls if c["group"] is None)
     if unknown:
         notes.append(f"the process group of {unknown} call(s) is not known (the trace names none, or Gloo's "
