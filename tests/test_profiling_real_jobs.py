@@ -60,6 +60,11 @@ def test_every_collective_has_its_arguments_bytes_and_an_older_all_gather_is_the
     assert {(c["bytes"], c["group"], c["group_size"]) for c in gathers} == {(1 << 30, None, 64)}
     assert not any(c["flag"] for c in gathers) and any("not known" in n for n in sampled["notes"])
     assert [(s["rank"], s["group"]) for s in sampled["stragglers"]] == [(1, "0")]
+    # no pg_config: the other calls' group is a guess (the whole job), so nothing is priced or flagged on it
+    priced = td.diagnose(SAMPLED, hardware="dgx_h100")
+    assert all(c["model_ratio"] is None for c in priced["calls"])
+    assert all(c["flag"] is None or c["flag"].startswith("waited") for c in priced["calls"])
+    assert any("no process groups in the trace" in n for n in priced["notes"])
 
 
 def test_nccl_seen_from_the_cpu_only_is_nccl_with_cpu_times_and_a_note():

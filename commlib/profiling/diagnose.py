@@ -178,9 +178,12 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
         for c in r.calls:
             key = (c.op, c.bytes, c.group)
             fastest[key] = min(fastest.get(key, c.duration_us), c.duration_us)
-        for c in r.calls:   # only the compute spans that can meet the call (by bisect: linear time in all)
+        for i, c in enumerate(r.calls):   # only the compute spans that can meet the call (by bisect: linear)
             near = compute[bisect.bisect_right(ends, c.start_us):bisect.bisect_left(starts, c.end_us)]
-            row = _row(c, hw, far, waits.get((c.rank, c.start_us)), near, fastest[(c.op, c.bytes, c.group)])
+            # a call whose group (so its model) is a guess is flagged for waiting only, never against the model
+            known = c.group is not None and i not in r.assumed
+            row = _row(c, hw if known else None, far, waits.get((c.rank, c.start_us)), near,
+                       fastest[(c.op, c.bytes, c.group)])
             if row["flag"] and row["wait_us"] is None and len(ranks) < world:
                 row["flag"] += "; or a late peer (not in these traces)"
             calls.append(row)
@@ -225,7 +228,7 @@ def _row(c: Call, hw, far: float, wait, compute, fastest_us: float | None = None
     if ratio is not None and ratio > far:
         beside = length(intersect([(c.start_us, c.end_us)], compute))
         row["flag"] = cause(c, ratio, m, wait_us, late, beside, fastest_us)
-    elif ratio is None and wait and wait_us > 0.5 * c.duration_us:
+    elif wait and wait_us > 0.5 * c.duration_us:   # far slower than the same call on a peer: it waited
         row["flag"] = f"waited {wait_us:.0f} us for rank {late} to arrive: not the network"
     return row
 

@@ -120,6 +120,7 @@ class RankTrace:
     shards: set = field(default_factory=set, repr=False)      # indices of all-gathers whose bytes are one shard
     notes: list = field(default_factory=list, repr=False)     # what the reader could not know, for the report
     holds: str = field(default="", repr=False)                # what the file holds, said where it has no call
+    assumed: set = field(default_factory=set, repr=False)     # indices of calls whose group size is a guess
 
 
 def kernel_info(name: str) -> dict:
@@ -333,10 +334,18 @@ def read(path: str, max_bytes: int = MAX_BYTES) -> RankTrace:
         raise TraceError(path, f"distributedInfo.world_size is {x.value!r}, not a number of ranks") from None
     job = (info.get("world_size"), info.get("backend"), info.get("nccl_version"))
     size = {g.name: g.size for g in groups}
+    if not groups and info.get("world_size"):   # no pg_config: a call the trace does not size is taken as the
+        assumed = {i for i, c in enumerate(calls) if c.group_size is None}   # whole job's, and marked so
+        if assumed:
+            notes.append(f"{os.path.basename(path)}: no process groups in the trace (pg_config): {len(assumed)} "
+                         f"call(s) taken as whole-job ({info['world_size']} ranks) calls; nothing is flagged "
+                         "against the model on them")
+    else:
+        assumed = set()
     calls = [c if c.group_size is not None else _with_size(c, size.get(c.group), info.get("world_size"), len(groups))
              for c in calls]
     return RankTrace(path, rank, info.get("world_size"), backend, device, calls, compute, wall, job, groups, threads,
-                     copies, shards, notes, _holds(rec))
+                     copies, shards, notes, _holds(rec), assumed)
 
 
 def _holds(rec: Records) -> str:
