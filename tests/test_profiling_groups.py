@@ -117,3 +117,19 @@ def test_live_2x2_mesh_files_each_call_under_its_group_and_names_the_slow_rank_i
     assert "straggler: rank 3 in group 4 (2), ranks 1, 3: its peers waited" in text
     assert max(len(line) for line in text.splitlines()) < 100
     assert os.path.exists(tmp_path / "rank3.json")
+
+
+def test_gloo_threads_that_fit_two_groups_equally_leave_the_group_unknown():
+    # two groups with the same ranks, each rank with one worker thread: either could be the one that ran it
+    groups = [pg.Group("0", (0, 1), "default_pg"), pg.Group("1", (0, 1)), pg.Group("2", (0, 1))]
+    ranks = []
+    for r in (0, 1):
+        rt = _rank(r, [_call(r, "0", 10.0)], groups)
+        rt.backend, rt.threads = "gloo", [(100 + r, 0)]
+        ranks.append(rt)
+    assert pg.assign_gloo(ranks, pg.merge(ranks)) is None
+    report = td.diagnose(pg.file_calls(ranks))
+    assert [c["group"] for c in report["calls"]] == [None, None] and report["stragglers"] == []
+    assert any("process group of 2 call(s) is not known" in n for n in report["notes"])
+    with pytest.raises(ValueError, match="far must be a finite number >= 1"):
+        td.diagnose(ranks, far=0.5)

@@ -29,6 +29,7 @@ import math
 import re
 import textwrap
 
+from commlib import _validate
 from commlib import cost
 from commlib import plan
 from commlib import topology as topo
@@ -157,6 +158,8 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
     """Traces (files, a folder, or RankTraces from traces.load) -> the report: world_size, ranks,
     hardware, calls (the --json keys, plus kernel, wait_us, flag), overlap per rank, stragglers, notes.
     Files are read in parallel processes, each refused past max_bytes decompressed (traces.load)."""
+    far = _validate.number("far", far, low=1.0)   # a call this many times its model is flagged
+    _validate.instance("achievable", achievable, bool)
     ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces, max_bytes)
     world = next((r.world_size for r in ranks if r.world_size), None) or len(ranks)
     notes = [n for r in ranks for n in r.notes]
