@@ -316,5 +316,6 @@ def format_report(report: dict, limit: int = 12) -> str:
                        f"for it, over {s['calls']} call(s)")
     else:
         out.append("stragglers: none found")
-    out += [f"note: {n}" for n in report["notes"]]
+    for n in report["notes"]:
+        out += textwrap.wrap(n, 98, initial_indent="note: ", subsequent_indent="      ")
     return "\n".join(out)

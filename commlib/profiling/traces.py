@@ -194,7 +194,11 @@ def _from_shapes(name: str, args) -> dict | None:
         return None
     dims = (args.input_dims if args is not None else None) or []
     types = (args.input_type if args is not None else None) or []
-    dtype, size = dtype_of(next((t for t in types if t and t not in ("TensorList", "Scalar")), None))
+    for key, value in (("Input Dims", dims), ("Input type", types)):
+        if not isinstance(value, list):
+            raise OddField(key, value)
+    dtype, size = dtype_of(next((t for t in types if isinstance(t, str) and t not in ("", "TensorList", "Scalar")),
+                                None))
     group_size, shard = None, False
     if op in ("all_gather", "reduce_scatter") and len(dims) >= 2 and all(isinstance(d, list) for d in dims[:2]) \
             and dims[0] and dims[1] and not isinstance(dims[0][0], list):  # (output, input) as c10d::_*_base_
