@@ -1,26 +1,29 @@
 """The job's process groups, merged from every rank's trace, and which group each collective call ran in.
 
-    groups = merge(ranks)          # {name: Group}; TraceError naming both files where two ranks disagree
-    calls_by_group = assign_gloo(ranks, groups)   # Gloo only: the group of each call, or None (unknown)
+    groups = merge(ranks)                 # {name: Group}; TraceError naming both files where two ranks disagree
+    where = assign_gloo(ranks, groups)    # Gloo only: {(rank, worker thread): group name}, or None (unknown)
+    ranks = file_calls(ranks)             # every call under its group, sized by it (traces.load calls this)
 
 Each rank's `distributedInfo.pg_config` lists only the groups that rank belongs to (torch writes it from
 c10d's `_world.pg_map`), so the ranks' lists differ on any job with subgroups: the job's groups are their
 union, a group being one name with one list of ranks wherever it appears.
 
 NCCL traces name each call's group (`Process Group Name` on the kernel or on `record_param_comms`). Gloo
-traces do not: the `c10d::*` op and Gloo's `gloo:*` work carry no group, but each ProcessGroupGloo runs its
-work on its own worker threads (`pt_gloo_runloop`, Options::threads, 2 by default), started when the group is
-created. So a Gloo call's group is found from its thread, in two steps:
+traces do not (checked on torch 2.13: neither the `c10d::*` op, nor `_c10d_functional::*`, nor Gloo's
+`gloo:*` work records it), but each ProcessGroupGloo runs its work on its own worker threads
+(`pt_gloo_runloop`, Options::threads, 2 by default), started when the group is created. So a Gloo call's
+group is found from its thread, in two steps:
   1. roles: the k-th collective a program issues is the same line of code on every rank (SPMD), so the
      threads that ran the k-th call on the ranks serve one role (say "the tensor-parallel group"); threads
      linked this way, through any k, are one role (union-find).
-  2. groups: a rank's roles, ordered by their threads' ids (a process's thread ids grow as threads are
-     created), are its groups in the order it created them (pg_config order), skipping groups no call used,
-     and every member of a group must give that group to the same role. Groups made with new_group are tried
-     before the default group. Exactly one such assignment must exist; otherwise the calls' group is
-     unknown (None) and diagnose says so rather than guess.
+  2. groups: on each rank, roles ordered by their threads' ids (a process's thread ids grow as threads are
+     created) go to its groups in the order it created them (pg_config order), several roles to one group
+     at most `threads` at a time, groups no call used skipped; every member of a group must give that group
+     to the same role. Groups made with new_group (or a DeviceMesh) are tried before the default group.
+     Of the assignments that fit, the one whose groups' threads have the closest ids wins (a group's
+     threads are started one after the other); a tie, or none, leaves the calls' group unknown (None),
+     and diagnose says so rather than guess.
 """
-
 from __future__ import annotations
 
 import itertools

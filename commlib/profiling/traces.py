@@ -11,6 +11,11 @@ all_to_all), dtype, start and duration. Where a call's numbers come from:
              name`, `In/Out msg nelems`, `Group size`, `dtype`, `Process Group Name`) on the kernel; older
              traces carry them only on the CPU op that launched it (`record_param_comms`, or `nccl:*` with
              its input shapes): the kernel's `correlation` names its cudaLaunchKernel, which runs inside that op.
+             Of the ops around the launch, the one that says most wins: c10d::_allgather_base_ (output and
+             input: the gathered total, and the group's size as their ratio) over nccl:_all_gather_base
+             (one rank's shard, multiplied by the group's size once the group is known; else unknown).
+  CPU only   `nccl:*` ops without kernels (recorded without ProfilerActivity.CUDA): NCCL calls with the CPU
+             op's times, and a note.
   CPU/Gloo   the `gloo:*` events on Gloo's worker threads: the work itself, with its input shape and dtype
              (record_shapes). The `c10d::*` op that queued it, matched in order (Gloo's workers take work
              in queue order), says which op the user called and its size in nccl-tests' convention.
