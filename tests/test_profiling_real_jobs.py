@@ -117,7 +117,7 @@ def test_nothing_to_diagnose_is_an_error_with_one_line_per_file(tmp_path):
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 2 and "Traceback" not in out.stderr and len(lines) == 2, out.stderr
     assert "rank0.json: nothing to diagnose: no events at all: the profiler was stopped" in lines[0]
-    assert "rank1.json: nothing to diagnose: 1 events, none a collective" in lines[1]
+    assert "rank1.json: nothing to diagnose: 1 event(s), none a collective: with a schedule, write" in lines[1]
 
 
 def _readme_recipe():

@@ -362,6 +362,9 @@ def _holds(rec: Records) -> str:
     if not rec.events:
         return ("no events at all: the profiler was stopped (or its schedule never reached an active step) "
                 "before export_chrome_trace, or on_trace_ready wrote it before any step ran")
+    if rec.events < 10:   # what export_chrome_trace after a scheduled loop leaves (torch 2.13: 1 event)
+        return (f"{rec.events} event(s), none a collective: with a schedule, write the trace from "
+                "on_trace_ready (README's recipe); exported after the loop it keeps almost nothing")
     return (f"{rec.events} events, none a collective: a rank that communicated nothing in the recorded "
             "steps, or a schedule window that missed them")
 
