@@ -143,7 +143,7 @@ def _diagnose(args) -> int:
         report = diagnose(args.traces, hardware=args.hardware, max_bytes=args.max_bytes)
     except TraceError as e:
         _fail(f"diagnose: {e}")
-    print(json.dumps(json_report(report)) if args.json else format_report(report))
+    print(json.dumps(json_report(report), allow_nan=False) if args.json else format_report(report))
     return 0
 
 

@@ -25,7 +25,10 @@ def _same(path):
     assert [c.__dict__ for c in new.calls] == [c.__dict__ for c in old.calls]
     assert [tuple(s) for s in new.compute.tolist()] == old.compute
     assert (new.rank, new.world_size, new.backend, new.device, new.wall, new.job) == \
-           (old.rank, old.world_size, old.backend, old.device, old.wall, old.job)
+           (old.rank, old.world_size, old.backend, old.device, old.wall, old.job[:3])
+    # issue 36: the process groups are no longer part of what must agree between ranks (each rank lists only
+    # its own), they are the rank's groups, merged across ranks by groups.merge
+    assert tuple(sorted((g.name, g.size) for g in new.groups)) == old.job[3]
     return new
 
 
@@ -37,11 +40,18 @@ def _repository_traces():
     return out
 
 
+# issue 36 reads these differently on purpose (an older trace's all-gather bytes are the gathered total, not
+# the shard; NCCL seen from the CPU only is NCCL, not an empty Gloo trace): tests/test_profiling_real_jobs.py
+# holds them to Holistic Trace Analysis and to their own arguments instead
+CHANGED_BY_ISSUE_36 = ("hta_sampled_rank-0.json.gz", "hta_sampled_rank-1.json.gz", "hta_rank_non_gpu.json.gz")
+
+
 def test_every_trace_in_the_repository_reads_as_the_old_reader_read_it():
     found = _repository_traces()
     assert tr.SAMPLE in found
     for path in found:
-        _same(path)
+        if os.path.basename(path) not in CHANGED_BY_ISSUE_36:
+            _same(path)
 
 
 @pytest.fixture(scope="module")

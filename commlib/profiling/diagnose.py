@@ -18,15 +18,18 @@
 Stragglers: a collective ends on every rank at about the same moment (nobody finishes before the last rank's
 data arrived), so each rank's duration in a call, read back from its end, is its arrival: the rank with the
 shortest duration arrived last, the others waited (their duration minus the shortest) and the shortest is
-the transfer. No clocks are compared between ranks. Calls are matched by process group and order.
+the transfer. No clocks are compared between ranks. Calls are matched within their process group, in order
+(groups.py says how each call's group is known), and a straggler is named with the group it was late in.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 import re
 import textwrap
 
+from commlib import _validate
 from commlib import columns, cost
 from commlib import plan
 from commlib import topology as topo
@@ -90,13 +93,15 @@ def cause(call: Call, ratio: float, m: dict, wait_us: float, waited_for, beside_
 # ------------------------------------------------------------------------------------- step 3
 def overlap(rank: RankTrace) -> dict:
     """Per rank, in us: comm_us (union of its calls), hidden_us (under compute), exposed_us, compute_us,
-    idle_us (neither), wall_us."""
+    idle_us (no kernel, memcpy or memset: busy as Holistic Trace Analysis and Nsight count it), wall_us."""
     comm = union((c.start_us, c.end_us) for c in rank.calls)
     compute = union(rank.compute)
+    copies = union(rank.copies) if rank.copies is not None else []
     hidden = length(intersect(comm, compute))
     wall = rank.wall[1] - rank.wall[0]
     return {"comm_us": length(comm), "hidden_us": hidden, "exposed_us": length(comm) - hidden,
-            "compute_us": length(compute), "idle_us": wall - length(union(comm + compute)), "wall_us": wall}
+            "compute_us": length(compute), "idle_us": max(0.0, wall - length(union(comm + compute + copies))),
+            "wall_us": wall}
 
 
 # ----------------------------------------------------------------------------------- stragglers
@@ -107,7 +112,7 @@ def matched(ranks: list[RankTrace]) -> list[list[Call]]:
     per = {}
     for r in ranks:
         for c in r.calls:
-            if c.op not in P2P:
+            if c.op not in P2P and c.group is not None:   # a call of an unknown group has no known peers
                 per.setdefault(c.group, {}).setdefault(r.rank, []).append(c)
     out = []
     for by_rank in per.values():
@@ -124,20 +129,26 @@ def matched(ranks: list[RankTrace]) -> list[list[Call]]:
 def stragglers(ranks: list[RankTrace], min_share: float = 0.05) -> tuple[list[dict], dict]:
     """-> (stragglers, waits). Per matched call: transfer = the shortest duration, each rank's wait = its
     duration - transfer, the rank with the shortest duration arrived last and is charged the others' waits.
-    stragglers: [{rank, delay_us, calls}] for ranks charged at least min_share of all ranks' communication
-    time, largest first. waits: {(rank, start_us): (wait_us, late rank)} for every matched call."""
-    waits, delay, count = {}, {}, {}
+    stragglers: [{rank, group, group_size, delay_us, calls}] per (late rank, group) charged at least min_share
+    of all ranks' communication time, largest first; delay_us adds up, over its peers, the time each of them
+    waited for it (a union on each peer's clock: overlapping calls are not counted twice), so it is never
+    more than those peers' communication time. waits: {(rank, start_us): (wait_us, late rank)} per matched
+    call."""
+    waits, spans, count, size = {}, {}, {}, {}
     for calls in matched(ranks):
         last = min(calls, key=lambda c: c.duration_us)
-        total = 0.0
+        key = (last.rank, last.group)
         for c in calls:
             w = c.duration_us - last.duration_us
             waits[(c.rank, c.start_us)] = (w, last.rank)
-            total += w
-        delay[last.rank] = delay.get(last.rank, 0.0) + total
-        count[last.rank] = count.get(last.rank, 0) + 1
+            if w > 0:   # the first w of its call: it had arrived and waited for the last one
+                spans.setdefault(key, {}).setdefault(c.rank, []).append((c.start_us, c.start_us + w))
+        count[key] = count.get(key, 0) + 1
+        size[key] = last.group_size
+    delay = {key: sum(length(union(s)) for s in spans.get(key, {}).values()) for key in count}
     comm = sum(c.duration_us for r in ranks for c in r.calls if c.op not in P2P)
-    out = [{"rank": r, "delay_us": d, "calls": count[r]} for r, d in delay.items() if comm and d >= min_share * comm]
+    out = [{"rank": r, "group": g, "group_size": size[(r, g)], "delay_us": d, "calls": count[(r, g)]}
+           for (r, g), d in delay.items() if comm and d > 0 and d >= min_share * comm]
     return sorted(out, key=lambda s: -s["delay_us"]), waits
 
 
@@ -147,9 +158,11 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
     """Traces (files, a folder, or RankTraces from traces.load) -> the report: world_size, ranks,
     hardware, calls (the --json keys, plus kernel, wait_us, flag), overlap per rank, stragglers, notes.
     Files are read in parallel processes, each refused past max_bytes decompressed (traces.load)."""
+    far = _validate.number("far", far, low=1.0)   # a call this many times its model is flagged
+    _validate.instance("achievable", achievable, bool)
     ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces, max_bytes)
     world = next((r.world_size for r in ranks if r.world_size), None) or len(ranks)
-    notes = []
+    notes = [n for r in ranks for n in r.notes]
     if hardware is not None:
         if hardware not in topo.PRESETS:
             raise ValueError(f"hardware must be one of {tuple(topo.PRESETS)}, got {hardware!r}")
@@ -168,18 +181,36 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
         for c in r.calls:
             key = (c.op, c.bytes, c.group)
             fastest[key] = min(fastest.get(key, c.duration_us), c.duration_us)
-        for c in r.calls:   # only the compute spans that can meet the call (by bisect: linear time in all)
+        for i, c in enumerate(r.calls):   # only the compute spans that can meet the call (by bisect: linear)
             near = compute[bisect.bisect_right(ends, c.start_us):bisect.bisect_left(starts, c.end_us)]
-            row = _row(c, hw, far, waits.get((c.rank, c.start_us)), near, fastest[(c.op, c.bytes, c.group)])
+            # a call whose group (so its model) is a guess is flagged for waiting only, never against the model
+            known = c.group is not None and i not in r.assumed
+            row = _row(c, hw if known else None, far, waits.get((c.rank, c.start_us)), near,
+                       fastest[(c.op, c.bytes, c.group)])
             if row["flag"] and row["wait_us"] is None and len(ranks) < world:
                 row["flag"] += "; or a late peer (not in these traces)"
             calls.append(row)
         overlaps[r.rank] = overlap(r)
+        # a call's wait is its first wait_us (it arrived, then waited for the last peer): as a union, part of
+        # the rank's communication time and never more, however its calls overlap
+        overlaps[r.rank]["waiting_us"] = length(union((c["start_us"], c["start_us"] + c["wait_us"])
+                                                      for c in calls if c["rank"] == r.rank and c["wait_us"]))
+    unknown = sum(1 for c in calls if c["group"] is None)
+    if unknown:
+        notes.append(f"the process group of {unknown} call(s) is not known (the trace names none, or Gloo's "
+                     "worker threads did not settle it): they are matched with no peer and charged no wait")
     if any(c["dtype"] is None and c["bytes"] for c in calls):
         notes.append("some dtypes are not in the trace (Gloo, tensor lists): their bytes assume 4-byte elements")
     return {"world_size": world, "ranks": [r.rank for r in ranks], "backend": ranks[0].backend,
             "hardware": hardware, "hardware_why": why, "calls": calls, "overlap": overlaps,
-            "stragglers": late, "notes": notes}
+            "stragglers": late, "groups": _groups(ranks), "notes": notes}
+
+
+def _groups(ranks) -> dict:
+    """{name: ranks} of the job's process groups that ran a call (the ranks as pg_config lists them)."""
+    listed = {g.name: list(g.ranks) for r in ranks for g in r.groups if g.ranks}
+    used = sorted({c.group for r in ranks for c in r.calls if c.group is not None}, key=lambda n: (len(n), n))
+    return {n: listed.get(n) for n in used}
 
 
 def _row(c: Call, hw, far: float, wait, compute, fastest_us: float | None = None) -> dict:
@@ -200,16 +231,27 @@ def _row(c: Call, hw, far: float, wait, compute, fastest_us: float | None = None
     if ratio is not None and ratio > far:
         beside = length(intersect([(c.start_us, c.end_us)], compute))
         row["flag"] = cause(c, ratio, m, wait_us, late, beside, fastest_us)
-    elif ratio is None and wait and wait_us > 0.5 * c.duration_us:
+    elif wait and wait_us > 0.5 * c.duration_us:   # far slower than the same call on a peer: it waited
         row["flag"] = f"waited {wait_us:.0f} us for rank {late} to arrive: not the network"
     return row
 
 
 def json_report(report: dict) -> dict:
-    """The --json object: the report with start_us relative to the earliest call of the job."""
+    """The --json object: the report with start_us relative to the earliest call of the job; strict JSON
+    (null for a value that is unknown or not finite: json.dumps(..., allow_nan=False) accepts it)."""
     t0 = min((c["start_us"] for c in report["calls"]), default=0.0)
     calls = [{**c, "start_us": c["start_us"] - t0} for c in report["calls"]]
-    return {**report, "calls": calls, "overlap": {str(k): v for k, v in report["overlap"].items()}}
+    return _finite({**report, "calls": calls, "overlap": {str(k): v for k, v in report["overlap"].items()}})
+
+
+def _finite(x):
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
 
 
 # ------------------------------------------------------------------------------------- text
@@ -218,32 +260,38 @@ def _f(x, fmt=".1f", none="-"):
 
 
 def summary(report: dict) -> list[dict]:
-    """Calls grouped by (op, bytes, group size, algorithm, kernel): count, mean duration, busbw, model ratio."""
+    """Calls grouped by (op, bytes, process group, its size, algorithm): count, mean duration, busbw, model
+    ratio."""
     groups = {}
     for c in report["calls"]:
-        key = (c["op"], c["bytes"], c["group_size"], c["algorithm"])
+        key = (c["op"], c["bytes"], c["group"], c["group_size"], c["algorithm"])
         groups.setdefault(key, []).append(c)
     rows = []
-    for (op, nbytes, p, algo), cs in groups.items():
+    for (op, nbytes, group, p, algo), cs in groups.items():
         mean = sum(c["duration_us"] for c in cs) / len(cs)
         bus = [c["busbw_GBps"] for c in cs if c["busbw_GBps"] is not None]
         ratios = [c["model_ratio"] for c in cs if c["model_ratio"] is not None]
-        rows.append({"op": op, "bytes": nbytes, "group_size": p, "algorithm": algo, "calls": len(cs),
+        rows.append({"op": op, "bytes": nbytes, "group": group, "group_size": p, "algorithm": algo, "calls": len(cs),
                      "mean_us": mean, "busbw_GBps": sum(bus) / len(bus) if bus else None,
                      "model_ratio": sum(ratios) / len(ratios) if ratios else None,
                      "flagged": sum(1 for c in cs if c["flag"])})
     return sorted(rows, key=lambda r: -r["mean_us"] * r["calls"])
 
 
+def group_label(name, size) -> str:
+    """'4 (2)': a process group's name and size; '?' where the group is not known."""
+    return f"{'?' if name is None else name} ({_f(size, 'd', '?')})" if name is not None or size else "?"
+
+
 def format_report(report: dict, limit: int = 12) -> str:
     """The report as text, under 100 characters a line: calls grouped, flags, overlap, stragglers."""
     out = [f"# {len(report['ranks'])} rank(s) of a {report['world_size']}-rank {report['backend']} job; "
            f"hardware: {report['hardware'] or 'none'}", f"#   ({report['hardware_why']})"]
-    calls = [["op", "bytes", "p", "algo", "calls", "mean us", "busbw GB/s", "x model", "flagged"]]
-    calls += [[r["op"], _f(r["bytes"], "d"), _f(r["group_size"], "d"), r["algorithm"] or "?", str(r["calls"]),
-               f"{r['mean_us']:.1f}", _f(r["busbw_GBps"], ".2f"), _f(r["model_ratio"]), str(r["flagged"])]
-              for r in summary(report)[:limit]]
-    out += columns.fit(calls, [15, 11, 4, 7, 6, 10, 11, 9, 8], "<>>>>>>>>")  # widths grow with the values
+    calls = [["op", "bytes", "group (size)", "algo", "calls", "mean us", "busbw GB/s", "x model", "flagged"]]
+    calls += [[r["op"], _f(r["bytes"], "d"), group_label(r["group"], r["group_size"]), r["algorithm"] or "?",
+               str(r["calls"]), f"{r['mean_us']:.1f}", _f(r["busbw_GBps"], ".2f"), _f(r["model_ratio"]),
+               str(r["flagged"])] for r in summary(report)[:limit]]
+    out += columns.fit(calls, [15, 11, 13, 7, 6, 10, 11, 9, 8], "<>>>>>>>>")  # widths grow with the values
     flags = {}
     for c in report["calls"]:
         if c["flag"]:
@@ -253,16 +301,21 @@ def format_report(report: dict, limit: int = 12) -> str:
         out.append(f"! {len(cs)} call(s) flagged, e.g. rank {c['rank']} {c['op']} {_f(c['bytes'], 'd')} B "
                    f"{c['duration_us']:.0f} us:")
         out += textwrap.wrap(c["flag"], 96, initial_indent="!   ", subsequent_indent="!   ")
-    overlap = [["rank", "comm ms", "hidden ms", "exposed ms", "idle ms"]]
-    overlap += [[str(rank)] + [f"{o[k] / 1e3:.2f}" for k in ("comm_us", "hidden_us", "exposed_us", "idle_us")]
+    out.append("overlap per rank (ms): comm = waiting for peers + moving data; hidden + exposed = comm")
+    overlap = [["rank", "comm ms", "waiting ms", "hidden ms", "exposed ms", "idle ms"]]
+    overlap += [[str(rank)] + [f"{o.get(k, 0.0) / 1e3:.2f}" for k in ("comm_us", "waiting_us", "hidden_us",
+                                                                       "exposed_us", "idle_us")]
                 for rank, o in report["overlap"].items()]
-    lines = columns.fit(overlap, [4, 9, 11, 12, 9], ">>>>>")
-    out += [lines[0] + "   (step 3: overlap)"] + lines[1:]
+    out += columns.fit(overlap, [4, 9, 12, 11, 12, 9], ">>>>>>")
     if report["stragglers"]:
         for s in report["stragglers"]:
-            out.append(f"straggler: rank {s['rank']} held the others back {s['delay_us'] / 1e3:.2f} ms "
-                       f"in all, over {s['calls']} call(s)")
+            members = (report.get("groups") or {}).get(s["group"])
+            where = f"group {group_label(s['group'], s['group_size'])}" + (
+                f", ranks {', '.join(map(str, members))}" if members else "")
+            out.append(f"straggler: rank {s['rank']} in {where}: its peers waited {s['delay_us'] / 1e3:.2f} ms "
+                       f"for it, over {s['calls']} call(s)")
     else:
         out.append("stragglers: none found")
-    out += [f"note: {n}" for n in report["notes"]]
+    for n in report["notes"]:
+        out += textwrap.wrap(n, 98, initial_indent="note: ", subsequent_indent="      ")
     return "\n".join(out)

@@ -57,10 +57,11 @@ class Args(msgspec.Struct, gc=False):
     """The `args` fields some analysis reads (kernels, launches, collective ops); every other one is skipped.
     Collective arguments (torch >= 2.2 writes them on the NCCL kernel and on record_param_comms) are kept as
     written (Any): a later check, not the decoder, decides what an odd value means."""
-    external_id: int | None = msgspec.field(default=None, name="External id")
-    correlation: int | None = None
-    stream: int | None = None
-    device: int | None = None
+    # ids are compared, never computed with: any JSON scalar is kept (ROCm traces write the stream as a string)
+    external_id: int | str | None = msgspec.field(default=None, name="External id")
+    correlation: int | str | None = None
+    stream: int | str | None = None
+    device: int | str | None = None
     collective: Any = msgspec.field(default=None, name="Collective name")
     in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
     out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
@@ -90,6 +91,7 @@ class Event(msgspec.Struct, gc=False):
     pid: int | str | None = None
     tid: int | str | None = None
     args: _LazyArgs | None = None
+    index: int = msgspec.field(default=-1, name="__commlib_event_index__")   # its place in traceEvents (set by Records.add)
 
 
 class _Head(msgspec.Struct):
@@ -144,9 +146,13 @@ class Records:
         kernels, copies, launches, comm_ops = self.kernels, self.copies, self.launches, self.comm_ops
         cpu, names = self.cpu, self._names
         n = 0
-        for e in events:
+        for i, e in enumerate(events):
             if e.ph != "X" or e.ts is None:
                 continue
+            e.index = self.seen + i
+            if e.dur < 0 or e.dur != e.dur:
+                raise TraceError(self.path, f"traceEvents[{e.index}] ({e.name[:40]}): field 'dur' is {e.dur!r}, "
+                                            "not a duration (>= 0)")
             n += 1
             cat, name = e.cat, e.name
             if cat == "kernel" or cat in COPIES:

@@ -15,21 +15,16 @@ all_to_all), dtype, start and duration. Where a call's numbers come from:
              name`, `In/Out msg nelems`, `Group size`, `dtype`, `Process Group Name`) on the kernel; older
              traces carry them only on the CPU op that launched it (`record_param_comms`, or `nccl:*` with
              its input shapes): the kernel's `correlation` names its cudaLaunchKernel, which runs inside that op.
+             Of the ops around the launch, the one that says most wins: c10d::_allgather_base_ (output and
+             input: the gathered total, and the group's size as their ratio) over nccl:_all_gather_base
+             (one rank's shard, multiplied by the group's size once the group is known; else unknown).
+  CPU only   `nccl:*` ops without kernels (recorded without ProfilerActivity.CUDA): NCCL calls with the CPU
+             op's times, and a note.
   CPU/Gloo   the `gloo:*` events on Gloo's worker threads: the work itself, with its input shape and dtype
              (record_shapes). The `c10d::*` op that queued it, matched in order (Gloo's workers take work
              in queue order), says which op the user called and its size in nccl-tests' convention.
 
-What a kernel name says (NCCL's source, checked): NCCL compiles specialised kernels for a few functions only
-and runs every other (algorithm, protocol) through the same kernel by a function table.
-  old form, NCCL <= 2.18  ncclKernel_AllReduce_RING_LL_Sum_float: one kernel per algorithm, always the LL one
-                          ("Only generate inline kernels for LL", v2.17.1 src/enqueue.cc and
-                          src/collectives/device/common.h): the ALGORITHM is real, the protocol is not in it.
-  new form, NCCL >= 2.19  ncclDevKernel_AllReduce_Sum_f32_RING_LL: best_kernel() in src/device/generate.py
-                          (v2.30.7) names TREE for the tree and RING_LL for every other algorithm (ring, NVLS,
-                          CollNet, PAT) and protocol: only TREE is an answer.
-So `algorithm` is what the name proves (None otherwise) and `protocol` is None: from NCCL 2.20, rank 0 prints
-NCCL's choice per call with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING ("AllReduce: N Bytes -> Algo RING proto
-SIMPLE ...", by name from 2.24; v2.30.7 src/enqueue.cc); before 2.20 the line is commented out.
+What an NCCL kernel's name proves (its algorithm, never its protocol): kernels.py.
 
 Why not Holistic Trace Analysis (holistictraceanalysis, MIT): it needs pandas, plotly, networkx and pydot (none
 are in requirements.txt), reads GPU kernels only (no Gloo, so not the course's CPU runs), computes no bytes,
@@ -44,7 +39,11 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from commlib.profiling.fields import OddField, count, dims_numel, numel
+from commlib.profiling.groups import configured, file_calls, parse_ranks
+from commlib.profiling.kernels import kernel_info
 from commlib.profiling.parallel import read_all
+from commlib.profiling.recording import record  # noqa: F401  (traces.record, as chapters 9 and 10 call it)
 from commlib.profiling.reader import (C10D_OR_PARAM_COMMS, CPU_OP, MAX_BYTES, PROFILER_STEP, Records,  # noqa: F401
                                       TraceError, no_gc, read_records)
 
@@ -68,9 +67,6 @@ OP_NAMES = {
     "sendrecv": "send_recv", "barrier": "barrier", "gather": "gather", "gather_": "gather",
     "scatter": "scatter", "scatter_": "scatter",
 }
-KERNEL_OPS = {"AllReduce": "all_reduce", "AllGather": "all_gather", "AllGatherV": "all_gather",
-              "ReduceScatter": "reduce_scatter", "Broadcast": "broadcast", "Reduce": "reduce",
-              "SendRecv": "send_recv", "AllToAll": "all_to_all", "Generic": None}
 # torch's dtype names (record_param_comms, "Input type") -> torch.dtype names and bytes per element
 DTYPES = {"float": ("float32", 4), "float32": ("float32", 4), "double": ("float64", 8), "float64": ("float64", 8),
           "half": ("float16", 2), "float16": ("float16", 2), "c10::half": ("float16", 2),
@@ -79,12 +75,6 @@ DTYPES = {"float": ("float32", 4), "float32": ("float32", 4), "double": ("float6
           "int32": ("int32", 4), "short": ("int16", 2), "byte": ("uint8", 1), "unsigned char": ("uint8", 1),
           "uint8": ("uint8", 1), "char": ("int8", 1), "signed char": ("int8", 1), "int8": ("int8", 1),
           "bool": ("bool", 1), "float8_e4m3fn": ("float8_e4m3fn", 1), "float8_e5m2": ("float8_e5m2", 1)}
-_ALGOS = "COLLNET_DIRECT|COLLNET_CHAIN|NVLS_TREE|NVLS|COLLNET|TREE|RING|PAT"
-_OLD = re.compile(rf"^ncclKernel_(?P<op>[A-Za-z]+)_(?P<algo>{_ALGOS})_(?P<proto>LL128|LL|SIMPLE)_")
-_NEW = re.compile(rf"^ncclDevKernel_(?P<op>[A-Za-z]+?)(?:_(?P<rest>[A-Za-z0-9_]*?))?(?:_(?P<algo>{_ALGOS})_"
-                  rf"(?P<proto>LL128|LL|SIMPLE))?(?:\(|$)")
-
-
 @dataclass(frozen=True)
 class Call:
     rank: int
@@ -115,20 +105,13 @@ class RankTrace:
     compute: object                       # (n, 2) array of compute spans (kernels; or CPU ops off Gloo's threads), us
     wall: tuple[float, float]             # first to last event of the timeline used, us
     job: tuple = field(default=(), repr=False)   # what must agree between ranks of one job
-
-
-def kernel_info(name: str) -> dict:
-    """op, algorithm and the name's form ('old' | 'new' | None) of an NCCL kernel name; see the module
-    docstring for why the protocol is never read from it and the algorithm only where the name proves it."""
-    short = name.split("(")[0]
-    m = _OLD.match(short)
-    if m:  # one kernel per algorithm; p2p kernels name no algorithm of theirs
-        op = KERNEL_OPS.get(m["op"])
-        return {"op": op, "algorithm": None if op == "send_recv" else m["algo"].lower(), "form": "old"}
-    m = _NEW.match(short)
-    if m:
-        return {"op": KERNEL_OPS.get(m["op"]), "algorithm": "tree" if m["algo"] == "TREE" else None, "form": "new"}
-    return {"op": None, "algorithm": None, "form": None}
+    groups: list = field(default_factory=list, repr=False)    # its pg_config as groups.Group, creation order
+    threads: list = field(default_factory=list, repr=False)   # Gloo: (worker thread, issue index) per call
+    copies: object = None     # (n, 2) memcpy / memset spans: busy, not compute (as HTA and Nsight count them)
+    shards: set = field(default_factory=set, repr=False)      # indices of all-gathers whose bytes are one shard
+    notes: list = field(default_factory=list, repr=False)     # what the reader could not know, for the report
+    holds: str = field(default="", repr=False)                # what the file holds, said where it has no call
+    assumed: set = field(default_factory=set, repr=False)     # indices of calls whose group size is a guess
 
 
 def dtype_of(text) -> tuple[str | None, int | None]:
@@ -148,27 +131,20 @@ def nccl_bytes(op: str, in_nelems, out_nelems, itemsize) -> int | None:
 
 # ------------------------------------------------------------------------------------------ calls
 def _rank_of(path: str, info: dict) -> int | None:
-    if isinstance(info.get("rank"), int):
-        return info["rank"]
+    if isinstance(info.get("rank"), (int, str)) and str(info["rank"]).strip().isdigit():
+        return int(info["rank"])   # an int, or one written as a string
     m = re.search(r"(?:rank|worker)[-_]?(\d+)", os.path.basename(path), re.IGNORECASE)
     return int(m.group(1)) if m else None
 
 
-def _dims_numel(dims) -> int | None:
-    """numel of the first tensor in a record_shapes 'Input Dims' entry (a TensorList is one level deeper)."""
-    if not dims:
-        return None
-    first = dims[0]
-    if first and isinstance(first[0], list):  # TensorList: add its tensors up
-        return sum(_numel(d) for d in first)
-    return _numel(first) if isinstance(first, list) and first else None
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
+def _checked(rec: Records, e, fn, *args):
+    """fn(*args), an OddField in it reported as one line naming the file, the event's index and the field."""
+    try:
+        return fn(*args)
+    except OddField as x:
+        shown = repr(x.value) if len(repr(x.value)) < 60 else repr(x.value)[:50] + "..."
+        raise TraceError(rec.path, f"traceEvents[{e.index}] ({e.name[:40]}): field '{x.field}' is {shown}, not "
+                                   "a count torch would write") from None
 
 
 def _from_args(args) -> dict | None:
@@ -179,8 +155,12 @@ def _from_args(args) -> dict | None:
     op = OP_NAMES.get(name.lower(), name.lower())
     dtype, size = dtype_of(args.dtype)
     group = "0" if args.pg_name is None else str(args.pg_name)
-    return {"op": op, "group": group, "group_size": args.group_size,
-            "dtype": dtype, "bytes": nccl_bytes(op, args.in_nelems, args.out_nelems, size)}
+    members = parse_ranks(args.pg_ranks)
+    group_size = count("Group size", args.group_size, low=1)
+    group_size = group_size if group_size is not None else (len(members) if members else None)
+    in_n, out_n = count("In msg nelems", args.in_nelems), count("Out msg nelems", args.out_nelems)
+    return {"op": op, "group": group, "group_size": group_size, "dtype": dtype,
+            "bytes": nccl_bytes(op, in_n, out_n, size)}
 
 
 def _from_shapes(name: str, args) -> dict | None:
@@ -191,27 +171,39 @@ def _from_shapes(name: str, args) -> dict | None:
         return None
     dims = (args.input_dims if args is not None else None) or []
     types = (args.input_type if args is not None else None) or []
-    dtype, size = dtype_of(next((t for t in types if t and t not in ("TensorList", "Scalar")), None))
+    for key, value in (("Input Dims", dims), ("Input type", types)):
+        if not isinstance(value, list):
+            raise OddField(key, value)
+    dtype, size = dtype_of(next((t for t in types if isinstance(t, str) and t not in ("", "TensorList", "Scalar")),
+                                None))
+    group_size, shard = None, False
     if op in ("all_gather", "reduce_scatter") and len(dims) >= 2 and all(isinstance(d, list) for d in dims[:2]) \
             and dims[0] and dims[1] and not isinstance(dims[0][0], list):  # (output, input) as c10d::_*_base_
-        n = max(_numel(dims[0]), _numel(dims[1]))
+        big, small = max(numel(dims[0]), numel(dims[1])), min(numel(dims[0]), numel(dims[1]))
+        n = big
+        if small and big % small == 0:   # the whole over one rank's share: the group's size
+            group_size = big // small
     else:
-        n = _dims_numel(dims)
+        n = dims_numel(dims)
+        # nccl:all_gather / nccl:_all_gather_base record their input only: one rank's shard
+        shard = op == "all_gather" and name.startswith("nccl:")
     if op == "barrier":  # its one-byte tensor is not sent
         return {"op": op, "group": "0", "group_size": None, "dtype": None, "bytes": None}
     if size is None and "TensorList" in types:  # a tensor list records no dtype: assume 4-byte elements
         size = 4
-    return {"op": op, "group": "0", "group_size": None, "dtype": dtype,
+    return {"op": op, "group": "0", "group_size": group_size, "dtype": dtype, "shard": shard,
             "bytes": None if n is None or size is None else n * size}
 
 
-def _cuda_calls(rank, rec: Records, kernels) -> list[Call]:
+def _cuda_calls(rank, rec: Records, kernels, shards: set) -> list[Call]:
     """One Call per NCCL kernel; arguments from the kernel, else from the CPU op that launched it (the kernel's
-    correlation names its launch; the innermost collective op around the launch on that thread, by bisect)."""
+    correlation names its launch; the innermost collective op around the launch on that thread, by bisect).
+    Adds to shards the indices of all-gathers whose bytes are one rank's shard (an older trace's nccl:* op)."""
     by_ext, ops_by_tid = {}, {}
     for e in rec.comm_ops:
-        if e.cat in ("cpu_op", "user_annotation") and (e.name == "record_param_comms" or e.name.startswith("nccl:")):
-            info = _from_args(e.args) or _from_shapes(e.name, e.args)
+        if e.cat in ("cpu_op", "user_annotation") and (e.name == "record_param_comms"
+                                                       or e.name.startswith(("nccl:", "c10d::"))):
+            info = _checked(rec, e, _from_args, e.args) or _checked(rec, e, _from_shapes, e.name, e.args)
             if info:
                 by_ext.setdefault(e.args.external_id if e.args is not None else None, info)
                 ops_by_tid.setdefault(e.tid, []).append((e.ts, e.ts + e.dur, info))
@@ -222,18 +214,22 @@ def _cuda_calls(rank, rec: Records, kernels) -> list[Call]:
     calls = []
     for k in kernels:
         args = k.args
-        info = _from_args(args)
+        info = _checked(rec, k, _from_args, args)
         launch = rec.launches.get(args.correlation) if args is not None else None
         if info is None and launch is not None:  # the innermost op with sizes around its launch
             t, tid = launch
             spans = ops_by_tid.get(tid, [])
             i = bisect.bisect_right(starts[tid], t) if spans else 0
-            inside = [s for s in spans[max(0, i - 4):i] if s[1] >= t]   # collective ops nest a few deep at most
-            info = min(inside, key=lambda s: (s[2]["bytes"] is None, s[1] - s[0]))[2] if inside else None
+            inside = [s for s in spans[max(0, i - 6):i] if s[1] >= t]   # collective ops nest a few deep at most
+            # the op that says most: sizes, then the whole (not a shard), then the innermost
+            info = min(inside, key=lambda s: (s[2]["bytes"] is None, s[2].get("shard", False), s[1] - s[0]))[2] \
+                if inside else None
         if info is None:  # no launch recorded: the op whose External id the kernel carries
             info = by_ext.get(args.external_id if args is not None else None)
         kinfo = kernel_info(k.name)
         info = info or {"op": kinfo["op"] or "unknown", "group": "0", "group_size": None, "dtype": None, "bytes": None}
+        if info.get("shard"):
+            shards.add(len(calls))
         calls.append(Call(rank, info["op"], info["group"], info["group_size"], info["bytes"], info["dtype"],
                           k.ts, k.dur, kinfo["algorithm"], None, k.name))
     return calls
@@ -244,37 +240,40 @@ def _cuda_calls(rank, rec: Records, kernels) -> list[Call]:
 GLOO_RUNS_AS = {"reduce_scatter": "all_reduce"}
 
 
-def _gloo_calls(rank, rec: Records, comm_threads) -> list[Call]:
+def _gloo_calls(rank, rec: Records, comm_threads) -> tuple[list[Call], list]:
     """gloo:* work events (the work itself, with its own input shape and dtype), each matched in order with the
     c10d::* op that queued it: the op the user called, and its size in nccl-tests' convention. The next queued op
     that Gloo runs as this work's op is found by bisect in a per-op index (not by a scan: linear time when work
-    and queued ops do not match one to one)."""
+    and queued ops do not match one to one). Also returns each call's (worker thread, issue index): the
+    thread says its process group (groups.py), the index the order the program issued it."""
     work = sorted((e for e in rec.comm_ops if e.name.startswith("gloo:")), key=lambda e: e.ts)
     queued = sorted((e for e in rec.comm_ops if e.cat == "cpu_op" and e.name.startswith("c10d::")
                      and e.tid not in comm_threads and OP_NAMES.get(e.name[6:].lower())), key=lambda e: e.ts)
-    infos = [_from_shapes(q.name, q.args) for q in queued]
+    infos = [_checked(rec, q, _from_shapes, q.name, q.args) for q in queued]
     runs = {}   # the op Gloo runs -> indices of the queued ops it serves, ascending
     for k, info in enumerate(infos):
         for ran in {info["op"], GLOO_RUNS_AS.get(info["op"])} - {None}:
             runs.setdefault(ran, []).append(k)
-    calls, j = [], 0
+    calls, threads, j = [], [], 0
     for w in work:
-        ran = _from_shapes(w.name, w.args) or {"op": w.name[5:].lower(), "dtype": None, "bytes": None}
-        asked = None
+        ran = _checked(rec, w, _from_shapes, w.name, w.args) or {"op": w.name[5:].lower(), "dtype": None, "bytes": None}
+        asked, issued = None, len(queued) + len(calls)
         ks = runs.get(ran["op"], ())
         i = bisect.bisect_left(ks, j)
         if i < len(ks):   # the next queued op Gloo runs this way (others ran inline, or not here)
-            asked, j = infos[ks[i]], ks[i] + 1
+            asked, j, issued = infos[ks[i]], ks[i] + 1, ks[i]
         op = asked["op"] if asked else ran["op"]
         dtype = (asked and asked["dtype"]) or ran["dtype"]
         nbytes = asked["bytes"] if asked and asked["dtype"] else (ran["bytes"] or (asked and asked["bytes"]))
         calls.append(Call(rank, op, "0", None, nbytes, dtype, w.ts, w.dur, None, None, None))
-    return calls
+        threads.append((w.tid, issued))
+    return calls, threads
 
 
 def read(path: str, max_bytes: int = MAX_BYTES) -> RankTrace:
     """One rank's trace -> RankTrace (TraceError naming the file when it is not a usable trace). compute is an
-    (n, 2) float array of (start, end) spans, us."""
+    (n, 2) float array of (start, end) spans, us. rank is None where neither distributedInfo nor the file's
+    name says it (load decides)."""
     with no_gc():
         return _read(path, max_bytes)
 
@@ -283,38 +282,82 @@ def _read(path: str, max_bytes: int) -> RankTrace:
     rec = read_records(path, max_bytes)
     info = rec.info
     rank = _rank_of(path, info)
-    if rank is None:
-        raise TraceError(path, "no rank in it (no distributedInfo.rank) nor in its name (e.g. rank3.json)")
     is_nccl = [k.name.lower().startswith("nccl") for k in rec.kernels]
     comm_threads = {e.tid for e in rec.comm_ops if e.name.startswith("gloo:")}
     cpu = rec.cpu
+    notes, shards, threads = [], set(), []
+    copies = _spans([(k.ts, k.ts + k.dur) for k in rec.copies])
     if any(is_nccl) or (rec.kernels and not comm_threads):
         nccl = sorted((k for k, n in zip(rec.kernels, is_nccl) if n), key=lambda k: k.ts)
-        calls = _cuda_calls(rank, rec, nccl)
+        calls = _cuda_calls(rank, rec, nccl, shards)
         compute = _spans([(k.ts, k.ts + k.dur) for k, n in zip(rec.kernels, is_nccl) if not n])
-        timeline = _spans([(k.ts, k.ts + k.dur) for k in rec.kernels])
+        timeline = _spans([(k.ts, k.ts + k.dur) for k in [*rec.kernels, *rec.copies]])
         backend = "nccl"
+    elif not comm_threads and any(e.name.startswith("nccl:") for e in rec.comm_ops):
+        calls = _cpu_nccl_calls(rank, rec, shards)   # NCCL seen from the CPU only (no CUDA activity recorded)
+        compute = _spans([(s, e) for s, e, kind in zip(cpu.start, cpu.end, cpu.kinds)
+                          if kind & CPU_OP and not kind & C10D_OR_PARAM_COMMS])
+        timeline = _spans([(s, e) for s, e, kind in zip(cpu.start, cpu.end, cpu.kinds) if not kind & PROFILER_STEP])
+        backend = "nccl"
+        notes.append(f"{os.path.basename(path)}: no device times in this trace (NCCL seen from the CPU only): "
+                     "the times are the CPU ops'; record with ProfilerActivity.CUDA for the kernels'")
     else:
-        calls = _gloo_calls(rank, rec, comm_threads)
+        calls, threads = _gloo_calls(rank, rec, comm_threads)
         pick = [kind & CPU_OP and not kind & C10D_OR_PARAM_COMMS and tid not in comm_threads
                 for kind, tid in zip(cpu.kinds, cpu.tid)]
         compute = _spans([(s, e) for s, e, p in zip(cpu.start, cpu.end, pick) if p])
         timeline = _spans([(s, e) for s, e, kind in zip(cpu.start, cpu.end, cpu.kinds) if not kind & PROFILER_STEP])
         backend = "gloo"
-    if not calls and not rec.events:
-        raise TraceError(path, "no events in it")
     wall = (float(timeline[:, 0].min()), float(timeline[:, 1].max())) if len(timeline) else (0.0, 0.0)
     device = None
     props = rec.devices
-    if props and isinstance(props[0], dict) and backend == "nccl":
-        device = props[0].get("name")
-    pgs = tuple(sorted((str(g.get("pg_name")), g.get("pg_size")) for g in info.get("pg_config") or []
-                       if isinstance(g, dict)))
-    job = (info.get("world_size"), info.get("backend"), info.get("nccl_version"), pgs)
-    size = {name: s for name, s in pgs}
-    calls = [c if c.group_size is not None else _with_size(c, size.get(c.group), info.get("world_size"), len(pgs))
+    if props and isinstance(props[0], dict) and backend == "nccl" and isinstance(props[0].get("name"), str):
+        device = props[0]["name"]
+    groups = configured(info)
+    try:
+        info["world_size"] = count("world_size", info.get("world_size"), low=1)
+    except OddField as x:
+        raise TraceError(path, f"distributedInfo.world_size is {x.value!r}, not a number of ranks") from None
+    job = (info.get("world_size"), info.get("backend"), info.get("nccl_version"))
+    size = {g.name: g.size for g in groups}
+    if not groups and info.get("world_size"):   # no pg_config: a call the trace does not size is taken as the
+        assumed = {i for i, c in enumerate(calls) if c.group_size is None}   # whole job's, and marked so
+        if assumed:
+            notes.append(f"{os.path.basename(path)}: no process groups in the trace (pg_config): {len(assumed)} "
+                         f"call(s) taken as whole-job ({info['world_size']} ranks) calls; nothing is flagged "
+                         "against the model on them")
+    else:
+        assumed = set()
+    calls = [c if c.group_size is not None else _with_size(c, size.get(c.group), info.get("world_size"), len(groups))
              for c in calls]
-    return RankTrace(path, rank, info.get("world_size"), backend, device, calls, compute, wall, job)
+    return RankTrace(path, rank, info.get("world_size"), backend, device, calls, compute, wall, job, groups, threads,
+                     copies, shards, notes, _holds(rec), assumed)
+
+
+def _holds(rec: Records) -> str:
+    """What a file with no collective call holds, and the likely cause, in a few words."""
+    if not rec.events:
+        return ("no events at all: the profiler was stopped (or its schedule never reached an active step) "
+                "before export_chrome_trace, or on_trace_ready wrote it before any step ran")
+    if rec.events < 10:   # what export_chrome_trace after a scheduled loop leaves (torch 2.13: 1 event)
+        return (f"{rec.events} event(s), none a collective: with a schedule, write the trace from "
+                "on_trace_ready (README's recipe); exported after the loop it keeps almost nothing")
+    return (f"{rec.events} events, none a collective: a rank that communicated nothing in the recorded "
+            "steps, or a schedule window that missed them")
+
+
+def _cpu_nccl_calls(rank, rec: Records, shards: set) -> list[Call]:
+    """One Call per nccl:* op on the CPU (its time is the CPU op's: the launch, not the kernel), sized from its
+    shapes or from the record_param_comms beside it."""
+    calls = []
+    for e in sorted((e for e in rec.comm_ops if e.name.startswith("nccl:")), key=lambda e: e.ts):
+        info = _checked(rec, e, _from_shapes, e.name, e.args) or {"op": e.name[5:].lower(), "group": "0", "group_size": None,
+                                                 "dtype": None, "bytes": None}
+        if info.get("shard"):
+            shards.add(len(calls))
+        calls.append(Call(rank, info["op"], info["group"], info["group_size"], info["bytes"], info["dtype"],
+                          e.ts, e.dur, None, None, None))
+    return calls
 
 
 def _spans(pairs):
@@ -350,13 +393,27 @@ def trace_files(paths) -> list[str]:
 
 
 def load(paths, max_bytes: int = MAX_BYTES, workers: int | None = None, timeout_s: float = 600.0) -> list[RankTrace]:
-    """Every rank's trace, in rank order; TraceError when files come from two jobs or two are one rank. Ranks are
-    read in parallel processes (workers: default one per core, at most one per file), each within timeout_s."""
+    """Every rank's trace, in rank order, each call filed under its process group (groups.py); TraceError when
+    files come from two jobs or two are one rank. Ranks are read in parallel processes (workers: default one per
+    core, at most one per file), each within timeout_s."""
     files = trace_files(paths)
     ranks = read_all(files, read, max_bytes, workers=workers, timeout_s=timeout_s)
+    if not any(r.calls for r in ranks):   # nothing to diagnose: say what each file holds
+        raise TraceError(ranks[0].path, "nothing to diagnose: " + ranks[0].holds + "".join(
+            f"\n{r.path}: nothing to diagnose: {r.holds}" for r in ranks[1:]))
+    unnamed = [r for r in ranks if r.rank is None]
+    if len(ranks) == 1 and unnamed:   # a single-GPU run, or one file of a job: rank 0 of a one-rank job
+        unnamed[0].rank = 0
+        unnamed[0].notes.append(f"{os.path.basename(unnamed[0].path)}: no distributedInfo (nor a rank in its "
+                                "name): read as rank 0 of a one-rank job")
+        unnamed[0].calls = [Call(**{**c.__dict__, "rank": 0}) for c in unnamed[0].calls]
+    elif unnamed:
+        raise TraceError(unnamed[0].path, f"no rank in {len(unnamed)} of {len(ranks)} files (no distributedInfo.rank,"
+                                          " nor rank3 / rank-3 / rank_3 / worker3 in the name): "
+                                          + ", ".join(os.path.basename(r.path) for r in unnamed))
     first = ranks[0]
     for r in ranks[1:]:
-        keys = ("world size", "backend", "NCCL version", "process groups")
+        keys = ("world size", "backend", "NCCL version")
         for key, a, b in zip(keys, first.job, r.job):
             if a is not None and b is not None and a != b:
                 raise TraceError(r.path, f"from another job than {first.path}: {key} {b} here, {a} there")
@@ -365,40 +422,4 @@ def load(paths, max_bytes: int = MAX_BYTES, workers: int | None = None, timeout_
         if r.rank in seen:
             raise TraceError(r.path, f"rank {r.rank} again: {seen[r.rank]} is rank {r.rank} too")
         seen[r.rank] = r.path
-    return sorted(ranks, key=lambda r: r.rank)
-
-
-# ------------------------------------------------------------------------------------- writing, in a rank
-def record(step, path: str, *args, warmup: int = 1, late_rank: int | None = None, late_s: float = 0.0,
-           **kwargs) -> str:
-    """Inside a rank: run step(*args, **kwargs) `warmup` times under the profiler's warm-up (it absorbs the
-    ranks' different profiler start-up times), then once recorded, and write this rank's trace to path
-    ("{rank}" in it becomes the rank). late_rank sleeps late_s before the recorded step: a straggler, on
-    purpose. Returns the path written."""
-    import time
-    import warnings
-
-    import torch
-    import torch.distributed as dist
-    from torch.profiler import ProfilerActivity, profile, schedule
-
-    from commlib.profiling.live import _without_profiler_chatter
-
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    out = path.replace("{rank}", str(rank))
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    # the GPU timeline where this rank uses CUDA: an NCCL group, or CUDA already initialised
-    cuda = torch.cuda.is_initialized() or (dist.is_initialized() and "nccl" in str(dist.get_backend()))
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with warnings.catch_warnings(), _without_profiler_chatter(), profile(activities=activities, record_shapes=True,
-                                              schedule=schedule(wait=0, warmup=warmup, active=1),
-                                              on_trace_ready=lambda p: p.export_chrome_trace(out)) as prof:
-        warnings.filterwarnings("ignore", ".*Profiler clears events")  # one cycle is all we record
-        for i in range(warmup + 1):
-            if i == warmup and rank == late_rank:
-                time.sleep(late_s)
-            step(*args, **kwargs)
-            if cuda:
-                torch.cuda.synchronize()
-            prof.step()
-    return out
+    return file_calls(sorted(ranks, key=lambda r: r.rank))

@@ -1,0 +1,51 @@
+"""A collective's numeric fields as a trace writes them, checked: counts, shapes. An odd value raises
+OddField (the field and the value); traces.py adds the file and the event's index, for one line.
+
+    count("Group size", "8", low=1) -> 8        numel([8, 1024]) -> 8192
+"""
+
+from __future__ import annotations
+
+
+def dims_numel(dims) -> int | None:
+    """numel of the first tensor in a record_shapes 'Input Dims' entry (a TensorList is one level deeper)."""
+    if not dims:
+        return None
+    if not isinstance(dims, list):
+        raise OddField("Input Dims", dims)
+    first = dims[0]
+    if isinstance(first, list) and first and isinstance(first[0], list):  # TensorList: add its tensors up
+        return sum(numel(d) for d in first)
+    return numel(first) if isinstance(first, list) and first else None
+
+
+def numel(shape) -> int:
+    if not isinstance(shape, list):
+        raise OddField("Input Dims", shape)
+    n = 1
+    for d in shape:
+        n *= count("Input Dims", d)
+    return n
+
+
+class OddField(ValueError):
+    """A collective's field that is not what torch writes (raised with the field and value; the caller adds
+    the file and the event's index)."""
+
+    def __init__(self, name: str, value):
+        super().__init__(name)
+        self.field, self.value = name, value
+
+
+def count(name: str, value, low: int = 0):
+    """A count as a trace writes it: an int, or an int written as a string or a whole float ("8", 8.0);
+    None stays None; anything else (text, NaN, a list, below low) is an OddField."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value.strip())
+    elif isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise OddField(name, value)
+    return value

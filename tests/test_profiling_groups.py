@@ -1,0 +1,135 @@
+"""commlib.profiling.groups and diagnose on jobs with several process groups: pg_configs merged across ranks,
+calls filed and matched per group, stragglers named with their group; a live 4-rank CPU job on a 2x2 mesh."""
+
+import json
+import os
+import sys
+
+import cloudpickle
+import pytest
+
+import commlib as cl
+from commlib.profiling import diagnose as td
+from commlib.profiling import groups as pg
+from commlib.profiling import traces as tr
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+TP = ([0, 1], [2, 3])   # the 2x2 mesh: tensor-parallel pairs (made first: groups "1" and "2")
+DP = ([0, 2], [1, 3])   # data-parallel pairs (groups "3" and "4")
+SLOW, SLOW_S = 3, 0.3
+
+
+def _call(rank, group, duration, size=2):
+    return tr.Call(rank, "all_reduce", group, size, 1 << 20, "float32", 0.0, duration, None, None, None)
+
+
+def _rank(rank, calls, groups=()):
+    return tr.RankTrace(f"rank{rank}.json", rank, 4, "nccl", None, calls, [], (0.0, 1.0), (), list(groups))
+
+
+def test_calls_are_matched_within_their_group_and_the_straggler_is_named_with_it():
+    # group "1" = ranks 0, 1 and group "2" = ranks 2, 3 run their own all-reduces; only group "2" has a late rank
+    ranks = [_rank(0, [_call(0, "1", 100.0)]), _rank(1, [_call(1, "1", 100.0)]),
+             _rank(2, [_call(2, "2", 900.0)]), _rank(3, [_call(3, "2", 100.0)])]
+    assert sorted([c.rank for c in m] for m in td.matched(ranks)) == [[0, 1], [2, 3]]
+    late, waits = td.stragglers(ranks)
+    assert late == [{"rank": 3, "group": "2", "group_size": 2, "delay_us": 800.0, "calls": 1}]
+    assert waits[(2, 0.0)] == (800.0, 3) and waits[(0, 0.0)] == (0.0, 0)
+    # a call whose group is unknown has no peers: it is never matched
+    assert td.matched([_rank(0, [_call(0, None, 5.0)]), _rank(1, [_call(1, None, 9.0)])]) == []
+
+
+def test_pg_configs_merge_and_a_real_conflict_names_both_files():
+    a = _rank(0, [], [pg.Group("0", (0, 1, 2, 3), "default_pg"), pg.Group("1", (0, 1))])
+    b = _rank(2, [], [pg.Group("0", (0, 1, 2, 3), "default_pg"), pg.Group("2", (2, 3))])
+    assert {n: g.ranks for n, g in pg.merge([a, b]).items()} == {"0": (0, 1, 2, 3), "1": (0, 1), "2": (2, 3)}
+    c = _rank(3, [], [pg.Group("1", (1, 3))])
+    with pytest.raises(tr.TraceError, match=r"rank3.json: from another job than rank0.json: process group 1 "
+                                            r"has ranks \[1, 3\] here, \[0, 1\] there"):
+        pg.merge([a, c])
+    assert pg.parse_ranks("[0, 2]") == (0, 2) and pg.parse_ranks([3, 1]) == (1, 3)
+    assert pg.parse_ranks("[0, x]") is None and pg.parse_ranks([-1]) is None and pg.parse_ranks(7) is None
+
+
+def test_nccl_calls_take_their_group_from_the_kernel(tmp_path):
+    # torch >= 2.2 writes Process Group Name and Ranks on the kernel; Group size left out: the ranks give it
+    kernel = {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+              "ts": 10.0, "dur": 50.0, "pid": 0, "tid": 7,
+              "args": {"Collective name": "_allgather_base", "In msg nelems": 256, "Out msg nelems": 512,
+                       "dtype": "Float", "Process Group Name": "5", "Process Group Ranks": "[1, 3]"}}
+    info = {"rank": 1, "world_size": 4, "backend": "nccl",
+            "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 4, "ranks": [0, 1, 2, 3]},
+                          {"pg_name": "5", "pg_desc": "undefined", "pg_size": 2, "ranks": [1, 3]}]}
+    (tmp_path / "rank1.json").write_text(json.dumps({"distributedInfo": info, "traceEvents": [kernel]}))
+    (call,) = tr.load([str(tmp_path / "rank1.json")])[0].calls
+    assert (call.op, call.group, call.group_size, call.bytes) == ("all_gather", "5", 2, 512 * 4)
+
+
+def _step(tp, dp, steps=[]):
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    rank = dist.get_rank()
+    dist.all_reduce(torch.ones(1 << 12), group=tp)
+    dist.all_gather_single(torch.empty(2 * 256), torch.ones(256), group=tp)
+    steps.append(1)
+    if rank == SLOW and len(steps) == 2:   # in the recorded step (record's warm-up is the first), slow inside
+        # its data-parallel group only: its tensor-parallel calls are done
+        time.sleep(SLOW_S)
+    dist.all_reduce(torch.ones(1 << 14), group=dp)
+
+
+def _mesh_job(folder):
+    import torch.distributed as dist
+
+    rank = dist.get_rank()
+    tps, dps = [dist.new_group(r) for r in TP], [dist.new_group(r) for r in DP]
+    return tr.record(_step, folder + "/rank{rank}.json", tps[rank // 2], dps[rank % 2])
+
+
+def test_live_2x2_mesh_files_each_call_under_its_group_and_names_the_slow_rank_in_its_dp_group(tmp_path):
+    with cl.Cluster(world_size=4, timeout=120) as c:
+        c.run(_mesh_job, str(tmp_path))
+    report = td.diagnose(str(tmp_path))
+    assert report["groups"] == {"1": [0, 1], "2": [2, 3], "3": [0, 2], "4": [1, 3]}
+    tp_of, dp_of = {0: "1", 1: "1", 2: "2", 3: "2"}, {0: "3", 1: "4", 2: "3", 3: "4"}
+    for c in report["calls"]:   # Gloo names no group: each call's comes from its worker thread (groups.py)
+        expected = dp_of[c["rank"]] if c["bytes"] == (1 << 14) * 4 else tp_of[c["rank"]]
+        assert (c["group"], c["group_size"]) == (expected, 2), c
+    # bytes by nccl-tests' convention: the gathered total (shard x group size); busbw with the group's size
+    gathered = [c for c in report["calls"] if c["op"] == "all_gather"]
+    assert {c["bytes"] for c in gathered} == {2 * 256 * 4} and len(gathered) == 4
+    c = gathered[0]
+    assert c["busbw_GBps"] == pytest.approx(c["algbw_GBps"] * (2 - 1) / 2, rel=1e-12)
+    top = report["stragglers"][0]
+    assert (top["rank"], top["group"], top["group_size"]) == (SLOW, "4", 2) and top["delay_us"] >= 0.5 * SLOW_S * 1e6
+    assert all(s["delay_us"] < 0.2 * top["delay_us"] for s in report["stragglers"][1:])
+    # the long wait is rank 1's, in group 4 (short waits elsewhere are the ranks' start-up skew)
+    waited = [c for c in report["calls"] if c["flag"] and c["wait_us"] > 0.5 * SLOW_S * 1e6]
+    assert [(c["rank"], c["group"]) for c in waited] == [(1, "4")] and f"for rank {SLOW}" in waited[0]["flag"]
+    for rank, o in report["overlap"].items():   # one story: the waiting is part of the communication time
+        assert 0.0 <= o["waiting_us"] <= o["comm_us"]
+    assert top["delay_us"] <= report["overlap"][1]["waiting_us"] + 1e-6   # rank 1 is its only peer
+    text = td.format_report(report)
+    assert "straggler: rank 3 in group 4 (2), ranks 1, 3: its peers waited" in text
+    assert max(len(line) for line in text.splitlines()) < 100
+    assert os.path.exists(tmp_path / "rank3.json")
+
+
+def test_gloo_threads_that_fit_two_groups_equally_leave_the_group_unknown():
+    # two groups with the same ranks, each rank with one worker thread: either could be the one that ran it
+    groups = [pg.Group("0", (0, 1), "default_pg"), pg.Group("1", (0, 1)), pg.Group("2", (0, 1))]
+    ranks = []
+    for r in (0, 1):
+        rt = _rank(r, [_call(r, "0", 10.0)], groups)
+        rt.backend, rt.threads = "gloo", [(100 + r, 0)]
+        ranks.append(rt)
+    assert pg.assign_gloo(ranks, pg.merge(ranks)) is None
+    report = td.diagnose(pg.file_calls(ranks))
+    assert [c["group"] for c in report["calls"]] == [None, None] and report["stragglers"] == []
+    assert any("process group of 2 call(s) is not known" in n for n in report["notes"])
+    with pytest.raises(ValueError, match="far must be a finite number >= 1"):
+        td.diagnose(ranks, far=0.5)
