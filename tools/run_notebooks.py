@@ -13,9 +13,11 @@ each widget's initial view without a kernel; the run fails if a widget view's mo
 import os
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import nbformat
+from jupyter_core.paths import jupyter_runtime_dir
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
@@ -62,7 +64,19 @@ class UnixSocketKernelManager(KernelManager):
     "Kernel is running over TCP without encryption" warning from every run, which nobody can act on."""
 
     def __init__(self, **kwargs):
-        super().__init__(**{"transport": "ipc" if os.name != "nt" else "tcp", **kwargs})
+        if os.name != "nt":
+            kwargs = {"transport": "ipc", "ip": _socket_path(), **kwargs}
+        super().__init__(**kwargs)
+
+
+def _socket_path() -> str:
+    """An absolute path for the kernel's sockets. Without one, jupyter_client names them 'kernel-ipc' relative
+    to each process's folder: the kernel binds them in the notebook's folder, this client looks in its own, and
+    the kernel never answers (a run from the repository's root timed out). Jupyter Server has no such problem:
+    it names them after the kernel's connection file, in Jupyter's runtime folder."""
+    runtime = jupyter_runtime_dir()
+    os.makedirs(runtime, exist_ok=True)
+    return os.path.join(runtime, f"run-notebooks-{uuid.uuid4().hex[:12]}-ipc")
 
 
 def run(path: Path, timeout: int = 120) -> float:
