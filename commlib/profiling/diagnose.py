@@ -25,15 +25,18 @@ the transfer. No clocks are compared between ranks. Calls are matched within the
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import re
 import textwrap
+
+import numpy as np
 
 from commlib import _validate
 from commlib import columns, cost
 from commlib import plan
 from commlib import topology as topo
-from commlib.profiling.live import intersect, length, union
+from commlib.profiling.live import length, overlap_length, union
 from commlib.profiling.traces import MAX_BYTES, Call, RankTrace, load
 
 P2P = ("send", "recv", "send_recv")
@@ -96,12 +99,14 @@ def overlap(rank: RankTrace) -> dict:
     idle_us (no kernel, memcpy or memset: busy as Holistic Trace Analysis and Nsight count it), wall_us."""
     comm = union((c.start_us, c.end_us) for c in rank.calls)
     compute = union(rank.compute)
-    copies = union(rank.copies) if rank.copies is not None else []
-    hidden = length(intersect(comm, compute))
+    spans = [np.asarray(x, dtype=float).reshape(-1, 2) for x in (rank.compute, rank.copies) if x is not None]
+    busy = union(np.concatenate(spans))   # kernels, memcpy and memset
+    hidden = overlap_length(comm, compute)
     wall = rank.wall[1] - rank.wall[0]
+    # busy or communicating: |comm| + |busy| - |comm and busy| (a union of a few calls and many kernels)
+    active = length(comm) + length(busy) - overlap_length(comm, busy)
     return {"comm_us": length(comm), "hidden_us": hidden, "exposed_us": length(comm) - hidden,
-            "compute_us": length(compute), "idle_us": max(0.0, wall - length(union(comm + compute + copies))),
-            "wall_us": wall}
+            "compute_us": length(compute), "idle_us": max(0.0, wall - active), "wall_us": wall}
 
 
 # ----------------------------------------------------------------------------------- stragglers
@@ -173,28 +178,37 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
     if len(ranks) < world:
         notes.append(f"{len(ranks)} of {world} ranks' traces: stragglers are found only among these")
     late, waits = stragglers(ranks)
-    calls, overlaps = [], {}
+    calls, overlaps, models = [], {}, {}
     for r in ranks:
         compute = union(r.compute)
         starts, ends = [s for s, _ in compute], [e for _, e in compute]   # both sorted: the spans are disjoint
+        done = list(itertools.accumulate((e - s for s, e in compute), initial=0.0))   # compute before span i
         fastest = {}
         for c in r.calls:
             key = (c.op, c.bytes, c.group)
             fastest[key] = min(fastest.get(key, c.duration_us), c.duration_us)
-        for i, c in enumerate(r.calls):   # only the compute spans that can meet the call (by bisect: linear)
-            near = compute[bisect.bisect_right(ends, c.start_us):bisect.bisect_left(starts, c.end_us)]
+        rows = []
+        for i, c in enumerate(r.calls):   # the compute spans that meet the call, by bisect (linear in all)
+            lo, hi = bisect.bisect_right(ends, c.start_us), bisect.bisect_left(starts, c.end_us)
+            # disjoint and sorted: only the first and the last can reach past the call's ends
+            beside = 0.0 if lo >= hi else (done[hi] - done[lo] - max(0.0, c.start_us - starts[lo])
+                                           - max(0.0, ends[hi - 1] - c.end_us))
             # a call whose group (so its model) is a guess is flagged for waiting only, never against the model
-            known = c.group is not None and i not in r.assumed
-            row = _row(c, hw if known else None, far, waits.get((c.rank, c.start_us)), near,
-                       fastest[(c.op, c.bytes, c.group)])
+            known = hw is not None and c.group is not None and i not in r.assumed
+            m = None
+            if known:   # priced once per (op, bytes, group size): a job repeats the same calls step after step
+                key = (c.op, c.bytes, c.group_size)
+                m = models[key] if key in models else models.setdefault(key, model(c, hw))
+            row = _row(c, m, far, waits.get((c.rank, c.start_us)), beside, fastest[(c.op, c.bytes, c.group)])
             if row["flag"] and row["wait_us"] is None and len(ranks) < world:
                 row["flag"] += "; or a late peer (not in these traces)"
-            calls.append(row)
+            rows.append(row)
+        calls += rows
         overlaps[r.rank] = overlap(r)
         # a call's wait is its first wait_us (it arrived, then waited for the last peer): as a union, part of
         # the rank's communication time and never more, however its calls overlap
         overlaps[r.rank]["waiting_us"] = length(union((c["start_us"], c["start_us"] + c["wait_us"])
-                                                      for c in calls if c["rank"] == r.rank and c["wait_us"]))
+                                                      for c in rows if c["wait_us"]))
     unknown = sum(1 for c in calls if c["group"] is None)
     if unknown:
         notes.append(f"the process group of {unknown} call(s) is not known (the trace names none, or Gloo's "
@@ -213,13 +227,14 @@ def _groups(ranks) -> dict:
     return {n: listed.get(n) for n in used}
 
 
-def _row(c: Call, hw, far: float, wait, compute, fastest_us: float | None = None) -> dict:
+def _row(c: Call, m: dict | None, far: float, wait, beside_us: float, fastest_us: float | None = None) -> dict:
+    """One call's row of the report; m: its model (model()), None where it has none; beside_us: the compute
+    that ran during the call."""
     nbytes = c.bytes
     dur_s = c.duration_us * 1e-6
     algbw = nbytes / dur_s / 1e9 if nbytes and dur_s > 0 else None
     op = "sendrecv" if c.op in P2P else c.op
     factor = cost.bus_factor(op, c.group_size) if op in cost.OPS and c.group_size else None
-    m = model(c, hw) if hw else None
     ratio = dur_s / m["time_s"] if m and m["time_s"] > 0 else None
     wait_us, late = wait if wait else (0.0, None)
     row = {"rank": c.rank, "op": c.op, "group": c.group, "bytes": nbytes, "dtype": c.dtype,
@@ -229,8 +244,7 @@ def _row(c: Call, hw, far: float, wait, compute, fastest_us: float | None = None
            "model_ratio": ratio, "model_busbw_GBps": m["busbw_GBps"] if m else None,
            "wait_us": wait_us if wait else None, "kernel": c.kernel, "flag": None}
     if ratio is not None and ratio > far:
-        beside = length(intersect([(c.start_us, c.end_us)], compute))
-        row["flag"] = cause(c, ratio, m, wait_us, late, beside, fastest_us)
+        row["flag"] = cause(c, ratio, m, wait_us, late, beside_us, fastest_us)
     elif wait and wait_us > 0.5 * c.duration_us:   # far slower than the same call on a peer: it waited
         row["flag"] = f"waited {wait_us:.0f} us for rank {late} to arrive: not the network"
     return row
@@ -240,8 +254,12 @@ def json_report(report: dict) -> dict:
     """The --json object: the report with start_us relative to the earliest call of the job; strict JSON
     (null for a value that is unknown or not finite: json.dumps(..., allow_nan=False) accepts it)."""
     t0 = min((c["start_us"] for c in report["calls"]), default=0.0)
-    calls = [{**c, "start_us": c["start_us"] - t0} for c in report["calls"]]
-    return _finite({**report, "calls": calls, "overlap": {str(k): v for k, v in report["overlap"].items()}})
+    calls = [{k: _finite(v) for k, v in c.items()} for c in report["calls"]]   # rows are flat: no recursion
+    for c in calls:
+        c["start_us"] -= t0
+    rest = _finite({k: v for k, v in report.items() if k != "calls"})
+    rest["overlap"] = {str(k): v for k, v in rest["overlap"].items()}
+    return {k: calls if k == "calls" else rest[k] for k in report}
 
 
 def _finite(x):

@@ -64,6 +64,25 @@ def length(spans) -> float:
     return sum(e - s for s, e in spans)
 
 
+def overlap_length(a, b) -> float:
+    """length(intersect(a, b)) of two lists of disjoint sorted spans, in O(len(a) log len(b)) with numpy: each
+    span of a takes the spans of b it meets (by bisect) and their summed lengths (a prefix sum), less what the
+    first and the last reach past its ends."""
+    import numpy as np
+
+    if not len(a) or not len(b):
+        return 0.0
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    done = np.concatenate(([0.0], np.cumsum(b[:, 1] - b[:, 0])))
+    lo = np.searchsorted(b[:, 1], a[:, 0], side="right")
+    hi = np.searchsorted(b[:, 0], a[:, 1], side="left")
+    meets = lo < hi
+    lo, hi, a = lo[meets], hi[meets], a[meets]
+    inside = done[hi] - done[lo]
+    inside -= np.maximum(0.0, a[:, 0] - b[lo, 0]) + np.maximum(0.0, b[hi - 1, 1] - a[:, 1])
+    return float(inside.sum())
+
+
 def intersect(a, b) -> list[tuple[float, float]]:
     """Intersection of two lists of disjoint sorted spans."""
     out, i, j = [], 0, 0
