@@ -30,7 +30,7 @@ def diagnose_scale(data: dict, live: dict | None = None, ax=None):
     ax.set_xlabel("trace events (2 ranks)")
     ax.set_ylabel("seconds")
     meta = data["meta"]
-    ax.set_title(f"{meta['machine']}, load {meta['load_before'][0]:.0f} to {meta['load_after'][0]:.0f} (shared)",
+    ax.set_title(f"{meta['machine']}, load {meta['load_before'][0]:.0f} to {meta['load_after'][0]:.0f}",
                  fontsize=9)
     ax.legend(fontsize=8)
     ax.figure.tight_layout()
