@@ -57,7 +57,7 @@ def summary(data: dict) -> list[str]:
     per second, peak memory, HTA beside), the growth between sizes, and the many-ranks case."""
     meta, rows = data["meta"], data["rows"]
     out = [f"measured on {meta['machine']}, {meta['date']}, load {meta['load_before'][0]:.1f} before and "
-           f"{meta['load_after'][0]:.1f} after (the whole machine's, this run included)"]
+           f"{meta['load_after'][0]:.1f} after (whole machine)"]
     gpu = [r for r in rows if r["case"] == "gpu"]
     for r in gpu:
         n = r["ranks"] * r["events_per_rank"]
