@@ -1,8 +1,10 @@
-"""commlib.profiling.reader / parallel: the streaming reader gives the old reader's calls field by field, on every
-trace the repository holds and on synthetic ones of each form; bad files are refused in one line, bounded, and
-nothing hangs; parallel reading equals serial reading and leaves no process behind."""
+"""commlib.profiling.reader / parallel: the streaming reader gives the old reader's calls field by field (pinned as
+digests once the old reader was deleted), on every trace the repository holds and on synthetic ones of each
+form; bad files are refused in one line, bounded, and nothing hangs; parallel reading equals serial reading and
+leaves no process behind."""
 
 import gzip
+import hashlib
 import json
 import os
 import socket
@@ -11,7 +13,6 @@ import numpy as np
 import psutil
 import pytest
 
-import legacy_trace_reader as legacy
 from commlib.profiling import live, reader, synthetic
 from commlib.profiling import traces as tr
 from commlib.profiling.parallel import read_all
@@ -19,16 +20,28 @@ from commlib.profiling.parallel import read_all
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _same(path):
-    """The new reader's RankTrace equals the old one's, field by field (compute as the same spans, in order)."""
-    old, new = legacy.read(path), tr.read(path)
-    assert [c.__dict__ for c in new.calls] == [c.__dict__ for c in old.calls]
-    assert [tuple(s) for s in new.compute.tolist()] == old.compute
-    assert (new.rank, new.world_size, new.backend, new.device, new.wall, new.job) == \
-           (old.rank, old.world_size, old.backend, old.device, old.wall, old.job[:3])
-    # issue 36: the process groups are no longer part of what must agree between ranks (each rank lists only
-    # its own), they are the rank's groups, merged across ranks by groups.merge
-    assert tuple(sorted((g.name, g.size) for g in new.groups)) == old.job[3]
+# What the reader before issue 30 (tests/legacy_trace_reader.py until this one matched it, field by field, on
+# every trace below: commit 0fbd393) gave, as a digest of each RankTrace: the calls field by field, the compute
+# spans in order, rank, world size, backend, device, wall and the process groups. The old reader is deleted.
+READ_BY_THE_OLD_READER = {
+    "a100_2gpu_rank0.json.gz": "501cc0db0c97e270",
+    "gpu/rank0.json": "450b4d68a0bd9f04", "gpu/rank1.json": "2ab1b468dc293633",
+    "gpu_old/rank0.json.gz": "450b4d68a0bd9f04", "gpu_old/rank1.json.gz": "2ab1b468dc293633",   # as with args
+    "cpu/rank0.json": "872331d29d1be3ae", "cpu/rank1.json": "793984256e787620",
+    "gloo work matching no queued op": "636db9507d022b37",
+}
+
+
+def digest(r) -> str:
+    data = [[c.__dict__ for c in r.calls], [list(s) for s in r.compute.tolist()], r.rank, r.world_size, r.backend,
+            r.device, list(r.wall), sorted([g.name, g.size] for g in r.groups)]
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _same(path, key):
+    """The reader gives what the old reader gave on this trace (READ_BY_THE_OLD_READER[key])."""
+    new = tr.read(path)
+    assert digest(new) == READ_BY_THE_OLD_READER[key], f"{path} no longer reads as the old reader read it"
     return new
 
 
@@ -51,7 +64,7 @@ def test_every_trace_in_the_repository_reads_as_the_old_reader_read_it():
     assert tr.SAMPLE in found
     for path in found:
         if os.path.basename(path) not in CHANGED_BY_ISSUE_36:
-            _same(path)
+            _same(path, os.path.basename(path))
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +78,7 @@ def synth(tmp_path_factory):
 def test_synthetic_traces_of_each_form_read_as_the_old_reader_read_them(synth):
     for form, paths in synth.items():
         for p in paths:
-            r = _same(p)
+            r = _same(p, f"{form}/{os.path.basename(p)}")
             assert r.backend == ("gloo" if form == "cpu" else "nccl") and len(r.calls) > 20
     with_args, without = tr.read(synth["gpu"][0]), tr.read(synth["gpu_old"][0])   # the launch names the op
     assert [(c.op, c.bytes, c.dtype) for c in with_args.calls] == [(c.op, c.bytes, c.dtype) for c in without.calls]
@@ -83,7 +96,7 @@ def test_gloo_work_that_matches_no_queued_op_one_to_one_reads_as_before(tmp_path
     kept.append({**kept[-1], "name": "gloo:broadcast", "cat": "user_annotation", "tid": 2})
     data["traceEvents"] = kept
     (tmp_path / "rank0.json").write_text(json.dumps(data))
-    _same(str(tmp_path / "rank0.json"))
+    _same(str(tmp_path / "rank0.json"), "gloo work matching no queued op")
 
 
 def test_a_cut_between_blocks_is_proven_by_the_decoder_even_inside_strings(tmp_path, monkeypatch, synth):
