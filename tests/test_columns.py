@@ -1,6 +1,7 @@
 """commlib.columns and the tables that use it: column widths come from the values, so none runs into the next."""
 
 import copy
+import re
 
 import pytest
 
@@ -18,12 +19,13 @@ def test_a_column_grows_to_its_widest_cell_plus_a_space_and_keeps_its_width_othe
 
 
 def test_diagnose_table_parts_a_huge_message_from_a_group_of_1000_ranks():
-    """Before: '1000000000000' and a group size of 1000 printed as one number, '10000000000001000'."""
+    """Before: '1000000000000' and the next column printed as one ('10000000000001000' with a group size of
+    1000 before the group column; 'default_pg (1000)' is wider than that column too)."""
     report = copy.deepcopy(td.diagnose([tr.SAMPLE]))
     for c in report["calls"]:
-        c["bytes"], c["group_size"] = 10**12, 1000
+        c["bytes"], c["group"], c["group_size"] = 10**12, "default_pg", 1000   # both wider than their columns
     row = next(line for line in td.format_report(report).splitlines() if line.startswith("all_reduce"))
-    assert " 1000000000000 1000 " in row, row
+    assert re.search(r" 1000000000000 +default_pg \(1000\) ", row), row   # bytes, then the group: name (size)
 
 
 def test_bench_and_tradeoff_tables_part_wide_values():
