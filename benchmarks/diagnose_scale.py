@@ -29,6 +29,7 @@ import time
 
 import psutil
 
+from commlib.bench import arguments
 from commlib.profiling import synthetic
 from commlib.profiling.diagnose import diagnose
 
@@ -90,8 +91,24 @@ def timed(cmd: list[str]) -> dict:
 def hta_python(arg: str | None) -> str | None:
     """An interpreter that can import hta, or None."""
     py = arg or sys.executable
-    ok = subprocess.run([py, "-c", "import hta.trace_analysis"], capture_output=True).returncode == 0
+    ok = subprocess.run([py, "-c", "import hta.trace_analysis"], capture_output=True, timeout=120).returncode == 0
     return py if ok else None
+
+
+def interpreter(text: str) -> str:
+    """--hta-python: an executable file that can import Holistic Trace Analysis."""
+    if not (os.path.isfile(text) and os.access(text, os.X_OK)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an executable file")
+    if hta_python(text) is None:
+        raise argparse.ArgumentTypeError(f"{text} cannot import hta (pip install holistictraceanalysis there)")
+    return text
+
+
+def out_file(text: str) -> str:
+    """--out: a JSON file in a folder that exists."""
+    if os.path.isdir(text) or not os.path.isdir(os.path.dirname(os.path.abspath(text))):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a file in a folder that exists")
+    return text
 
 
 def run_case(folder, name, form, kernel_args, ranks, events, with_hta, hta_py) -> dict:
@@ -186,12 +203,15 @@ def targets(rows: list[dict], cores: int) -> list[str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = arguments.Parser(__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, no HTA, nothing written (CI)")
-    ap.add_argument("--hta-python", default=None,
+    ap.add_argument("--hta-python", default=None, type=interpreter,
                     help="an interpreter with holistictraceanalysis installed (default: this one, if it has it)")
-    ap.add_argument("--out", default=None, help="JSON file for the figures (full run: benchmarks/diagnose_scale.json)")
+    ap.add_argument("--out", default=None, type=out_file,
+                    help="JSON file for the figures (full run: benchmarks/diagnose_scale.json)")
     args = ap.parse_args()
+    # the full run's largest case: a 2 x 1M-event job read by diagnose (~0.6 GB) and by HTA (~2.6 GB)
+    ap.check_memory(ranks=1, per_rank=(0.2 if args.quick else 3.5) * 1e9, what="--quick" if args.quick else "the full run")
     cases = QUICK if args.quick else FULL
     hta_py = None if args.quick else hta_python(args.hta_python)
     out = args.out or (None if args.quick else os.path.join(ROOT, "benchmarks", "diagnose_scale.json"))

@@ -1,5 +1,5 @@
 """What the Flight Recorder costs: run() dispatch and all_reduce time with it on (a Cluster's default,
-64 entries per rank) and off (flight_recorder=0), on the same machine, rounds interleaved.
+64 entries per rank) and off (flight_recorder=None), on the same machine, rounds interleaved.
 
     python benchmarks/flight_recorder_overhead.py [--quick] [--world-size 4] [--rounds 3]
 
@@ -40,7 +40,7 @@ def time_all_reduce(nbytes: int, iters: int) -> float:
     return statistics.median(times)
 
 
-def measure(world_size: int, entries: int, runs: int, iters: int) -> dict:
+def measure(world_size: int, entries: int | None, runs: int, iters: int) -> dict:
     with cl.Cluster(world_size, flight_recorder=entries) as c:
         c.run(noop)
         dispatch = []
@@ -70,7 +70,7 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     rows: dict = {}
     for _ in range(a.rounds):
-        for label, entries in (("on", DEFAULT_BUFFER), ("off", 0)):
+        for label, entries in (("on", DEFAULT_BUFFER), ("off", None)):
             for name, seconds in measure(a.world_size, entries, a.runs, a.iters).items():
                 rows.setdefault(name, {}).setdefault(label, []).append(seconds)
     load = max(load_before, os.getloadavg()[0])

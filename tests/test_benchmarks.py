@@ -69,6 +69,7 @@ BAD_ARGUMENTS = {  # script -> (arguments, words of the one line it must print)
     "cluster_start_dispatch.py": (["--world-size", "0"], "argument --world-size: must be an int >= 1"),
     "compression_tradeoff.py": (["--bandwidths", "-5"], "argument --bandwidths: must be a finite number"),
     "ddp_overlap.py": (["--width", "60000", "--layers", "900"], "--layers 900 --width 60000 needs about"),
+    "diagnose_scale.py": (["--hta-python", "/no/such/python"], "argument --hta-python: '/no/such/python' is not an"),
     "flight_recorder_overhead.py": (["--runs", "0"], "argument --runs: must be an int >= 1"),
     "model_fit.py": (["--max-bytes", "100G"], "--max-bytes 107374182400 needs about 1.72e+03 GB"),
     "pipeline_bubble.py": (["--microbatches", "4", "0"], "argument --microbatches: must be an int >= 1"),
