@@ -42,7 +42,7 @@ if (( DRY )); then
     # it to read), not the bench command line (the next two steps run it)
     TEST_ARGS=(-k "p2 and not diagnose_reads_the_nccl_kernels and not bench_command_line")
     BENCH_SIZES=(--min-bytes 8K --max-bytes 32K --factor 4 --iters 2 --warmup 1)
-    DDP_SIZES=(--layers 2 --width 64 --batch 16 --steps 2 --rounds 1)
+    DDP_SIZES=(--layers 2 --width 64 --batch 16 --steps 3 --rounds 1)
     NOTEBOOK_ARGS=(--collect-only)
     { echo "dry run: no GPU; tests/fake_cuda.py stands in for $COMMLIB_FAKE_CUDA GPUs, NCCL is Gloo underneath"
       $PY -c "import sys, torch; print(sys.version.split()[0], 'torch', torch.__version__, 'gpus', torch.cuda.device_count())"
