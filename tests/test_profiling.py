@@ -113,7 +113,7 @@ def test_overlap_length_equals_the_length_of_the_intersection():
     random disjoint span lists that touch, nest in and run past each other, and empty ones."""
     import random
 
-    from commlib.profiling.live import intersect, length, overlap_length, union
+    from commlib.profiling.live import intersect, length, overlap_length, overlap_lengths, union
 
     rng = random.Random(3)
     for _ in range(300):
@@ -121,3 +121,5 @@ def test_overlap_length_equals_the_length_of_the_intersection():
         b = union((s, s + rng.uniform(0, 5)) for s in (rng.uniform(0, 500) for _ in range(rng.randint(0, 200))))
         assert abs(overlap_length(a, b) - length(intersect(a, b))) < 1e-9
         assert abs(overlap_length(b, a) - length(intersect(a, b))) < 1e-9
+        each = overlap_lengths(a, b)   # per span of a: what diagnose reads as the compute beside each call
+        assert len(each) == len(a) and all(abs(x - length(intersect([s], b))) < 1e-9 for x, s in zip(each, a))

@@ -24,8 +24,6 @@ the transfer. No clocks are compared between ranks. Calls are matched within the
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import math
 import re
 import textwrap
@@ -36,7 +34,7 @@ from commlib import _validate
 from commlib import columns, cost
 from commlib import plan
 from commlib import topology as topo
-from commlib.profiling.live import length, overlap_length, union
+from commlib.profiling.live import length, overlap_length, overlap_lengths, union
 from commlib.profiling.traces import MAX_BYTES, Call, RankTrace, load
 
 P2P = ("send", "recv", "send_recv")
@@ -180,26 +178,21 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
     late, waits = stragglers(ranks)
     calls, overlaps, models = [], {}, {}
     for r in ranks:
-        compute = union(r.compute)
-        starts, ends = [s for s, _ in compute], [e for _, e in compute]   # both sorted: the spans are disjoint
-        done = list(itertools.accumulate((e - s for s, e in compute), initial=0.0))   # compute before span i
+        # the compute that ran during each call (by bisect and prefix sums: linear in all)
+        beside = overlap_lengths([(c.start_us, c.end_us) for c in r.calls], union(r.compute)).tolist()
         fastest = {}
         for c in r.calls:
             key = (c.op, c.bytes, c.group)
             fastest[key] = min(fastest.get(key, c.duration_us), c.duration_us)
         rows = []
-        for i, c in enumerate(r.calls):   # the compute spans that meet the call, by bisect (linear in all)
-            lo, hi = bisect.bisect_right(ends, c.start_us), bisect.bisect_left(starts, c.end_us)
-            # disjoint and sorted: only the first and the last can reach past the call's ends
-            beside = 0.0 if lo >= hi else (done[hi] - done[lo] - max(0.0, c.start_us - starts[lo])
-                                           - max(0.0, ends[hi - 1] - c.end_us))
+        for i, c in enumerate(r.calls):
             # a call whose group (so its model) is a guess is flagged for waiting only, never against the model
             known = hw is not None and c.group is not None and i not in r.assumed
             m = None
             if known:   # priced once per (op, bytes, group size): a job repeats the same calls step after step
                 key = (c.op, c.bytes, c.group_size)
                 m = models[key] if key in models else models.setdefault(key, model(c, hw))
-            row = _row(c, m, far, waits.get((c.rank, c.start_us)), beside, fastest[(c.op, c.bytes, c.group)])
+            row = _row(c, m, far, waits.get((c.rank, c.start_us)), beside[i], fastest[(c.op, c.bytes, c.group)])
             if row["flag"] and row["wait_us"] is None and len(ranks) < world:
                 row["flag"] += "; or a late peer (not in these traces)"
             rows.append(row)

@@ -65,22 +65,28 @@ def length(spans) -> float:
 
 
 def overlap_length(a, b) -> float:
-    """length(intersect(a, b)) of two lists of disjoint sorted spans, in O(len(a) log len(b)) with numpy: each
-    span of a takes the spans of b it meets (by bisect) and their summed lengths (a prefix sum), less what the
-    first and the last reach past its ends."""
+    """length(intersect(a, b)) of two lists of disjoint sorted spans (overlap_lengths, summed)."""
+    return float(overlap_lengths(a, b).sum())
+
+
+def overlap_lengths(a, b):
+    """Per span of a (any spans), how much of it the disjoint sorted spans b cover, in O(len(a) log len(b)) with
+    numpy: each span takes the spans of b it meets (by bisect) and their summed lengths (a prefix sum), less what
+    the first and the last reach past its ends. -> a float array of len(a)."""
     import numpy as np
 
+    a = np.asarray(a, dtype=float).reshape(-1, 2)
+    out = np.zeros(len(a))
     if not len(a) or not len(b):
-        return 0.0
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+        return out
+    b = np.asarray(b, dtype=float)
     done = np.concatenate(([0.0], np.cumsum(b[:, 1] - b[:, 0])))
     lo = np.searchsorted(b[:, 1], a[:, 0], side="right")
     hi = np.searchsorted(b[:, 0], a[:, 1], side="left")
     meets = lo < hi
-    lo, hi, a = lo[meets], hi[meets], a[meets]
-    inside = done[hi] - done[lo]
-    inside -= np.maximum(0.0, a[:, 0] - b[lo, 0]) + np.maximum(0.0, b[hi - 1, 1] - a[:, 1])
-    return float(inside.sum())
+    lo, hi, m = lo[meets], hi[meets], a[meets]
+    out[meets] = done[hi] - done[lo] - np.maximum(0.0, m[:, 0] - b[lo, 0]) - np.maximum(0.0, b[hi - 1, 1] - m[:, 1])
+    return out
 
 
 def intersect(a, b) -> list[tuple[float, float]]:
