@@ -3,6 +3,8 @@
     python -m commlib bench --op all_reduce --algorithm ring --world-size 4 --min-bytes 1K --max-bytes 64M
     torchrun --nproc-per-node=8 -m commlib bench --op all_reduce --algorithm builtin   # no --world-size
     python -m commlib diagnose TRACE... [--hardware PRESET] [--json] [--max-bytes 4G]   # per-rank traces
+    python -m commlib whatif TRACE... --hardware PRESET [--nodes N] [--gpus-per-node G] [--algorithm A]
+                                      [--bucket-mb B] [--compress R] [--measured-on PRESET] [--json]
     python -m commlib learner-copies OUT_DIR [NOTEBOOK ...] [--force]
 
 A bad argument ends it with exit code 2 and one line naming the argument, before anything starts
@@ -147,6 +149,32 @@ def _diagnose(args) -> int:
     return 0
 
 
+def _whatif(args) -> int:
+    from commlib.profiling.traces import TraceError
+    from commlib.profiling.whatif import format_report, json_report, scenario_from_args, whatif
+
+    scenario = scenario_from_args(args.hardware, args.nodes, args.gpus_per_node, args.algorithm, args.bucket_mb,
+                                  args.compress)
+    try:
+        report = whatif(args.traces, [scenario], measured=args.measured_on, max_bytes=args.max_bytes)
+    except (TraceError, ValueError) as e:
+        _fail(f"whatif: {e}")
+    print(json.dumps(json_report(report), allow_nan=False) if args.json else format_report(report))
+    return 0
+
+
+def _positive(kind):
+    def parse(text):
+        try:
+            v = kind(text)
+        except ValueError:
+            v = 0
+        if not v > 0:
+            raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+        return v
+    return parse
+
+
 def _command(sub, name: str, summary: str, example: str):
     """A subcommand whose --help ends with an example (argparse keeps the epilog's lines as written)."""
     return sub.add_parser(name, help=summary, description=summary, epilog=f"example:\n  {example}",
@@ -185,6 +213,25 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
     d.add_argument("--max-bytes", default=4 << 30, type=_trace_limit,
                    help="refuse a trace file larger than this once decompressed, e.g. 512M (default 4G)")
+    w = _command(sub, "whatif", "replay per-rank traces with every collective re-priced: other links, more nodes, "
+                                "other buckets or algorithms, compressed gradients",
+                 "python -m commlib whatif traces/ --hardware dgx_h100 --nodes 8 --bucket-mb 50")
+    w.add_argument("traces", nargs="+", help="trace files (.json, .json.gz), one per rank, or folders of them")
+    w.add_argument("--hardware", required=True, choices=tuple(_presets()), help="the machine to replay the job on")
+    w.add_argument("--measured-on", default=None, choices=tuple(_presets()),
+                   help="the machine the traces ran on (default: inferred from the GPU named in them)")
+    w.add_argument("--nodes", type=_positive(int), default=None, help="nodes of the new job (default: as many as "
+                                                                      "the traced ranks fill)")
+    w.add_argument("--gpus-per-node", type=_positive(int), default=None, help="GPUs per node (default: the preset's)")
+    w.add_argument("--algorithm", default=None, choices=("ring", "multi_ring", "hierarchical", "in_network"),
+                   help="the all-reduce algorithm (default: what the traces ran, as the model prices it)")
+    w.add_argument("--bucket-mb", type=_positive(float), default=None, help="regroup the data-parallel "
+                                                                            "all-reduces into buckets of this many MiB")
+    w.add_argument("--compress", type=_positive(float), default=None,
+                   help="divide the data-parallel gradients' bytes by this ratio (adds encode/decode time)")
+    w.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    w.add_argument("--max-bytes", default=4 << 30, type=_trace_limit,
+                   help="refuse a trace file larger than this once decompressed, e.g. 512M (default 4G)")
     lc = _command(sub, "learner-copies", "copies of the notebooks without the cells tagged 'solution', for learners",
                   "python -m commlib learner-copies /tmp/learners notebooks/01_collectives.ipynb")
     lc.add_argument("out_dir", help="folder to write the copies to")
@@ -197,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "diagnose":
         return _diagnose(args)
+    if args.command == "whatif":
+        return _whatif(args)
     if args.command == "learner-copies":
         from commlib.exercises.learner_copies import CopyError, learner_copies
 

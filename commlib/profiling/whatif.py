@@ -1,0 +1,325 @@
+"""What if this job ran on other links, on more nodes, with other buckets or compressed gradients? Its own
+traces, replayed (graph.py) with every collective re-priced by the course's cost model.
+
+    report = whatif("traces/", [Scenario("IB", topology="dgx_h100", nodes=8)], measured="dgx_a100")
+    print(format_report(report))        # measured, identity replay, each scenario: step, compute, exposed, waiting
+
+Each compute duration stays as measured. Each collective's transfer (graph.py: the shortest member's duration of
+a matched call) is re-priced: new = model(new) + max(0, measured - model(measured)), the measured time above the
+model (software, contention, a protocol's inefficiency) kept per call; a transfer faster than its model scales
+with the model instead. The model is topology's (multi-ring across nodes as NCCL's, hierarchical, in-network;
+`algorithm` swaps it) on the group's own shape: its members per node from its ranks' stride. Scaling out
+(`nodes`, `gpus_per_node`) keeps every rank's compute and grows the data-parallel group (the world group, or
+the largest one that all-reduces) by the new world size over the old; other groups keep their sizes.
+`bucket_mb` regroups the data-parallel all-reduces by DDP's rule (regroup.py); `compress` divides their bytes
+and adds the encode/decode time per byte (`codec_s_per_byte`; default: what benchmarks/compression_tradeoff.py
+measured on this course's machine for the method whose ratio is nearest).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import textwrap
+from dataclasses import dataclass, replace
+
+from commlib import _validate, columns, cost
+from commlib import topology as topo
+from commlib.profiling import graph
+from commlib.profiling.diagnose import P2P, infer_hardware
+from commlib.profiling.regroup import regroup
+from commlib.profiling.traces import MAX_BYTES, RankTrace, load
+
+ALGORITHMS = ("ring", "multi_ring", "hierarchical", "in_network")   # "ring": one flat ring (topology's flat_ring)
+COMMLIB_ALGORITHMS = {"ring": "flat_ring", "hierarchical": "hierarchical"}   # a commlib:* call's stated algorithm
+TRADEOFF = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                        "benchmarks", "compression_tradeoff.json")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One question. None keeps what was measured. topology: a topology.Topology or a preset name (priced at
+    the link speeds NCCL reaches, topology.ACHIEVABLE); nodes, gpus_per_node: the job's new shape."""
+    name: str | None = None
+    topology: object = None
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    algorithm: str | None = None
+    bucket_mb: float | None = None
+    compress: float | None = None
+
+    def label(self, t=None) -> str:
+        """Its name, or what it changes: 'dgx_h100, 8 x 8 GPUs, hierarchical, 50 MiB buckets, 4x compressed'."""
+        if self.name:
+            return self.name
+        parts = []
+        if self.topology is not None:
+            parts.append(self.topology if isinstance(self.topology, str) else self.topology.name or "topology")
+        if (self.nodes or self.gpus_per_node) and t is not None:
+            parts.append(f"{t.nodes} x {t.gpus_per_node} GPUs")
+        parts += [self.algorithm or "", f"{self.bucket_mb:g} MiB buckets" if self.bucket_mb else "",
+                  f"{self.compress:g}x compressed" if self.compress else ""]
+        return ", ".join(p for p in parts if p) or "as measured"
+
+
+# -------------------------------------------------------------------------------------- pricing
+def group_topology(t: topo.Topology, size: int, stride: int = 1) -> topo.Topology:
+    """A group of `size` ranks `stride` apart on t: its members per node and its nodes."""
+    per_node = max(1, min(size, t.gpus_per_node // stride)) if stride < t.gpus_per_node else 1
+    return topo.Topology(-(-size // per_node), per_node, t.intra, t.inter, t.nics_per_node)
+
+
+def price(op: str, nbytes, size, t: topo.Topology, algorithm: str, stride: int = 1, gamma: float = 0.0):
+    """Seconds for one call on t (None where no model applies: no bytes, a group of one, an op without one)."""
+    if not nbytes or not size or size < 2 or t is None:
+        return None
+    g = group_topology(t, size, stride)
+    if op in topo.PAIRS:
+        alg = algorithm if algorithm in topo.PAIRS[op] else ("bulk" if op == "all_to_all" else "multi_ring")
+        return topo.collective_time(op, nbytes, g, alg, gamma if op in ("all_reduce", "reduce_scatter") else 0.0)
+    link = t.intra if g.nodes == 1 else t.inter
+    if op in ("broadcast", "reduce"):
+        return cost.collective_time(op, nbytes, size, link, "ring")
+    if op in P2P:
+        return cost.collective_time("sendrecv", nbytes, 2, link, "ring")
+    return None
+
+
+def reprice(measured_s: float, old_s, new_s) -> float:
+    """The measured transfer moved to new hardware: the model's new time plus what the measurement spent above
+    the model's old time; a transfer faster than its model scales with it (continuous where they are equal)."""
+    if old_s is None or new_s is None or old_s <= 0:
+        return measured_s
+    return new_s + (measured_s - old_s) if measured_s >= old_s else measured_s * new_s / old_s
+
+
+def codec_s_per_byte(ratio: float, path: str = TRADEOFF) -> tuple[float, str]:
+    """Encode + decode seconds per gradient byte for a compression ratio: the committed compression benchmark's
+    hook time above its all-reduce time, for the method whose bytes ratio is nearest -> (s/byte, where from)."""
+    with open(path, "rb") as f:
+        data = json.loads(f.read(1 << 22))
+    rows = [r for r in data["rows"] if r.get("bytes_per_step") and r.get("overhead_s") is not None]
+    base = next(r["bytes_per_step"] for r in rows if r["method"] == "none")
+    best = min((r for r in rows if r["method"] != "none"), key=lambda r: abs(math.log(base / r["bytes_per_step"] / ratio)))
+    return best["overhead_s"] / base, (f"{best['variant']} ({base / best['bytes_per_step']:.0f}x) in "
+                                       "benchmarks/compression_tradeoff.json")
+
+
+# ------------------------------------------------------------------------------------- the what-if
+def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: str | None = None,
+           codec: float | None = None, max_bytes: int = MAX_BYTES) -> dict:
+    """Traces (files, a folder, or RankTraces) -> {"scenarios": [measured, identity replay, each Scenario],
+    "measured_on", "dp_group", "world_size", "notes"}. measured: the topology the traces ran on (a Topology or a
+    preset; default: the GPU named in the traces, else unknown: transfers then keep their measured time unless a
+    scenario prices them, by the model alone). codec: encode+decode s/byte for `compress` (default: measured,
+    codec_s_per_byte)."""
+    ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces, max_bytes)
+    gamma = _validate.number("gamma", gamma, low=0.0)
+    world = next((r.world_size for r in ranks if r.world_size), None) or len(ranks)
+    notes = []
+    m_topo = _topology("measured", measured, world) if measured is not None else None
+    if m_topo is None:
+        preset, why = infer_hardware(ranks)
+        notes.append(f"measured on: {why}")
+        m_topo = topo.preset(preset, -(-world // topo.preset_gpus(preset)), achievable=True) if preset else None
+    g = graph.build(ranks)
+    strides = {grp.name: (grp.ranks[1] - grp.ranks[0] if grp.ranks and len(grp.ranks) > 1 else 1)
+               for r in ranks for grp in r.groups}
+    dp = frozenset([dp_group] if isinstance(dp_group, str) else dp_group) if dp_group is not None else \
+        _dp_groups(ranks, world, strides)
+    base = graph.replay(g)
+    rows = [_row("measured", _measured(ranks, base)), _row("identity replay", base)]
+    for sc in scenarios:
+        if not isinstance(sc, Scenario):
+            raise TypeError(f"scenarios must be Scenario objects, got {type(sc).__name__}")
+        priced, said, t = _scenario(g, sc, m_topo, world, dp, strides, gamma, codec)
+        rows.append(_row(sc.label(t), graph.replay(priced), said))
+    return {"world_size": world, "ranks": [r.rank for r in ranks], "backend": ranks[0].backend,
+            "measured_on": _describe(m_topo), "dp_groups": sorted(dp), "scenarios": rows, "notes": notes + g.notes}
+
+
+def _topology(name: str, value, world: int) -> topo.Topology:
+    if isinstance(value, topo.Topology):
+        return value
+    if isinstance(value, str) and value in topo.PRESETS:
+        return topo.preset(value, -(-world // topo.preset_gpus(value)), achievable=True)
+    raise ValueError(f"{name} must be a topology.Topology or one of {tuple(topo.PRESETS)}, got {value!r}")
+
+
+def _dp_groups(ranks, world: int, strides: dict) -> frozenset:
+    """The data-parallel groups: the world group if it all-reduces (or reduce-scatters), else the largest groups
+    that do, of one stride (a mesh's data-parallel dimension is its outer one: the largest stride)."""
+    sizes = {}
+    for r in ranks:
+        for c in r.calls:
+            if c.op in ("all_reduce", "reduce_scatter") and c.group is not None:
+                sizes[c.group] = max(sizes.get(c.group, 0), c.group_size or 0)
+    if not sizes:
+        return frozenset()
+    world_groups = [n for n, s in sizes.items() if s == world]
+    if world_groups:
+        return frozenset(world_groups[:1])
+    size, stride = max((s, strides.get(n, 1)) for n, s in sizes.items())
+    return frozenset(n for n, s in sizes.items() if s == size and strides.get(n, 1) == stride)
+
+
+def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gamma, codec):
+    """The graph with this scenario's calls and transfers -> (graph, the assumptions it made, as lines)."""
+    said = []
+    if sc.algorithm is not None and sc.algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {sc.algorithm!r}")
+    base = _topology("topology", sc.topology, world) if sc.topology is not None else m_topo
+    if base is None:
+        raise ValueError("the traces do not say which hardware they ran on (no GPU named in them): give measured= "
+                         "(python -m commlib whatif --measured-on), or a topology in the scenario")
+    nodes = _validate.integer("nodes", sc.nodes, low=1) if sc.nodes is not None else None
+    gpn = _validate.integer("gpus_per_node", sc.gpus_per_node, low=1) if sc.gpus_per_node is not None else None
+    if nodes or gpn:
+        new_world = (nodes or base.nodes) * (gpn or base.gpus_per_node)
+        base = topo.Topology(nodes or base.nodes, gpn or base.gpus_per_node, base.intra, base.inter,
+                             base.nics_per_node, name=base.name)
+    else:
+        new_world = world
+    factor = new_world / world
+    if factor != 1:
+        if not dp:
+            raise ValueError("scaling out needs a data-parallel group, and these traces have no all-reduce")
+        said.append(f"{world} -> {new_world} ranks: data-parallel group(s) {', '.join(sorted(dp))} grow x{factor:g}; "
+                    "compute per rank as measured, the new ranks as fast as the traced ones")
+    compress = _validate.number("compress", sc.compress, low=1.0) if sc.compress is not None else None
+    per_byte = 0.0
+    if compress:
+        per_byte, src = (codec, "given") if codec is not None else codec_s_per_byte(compress)
+        said.append(f"gradients compressed {compress:g}x: encode + decode {per_byte * 1e9:.2f} ns/byte ({src})")
+    g0, origin = g, {}
+    if sc.bucket_mb is not None:
+        cap = _validate.number("bucket_mb", sc.bucket_mb, low=0.0, strict=True) * 2**20
+        g, made, origin = regroup(g0, dp, cap)
+        said.append(f"data-parallel all-reduces regrouped into {made} bucket(s) of {sc.bucket_mb:g} MiB per step "
+                    "(gradients taken as ready at an even rate between the traced buckets)")
+
+    pricer = _Pricer(m_topo, base, factor, dp, strides, gamma, compress, per_byte, sc.algorithm, new_world)
+    transfer, solo = [], {}
+    for s, members in enumerate(g.sets):
+        p, i = members[0]
+        c = g.ranks[p].calls[i]
+        if g.transfer[s] is not None:
+            transfer.append(pricer.time(c, g.transfer[s]))
+        else:   # a regrouped bucket: the traced buckets it replaces say how far above the model the job runs
+            olds = [(g0.ranks[q].calls[j], g0.transfer[o]) for o in origin[s] for q, j in g0.sets[o][:1]]
+            transfer.append(pricer.regrouped(c, olds))
+    for p, r in enumerate(g.ranks):
+        for i, c in enumerate(r.calls):
+            if r.member[i] < 0:
+                solo[(p, i)] = pricer.time(c, r.solo[i]) if c.duration_us or not c.bytes else pricer.regrouped(c, [])
+    if m_topo is None:
+        said.append("the traces' own hardware is unknown: each call priced by the model alone")
+    return g.priced(transfer, solo), said, base
+
+
+class _Pricer:
+    """One scenario's price of a call, in us, codec time included."""
+
+    def __init__(self, m_topo, t, factor, dp, strides, gamma, compress, per_byte, algorithm, new_world):
+        self.m, self.t, self.factor, self.dp, self.strides = m_topo, t, factor, dp, strides
+        self.gamma, self.compress, self.per_byte, self.algorithm, self.world = gamma, compress, per_byte, algorithm, new_world
+
+    def _models(self, c):
+        """-> (seconds on the measured hardware, seconds in the scenario, codec us)."""
+        p = c.group_size
+        p_new = p * self.factor if c.group in self.dp and p else p
+        if p_new is not None and abs(p_new - round(p_new)) > 1e-9:
+            raise ValueError(f"{self.world} ranks do not divide into data-parallel groups of {p} x {self.factor:g}")
+        stride = self.strides.get(c.group, 1)
+        old_alg = COMMLIB_ALGORITHMS.get(c.algorithm or "", "multi_ring" if c.kernel else "flat_ring")
+        new_alg = {"ring": "flat_ring"}.get(self.algorithm, self.algorithm) if self.algorithm else old_alg
+        grad = c.group in self.dp and c.op in ("all_reduce", "reduce_scatter", "all_gather") and self.compress
+        nbytes = c.bytes / self.compress if grad and c.bytes else c.bytes
+        old = price(c.op, c.bytes, p, self.m, old_alg, stride, self.gamma)
+        new = price(c.op, nbytes, round(p_new) if p_new else p_new, self.t, new_alg, stride, self.gamma)
+        return old, new, (self.per_byte * (c.bytes or 0) * 1e6 if grad else 0.0)
+
+    def time(self, c, measured_us: float) -> float:
+        old, new, codec = self._models(c)
+        if self.m is None:   # no model of the traced machine: the scenario's model alone
+            return (new * 1e6 if new is not None else measured_us) + codec
+        return reprice(measured_us * 1e-6, old, new) * 1e6 + codec
+
+    def regrouped(self, c, olds) -> float:
+        """A new bucket: its model plus the traced buckets' mean time above theirs (or scaled by their mean
+        ratio where they ran faster than the model)."""
+        _, new, codec = self._models(c)
+        new = new or 0.0
+        pairs = [(t * 1e-6, self._models(o)[0]) for o, t in olds if t is not None]
+        pairs = [(t, m) for t, m in pairs if m]
+        if self.m is None or not pairs:
+            return new * 1e6 + codec
+        above = [t - m for t, m in pairs]
+        if sum(above) >= 0:
+            return (new + max(0.0, sum(above) / len(above))) * 1e6 + codec
+        return new * sum(t / m for t, m in pairs) / len(pairs) * 1e6 + codec
+
+
+def _measured(ranks, base: dict) -> dict:
+    """The measured row: each rank's wall as its step; the split as the identity replay (which reproduces it)."""
+    out = {"ranks": {}, "critical_path": base["critical_path"], "forced": 0}
+    for r in ranks:
+        out["ranks"][r.rank] = {**base["ranks"][r.rank], "step_us": r.wall[1] - r.wall[0]}
+    out["step_us"] = max(o["step_us"] for o in out["ranks"].values())
+    return out
+
+
+def _row(name: str, result: dict, said=()) -> dict:
+    return {"name": name, "step_us": result["step_us"], "ranks": result["ranks"],
+            "critical_path": result["critical_path"], "assumptions": list(said), "forced": result["forced"]}
+
+
+def _describe(t) -> str | None:
+    if t is None:
+        return None
+    return (f"{t.name or 'topology'}: {t.nodes} node(s) x {t.gpus_per_node}, intra {t.intra.name}, inter "
+            f"{t.inter.name} x {t.nics_per_node}")
+
+
+# ------------------------------------------------------------------------------------------ output
+def json_report(report: dict) -> dict:
+    """Strict JSON (null, never NaN), without the timelines' spans."""
+    def clean(x):
+        if isinstance(x, float):
+            return x if math.isfinite(x) else None
+        if isinstance(x, dict):
+            return {str(k): clean(v) for k, v in x.items() if k != "spans"}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        return x
+    return clean(report)
+
+
+def format_report(report: dict) -> str:
+    """The scenarios side by side (the slowest rank's split), then each one's assumptions, under 100 columns."""
+    first = report["scenarios"][0]["step_us"]
+    out = textwrap.wrap(f"# {len(report['ranks'])} rank(s) of a {report['world_size']}-rank {report['backend']} job, "
+                        f"measured on {report['measured_on'] or 'unknown hardware'}", 98, subsequent_indent="#   ")
+    rows = [["scenario", "step ms", "x meas.", "compute ms", "exposed ms", "waiting ms", "comm path"]]
+    for s in report["scenarios"]:
+        slow = max(s["ranks"].values(), key=lambda o: o["step_us"])
+        rows.append([s["name"][:37], f"{s['step_us'] / 1e3:.2f}", f"{s['step_us'] / first:.2f}",
+                     f"{slow['compute_us'] / 1e3:.2f}", f"{slow['exposed_us'] / 1e3:.2f}",
+                     f"{slow['waiting_us'] / 1e3:.2f}", f"{s['critical_path']['comm_share']:.0%}"])
+    out += columns.fit(rows, [38, 9, 8, 11, 11, 11, 10], "<>>>>>>")
+    out += textwrap.wrap("step: the slowest rank's; compute, exposed, waiting: that rank's; comm path: the share of "
+                         "transfers on the critical path", 98)
+    for s in report["scenarios"][2:]:
+        for line in s["assumptions"]:
+            out += textwrap.wrap(f"{s['name']}: {line}", 98, subsequent_indent="  ")
+    for n in report["notes"]:
+        out += textwrap.wrap(n, 98, initial_indent="note: ", subsequent_indent="      ")
+    return "\n".join(out)
+
+
+def scenario_from_args(hardware=None, nodes=None, gpus_per_node=None, algorithm=None, bucket_mb=None,
+                       compress=None) -> Scenario:
+    """The CLI's flags as one Scenario."""
+    return replace(Scenario(), topology=hardware, nodes=nodes, gpus_per_node=gpus_per_node, algorithm=algorithm,
+                   bucket_mb=bucket_mb, compress=compress)
