@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from commlib.profiling.diagnose import matched
-from commlib.profiling.live import length, overlap_length, union
+from commlib.profiling.live import overlap_lengths, union
 
 SLACK_US, SLACK_SHARE = 100.0, 0.02   # a gap ending this close after a call's end (us + share of the gap) waited for it
 MIN_GAP_US = 5.0                      # shorter gaps are launch gaps, never waits
@@ -315,27 +315,30 @@ def _close(s, rs, g: Graph, set_end, last_in, force: bool = False) -> None:
 def _result(st: _Rank) -> dict:
     r = st.g
     spans = r.spans
-    if len(spans):
+    if len(spans) and st.hist_t:   # each span moves with the lane's shift at its start
         k = np.searchsorted(np.asarray(st.hist_t), spans[:, 0], side="right")
-        shifts = np.concatenate(([0.0], np.asarray(st.hist_shift)))[k]
-        spans = spans + shifts[:, None]
+        spans = spans + np.concatenate(([0.0], np.asarray(st.hist_shift)))[k][:, None]
     lane_end = float(spans[-1, 1]) if len(spans) else r.start
     lane_end = max([lane_end] + [t for t in st.wait_to if t is not None])
     end = max([lane_end] + [e for e in st.end if e is not None]) + r.tail
-    comm = union((a, e) for a, e in zip(st.arrival, st.end) if a is not None)
-    compute = [tuple(x) for x in spans.tolist()]
-    waiting = []
-    for i, a in enumerate(st.arrival):
-        if a is not None and r.member[i] >= 0:   # from its arrival to the last member's
-            waiting.append((a, max(a, st.last[i])))
-    waiting = union(waiting)
-    hidden = overlap_length(comm, compute)
-    busy = length(union(compute + comm))
+    comm = _array(union((a, e) for a, e in zip(st.arrival, st.end) if a is not None))
+    waiting = _array(union((a, max(a, st.last[i])) for i, a in enumerate(st.arrival)   # to the last arrival
+                           if a is not None and r.member[i] >= 0))
+    hidden = float(overlap_lengths(comm, spans).sum()) if len(spans) else 0.0
+    busy = _span_sum(_array(union(np.concatenate((spans, comm)))))
     t0 = r.start
-    rel = lambda spans: [(s - t0, e - t0) for s, e in spans]   # noqa: E731
-    return {"step_us": end - t0, "compute_us": length(compute), "comm_us": length(comm), "hidden_us": hidden,
-            "exposed_us": length(comm) - hidden, "waiting_us": length(waiting), "idle_us": max(0.0, end - t0 - busy),
-            "spans": {"compute": rel(compute), "comm": rel(comm), "waiting": rel(waiting)}}
+    return {"step_us": end - t0, "compute_us": _span_sum(spans), "comm_us": _span_sum(comm), "hidden_us": hidden,
+            "exposed_us": _span_sum(comm) - hidden, "waiting_us": _span_sum(waiting),
+            "idle_us": max(0.0, end - t0 - busy), "spans": {"compute": spans - t0, "comm": comm - t0,
+                                                            "waiting": waiting - t0}}
+
+
+def _array(spans) -> np.ndarray:
+    return np.asarray(spans, dtype=float).reshape(-1, 2)
+
+
+def _span_sum(a: np.ndarray) -> float:
+    return float((a[:, 1] - a[:, 0]).sum())
 
 
 def _critical(rs, g: Graph, set_end, last_in) -> dict:
