@@ -190,3 +190,36 @@ def test_the_cli_refuses_bad_arguments_in_one_line(args, says):
 def test_the_cli_names_a_missing_trace():
     p = cli("/no/such/trace.json", "--hardware", "dgx_h100")
     assert p.returncode == 2 and "no such file" in p.stderr and "Traceback" not in p.stderr
+
+
+def cuda_trace_with_stream_waits(path):
+    """One rank, DDP's pattern with enable_cuda_sync_events: stream 7 computes [0, 10], [10, 20] (the gradient);
+    NCCL's stream 20 waits for it (an event recorded after kernel 2) and all-reduces [25, 50]; stream 7 waits for
+    that (an event recorded after the all-reduce) before [60, 70]."""
+    def kernel(name, stream, corr, ts, dur, **args):
+        return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+                "args": {"stream": stream, "correlation": corr, "device": 0, **args}}
+
+    def wait(stream, on, record, corr, ts):
+        return {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": stream, "ts": ts,
+                "dur": 0.1, "args": {"cuda_sync_kind": "Stream Wait Event", "stream": stream, "correlation": corr,
+                                     "wait_on_stream": on, "wait_on_cuda_event_record_corr_id": record}}
+    nccl = {"Collective name": "allreduce", "In msg nelems": 1 << 18, "Out msg nelems": 1 << 18, "Group size": 2,
+            "dtype": "Float", "Process Group Name": "0"}
+    events = [kernel("gemm", 7, 1, 0.0, 10.0), kernel("gemm", 7, 2, 10.0, 10.0), wait(20, 7, 3, 4, 20.0),
+              kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 20, 5, 25.0, 25.0, **nccl),
+              wait(7, 20, 7, 8, 50.0), kernel("adam", 7, 9, 60.0, 10.0)]
+    with open(path, "w") as f:
+        json.dump({"traceEvents": events, "deviceProperties": [{"name": "NVIDIA H100 80GB HBM3"}]}, f)
+    return str(path)
+
+
+def test_waits_between_cuda_streams_become_the_replays_edges(tmp_path):
+    (r,) = tr.load([cuda_trace_with_stream_waits(tmp_path / "rank0.json")])
+    assert r.issued == {0: 20.0} and r.waits == {0: (20.0, 60.0)}
+    g = graph.build([r])
+    assert [(w.t_from, w.t_to, w.stated) for w in g.ranks[0].waits] == [(20.0, 60.0, True)]   # no inferred twin
+    assert graph.replay(g)["step_us"] == pytest.approx(70.0)
+    # the all-reduce in 5 us: it starts 5 us after the gradient (as traced), ends at 30; the optimizer kernel
+    # starts the traced 10 us after it, at 40, and ends at 50
+    assert graph.replay(g.priced([], {(0, 0): 5.0}))["step_us"] == pytest.approx(50.0)

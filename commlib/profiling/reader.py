@@ -62,6 +62,9 @@ class Args(msgspec.Struct, gc=False):
     correlation: int | str | None = None
     stream: int | str | None = None
     device: int | str | None = None
+    # a "Stream Wait Event" (cuda_sync, with enable_cuda_sync_events): the stream it waits on and the event's record
+    wait_on_stream: int | str | None = None
+    record_corr: int | str | None = msgspec.field(default=None, name="wait_on_cuda_event_record_corr_id")
     collective: Any = msgspec.field(default=None, name="Collective name")
     in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
     out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
@@ -135,6 +138,7 @@ class Records:
     copies: list = field(default_factory=list)      # cat gpu_memcpy / gpu_memset (busy, as HTA counts them)
     launches: dict = field(default_factory=dict)    # correlation -> (ts, tid) of the CUDA runtime call
     comm_ops: list = field(default_factory=list)    # names starting with COMM_PREFIXES, any category
+    syncs: list = field(default_factory=list)       # cat cuda_sync "Stream Wait Event": waits between streams
     cpu: CpuOps = field(default_factory=CpuOps)
     events: int = 0                                 # complete events with a timestamp, all kept or not
     nbytes: int = 0                                 # decompressed size read
@@ -165,6 +169,10 @@ class Records:
             if cat == "cuda_runtime":
                 if e.args is not None and e.args.correlation is not None:
                     launches[e.args.correlation] = (e.ts, e.tid)
+                continue
+            if cat == "cuda_sync":
+                if name == "Stream Wait Event" and e.args is not None:
+                    self.syncs.append(e)
                 continue
             comm = name.startswith(COMM_PREFIXES)
             if comm:

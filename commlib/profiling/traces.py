@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from commlib.profiling.fields import OddField, count, dims_numel, numel
 from commlib.profiling.groups import configured, file_calls, parse_ranks
 from commlib.profiling.kernels import kernel_info
+from commlib.profiling import streams
 from commlib.profiling.parallel import read_all
 from commlib.profiling.recording import record  # noqa: F401  (traces.record, as chapters 9 and 10 call it)
 from commlib.profiling.reader import (C10D_OR_PARAM_COMMS, CPU_OP, MAX_BYTES, PROFILER_STEP, Records,  # noqa: F401
@@ -112,6 +113,8 @@ class RankTrace:
     notes: list = field(default_factory=list, repr=False)     # what the reader could not know, for the report
     holds: str = field(default="", repr=False)                # what the file holds, said where it has no call
     assumed: set = field(default_factory=set, repr=False)     # indices of calls whose group size is a guess
+    issued: dict = field(default_factory=dict, repr=False)    # call index -> when it was queued (us), where known
+    waits: dict = field(default_factory=dict, repr=False)     # call index -> (from, to) us: the wait that needed it
 
 
 def dtype_of(text) -> tuple[str | None, int | None]:
@@ -285,11 +288,12 @@ def _read(path: str, max_bytes: int) -> RankTrace:
     is_nccl = [k.name.lower().startswith("nccl") for k in rec.kernels]
     comm_threads = {e.tid for e in rec.comm_ops if e.name.startswith("gloo:")}
     cpu = rec.cpu
-    notes, shards, threads = [], set(), []
+    notes, shards, threads, issued, waits = [], set(), [], {}, {}
     copies = _spans([(k.ts, k.ts + k.dur) for k in rec.copies])
     if any(is_nccl) or (rec.kernels and not comm_threads):
         nccl = sorted((k for k, n in zip(rec.kernels, is_nccl) if n), key=lambda k: k.ts)
         calls = _cuda_calls(rank, rec, nccl, shards)
+        issued, waits = streams.edges(rec.kernels, nccl, rec.syncs)
         compute = _spans([(k.ts, k.ts + k.dur) for k, n in zip(rec.kernels, is_nccl) if not n])
         timeline = _spans([(k.ts, k.ts + k.dur) for k in [*rec.kernels, *rec.copies]])
         backend = "nccl"
@@ -331,7 +335,7 @@ def _read(path: str, max_bytes: int) -> RankTrace:
     calls = [c if c.group_size is not None else _with_size(c, size.get(c.group), info.get("world_size"), len(groups))
              for c in calls]
     return RankTrace(path, rank, info.get("world_size"), backend, device, calls, compute, wall, job, groups, threads,
-                     copies, shards, notes, _holds(rec), assumed)
+                     copies, shards, notes, _holds(rec), assumed, issued, waits)
 
 
 def _holds(rec: Records) -> str:
