@@ -223,7 +223,7 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--nodes", type=_positive(int), default=None, help="nodes of the new job (default: as many as "
                                                                       "the traced ranks fill)")
     w.add_argument("--gpus-per-node", type=_positive(int), default=None, help="GPUs per node (default: the preset's)")
-    w.add_argument("--algorithm", default=None, choices=("ring", "multi_ring", "hierarchical", "in_network"),
+    w.add_argument("--algorithm", default=None, choices=("ring", "multi_ring", "hierarchical", "in_network", "tree"),
                    help="the all-reduce algorithm (default: what the traces ran, as the model prices it)")
     w.add_argument("--bucket-mb", type=_positive(float), default=None, help="regroup the data-parallel "
                                                                             "all-reduces into buckets of this many MiB")

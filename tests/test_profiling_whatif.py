@@ -91,11 +91,21 @@ def test_reprice_keeps_the_time_above_the_model_and_scales_a_time_below_it():
 def test_a_group_is_priced_on_its_own_shape():
     t = topo.preset("dgx_h100", nodes=2)
     assert whatif.group_topology(t, 16) == topo.Topology(2, 8, t.intra, t.inter, 8)
-    assert whatif.group_topology(t, 2, stride=8) == topo.Topology(2, 1, t.intra, t.inter, 8)
+    share = topo.Topology(2, 1, t.intra, t.inter, 1)   # one GPU per node: its own NIC (8 NICs, 8 GPUs)
+    assert whatif.group_topology(t, 2, stride=8).rail_bandwidth == share.rail_bandwidth == t.inter.bandwidth
     assert whatif.group_topology(t, 4) == topo.Topology(1, 4, t.intra, t.inter, 8)
     assert whatif.price("all_reduce", 1 << 30, 16, t, "multi_ring") == \
         topo.collective_time("all_reduce", 1 << 30, topo.Topology(2, 8, t.intra, t.inter, 8), "multi_ring")
     assert whatif.price("all_reduce", 1 << 20, 1, t, "multi_ring") is None
+
+
+def test_a_tree_is_priced_as_ncclls_double_binary_tree_on_the_link_it_crosses():
+    t = topo.preset("dgx_h100", nodes=4)
+    one_node = whatif.price("all_reduce", 1 << 26, 8, t, "tree")
+    assert one_node == cost.collective_time("all_reduce", 1 << 26, 8, t.intra, "double_binary_tree")
+    rail = cost.Link("rail", t.inter.bandwidth, t.inter.latency, "", t.inter.call_latency)   # its GPU's NIC
+    across = whatif.price("all_reduce", 1 << 26, 4, t, "tree", stride=8)   # one GPU per node
+    assert across == pytest.approx(cost.collective_time("all_reduce", 1 << 26, 4, rail, "double_binary_tree"))
 
 
 def test_a_slower_link_and_more_nodes_are_priced_by_the_model_plus_the_measured_overhead():
@@ -155,7 +165,9 @@ def test_whatif_bucket_scenario_replays_the_regrouped_job():
 
 def test_bad_scenarios_are_refused_with_the_parameter_named():
     with pytest.raises(ValueError, match="algorithm must be one of"):
-        whatif.whatif(job(), [whatif.Scenario(algorithm="tree")], measured="dgx_h100")
+        whatif.whatif(job(), [whatif.Scenario(algorithm="double_binary_tree")], measured="dgx_h100")
+    with pytest.raises(ValueError, match="tree"):   # a tree over nodes of several GPUs: not a shape the model prices
+        whatif.whatif(job(), [whatif.Scenario(algorithm="tree", nodes=2)], measured="dgx_h100")
     with pytest.raises(ValueError, match="measured"):
         whatif.whatif(job(), [whatif.Scenario(nodes=2)])   # a CPU job, no hardware named
     with pytest.raises(ValueError, match="nodes"):

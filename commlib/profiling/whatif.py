@@ -31,7 +31,8 @@ from commlib.profiling.diagnose import P2P, infer_hardware
 from commlib.profiling.regroup import regroup
 from commlib.profiling.traces import MAX_BYTES, RankTrace, load
 
-ALGORITHMS = ("ring", "multi_ring", "hierarchical", "in_network")   # "ring": one flat ring (topology's flat_ring)
+# "ring": one flat ring (topology's flat_ring); "tree": NCCL's double binary tree, within a node or one GPU per node
+ALGORITHMS = ("ring", "multi_ring", "hierarchical", "in_network", "tree")
 COMMLIB_ALGORITHMS = {"ring": "flat_ring", "hierarchical": "hierarchical"}   # a commlib:* call's stated algorithm
 TRADEOFF = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                         "benchmarks", "compression_tradeoff.json")
@@ -65,9 +66,15 @@ class Scenario:
 
 # -------------------------------------------------------------------------------------- pricing
 def group_topology(t: topo.Topology, size: int, stride: int = 1) -> topo.Topology:
-    """A group of `size` ranks `stride` apart on t: its members per node and its nodes."""
+    """A group of `size` ranks `stride` apart on t: its nodes and members per node. A group that fills its nodes
+    has their NICs; one that does not shares them with the node's other groups, each member with its GPU's share
+    (k/g NICs: plan.hardware's nic_share, as the planner prices groups)."""
     per_node = max(1, min(size, t.gpus_per_node // stride)) if stride < t.gpus_per_node else 1
-    return topo.Topology(-(-size // per_node), per_node, t.intra, t.inter, t.nics_per_node)
+    nodes = -(-size // per_node)
+    if per_node == t.gpus_per_node or nodes == 1:
+        return topo.Topology(nodes, per_node, t.intra, t.inter, t.nics_per_node)
+    share = replace(t.inter, name=f"{t.inter.name} share", bandwidth=t.inter.bandwidth * t.nics_per_node / t.gpus_per_node)
+    return topo.Topology(nodes, per_node, t.intra, share, per_node)
 
 
 def price(op: str, nbytes, size, t: topo.Topology, algorithm: str, stride: int = 1, gamma: float = 0.0):
@@ -75,6 +82,8 @@ def price(op: str, nbytes, size, t: topo.Topology, algorithm: str, stride: int =
     if not nbytes or not size or size < 2 or t is None:
         return None
     g = group_topology(t, size, stride)
+    if algorithm == "tree" and op == "all_reduce":
+        return _tree(nbytes, size, g, gamma)
     if op in topo.PAIRS:
         alg = algorithm if algorithm in topo.PAIRS[op] else ("bulk" if op == "all_to_all" else "multi_ring")
         return topo.collective_time(op, nbytes, g, alg, gamma if op in ("all_reduce", "reduce_scatter") else 0.0)
@@ -84,6 +93,20 @@ def price(op: str, nbytes, size, t: topo.Topology, algorithm: str, stride: int =
     if op in P2P:
         return cost.collective_time("sendrecv", nbytes, 2, link, "ring")
     return None
+
+
+def _tree(nbytes, size: int, g: topo.Topology, gamma: float) -> float:
+    """NCCL's double binary tree all-reduce (cost: c + 2h a + 2n b + n g) on the one link its group crosses: the
+    node's, or the rail between nodes of one GPU each. Across nodes of several GPUs NCCL chains the GPUs of a node
+    under a tree of nodes (src/graph/trees.cc), a shape the course's models do not price: refused."""
+    if g.nodes == 1:
+        link = g.intra
+    elif g.gpus_per_node == 1:
+        link = replace(g.inter, name=f"{g.inter.name} rail", bandwidth=g.rail_bandwidth)
+    else:
+        raise ValueError(f"algorithm 'tree' is priced within one node or across nodes of one GPU each; this group "
+                         f"spans {g.nodes} nodes of {g.gpus_per_node} (try multi_ring or hierarchical)")
+    return cost.collective_time("all_reduce", nbytes, size, link, "double_binary_tree", gamma)
 
 
 def reprice(measured_s: float, old_s, new_s) -> float:
@@ -234,6 +257,8 @@ class _Pricer:
         stride = self.strides.get(c.group, 1)
         old_alg = COMMLIB_ALGORITHMS.get(c.algorithm or "", "multi_ring" if c.kernel else "flat_ring")
         new_alg = {"ring": "flat_ring"}.get(self.algorithm, self.algorithm) if self.algorithm else old_alg
+        if new_alg == "tree" and c.op != "all_reduce":   # a tree only for all-reduces: the others keep theirs
+            new_alg = old_alg
         grad = c.group in self.dp and c.op in ("all_reduce", "reduce_scatter", "all_gather") and self.compress
         nbytes = c.bytes / self.compress if grad and c.bytes else c.bytes
         old = price(c.op, c.bytes, p, self.m, old_alg, stride, self.gamma)
