@@ -289,7 +289,8 @@ class BucketedDDP:
 
         state, hook = self._comm_hook
         bucket = Bucket(b, buffer, [self.params[i] for i in self.buckets[b]], last=b == len(self.buckets) - 1)
-        return _FutureWork(hook(state, bucket).then(into_buffer))
+        fut = hook(state, bucket)
+        return _FutureWork(fut.then(into_buffer), getattr(fut, "seq", None))
 
     def _launch_ready(self) -> None:
         while self._next < len(self.buckets) and self._pending[self._next] == 0:  # strictly in bucket order
@@ -315,16 +316,23 @@ class BucketedDDP:
 
 
 class _FutureWork:
-    """A comm hook's Future used as the Work of an async all-reduce."""
+    """A comm hook's Future used as the Work of an async all-reduce. seq: the issue index of commlib's background
+    work behind it (algorithms.background), whose wait a trace then records (commlib:wait seq=..)."""
 
-    def __init__(self, fut):
-        self._fut = fut
+    def __init__(self, fut, seq=None):
+        self._fut, self._seq = fut, seq
 
     def get_future(self):
         return self._fut
 
     def wait(self) -> bool:
-        self._fut.wait()
+        if self._seq is None:
+            self._fut.wait()
+            return True
+        import torch
+
+        with torch.profiler.record_function(f"commlib:wait seq={self._seq}"):
+            self._fut.wait()
         return True
 
 

@@ -30,6 +30,7 @@ TABLES = {
                         "exposed per rank: measured"],
     "ring_vs_builtin.py": ["ring/builtin", "1M"],
     "topology_emulated.py": ["pacing, 1 NIC(s)", "pacing, 2 NIC(s)"],
+    "whatif_accuracy.py": ["predicted ms", "2x nodes", "median |error| over the what-ifs:"],
     "whatif_scale.py": ["replay/diagnose", "replay / diagnose, worst case:"],
     "zero_vs_fsdp2.py": ["fsdp2", "final parameters, ours vs FSDP2"],
 }
@@ -79,6 +80,7 @@ BAD_ARGUMENTS = {  # script -> (arguments, words of the one line it must print)
     "ring_overlap.py": (["--bandwidth", "nan"], "argument --bandwidth: must be a finite number"),
     "ring_vs_builtin.py": (["--sizes", "64Q"], "argument --sizes: size must look like 512, 1K, 64M or 1G"),
     "topology_emulated.py": (["--nics", "3"], "argument --nics: must be an int >= 1 and <= 2"),
+    "whatif_accuracy.py": (["--bandwidth", "0"], "argument --bandwidth: must be a"),
     "whatif_scale.py": (["--events", "5"], "argument --events: must be an int >= 1000"),
     "zero_vs_fsdp2.py": (["--hidden", "60000", "--layers", "900"], "--hidden 60000 --layers 900 needs about"),
 }

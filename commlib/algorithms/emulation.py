@@ -36,6 +36,7 @@ import mmap
 import os
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 
@@ -232,6 +233,7 @@ class Emulator:
         self.gpus_per_node, self.nodes, self.nics_per_node = shared.net.g, nodes, nics_per_node
         self.bandwidth, self.latency = bandwidth, latency
         self.owner = None  # the frame running emulate()'s with block: the emulation ends with it
+        self.owner_thread = None   # the thread running it
         self.closed = False
         self.sent: dict[int, int] = {}
         self.received: dict[int, int] = {}
@@ -239,7 +241,7 @@ class Emulator:
 
     def active(self) -> bool:
         """Whether the with block that entered emulate() is still running; an abandoned one is closed here."""
-        if not self.closed and self.owner is not None and not _running(self.owner):
+        if not self.closed and self.owner is not None and not _running(self.owner, self.owner_thread):
             self.close()
         return not self.closed
 
@@ -343,8 +345,10 @@ def _caller_frame():
     return f
 
 
-def _running(frame) -> bool:
-    f = sys._getframe(1)
+def _running(frame, thread: int | None = None) -> bool:
+    """Whether frame is on the stack of `thread` (default: this one): the thread that entered emulate(), which
+    a background thread's messages (algorithms.background) check too."""
+    f = sys._getframe(1) if thread is None or thread == threading.get_ident() else sys._current_frames().get(thread)
     while f is not None:
         if f is frame:
             return True
@@ -400,7 +404,7 @@ def emulate(gpus_per_node, bandwidth, latency=0.0, nics_per_node=1):
         os.unlink(shared.path)  # every rank has it mapped; the memory goes when the last one closes
         shared.path = None
     em = Emulator(shared, r, p // g, k, bandwidth, latency)
-    em.owner = owner
+    em.owner, em.owner_thread = owner, threading.get_ident()
     alg.NETWORK = em
     try:
         yield em

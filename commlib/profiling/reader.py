@@ -36,7 +36,7 @@ from commlib import _validate
 MAX_BYTES = 4 << 30   # default decompressed-size limit per file (python -m commlib diagnose --max-bytes)
 BLOCK = 8 << 20       # bytes decompressed and decoded at a time
 HEAD = 64 << 20       # traceEvents must start within this many bytes to be streamed; else the file is decoded whole
-COMM_PREFIXES = ("gloo:", "nccl:", "c10d::", "record_param_comms")
+COMM_PREFIXES = ("gloo:", "nccl:", "c10d::", "record_param_comms", "commlib:")
 COPIES = ("gpu_memcpy", "gpu_memset")
 # CpuOps.kinds bits
 CPU_OP, C10D_OR_PARAM_COMMS, PROFILER_STEP = 1, 2, 4

@@ -43,6 +43,7 @@ from commlib.profiling.fields import OddField, count, dims_numel, numel
 from commlib.profiling.groups import configured, file_calls, parse_ranks
 from commlib.profiling.kernels import kernel_info
 from commlib.profiling import streams
+from commlib.profiling.annotations import commlib_calls
 from commlib.profiling.parallel import read_all
 from commlib.profiling.recording import record  # noqa: F401  (traces.record, as chapters 9 and 10 call it)
 from commlib.profiling.reader import (C10D_OR_PARAM_COMMS, CPU_OP, MAX_BYTES, PROFILER_STEP, Records,  # noqa: F401
@@ -243,12 +244,13 @@ def _cuda_calls(rank, rec: Records, kernels, shards: set) -> list[Call]:
 GLOO_RUNS_AS = {"reduce_scatter": "all_reduce"}
 
 
-def _gloo_calls(rank, rec: Records, comm_threads) -> tuple[list[Call], list]:
+def _gloo_calls(rank, rec: Records, comm_threads) -> tuple[list[Call], list, dict]:
     """gloo:* work events (the work itself, with its own input shape and dtype), each matched in order with the
     c10d::* op that queued it: the op the user called, and its size in nccl-tests' convention. The next queued op
     that Gloo runs as this work's op is found by bisect in a per-op index (not by a scan: linear time when work
     and queued ops do not match one to one). Also returns each call's (worker thread, issue index): the
-    thread says its process group (groups.py), the index the order the program issued it."""
+    thread says its process group (groups.py), the index the order the program issued it; and {call: the time its
+    c10d::* op queued it}, where matched."""
     work = sorted((e for e in rec.comm_ops if e.name.startswith("gloo:")), key=lambda e: e.ts)
     queued = sorted((e for e in rec.comm_ops if e.cat == "cpu_op" and e.name.startswith("c10d::")
                      and e.tid not in comm_threads and OP_NAMES.get(e.name[6:].lower())), key=lambda e: e.ts)
@@ -257,7 +259,7 @@ def _gloo_calls(rank, rec: Records, comm_threads) -> tuple[list[Call], list]:
     for k, info in enumerate(infos):
         for ran in {info["op"], GLOO_RUNS_AS.get(info["op"])} - {None}:
             runs.setdefault(ran, []).append(k)
-    calls, threads, j = [], [], 0
+    calls, threads, issued_at, j = [], [], {}, 0
     for w in work:
         ran = _checked(rec, w, _from_shapes, w.name, w.args) or {"op": w.name[5:].lower(), "dtype": None, "bytes": None}
         asked, issued = None, len(queued) + len(calls)
@@ -265,12 +267,13 @@ def _gloo_calls(rank, rec: Records, comm_threads) -> tuple[list[Call], list]:
         i = bisect.bisect_left(ks, j)
         if i < len(ks):   # the next queued op Gloo runs this way (others ran inline, or not here)
             asked, j, issued = infos[ks[i]], ks[i] + 1, ks[i]
+            issued_at[len(calls)] = queued[ks[i]].ts
         op = asked["op"] if asked else ran["op"]
         dtype = (asked and asked["dtype"]) or ran["dtype"]
         nbytes = asked["bytes"] if asked and asked["dtype"] else (ran["bytes"] or (asked and asked["bytes"]))
         calls.append(Call(rank, op, "0", None, nbytes, dtype, w.ts, w.dur, None, None, None))
         threads.append((w.tid, issued))
-    return calls, threads
+    return calls, threads, issued_at
 
 
 def read(path: str, max_bytes: int = MAX_BYTES) -> RankTrace:
@@ -286,7 +289,8 @@ def _read(path: str, max_bytes: int) -> RankTrace:
     info = rec.info
     rank = _rank_of(path, info)
     is_nccl = [k.name.lower().startswith("nccl") for k in rec.kernels]
-    comm_threads = {e.tid for e in rec.comm_ops if e.name.startswith("gloo:")}
+    own, own_threads, own_issued, own_waits = commlib_calls(rank, rec.comm_ops, Call)   # commlib's background work
+    comm_threads = {e.tid for e in rec.comm_ops if e.name.startswith("gloo:")} | {t for t, _ in own_threads}
     cpu = rec.cpu
     notes, shards, threads, issued, waits = [], set(), [], {}, {}
     copies = _spans([(k.ts, k.ts + k.dur) for k in rec.copies])
@@ -306,7 +310,13 @@ def _read(path: str, max_bytes: int) -> RankTrace:
         notes.append(f"{os.path.basename(path)}: no device times in this trace (NCCL seen from the CPU only): "
                      "the times are the CPU ops'; record with ProfilerActivity.CUDA for the kernels'")
     else:
-        calls, threads = _gloo_calls(rank, rec, comm_threads)
+        calls, threads, issued = _gloo_calls(rank, rec, comm_threads)
+        if own:   # with commlib's own calls, in start order
+            order = sorted(range(len(calls) + len(own)), key=lambda i: (calls + own)[i].start_us)
+            at = {old: new for new, old in enumerate(order)}
+            issued = {at[i]: t for i, t in issued.items()} | {at[len(calls) + i]: t for i, t in own_issued.items()}
+            waits = {at[len(calls) + i]: w for i, w in own_waits.items()}
+            calls, threads = [(calls + own)[i] for i in order], [(threads + own_threads)[i] for i in order]
         pick = [kind & CPU_OP and not kind & C10D_OR_PARAM_COMMS and tid not in comm_threads
                 for kind, tid in zip(cpu.kinds, cpu.tid)]
         compute = _spans([(s, e) for s, e, p in zip(cpu.start, cpu.end, pick) if p])

@@ -131,7 +131,7 @@ def codec_s_per_byte(ratio: float, path: str = TRADEOFF) -> tuple[float, str]:
 
 # ------------------------------------------------------------------------------------- the what-if
 def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: str | None = None,
-           codec: float | None = None, max_bytes: int = MAX_BYTES) -> dict:
+           codec: float | None = None, steps: int = 1, max_bytes: int = MAX_BYTES) -> dict:
     """Traces (files, a folder, or RankTraces) -> {"scenarios": [measured, identity replay, each Scenario],
     "measured_on", "dp_group", "world_size", "notes"}. measured: the topology the traces ran on (a Topology or a
     preset; default: the GPU named in the traces, else unknown: transfers then keep their measured time unless a
@@ -139,6 +139,7 @@ def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: st
     codec_s_per_byte)."""
     ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces, max_bytes)
     gamma = _validate.number("gamma", gamma, low=0.0)
+    steps = _validate.integer("steps", steps, low=1)
     world = next((r.world_size for r in ranks if r.world_size), None) or len(ranks)
     notes = []
     m_topo = _topology("measured", measured, world) if measured is not None else None
@@ -152,13 +153,13 @@ def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: st
     dp = frozenset([dp_group] if isinstance(dp_group, str) else dp_group) if dp_group is not None else \
         _dp_groups(ranks, world, strides)
     base = graph.replay(g)
-    rows = [_row("measured", _measured(ranks, base)), _row("identity replay", base)]
+    rows = [_row("measured", _measured(ranks, base), steps=steps), _row("identity replay", base, steps=steps)]
     for sc in scenarios:
         if not isinstance(sc, Scenario):
             raise TypeError(f"scenarios must be Scenario objects, got {type(sc).__name__}")
         priced, said, t = _scenario(g, sc, m_topo, world, dp, strides, gamma, codec)
-        rows.append(_row(sc.label(t), graph.replay(priced), said))
-    return {"world_size": world, "ranks": [r.rank for r in ranks], "backend": ranks[0].backend,
+        rows.append(_row(sc.label(t), graph.replay(priced), said, steps))
+    return {"world_size": world, "ranks": [r.rank for r in ranks], "backend": ranks[0].backend, "steps": steps,
             "measured_on": _describe(m_topo), "dp_groups": sorted(dp), "scenarios": rows, "notes": notes + g.notes}
 
 
@@ -295,8 +296,8 @@ def _measured(ranks, base: dict) -> dict:
     return out
 
 
-def _row(name: str, result: dict, said=()) -> dict:
-    return {"name": name, "step_us": result["step_us"], "ranks": result["ranks"],
+def _row(name: str, result: dict, said=(), steps: int = 1) -> dict:
+    return {"name": name, "step_us": result["step_us"] / steps, "ranks": result["ranks"],
             "critical_path": result["critical_path"], "assumptions": list(said), "forced": result["forced"]}
 
 
@@ -326,12 +327,15 @@ def format_report(report: dict) -> str:
     first = report["scenarios"][0]["step_us"]
     out = textwrap.wrap(f"# {len(report['ranks'])} rank(s) of a {report['world_size']}-rank {report['backend']} job, "
                         f"measured on {report['measured_on'] or 'unknown hardware'}", 98, subsequent_indent="#   ")
+    k = report.get("steps", 1)
+    if k > 1:
+        out.append(f"# per training step: the traces hold {k}, every figure below is their mean")
     rows = [["scenario", "step ms", "x meas.", "compute ms", "exposed ms", "waiting ms", "comm path"]]
     for s in report["scenarios"]:
         slow = max(s["ranks"].values(), key=lambda o: o["step_us"])
         rows.append([s["name"][:37], f"{s['step_us'] / 1e3:.2f}", f"{s['step_us'] / first:.2f}",
-                     f"{slow['compute_us'] / 1e3:.2f}", f"{slow['exposed_us'] / 1e3:.2f}",
-                     f"{slow['waiting_us'] / 1e3:.2f}", f"{s['critical_path']['comm_share']:.0%}"])
+                     f"{slow['compute_us'] / k / 1e3:.2f}", f"{slow['exposed_us'] / k / 1e3:.2f}",
+                     f"{slow['waiting_us'] / k / 1e3:.2f}", f"{s['critical_path']['comm_share']:.0%}"])
     out += columns.fit(rows, [38, 9, 8, 11, 11, 11, 10], "<>>>>>>")
     out += textwrap.wrap("step: the slowest rank's; compute, exposed, waiting: that rank's; comm path: the share of "
                          "transfers on the critical path", 98)

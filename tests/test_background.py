@@ -1,0 +1,105 @@
+"""commlib.algorithms.background: commlib's collectives as async work on a background thread, checked against
+torch.distributed's all_reduce and against BucketedDDP without it; and what a recorded job's trace then holds
+(commlib:* calls read by traces.py, with their queue and wait marks)."""
+
+import os
+import sys
+
+import cloudpickle
+import pytest
+import torch
+import torch.distributed as dist
+
+import commlib as cl
+from commlib.profiling import diagnose as dg
+from commlib.profiling import traces as tr
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with cl.Cluster(world_size=2, timeout=120) as c:
+        yield c
+
+
+def sums_like_torch(algorithm):
+    from commlib.algorithms.background import Background
+
+    torch.manual_seed(dist.get_rank())
+    xs = [torch.randn(n) for n in (1, 1000, 4097)]
+    want = [x.clone() for x in xs]
+    for w in want:
+        dist.all_reduce(w)
+    with Background(algorithm, 1 if algorithm == "hierarchical" else None) as bg:
+        futs = [bg.all_reduce(x) for x in xs]   # queued at once: they run in issue order
+        got = [bg.wait(f) for f in futs]
+    return max(float((g - w).abs().max()) for g, w in zip(got, want)), [s for s, *_ in bg.done]
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "hierarchical"])
+def test_background_all_reduces_equal_torchs_in_issue_order(cluster, algorithm):
+    for err, order in cluster.run(sums_like_torch, algorithm):
+        assert err < 1e-4 and order == [0, 1, 2]
+
+
+def ddp_grads(hooked):
+    from commlib import overlap
+    from commlib.algorithms.background import Background, average_hook
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64))
+    model = overlap.BucketedDDP(net, bucket_cap_mb=0.01)
+    bg = Background("ring")
+    if hooked:
+        model.register_comm_hook(bg, average_hook)
+    x = torch.randn(8, 64) * (1 + dist.get_rank())
+    for _ in range(2):   # the second step runs DDP's rebuilt buckets
+        for p in model.parameters():
+            p.grad = None
+        model(x).square().mean().backward()
+    bg.close()
+    return [p.grad.clone() for p in model.parameters()], len(model.buckets)
+
+
+def test_bucketed_ddp_through_the_background_ring_gives_the_same_gradients(cluster):
+    plain, hooked = cluster.run(ddp_grads, False), cluster.run(ddp_grads, True)
+    assert hooked[0][1] > 1   # several buckets, so several all-reduces in flight
+    for (a, _), (b, _) in zip(plain, hooked):
+        assert all(torch.allclose(x, y, atol=1e-6) for x, y in zip(a, b))
+
+
+def test_bad_arguments_are_refused_by_name(cluster):
+    def bad():
+        from commlib.algorithms.background import Background
+
+        out = []
+        for kw in ({"algorithm": "nope"}, {"algorithm": "hierarchical"}):
+            try:
+                Background(**kw)
+            except ValueError as e:
+                out.append(str(e))
+        return out
+
+    msgs = cluster.run(bad)[0]
+    assert "algorithm must be one of" in msgs[0] and "gpus_per_node" in msgs[1]
+
+
+def test_a_recorded_jobs_trace_holds_its_background_calls_and_their_marks(cluster, tmp_path):
+    from commlib.profiling import emulated_job as ej
+
+    out = cluster.run(ej.train, str(tmp_path), bandwidth=400e6, latency=1e-4, layers=4, width=128, layer_s=5e-4,
+                      bucket_mb=0.05, steps=1, recorded=1)   # a bucket per layer
+    ranks = tr.load(str(tmp_path))
+    nbytes = 129 * 128 * 4   # one Linear(128, 128): weight and bias, float32
+    for r in ranks:
+        assert r.backend == "gloo" and len(r.calls) == 4 and {c.op for c in r.calls} == {"all_reduce"}
+        assert [c.bytes for c in r.calls] == [nbytes] * 4 and {c.group_size for c in r.calls} == {2}
+        assert {c.algorithm for c in r.calls} == {"ring"}
+        assert sorted(r.issued) == [0, 1, 2, 3] and sorted(r.waits) == [0, 1, 2, 3]
+        for i, c in enumerate(r.calls):   # queued before it ran; the wait for it ended after it
+            assert r.issued[i] <= c.start_us and r.waits[i][1] >= c.end_us - 1.0
+        assert len(r.compute) > 0
+    report = dg.diagnose(str(tmp_path))
+    assert len(report["calls"]) == 8 and not report["notes"]
+    assert os.path.basename(out[0]["path"]) == "rank0.json"
