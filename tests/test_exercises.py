@@ -240,6 +240,12 @@ def test_ch9_checkers():
     assert ex.ch9_straggler(1, [400.0, 120.0, 390.0]).ok
     assert "arrived first" in ex.ch9_straggler(0, [400.0, 120.0, 390.0]).message
     assert not ex.ch9_straggler(2, [400.0, 120.0, 390.0]).ok
+    assert ex.ch9_reprice(0.006, 0.012, 0.008, 0.002).ok
+    assert "model alone" in ex.ch9_reprice(0.002, 0.012, 0.008, 0.002).message
+    assert "ratio" in ex.ch9_reprice(0.003, 0.012, 0.008, 0.002).message
+    assert ex.ch9_replay_wait(0.130, 0.075, 0.045, 0.001, 0.009).ok
+    assert "wake-up" in ex.ch9_replay_wait(0.129, 0.075, 0.045, 0.001, 0.009).message
+    assert ex.ch9_replay_blind("c").ok and not ex.ch9_replay_blind("b").ok
 
 
 # ------------------------------------------------------------------ odd answers: a Verdict, never an exception
@@ -262,6 +268,10 @@ ANSWER_CHECKERS = {
                                                     group_size=2),
     "ch9_kernel_algorithm": lambda a: ex.ch9_kernel_algorithm(a, "ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
     "ch9_straggler": lambda a: ex.ch9_straggler(a, [400.0, 120.0, 390.0]),
+    "ch9_reprice": lambda a: ex.ch9_reprice(a, measured_s=0.012, model_old_s=0.008, model_new_s=0.002),
+    "ch9_replay_wait": lambda a: ex.ch9_replay_wait(a, last_arrival_s=0.075, transfer_s=0.045, wake_s=0.001,
+                                                    after_s=0.009),
+    "ch9_replay_blind": lambda a: ex.ch9_replay_blind(a),
     "ch10_kind": lambda a: ex.ch10_kind(a, "nan_skip"),
     "ch10_culprit": lambda a: ex.ch10_culprit(a, {"kind": "mismatch", "ranks": [2], "detail": "rank 2 differs"}),
     # chapters 3 and 7 keep their checkers in their own modules; commlib.exercises re-exports them

@@ -1,5 +1,6 @@
 """Chapter 9 (profiling): the time of a chunked all-reduce, exposed communication, reading a real trace (busbw
-of a kernel, what its name proves) and stragglers.
+of a kernel, what its name proves), stragglers, and the what-if replay (a transfer re-priced, a wait replayed,
+what a replay cannot know).
 
 Each checker returns a Verdict and never raises on a wrong, odd or missing answer (commlib.exercises.answers
 reads it); a nonsensical parameter, the notebook author's, is a ValueError/TypeError naming it.
@@ -124,3 +125,60 @@ def ch9_straggler(answer, durations_us) -> Verdict:
                               "together, so who arrived last?")
     return Verdict(False, "a collective ends on every rank at about the same time: read each duration back "
                           "from the end to see who arrived when.")
+
+
+def ch9_reprice(answer, measured_s: float, model_old_s: float, model_new_s: float) -> Verdict:
+    """The replay's price of one transfer on new hardware (profiling.whatif.reprice), seconds."""
+    from commlib.profiling.whatif import reprice
+
+    measured_s, model_old_s, model_new_s = (check.number(name, v, low=0, strict=True, unit="seconds") for name, v in
+                                            (("measured_s", measured_s), ("model_old_s", model_old_s),
+                                             ("model_new_s", model_new_s)))
+    answer, bad = _number(answer, "the transfer's time in seconds")
+    if bad is not None:
+        return bad
+    want = reprice(measured_s, model_old_s, model_new_s)
+    if close(answer, want, rel=1e-6):
+        return Verdict(True, f"{want * 1e3:g} ms: the new model's {model_new_s * 1e3:g} ms plus the "
+                             f"{(measured_s - model_old_s) * 1e3:g} ms the job spent above the old one.")
+    if close(answer, model_new_s, rel=1e-6):
+        return Verdict(False, "that is the model alone. The measured call took longer than its model: the replay "
+                              "keeps that excess (software, contention), it does not vanish with a faster link.")
+    if close(answer, measured_s * model_new_s / model_old_s, rel=1e-6):
+        return Verdict(False, "scaling by the models' ratio treats the excess as if it ran at the link's speed; "
+                              "the replay adds it unchanged (it scales only a call faster than its model).")
+    return Verdict(False, "new = model_new + (measured - model_old).")
+
+
+def ch9_replay_wait(answer, last_arrival_s: float, transfer_s: float, wake_s: float, after_s: float) -> Verdict:
+    """A rank waits at the end of backward for an all-reduce the last rank joined at last_arrival_s; it wakes
+    wake_s after the all-reduce ends and computes after_s more: its step (s) in the replay."""
+    vals = [check.number(name, v, low=0, unit="seconds") for name, v in (("last_arrival_s", last_arrival_s),
+            ("transfer_s", transfer_s), ("wake_s", wake_s), ("after_s", after_s))]
+    answer, bad = _number(answer, "the step in seconds")
+    if bad is not None:
+        return bad
+    want = sum(vals)
+    if close(answer, want, rel=1e-6):
+        return Verdict(True, f"{want * 1e3:g} ms: the all-reduce ends for every rank at the last arrival plus the "
+                             "transfer; then the traced wake-up and the compute after it, unchanged.")
+    if close(answer, want - wake_s, rel=1e-6):
+        return Verdict(False, "add the wake-up: the replay keeps the measured gap between the call's end and the "
+                              "next compute (the thread waking up).")
+    return Verdict(False, "the call ends at last arrival + transfer for everyone; the rank goes on after it.")
+
+
+BLIND = {"a": "a slower network link", "b": "more nodes in the data-parallel group",
+         "c": "a GPU whose kernels slow down as it heats up", "d": "bigger DDP buckets"}
+
+
+def ch9_replay_blind(answer) -> Verdict:
+    """Which of BLIND can the replay not predict from a trace? (a letter)"""
+    answer, bad = _choice(answer, tuple(BLIND), "a letter")
+    if bad is not None:
+        return bad
+    if answer == "c":
+        return Verdict(True, "the replay keeps every compute duration as measured: a change in compute speed is "
+                             "not in the trace. Links, nodes and buckets change only communication, which it prices.")
+    return Verdict(False, f"the replay can price {BLIND[answer]}: it changes only the collectives. Which change "
+                          "alters compute, which the replay keeps as measured?")
