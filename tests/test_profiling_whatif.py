@@ -235,3 +235,18 @@ def test_waits_between_cuda_streams_become_the_replays_edges(tmp_path):
     # the all-reduce in 5 us: it starts 5 us after the gradient (as traced), ends at 30; the optimizer kernel
     # starts the traced 10 us after it, at 40, and ends at 50
     assert graph.replay(g.priced([], {(0, 0): 5.0}))["step_us"] == pytest.approx(50.0)
+
+
+def test_a_cycle_between_ranks_is_broken_and_counted_not_a_hang():
+    """Rank 0 waits for its group-1 call before its group-2 call; rank 1 the other way round: as matched, no
+    order satisfies both (a real job would have hung). The replay ends one set by force and says so."""
+    ranks = []
+    for r, (first, second) in enumerate((("1", "2"), ("2", "1"))):
+        calls = [tr.Call(r, "all_reduce", first, 2, 1024, "float32", 10.0, 5.0, None, None, None),
+                 tr.Call(r, "all_reduce", second, 2, 1024, "float32", 30.0, 5.0, None, None, None)]
+        rt = tr.RankTrace(f"rank{r}.json", r, 2, "gloo", None, calls, [(0.0, 10.0), (20.0, 30.0), (40.0, 50.0)],
+                          (0.0, 50.0))
+        rt.waits = {0: (10.0, 20.0)}
+        ranks.append(rt)
+    out = graph.replay(graph.build(ranks))
+    assert out["forced"] >= 1 and all(o["step_us"] > 0 for o in out["ranks"].values())

@@ -92,9 +92,9 @@ def build(ranks) -> Graph:
     """RankTraces (traces.load) -> the job's graph (see the module docstring)."""
     sets, where = [], {}
     pos = {r.rank: p for p, r in enumerate(ranks)}
-    index = [{(c.start_us, c.op): i for i, c in enumerate(r.calls)} for r in ranks]
+    index = [{id(c): i for i, c in enumerate(r.calls)} for r in ranks]   # matched() returns the ranks' own Calls
     for calls in matched(ranks):
-        members = [(pos[c.rank], index[pos[c.rank]][(c.start_us, c.op)]) for c in calls]
+        members = [(pos[c.rank], index[pos[c.rank]][id(c)]) for c in calls]
         for m in members:
             where[m] = len(sets)
         sets.append(members)

@@ -256,13 +256,19 @@ class _Pricer:
         if p_new is not None and abs(p_new - round(p_new)) > 1e-9:
             raise ValueError(f"{self.world} ranks do not divide into data-parallel groups of {p} x {self.factor:g}")
         stride = self.strides.get(c.group, 1)
-        old_alg = COMMLIB_ALGORITHMS.get(c.algorithm or "", "multi_ring" if c.kernel else "flat_ring")
+        if c.kernel:   # NCCL: its rings span nodes through every NIC (multi-ring), or the tree its kernel names
+            old_alg = "tree" if c.algorithm == "tree" else "multi_ring"
+        else:          # Gloo's ring, or the algorithm a commlib:* call states
+            old_alg = COMMLIB_ALGORITHMS.get(c.algorithm or "", "flat_ring")
         new_alg = {"ring": "flat_ring"}.get(self.algorithm, self.algorithm) if self.algorithm else old_alg
         if new_alg == "tree" and c.op != "all_reduce":   # a tree only for all-reduces: the others keep theirs
             new_alg = old_alg
         grad = c.group in self.dp and c.op in ("all_reduce", "reduce_scatter", "all_gather") and self.compress
         nbytes = c.bytes / self.compress if grad and c.bytes else c.bytes
-        old = price(c.op, c.bytes, p, self.m, old_alg, stride, self.gamma)
+        try:
+            old = price(c.op, c.bytes, p, self.m, old_alg, stride, self.gamma)
+        except ValueError:   # a traced tree across nodes of several GPUs: no model, the call keeps its time
+            old = None
         new = price(c.op, nbytes, round(p_new) if p_new else p_new, self.t, new_alg, stride, self.gamma)
         return old, new, (self.per_byte * (c.bytes or 0) * 1e6 if grad else 0.0)
 
