@@ -156,7 +156,8 @@ def _whatif(args) -> int:
     scenario = scenario_from_args(args.hardware, args.nodes, args.gpus_per_node, args.algorithm, args.bucket_mb,
                                   args.compress)
     try:
-        report = whatif(args.traces, [scenario], measured=args.measured_on, max_bytes=args.max_bytes)
+        codec = args.codec_ns_per_byte * 1e-9 if args.codec_ns_per_byte is not None else None
+        report = whatif(args.traces, [scenario], measured=args.measured_on, codec=codec, max_bytes=args.max_bytes)
     except (TraceError, ValueError) as e:
         _fail(f"whatif: {e}")
     print(json.dumps(json_report(report), allow_nan=False) if args.json else format_report(report))
@@ -229,6 +230,9 @@ def _parser() -> argparse.ArgumentParser:
                                                                             "all-reduces into buckets of this many MiB")
     w.add_argument("--compress", type=_positive(float), default=None,
                    help="divide the data-parallel gradients' bytes by this ratio (adds encode/decode time)")
+    w.add_argument("--codec-ns-per-byte", type=_positive(float), default=None,
+                   help="with --compress: encode + decode time per gradient byte (default: what "
+                        "benchmarks/compression_tradeoff.py measured on a CPU; a GPU codec is far faster)")
     w.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     w.add_argument("--max-bytes", default=4 << 30, type=_trace_limit,
                    help="refuse a trace file larger than this once decompressed, e.g. 512M (default 4G)")

@@ -189,6 +189,8 @@ def test_the_cli_prints_the_scenarios_and_strict_json():
     assert "spans" not in json.dumps(report)
     text = cli(tr.SAMPLE, "--hardware", "dgx_h100", "--bucket-mb", "25").stdout
     assert "identity replay" in text and max(len(line) for line in text.splitlines()) <= 100
+    text = cli(tr.SAMPLE, "--hardware", "dgx_a100", "--compress", "4", "--codec-ns-per-byte", "0.05").stdout
+    assert "encode + decode 0.05 ns/byte (given)" in text
 
 
 @pytest.mark.parametrize("args, says", [(("--hardware", "nope"), "--hardware"), (("--nodes", "0", "--hardware", "dgx_h100"),
