@@ -171,7 +171,7 @@ def _positive(kind):
         except ValueError:
             v = 0
         if not v > 0:
-            raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a number'} > 0, got {text!r}")
         return v
     return parse
 

@@ -116,6 +116,28 @@ def test_a_tree_is_priced_as_ncclls_double_binary_tree_on_the_link_it_crosses():
     assert across == pytest.approx(cost.collective_time("all_reduce", 1 << 26, 4, rail, "double_binary_tree"))
 
 
+def test_gpus_per_node_alone_keeps_the_ranks_and_reshapes_the_nodes():
+    report = whatif.whatif(job(), [whatif.Scenario(gpus_per_node=1)], measured="dgx_h100")
+    assert report["scenarios"][2]["name"] == "2 x 1 GPUs" and not report["scenarios"][2]["assumptions"]
+
+
+def test_waits_resolved_out_of_lane_order_keep_the_lane_history_sorted():
+    """A stated wait whose call ends 1 us after the wait does (the slop of aligning clocks): the waits are still
+    resolved in lane order, the replay off by that 1 us at most, the critical path complete."""
+    calls = [tr.Call(0, "all_reduce", "0", 2, 1024, "float32", 10.0, 35.2, None, None, None),
+             tr.Call(0, "all_reduce", "0", 2, 1024, "float32", 20.0, 26.0, None, None, None)]
+    r = tr.RankTrace("rank0.json", 0, 2, "gloo", None, calls, [(0.0, 40.0), (46.0, 50.0), (60.0, 100.0)],
+                     (0.0, 100.0))
+    r.threads = [(1, 0), (2, 1)]   # two worker threads: the calls overlap
+    r.waits = {1: (40.0, 45.0), 0: (45.5, 45.9)}
+    g = graph.build([r])
+    st = graph._Rank(g.ranks[0])
+    out = graph.replay(g)
+    assert 100.0 <= out["step_us"] <= 101.0 + 1e-9 and not out["critical_path"]["truncated"]
+    assert [(w.t_to) for w in sorted(g.ranks[0].waits, key=lambda w: w.t_to)] == [45.0, 45.9]
+    assert [kind for _, kind, _ in st.items] == [1, 1, 0, 0]   # the calls, then the waits in lane order
+
+
 def test_a_slower_link_and_more_nodes_are_priced_by_the_model_plus_the_measured_overhead():
     link = cost.Link("here", 1e9, 10e-6, "test")
     measured = topo.Topology(2, 1, link, link)
@@ -180,6 +202,10 @@ def test_bad_scenarios_are_refused_with_the_parameter_named():
         whatif.whatif(job(), [whatif.Scenario(nodes=2)])   # a CPU job, no hardware named
     with pytest.raises(ValueError, match="nodes"):
         whatif.whatif(job(), [whatif.Scenario(nodes=0)], measured="dgx_h100")
+    with pytest.raises(ValueError, match="do not fill nodes of 3"):
+        whatif.whatif(job(), [whatif.Scenario(gpus_per_node=3)], measured="dgx_h100")
+    with pytest.raises(ValueError, match="no data-parallel all-reduce"):
+        whatif.whatif(job(), [whatif.Scenario(bucket_mb=1)], measured="dgx_h100", dp_group="nope")
     with pytest.raises(TypeError, match="Scenario"):
         whatif.whatif(job(), ["dgx_h100"], measured="dgx_h100")
 

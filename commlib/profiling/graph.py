@@ -99,17 +99,20 @@ def build(ranks) -> Graph:
             where[m] = len(sets)
         sets.append(members)
     transfer = [min(ranks[p].calls[i].duration_us for p, i in m) for m in sets]
-    offsets = _offsets(ranks, sets)
+    offsets, unplaced = _offsets(ranks, sets)
     graphs = [_rank_graph(p, r, where, offsets[p]) for p, r in enumerate(ranks)]
+    notes = [f"rank {ranks[p].rank} shares no collective, directly or through others, with rank {ranks[0].rank}: "
+             "their clocks are taken as equal" for p in unplaced]
     for s, members in enumerate(sets):   # residuals: measured end against max(arrival) + transfer, one clock
         last = max(ranks[p].calls[i].start_us - offsets[p] for p, i in members)
         for p, i in members:
             graphs[p].resid[i] = ranks[p].calls[i].end_us - (last + transfer[s] + offsets[p])
-    return Graph(graphs, sets, transfer)
+    return Graph(graphs, sets, transfer, notes)
 
 
-def _offsets(ranks, sets) -> list[float]:
-    """Each rank's clock minus rank ranks[0]'s: medians of matched calls' end differences, along the groups."""
+def _offsets(ranks, sets) -> tuple[list[float], list[int]]:
+    """Each rank's clock minus rank ranks[0]'s: medians of matched calls' end differences, along the groups ->
+    (offsets, the positions of ranks in some matched call that no chain of groups links to ranks[0])."""
     diffs = {}
     for members in sets:
         p0, i0 = members[0]
@@ -125,7 +128,8 @@ def _offsets(ranks, sets) -> list[float]:
                 if src == a and dst not in off:
                     off[dst] = off[a] + sign * float(np.median(d))
                     todo.append(dst)
-    return [off.get(p, 0.0) for p in range(len(ranks))]
+    matched_ranks = {p for members in sets for p, _ in members}
+    return [off.get(p, 0.0) for p in range(len(ranks))], sorted(matched_ranks - set(off))
 
 
 def _rank_graph(p: int, r, where: dict, offset: float) -> RankGraph:
@@ -152,7 +156,7 @@ def _rank_graph(p: int, r, where: dict, offset: float) -> RankGraph:
             lag_pred.append(0.0)
             lag_queue.append(c.start_us - q)
     waits = _stated_waits(r) + _inferred_waits(spans, calls, getattr(r, "waits", None) or {})
-    waits.sort(key=lambda w: max(w.t_to, calls[w.call].end_us))
+    waits.sort(key=lambda w: max(w.t_to, calls[w.call].start_us))
     ends = [c.end_us for c in calls]
     done = max(([spans[-1, 1]] if len(spans) else []) + [w.t_to for w in waits] + ends + [r.wall[0]])
     return RankGraph(r.rank, r.wall[0], max(r.wall[1], done), spans, calls, lanes, pred, queue, lag_pred, lag_queue,
@@ -216,7 +220,8 @@ class _Rank:
         self.g = g
         n = len(g.calls)
         items = [(c.start_us, 1, i) for i, c in enumerate(g.calls)]
-        items += [(max(w.t_to, g.calls[w.call].end_us), 0, k) for k, w in enumerate(g.waits)]
+        # a wait in lane order; after its call's own item (a wait that ended before its call began is no wait)
+        items += [(max(w.t_to, g.calls[w.call].start_us), 0, k) for k, w in enumerate(g.waits)]
         self.items = sorted(items)
         self.at, self.shift = 0, 0.0
         self.hist_t, self.hist_shift, self.hist_to, self.hist_w = [], [], [], []   # per wait resolved, in order
@@ -270,10 +275,9 @@ def _step(p, st: _Rank, rs, g: Graph, arrived, set_end, last_in) -> bool:
         st.wait_bound[k] = "call" if e + w.lag_call >= lane else "lane"
         st.wait_to[k] = to
         st.shift = to - w.t_to
-        st.hist_t.append(w.t_to)
-        st.hist_shift.append(st.shift)
-        st.hist_to.append(to)
-        st.hist_w.append(k)
+        at = bisect.bisect_right(st.hist_t, w.t_to)   # in lane order (a wait's call may end after a later wait)
+        for hist, value in ((st.hist_t, w.t_to), (st.hist_shift, st.shift), (st.hist_to, to), (st.hist_w, k)):
+            hist.insert(at, value)
         return True
     j = r.pred[k]
     if j >= 0 and st.end[j] is None:
@@ -345,6 +349,7 @@ def _critical(rs, g: Graph, set_end, last_in) -> dict:
     """Walk back from the job's last end along the edges that bound each task -> the time on that path spent in
     compute (the lane, gaps included) and in transfers, and the calls on it."""
     p = max(range(len(rs)), key=lambda p: _result_end(rs[p]))
+    reach = {id(x): np.maximum.accumulate(x.hist_to).tolist() if x.hist_to else [] for x in rs}   # monotone: bisect
     compute = comm = 0.0
     calls = []
     st = rs[p]
@@ -352,12 +357,14 @@ def _critical(rs, g: Graph, set_end, last_in) -> dict:
     ends = [(e, i) for i, e in enumerate(st.end) if e is not None]
     lane_end = _lane_end(st)
     point = ("lane", lane_end) if not ends or lane_end >= max(ends)[0] else ("call", max(ends)[1])
+    truncated = True
     for _ in range(10 * sum(len(x.g.calls) + len(x.g.waits) for x in rs) + 10):
         if point[0] == "lane":   # back along the rigid lane to the wait that set its shift, or the start
             t = point[1]
-            k = bisect.bisect_right(st.hist_to, t) - 1
+            k = bisect.bisect_right(reach[id(st)], t) - 1
             compute += max(0.0, t - (st.hist_to[k] if k >= 0 else st.g.start))
             if k < 0:
+                truncated = False
                 break
             wk = st.hist_w[k]
             w = st.g.waits[wk]
@@ -377,12 +384,13 @@ def _critical(rs, g: Graph, set_end, last_in) -> dict:
             else:
                 comm += st.end[i] - st.arrival[i]
             if st.bound[i] is None:   # a member the replay forced: the path ends here
+                truncated = False
                 break
             kind, ref = st.bound[i]
             point = ("call", ref) if kind == "pred" else ("lane", ref + st.shift_at(ref))
     total = compute + comm
     return {"compute_us": compute, "comm_us": comm, "calls": len(calls),
-            "comm_share": comm / total if total > 0 else 0.0}
+            "comm_share": comm / total if total > 0 else 0.0, "truncated": truncated}
 
 
 def _lane_end(st: _Rank) -> float:

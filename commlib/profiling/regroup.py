@@ -47,6 +47,8 @@ def regroup(g: Graph, dp, cap_bytes: float) -> tuple[Graph, int, dict]:
     """-> (the graph with each step's data-parallel all-reduces replaced by buckets of cap_bytes, the buckets per
     step, {new set: [the traced sets it replaces]}). The new sets' transfers are None: the caller prices them."""
     runs = [dp_calls(r, dp) for r in g.ranks]
+    if not dp or not any(runs):
+        raise ValueError("bucket_mb: these traces have no data-parallel all-reduce to regroup")
     shape = {tuple(round(sum(r.calls[i].bytes for i in run)) for run in rr) for r, rr in zip(g.ranks, runs)}
     if not runs or not runs[0] or len(shape) != 1:
         raise ValueError(f"bucket_mb: the ranks' data-parallel all-reduces (groups {', '.join(sorted(dp))}) differ in number or bytes "

@@ -200,17 +200,21 @@ def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gam
     nodes = _validate.integer("nodes", sc.nodes, low=1) if sc.nodes is not None else None
     gpn = _validate.integer("gpus_per_node", sc.gpus_per_node, low=1) if sc.gpus_per_node is not None else None
     if nodes or gpn:
-        new_world = (nodes or base.nodes) * (gpn or base.gpus_per_node)
-        base = topo.Topology(nodes or base.nodes, gpn or base.gpus_per_node, base.intra, base.inter,
-                             base.nics_per_node, name=base.name)
+        gpn = gpn or base.gpus_per_node
+        if not nodes and world % gpn:
+            raise ValueError(f"gpus_per_node: the traced {world} ranks do not fill nodes of {gpn} GPUs; give nodes too")
+        nodes = nodes or world // gpn   # GPUs per node alone: as many nodes as the traced ranks fill
+        new_world = nodes * gpn
+        base = topo.Topology(nodes, gpn, base.intra, base.inter, base.nics_per_node, name=base.name)
     else:
         new_world = world
     factor = new_world / world
     if factor != 1:
         if not dp:
             raise ValueError("scaling out needs a data-parallel group, and these traces have no all-reduce")
-        said.append(f"{world} -> {new_world} ranks: data-parallel group(s) {', '.join(sorted(dp))} grow x{factor:g}; "
-                    "compute per rank as measured, the new ranks as fast as the traced ones")
+        said.append(f"{world} -> {new_world} ranks: data-parallel group(s) {', '.join(sorted(dp))} "
+                    f"{'grow' if factor > 1 else 'shrink'} x{factor:g}; compute per rank as measured"
+                    + (", the new ranks as fast as the traced ones" if factor > 1 else ""))
     compress = _validate.number("compress", sc.compress, low=1.0) if sc.compress is not None else None
     per_byte = 0.0
     if compress:
