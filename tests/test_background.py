@@ -103,3 +103,31 @@ def test_a_recorded_jobs_trace_holds_its_background_calls_and_their_marks(cluste
     report = dg.diagnose(str(tmp_path))
     assert len(report["calls"]) == 8 and not report["notes"]
     assert os.path.basename(out[0]["path"]) == "rank0.json"
+
+
+def dies_or_waits():
+    from commlib.algorithms.background import Background
+
+    bg = Background("ring")
+    if dist.get_rank() == 1:
+        os._exit(3)   # before it issues the all-reduce rank 0 waits on
+    with bg:
+        bg.wait(bg.all_reduce(torch.ones(1000)))
+
+
+def closes():
+    import threading
+
+    from commlib.algorithms import background
+
+    with background.Background("ring") as bg:
+        total = float(bg.wait(bg.all_reduce(torch.ones(10)))[0])
+    alive = [t for t in threading.enumerate() if t.name == "commlib-background"]
+    return total, len(alive), bg in background.LIVE
+
+
+def test_a_dead_peer_is_named_and_the_thread_ends_with_the_job(cluster):
+    with pytest.raises(cl.RankDied) as e:   # not a hang: the Cluster names the rank that died
+        cluster.run(dies_or_waits)
+    assert e.value.rank == 1
+    assert cluster.run(closes) == [(2.0, 0, False)] * 2   # the restarted ranks: summed, thread joined, forgotten
