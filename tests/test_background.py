@@ -23,7 +23,7 @@ def cluster():
         yield c
 
 
-def sums_like_torch(algorithm):
+def sums_like_torch(algorithm, gpus_per_node=None):
     from commlib.algorithms.background import Background
 
     torch.manual_seed(dist.get_rank())
@@ -31,15 +31,15 @@ def sums_like_torch(algorithm):
     want = [x.clone() for x in xs]
     for w in want:
         dist.all_reduce(w)
-    with Background(algorithm, 1 if algorithm == "hierarchical" else None) as bg:
+    with Background(algorithm, gpus_per_node) as bg:
         futs = [bg.all_reduce(x) for x in xs]   # queued at once: they run in issue order
         got = [bg.wait(f) for f in futs]
     return max(float((g - w).abs().max()) for g, w in zip(got, want)), [s for s, *_ in bg.done]
 
 
-@pytest.mark.parametrize("algorithm", ["ring", "hierarchical"])
-def test_background_all_reduces_equal_torchs_in_issue_order(cluster, algorithm):
-    for err, order in cluster.run(sums_like_torch, algorithm):
+@pytest.mark.parametrize("algorithm, gpus_per_node", [("ring", None), ("hierarchical", 1), ("hierarchical", 2)])
+def test_background_all_reduces_equal_torchs_in_issue_order(cluster, algorithm, gpus_per_node):
+    for err, order in cluster.run(sums_like_torch, algorithm, gpus_per_node):   # 2 nodes of 1 GPU, 1 node of 2
         assert err < 1e-4 and order == [0, 1, 2]
 
 
