@@ -1,6 +1,6 @@
 """commlib.algorithms.background: commlib's collectives as async work on a background thread, checked against
 torch.distributed's all_reduce and against BucketedDDP without it; and what a recorded job's trace then holds
-(commlib:* calls read by traces.py, with their queue and wait marks)."""
+(commlib:* calls read by traces.py, with their queue and wait marks); a dead or hung peer is named, not a hang."""
 
 import os
 import sys
@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 import commlib as cl
+from conftest import timeout_of
 from commlib.profiling import diagnose as dg
 from commlib.profiling import traces as tr
 
@@ -115,6 +116,17 @@ def dies_or_waits():
         bg.wait(bg.all_reduce(torch.ones(1000)))
 
 
+def one_rank_never_issues():
+    import threading
+
+    from commlib.algorithms.background import Background
+
+    if dist.get_rank() == 1:
+        threading.Event().wait()   # blocked for good (a hung peer), never issuing the all-reduce
+    with Background("ring") as bg:
+        bg.wait(bg.all_reduce(torch.ones(1000)))
+
+
 def closes():
     import threading
 
@@ -136,3 +148,10 @@ def test_a_dead_peer_is_named_and_the_thread_ends_with_the_job_remembering_littl
     assert e.value.rank == 1
     # the restarted ranks: summed, the thread joined and forgotten, only the last KEPT works remembered
     assert cluster.run(closes) == [([2.0] * 3, 0, False, [1, 2])] * 2
+
+
+def test_a_peer_that_never_issues_is_named_by_the_clusters_timeout(cluster):
+    with timeout_of(cluster, 2.0), pytest.raises(cl.ClusterTimeout) as e:   # not Gloo's 30 minutes
+        cluster.run(one_rank_never_issues)
+    assert "rank 1 never entered" in str(e.value)   # rank 0's background thread waits in the ring for it
+    assert cluster.run(dist.get_rank) == [0, 1]
