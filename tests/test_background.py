@@ -13,6 +13,7 @@ import torch.distributed as dist
 import commlib as cl
 from conftest import timeout_of
 from commlib.profiling import diagnose as dg
+from commlib.profiling import graph
 from commlib.profiling import traces as tr
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -103,6 +104,9 @@ def test_a_recorded_jobs_trace_holds_its_background_calls_and_their_marks(cluste
         assert len(r.compute) > 0
     report = dg.diagnose(str(tmp_path))
     assert len(report["calls"]) == 8 and not report["notes"]
+    replayed = graph.replay(graph.build(ranks))   # the identity replay of a live job, to the microsecond
+    assert [replayed["ranks"][r.rank]["step_us"] for r in ranks] == pytest.approx([r.wall[1] - r.wall[0] for r in ranks])
+    assert sum(len(g.waits) for g in graph.build(ranks).ranks) == 8   # the stated waits, none inferred beside them
     assert os.path.basename(out[0]["path"]) == "rank0.json"
 
 

@@ -28,3 +28,10 @@ def test_the_replay_predicts_other_links_and_more_nodes_of_an_emulated_job(tmp_p
     assert rows["4x bandwidth"]["predicted_s"] <= rows["measured"]["predicted_s"]
     assert ej.median_error(result) < 0.25, result["rows"]
     assert all(abs(r["error"]) < 0.45 for r in result["rows"]), result["rows"]
+
+
+def test_the_committed_run_met_the_goal_and_says_where_it_ran():
+    run = ej.load_accuracy()
+    assert {r["name"] for r in run["rows"]} == {"measured", "1/4 bandwidth", "4x bandwidth", "2x nodes"}
+    assert run["median_error"] == ej.median_error(run) <= 0.10
+    assert run["cpus"] and run["load"] and run["command"].startswith("python benchmarks/whatif_accuracy.py")

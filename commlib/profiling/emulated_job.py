@@ -15,12 +15,15 @@ reads it as compute. The steps are timed without the profiler; one more step is 
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
 STEPS, RECORDED = 6, 4   # steps timed, steps in the trace
+ACCURACY = Path(__file__).resolve().parents[2] / "benchmarks" / "whatif_accuracy.json"
 
 
 @torch.library.custom_op("commlib::accelerator", mutates_args=())
@@ -154,6 +157,15 @@ def predict_and_run(small, large, folder: str, bandwidth: float = 100e6, latency
     rows = [{"name": s["name"], "predicted_s": s["step_us"] * 1e-6, "measured_s": runs[s["name"]],
              "error": s["step_us"] * 1e-6 / runs[s["name"]] - 1} for s in report["scenarios"] if s["name"] in runs]
     return {"fit": (alpha, beta), "gamma": gamma, "report": report, "rows": rows}
+
+
+def load_accuracy(path=ACCURACY) -> dict:
+    """The committed run of benchmarks/whatif_accuracy.py (--json): its rows, the machine, the median error."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: run benchmarks/whatif_accuracy.py from a clone of the course")
+    with open(path) as f:
+        return json.load(f)
 
 
 def median_error(result: dict) -> float:
