@@ -1,6 +1,6 @@
 """commlib.algorithms.background: commlib's collectives as async work on a background thread, checked against
 torch.distributed's all_reduce and against BucketedDDP without it; and what a recorded job's trace then holds
-(commlib:* calls read by traces.py, with their queue and wait marks)."""
+(commlib:* calls read by traces.py, with their queue and wait marks); a dead or hung peer is named, not a hang."""
 
 import os
 import sys
@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 import commlib as cl
+from conftest import timeout_of
 from commlib.profiling import diagnose as dg
 from commlib.profiling import graph
 from commlib.profiling import traces as tr
@@ -24,7 +25,7 @@ def cluster():
         yield c
 
 
-def sums_like_torch(algorithm):
+def sums_like_torch(algorithm, gpus_per_node=None):
     from commlib.algorithms.background import Background
 
     torch.manual_seed(dist.get_rank())
@@ -32,15 +33,15 @@ def sums_like_torch(algorithm):
     want = [x.clone() for x in xs]
     for w in want:
         dist.all_reduce(w)
-    with Background(algorithm, 1 if algorithm == "hierarchical" else None) as bg:
+    with Background(algorithm, gpus_per_node) as bg:
         futs = [bg.all_reduce(x) for x in xs]   # queued at once: they run in issue order
         got = [bg.wait(f) for f in futs]
     return max(float((g - w).abs().max()) for g, w in zip(got, want)), [s for s, *_ in bg.done]
 
 
-@pytest.mark.parametrize("algorithm", ["ring", "hierarchical"])
-def test_background_all_reduces_equal_torchs_in_issue_order(cluster, algorithm):
-    for err, order in cluster.run(sums_like_torch, algorithm):
+@pytest.mark.parametrize("algorithm, gpus_per_node", [("ring", None), ("hierarchical", 1), ("hierarchical", 2)])
+def test_background_all_reduces_equal_torchs_in_issue_order(cluster, algorithm, gpus_per_node):
+    for err, order in cluster.run(sums_like_torch, algorithm, gpus_per_node):   # 2 nodes of 1 GPU, 1 node of 2
         assert err < 1e-4 and order == [0, 1, 2]
 
 
@@ -107,3 +108,54 @@ def test_a_recorded_jobs_trace_holds_its_background_calls_and_their_marks(cluste
     assert [replayed["ranks"][r.rank]["step_us"] for r in ranks] == pytest.approx([r.wall[1] - r.wall[0] for r in ranks])
     assert sum(len(g.waits) for g in graph.build(ranks).ranks) == 8   # the stated waits, none inferred beside them
     assert os.path.basename(out[0]["path"]) == "rank0.json"
+
+
+def dies_or_waits():
+    from commlib.algorithms.background import Background
+
+    bg = Background("ring")
+    if dist.get_rank() == 1:
+        os._exit(3)   # before it issues the all-reduce rank 0 waits on
+    with bg:
+        bg.wait(bg.all_reduce(torch.ones(1000)))
+
+
+def one_rank_never_issues():
+    import threading
+
+    from commlib.algorithms.background import Background
+
+    if dist.get_rank() == 1:
+        threading.Event().wait()   # blocked for good (a hung peer), never issuing the all-reduce
+    with Background("ring") as bg:
+        bg.wait(bg.all_reduce(torch.ones(1000)))
+
+
+def closes():
+    import threading
+
+    from commlib.algorithms import background
+
+    kept, background.KEPT = background.KEPT, 2
+    try:
+        with background.Background("ring") as bg:
+            total = [float(bg.wait(bg.all_reduce(torch.ones(10)))[0]) for _ in range(3)]
+    finally:
+        background.KEPT = kept
+    alive = [t for t in threading.enumerate() if t.name == "commlib-background"]
+    return total, len(alive), bg in background.LIVE, [seq for seq, *_ in bg.done]
+
+
+def test_a_dead_peer_is_named_and_the_thread_ends_with_the_job_remembering_little(cluster):
+    with pytest.raises(cl.RankDied) as e:   # not a hang: the Cluster names the rank that died
+        cluster.run(dies_or_waits)
+    assert e.value.rank == 1
+    # the restarted ranks: summed, the thread joined and forgotten, only the last KEPT works remembered
+    assert cluster.run(closes) == [([2.0] * 3, 0, False, [1, 2])] * 2
+
+
+def test_a_peer_that_never_issues_is_named_by_the_clusters_timeout(cluster):
+    with timeout_of(cluster, 2.0), pytest.raises(cl.ClusterTimeout) as e:   # not Gloo's 30 minutes
+        cluster.run(one_rank_never_issues)
+    assert "rank 1 never entered" in str(e.value)   # rank 0's background thread waits in the ring for it
+    assert cluster.run(dist.get_rank) == [0, 1]

@@ -17,6 +17,7 @@ seq=..`, `commlib:wait seq=..`, from the issuing thread). traces.py reads all th
 
 from __future__ import annotations
 
+import collections
 import queue
 import threading
 import time
@@ -30,11 +31,12 @@ ALGORITHMS = {"ring": lambda t, g: ring.ring_all_reduce(t),
               "hierarchical": lambda t, g: nodes.hierarchical_all_reduce(t, g),
               "recursive_doubling": lambda t, g: mpi.recursive_doubling_all_reduce(t)}
 LIVE: list = []   # this process's open Background objects (traces.record writes their work into its trace)
+KEPT = 1 << 16    # finished works remembered for a trace: a recorded step's, not a whole training run's
 
 
 class Background:
     """One rank's background communication thread. algorithm: ring | hierarchical (gpus_per_node needed) |
-    recursive_doubling; `done` holds (seq, name, start, end) per finished work, host clock (s)."""
+    recursive_doubling; `done` holds (seq, name, start, end) per finished work, host clock (s): the last KEPT."""
 
     def __init__(self, algorithm: str = "ring", gpus_per_node: int | None = None):
         if algorithm not in ALGORITHMS:
@@ -45,7 +47,7 @@ class Background:
             raise RuntimeError("Background runs inside a rank: initialise torch.distributed first (a Cluster does)")
         self.algorithm, self.gpus_per_node = algorithm, gpus_per_node
         self.size = dist.get_world_size()
-        self.done: list[tuple[int, str, float, float]] = []
+        self.done: collections.deque[tuple[int, str, float, float]] = collections.deque(maxlen=KEPT)
         self.tid = None   # the thread's id, as a trace names threads
         self._seq = 0
         self._queue: queue.Queue = queue.Queue()
