@@ -25,18 +25,17 @@ import time
 import torch
 import torch.distributed as dist
 
-from commlib.algorithms import mpi, nodes, ring
+from commlib.algorithms import nodes, ring
 
+# the node-level algorithms commlib.topology prices (flat_ring, hierarchical), so that a replay can re-price them
 ALGORITHMS = {"ring": lambda t, g: ring.ring_all_reduce(t),
-              "hierarchical": lambda t, g: nodes.hierarchical_all_reduce(t, g),
-              "recursive_doubling": lambda t, g: mpi.recursive_doubling_all_reduce(t)}
+              "hierarchical": lambda t, g: nodes.hierarchical_all_reduce(t, g)}
 LIVE: list = []   # this process's open Background objects (traces.record writes their work into its trace)
 KEPT = 1 << 16    # finished works remembered for a trace: a recorded step's, not a whole training run's
 
 
 class Background:
-    """One rank's background communication thread. algorithm: ring | hierarchical (gpus_per_node needed) |
-    recursive_doubling; `done` holds (seq, name, start, end) per finished work, host clock (s): the last KEPT."""
+    """One rank's background communication thread. algorithm: ring | hierarchical (gpus_per_node needed); `done` holds (seq, name, start, end) per finished work, host clock (s): the last KEPT."""
 
     def __init__(self, algorithm: str = "ring", gpus_per_node: int | None = None):
         if algorithm not in ALGORITHMS:

@@ -93,12 +93,13 @@ def train(folder: str, bandwidth: float, latency: float = 5e-4, gpus_per_node: i
     return {"step_s": times, "path": path, "recorded": recorded}
 
 
-def fit_nic(bandwidth: float, latency: float = 5e-4, gpus_per_node: int = 1, nics_per_node: int = 1,
-            sizes=(4 << 10, 64 << 10, 256 << 10, 1 << 20), repeats: int = 7) -> tuple[float, float]:
-    """Inside every rank: the emulated NIC as commlib's ring sees it. Times ring_all_reduce under emulate() at each
-    size (the slowest rank's median) and fits t = 2(p-1) alpha + 2(p-1)/p n beta -> (alpha s per message,
-    beta s per byte): alpha holds the wire's latency plus the software's cost per message, beta the paced
-    wire plus copying and adding."""
+def fit_nic(bandwidth: float, latency: float = 5e-4, sizes=(4 << 10, 64 << 10, 256 << 10, 1 << 20),
+            repeats: int = 7) -> tuple[float, float]:
+    """Inside every rank, each rank a node of one GPU: the emulated NIC as commlib's ring sees it. Times
+    ring_all_reduce under emulate(1, ...) at each size (the slowest rank's median) and fits
+    t = 2(p-1) alpha + 2(p-1)/p n beta -> (alpha s per message, beta s per byte): alpha holds the wire's latency
+    plus the software's cost per message, beta the paced wire plus copying and adding. (With several GPUs per
+    node half the ring's hops would be loopback, not the NIC: not what this fits.)"""
     import torch.distributed as dist
 
     from commlib import algorithms as alg
@@ -107,7 +108,7 @@ def fit_nic(bandwidth: float, latency: float = 5e-4, gpus_per_node: int = 1, nic
     torch.set_num_threads(1)
     p = dist.get_world_size()
     times = []
-    with topology.emulate(gpus_per_node, bandwidth, latency, nics_per_node):
+    with topology.emulate(1, bandwidth, latency):
         for n in sizes:
             t = torch.ones(n // 4)
             runs = []
