@@ -177,7 +177,7 @@ def test_regroup_fills_buckets_by_ddps_rule_at_the_traced_ready_times(cap_mib, s
         assert [c.start_us for c in new] == pytest.approx(ready)
         assert [w.call for w in r.waits] == [len(r.calls) - 1]   # the end of backward waits for the last bucket
     assert len(g2.sets) == len(sizes) and all(len(m) == 2 for m in g2.sets)
-    assert sorted({o for v in origin.values() for o in v}) == [0, 1, 2, 3]
+    assert sorted({i for v in origin.values() for _, i in v}) == [0, 1, 2, 3]   # every traced call replaced
 
 
 def test_whatif_bucket_scenario_replays_the_regrouped_job():

@@ -1,7 +1,7 @@
 """A job's gradient all-reduces regrouped into other buckets, in its replay graph (graph.py): the what-if's
 `bucket_mb`.
 
-    g2, buckets, origin = regroup(g, dp_group, cap_bytes)   # origin: new set -> the traced sets it replaces
+    g2, buckets, origin = regroup(g, dp_group, cap_bytes)   # origin: new set -> the traced calls it replaces
 
 DDP's rule, as chapter 6 built it (overlap.make_buckets): gradients fill a bucket in the order they become
 ready, and a bucket is all-reduced once it holds its cap (an explicit bucket_cap_mb applies to every bucket,
@@ -45,7 +45,8 @@ def dp_calls(r: RankGraph, dp) -> list[list[int]]:
 
 def regroup(g: Graph, dp, cap_bytes: float) -> tuple[Graph, int, dict]:
     """-> (the graph with each step's data-parallel all-reduces replaced by buckets of cap_bytes, the buckets per
-    step, {new set: [the traced sets it replaces]}). The new sets' transfers are None: the caller prices them."""
+    step, {new set: [(rank position, call index) of the traced calls it replaces]}). The new sets' transfers are
+    None: the caller prices them."""
     runs = [dp_calls(r, dp) for r in g.ranks]
     if not dp or not any(runs):
         raise ValueError("bucket_mb: these traces have no data-parallel all-reduce to regroup")
@@ -58,7 +59,6 @@ def regroup(g: Graph, dp, cap_bytes: float) -> tuple[Graph, int, dict]:
     ranks = []
     for p, (r, rr) in enumerate(zip(g.ranks, runs)):
         ranks.append(_rank(p, r, rr, cap_bytes, new_sets, origin_calls))
-    old = {m: s for s, members in enumerate(g.sets) for m in members}
     sets, transfer, origin = [], [], {}
     removed = {(p, i) for p, rr in enumerate(runs) for run in rr for i in run}
     remap = [rg.remap for rg in ranks]
@@ -68,7 +68,7 @@ def regroup(g: Graph, dp, cap_bytes: float) -> tuple[Graph, int, dict]:
         sets.append([(p, remap[p][i]) for p, i in members])
         transfer.append(g.transfer[s])
     for key, members in sorted(new_sets.items()):
-        origin[len(sets)] = sorted({old[m] for m in origin_calls[key] if m in old})
+        origin[len(sets)] = sorted(origin_calls[key])
         sets.append(members)
         transfer.append(None)
     member = [[-1] * len(rg.graph.calls) for rg in ranks]

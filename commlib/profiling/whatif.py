@@ -235,12 +235,15 @@ def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gam
         if g.transfer[s] is not None:
             transfer.append(pricer.time(c, g.transfer[s]))
         else:   # a regrouped bucket: the traced buckets it replaces say how far above the model the job runs
-            olds = [(g0.ranks[q].calls[j], g0.transfer[o]) for o in origin[s] for q, j in g0.sets[o][:1]]
+            olds = []
+            for q, j in origin[s]:   # each traced call with its transfer: its set's, or its own duration
+                r0 = g0.ranks[q]
+                olds.append((r0.calls[j], g0.transfer[r0.member[j]] if r0.member[j] >= 0 else r0.solo[j]))
             transfer.append(pricer.regrouped(c, olds))
     for p, r in enumerate(g.ranks):
         for i, c in enumerate(r.calls):
             if r.member[i] < 0:
-                solo[(p, i)] = pricer.time(c, r.solo[i]) if c.duration_us or not c.bytes else pricer.regrouped(c, [])
+                solo[(p, i)] = pricer.time(c, r.solo[i])
     if m_topo is None:
         said.append("the traces' own hardware is unknown: each call priced by the model alone")
     return g.priced(transfer, solo), said, base
