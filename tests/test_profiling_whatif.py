@@ -286,3 +286,16 @@ def test_a_cycle_between_ranks_is_broken_and_counted_not_a_hang():
         ranks.append(rt)
     out = graph.replay(graph.build(ranks))
     assert out["forced"] >= 1 and all(o["step_us"] > 0 for o in out["ranks"].values())
+
+
+def test_a_wait_that_takes_no_time_in_the_replay_does_not_stop_the_critical_path():
+    """The program waited for a call (the call bound the wait: its lane lag is 0); made 8x faster, the call ends
+    before the wait begins and the wait takes no time. Walking back, the path passes it (before: it found the same
+    wait again and again until its step limit, and returned a cut path)."""
+    call = tr.Call(0, "all_reduce", "0", 2, 1 << 20, "float32", 10.0, 40.0, None, None, None)
+    r = tr.RankTrace("rank0.json", 0, 2, "gloo", None, [call], [(0.0, 40.0), (52.0, 100.0)], (0.0, 100.0))
+    r.waits = {0: (40.0, 52.0)}
+    g = graph.build([r])
+    out = graph.replay(g.priced([], {(0, 0): 5.0}))
+    assert out["step_us"] == pytest.approx(88.0)   # the 12 us wait gone
+    assert not out["critical_path"]["truncated"] and out["critical_path"]["compute_us"] == pytest.approx(88.0)

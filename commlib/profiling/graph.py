@@ -357,11 +357,13 @@ def _critical(rs, g: Graph, set_end, last_in) -> dict:
     ends = [(e, i) for i, e in enumerate(st.end) if e is not None]
     lane_end = _lane_end(st)
     point = ("lane", lane_end) if not ends or lane_end >= max(ends)[0] else ("call", max(ends)[1])
-    truncated = True
+    truncated, below = True, None   # below: from a wait's start, only the waits before it (one may take no time)
     for _ in range(10 * sum(len(x.g.calls) + len(x.g.waits) for x in rs) + 10):
         if point[0] == "lane":   # back along the rigid lane to the wait that set its shift, or the start
             t = point[1]
             k = bisect.bisect_right(reach[id(st)], t) - 1
+            if below is not None:
+                k, below = min(k, below), None
             compute += max(0.0, t - (st.hist_to[k] if k >= 0 else st.g.start))
             if k < 0:
                 truncated = False
@@ -371,7 +373,7 @@ def _critical(rs, g: Graph, set_end, last_in) -> dict:
             if st.wait_bound[wk] == "call":
                 point = ("call", w.call)
             else:
-                point = ("lane", w.t_from + (st.hist_shift[k - 1] if k else 0.0))
+                point, below = ("lane", w.t_from + (st.hist_shift[k - 1] if k else 0.0)), k - 1
         else:
             i = point[1]
             calls.append((st.g.rank, i))
