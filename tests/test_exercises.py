@@ -246,6 +246,11 @@ def test_ch9_checkers():
     assert ex.ch9_replay_wait(0.130, 0.075, 0.045, 0.001, 0.009).ok
     assert "wake-up" in ex.ch9_replay_wait(0.129, 0.075, 0.045, 0.001, 0.009).message
     assert ex.ch9_replay_blind("c").ok and not ex.ch9_replay_blind("b").ok
+    sizes = [3, 0.5, 0.5, 1, 2.5]   # MiB, forward order: buckets {2.5}, {1, 0.5, 0.5}, {3} at a 2 MiB cap
+    assert ex.ch9_bucket_count(3, sizes, 2).ok
+    assert "not split" in ex.ch9_bucket_count(4, sizes, 2).message
+    assert "per parameter" in ex.ch9_bucket_count(5, sizes, 2).message
+    assert not ex.ch9_bucket_count(2, sizes, 2).ok
 
 
 # ------------------------------------------------------------------ odd answers: a Verdict, never an exception
@@ -272,6 +277,7 @@ ANSWER_CHECKERS = {
     "ch9_replay_wait": lambda a: ex.ch9_replay_wait(a, last_arrival_s=0.075, transfer_s=0.045, wake_s=0.001,
                                                     after_s=0.009),
     "ch9_replay_blind": lambda a: ex.ch9_replay_blind(a),
+    "ch9_bucket_count": lambda a: ex.ch9_bucket_count(a, [3, 0.5, 0.5, 1, 2.5], 2),
     "ch10_kind": lambda a: ex.ch10_kind(a, "nan_skip"),
     "ch10_culprit": lambda a: ex.ch10_culprit(a, {"kind": "mismatch", "ranks": [2], "detail": "rank 2 differs"}),
     # chapters 3 and 7 keep their checkers in their own modules; commlib.exercises re-exports them

@@ -10,24 +10,50 @@ from commlib.profiling import whatif  # noqa: E402
 from commlib.ui import whatif as ui  # noqa: E402
 from tests.test_profiling_whatif import job  # noqa: E402
 
+KINDS = ("compute", "comm", "waiting")   # timelines draws them in this order, one broken_barh per (row, kind)
 
-def test_the_timelines_draw_each_scenarios_spans_and_step_end():
+
+@pytest.fixture(scope="module")
+def report():
     from commlib import cost, topology as topo
 
     link = cost.Link("here", 1e9, 10e-6, "test")
-    report = whatif.whatif(job(), [whatif.Scenario("slow", topology=topo.Topology(2, 1, link, cost.Link(
+    return whatif.whatif(job(), [whatif.Scenario("slow", topology=topo.Topology(2, 1, link, cost.Link(
         "slow", 0.1e9, 10e-6, "test")))], measured=topo.Topology(2, 1, link, link))
+
+
+def _extents(collection):
+    """Each bar's (start, end) in ms, flat: [a0, b0, a1, b1, ...]."""
+    return [float(x) for p in collection.get_paths() for x in (p.vertices[:, 0].min(), p.vertices[:, 0].max())]
+
+
+def _ms(spans):
+    return [x / 1e3 for span in spans for x in span]
+
+
+def test_the_timelines_draw_each_scenarios_spans_and_step_end(report):
     ax = ui.timelines(report)
     rows = [s for s in report["scenarios"] if s["name"] != "identity replay"]
-    bars = ax.collections   # broken_barh: one collection per (row, kind)
-    assert len(bars) == 3 * len(rows) * 2
+    bars = ax.collections
+    assert len(bars) == len(KINDS) * len(rows) * 2
+    drawn = 0
     for i, (s, r) in enumerate((s, r) for s in rows for r in (0, 1)):
-        compute = bars[3 * i].get_paths()
-        want = s["ranks"][r]["spans"]["compute"]
-        assert len(compute) == len(want)
-        for path, (a, b) in zip(compute, want):
-            xs = path.vertices[:, 0]
-            assert xs.min() == pytest.approx(a / 1e3) and xs.max() == pytest.approx(b / 1e3)
+        for k, kind in enumerate(KINDS):
+            want = _ms(s["ranks"][r]["spans"][kind])
+            assert _extents(bars[len(KINDS) * i + k]) == pytest.approx(want), (s["name"], r, kind)
+            drawn += len(want) // 2
+    assert drawn > 2 * len(rows) * 2   # the job has compute and communication on every row
     ends = sorted(line.get_xdata()[0] for line in ax.lines)
     assert ends == pytest.approx(sorted(s["ranks"][r]["step_us"] / 1e3 for s in rows for r in (0, 1)))
     assert [t.get_text() for t in ax.get_yticklabels()][0] == "measured · rank 0"
+    assert ax.get_xlim()[1] == pytest.approx(max(ends) * 1.02)
+
+
+def test_the_timelines_draw_only_the_scenarios_asked_for_waits_hatched(report):
+    ax = ui.timelines(report, scenarios=["identity replay", "slow"])
+    assert [t.get_text() for t in ax.get_yticklabels()] == [
+        "identity replay · rank 0", "identity replay · rank 1", "slow · rank 0", "slow · rank 1"]
+    assert len(ax.collections) == len(KINDS) * 4
+    assert [c.get_hatch() for c in ax.collections[:3]] == [None, None, "////"]
+    slow = report["scenarios"][-1]
+    assert _extents(ax.collections[len(KINDS) * 2 + 1]) == pytest.approx(_ms(slow["ranks"][0]["spans"]["comm"]))

@@ -21,6 +21,6 @@ from commlib.exercises.ch5 import (ch5_allreduce_compatible, ch5_crossover, ch5_
 from commlib.exercises.ch6 import ch6_best_bucket, ch6_overlapped_step  # noqa: F401
 from commlib.exercises.ch7 import ch7_bubble, ch7_in_flight, ch7_tp_bytes, ch7_which_fits, ch7_zero3_memory  # noqa: F401
 from commlib.exercises.ch8 import ch8_busiest, ch8_cp_bytes, ch8_redistribute, ch8_ring_exposed  # noqa: F401
-from commlib.exercises.ch9 import (ch9_chunked_time, ch9_exposed, ch9_kernel_algorithm, ch9_replay_blind,  # noqa: F401
-                                   ch9_replay_wait, ch9_reprice, ch9_straggler, ch9_trace_busbw)
+from commlib.exercises.ch9 import (ch9_bucket_count, ch9_chunked_time, ch9_exposed, ch9_kernel_algorithm,  # noqa: F401
+                                   ch9_replay_blind, ch9_replay_wait, ch9_reprice, ch9_straggler, ch9_trace_busbw)
 from commlib.exercises.ch10 import ch10_culprit, ch10_fix_exchange, ch10_kind  # noqa: F401

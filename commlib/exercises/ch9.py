@@ -182,3 +182,27 @@ def ch9_replay_blind(answer) -> Verdict:
                              "not in the trace. Links, nodes and buckets change only communication, which it prices.")
     return Verdict(False, f"the replay can price {BLIND[answer]}: it changes only the collectives. Which change "
                           "alters compute, which the replay keeps as measured?")
+
+
+def ch9_bucket_count(answer, param_mb, bucket_cap_mb: float) -> Verdict:
+    """All-reduces one step queues by DDP's bucket rule (overlap.make_buckets: gradients ready in reverse forward
+    order, a bucket closed once it holds at least its cap, no parameter split), the rule the what-if regroups by."""
+    from commlib.overlap import make_buckets
+
+    sizes = check.numbers("param_mb", param_mb, low=0, unit="MiB", item="parameter")
+    cap = check.number("bucket_cap_mb", bucket_cap_mb, low=0, strict=True, unit="MiB")
+    answer, bad = _number(answer, "a number of all-reduces")
+    if bad is not None:
+        return bad
+    want = len(make_buckets([s * 2**20 for s in sizes], cap))
+    if answer == want:
+        return Verdict(True, f"{want}: fill in the order backward makes the gradients ready (last layer first), "
+                             f"close a bucket once it holds {cap:g} MiB or more.")
+    if answer == len(sizes):
+        return Verdict(False, "that is one all-reduce per parameter: a bucket gathers gradients until it holds "
+                              "its cap.")
+    if answer == -(-sum(sizes) // cap):
+        return Verdict(False, "the total over the cap assumes buckets filled exactly; a gradient is not split, "
+                              "and a bucket closes at its cap or above. Fill them one gradient at a time.")
+    return Verdict(False, "walk the gradients from the last parameter to the first, adding each to the open "
+                          "bucket, and close it once it holds the cap or more.")
