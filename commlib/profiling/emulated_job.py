@@ -134,6 +134,7 @@ def predict_and_run(small, large, folder: str, bandwidth: float = 100e6, latency
     """The what-if checked against runs (issue 34's test): on `small`, a Cluster of 2 ranks (2 emulated nodes of
     one GPU each), fit the NIC as the ring sees it (fit_nic), record the job at `bandwidth`, predict it at 1/4
     and 4x that bandwidth and on twice the nodes (`large`, 4 ranks), then run each and measure.
+    large=None predicts twice the nodes without running it (its measured_s and error None).
     -> {"fit": (alpha, beta), "report": whatif's report, "rows": [{name, predicted_s, measured_s, error}]}."""
     import dataclasses
 
@@ -154,9 +155,10 @@ def predict_and_run(small, large, folder: str, bandwidth: float = 100e6, latency
     runs = {"measured": job_step(base),
             "1/4 bandwidth": job_step(small.run(train, f"{folder}/slow", bandwidth=bandwidth / 4, **kw)),
             "4x bandwidth": job_step(small.run(train, f"{folder}/fast", bandwidth=bandwidth * 4, **kw)),
-            "2x nodes": job_step(large.run(train, f"{folder}/nodes", bandwidth=bandwidth, **kw))}
+            "2x nodes": job_step(large.run(train, f"{folder}/nodes", bandwidth=bandwidth, **kw)) if large else None}
     rows = [{"name": s["name"], "predicted_s": s["step_us"] * 1e-6, "measured_s": runs[s["name"]],
-             "error": s["step_us"] * 1e-6 / runs[s["name"]] - 1} for s in report["scenarios"] if s["name"] in runs]
+             "error": s["step_us"] * 1e-6 / runs[s["name"]] - 1 if runs[s["name"]] else None}
+            for s in report["scenarios"] if s["name"] in runs]
     return {"fit": (alpha, beta), "gamma": gamma, "report": report, "rows": rows}
 
 
@@ -170,5 +172,5 @@ def load_accuracy(path=ACCURACY) -> dict:
 
 
 def median_error(result: dict) -> float:
-    """The median |error| over the what-ifs (the measured row left out)."""
-    return statistics.median(abs(r["error"]) for r in result["rows"] if r["name"] != "measured")
+    """The median |error| over the what-ifs that were run (the measured row left out)."""
+    return statistics.median(abs(r["error"]) for r in result["rows"] if r["name"] != "measured" and r["error"] is not None)
