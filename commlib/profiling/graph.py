@@ -229,6 +229,7 @@ class _Rank:
         self.bound = [None] * n          # per call: ("pred", j) or ("queue", t) that set its arrival
         self.wait_bound = [None] * len(g.waits)
         self.wait_to = [None] * len(g.waits)
+        self.lane_end = self.finish = None   # set by _result
 
     def shift_at(self, t: float) -> float:
         k = bisect.bisect_right(self.hist_t, t)
@@ -325,6 +326,7 @@ def _result(st: _Rank) -> dict:
     lane_end = float(spans[-1, 1]) if len(spans) else r.start
     lane_end = max([lane_end] + [t for t in st.wait_to if t is not None])
     end = max([lane_end] + [e for e in st.end if e is not None]) + r.tail
+    st.lane_end, st.finish = lane_end, end   # where the critical path starts walking back (_critical)
     comm = _array(union((a, e) for a, e in zip(st.arrival, st.end) if a is not None))
     waiting = _array(union((a, max(a, st.last[i])) for i, a in enumerate(st.arrival)   # to the last arrival
                            if a is not None and r.member[i] >= 0))
@@ -348,14 +350,14 @@ def _span_sum(a: np.ndarray) -> float:
 def _critical(rs, g: Graph, set_end, last_in) -> dict:
     """Walk back from the job's last end along the edges that bound each task -> the time on that path spent in
     compute (the lane, gaps included) and in transfers, and the calls on it."""
-    p = max(range(len(rs)), key=lambda p: _result_end(rs[p]))
+    p = max(range(len(rs)), key=lambda p: rs[p].finish - rs[p].g.start)
     reach = {id(x): np.maximum.accumulate(x.hist_to).tolist() if x.hist_to else [] for x in rs}   # monotone: bisect
     compute = comm = 0.0
     calls = []
     st = rs[p]
     # what ended the rank: its lane or a call
     ends = [(e, i) for i, e in enumerate(st.end) if e is not None]
-    lane_end = _lane_end(st)
+    lane_end = st.lane_end
     point = ("lane", lane_end) if not ends or lane_end >= max(ends)[0] else ("call", max(ends)[1])
     truncated, below = True, None   # below: from a wait's start, only the waits before it (one may take no time)
     for _ in range(10 * sum(len(x.g.calls) + len(x.g.waits) for x in rs) + 10):
@@ -393,13 +395,3 @@ def _critical(rs, g: Graph, set_end, last_in) -> dict:
     total = compute + comm
     return {"compute_us": compute, "comm_us": comm, "calls": len(calls),
             "comm_share": comm / total if total > 0 else 0.0, "truncated": truncated}
-
-
-def _lane_end(st: _Rank) -> float:
-    r = st.g
-    t = float(r.spans[-1, 1]) if len(r.spans) else r.start
-    return max([t + st.shift_at(t)] + [x for x in st.wait_to if x is not None])
-
-
-def _result_end(st: _Rank) -> float:
-    return max([_lane_end(st)] + [e for e in st.end if e is not None]) + st.g.tail - st.g.start
