@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -138,7 +139,10 @@ def _run_recipe(code, folder):
         dist.all_reduce(torch.ones(1 << 12))
 
     os.chdir(folder)   # the recipe writes traces/rank{rank}.json where it runs
-    exec(code, {"train_step": train_step})
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        exec(code, {"train_step": train_step})
+    return [str(w.message) for w in said]
 
 
 def test_the_readme_profiler_recipe_run_on_two_cpu_ranks_gives_traces_diagnose_reads(tmp_path):
@@ -148,7 +152,9 @@ def test_the_readme_profiler_recipe_run_on_two_cpu_ranks_gives_traces_diagnose_r
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     with cl.Cluster(world_size=2, timeout=120) as c:
-        c.run(_run_recipe, _readme_recipe(), str(tmp_path))
+        said = c.run(_run_recipe, _readme_recipe(), str(tmp_path))
+    # repeat=1: one cycle, so torch does not warn that it 'clears events at the end of each cycle' and start another
+    assert [w for ws in said for w in ws if "cycle" in w] == [], said
     report = td.diagnose(str(tmp_path / "traces"))
     assert report["ranks"] == [0, 1] and report["backend"] == "gloo"
     # two recorded steps of one all-reduce each, on each rank, with the tensor's bytes
