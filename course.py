@@ -12,6 +12,7 @@ only when requirements.txt or pyproject.toml change.
 
 import contextlib
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -61,17 +62,57 @@ def lab_command(python, root: Path = ROOT, extra=()) -> list[str]:
     the notification settings, so no "Jupyter news" pop-up covers the chapters (a learner may still opt in);
     as root it adds --allow-root (containers and cloud VMs often run as root). Kernels talk to JupyterLab over
     Unix sockets (ipc) where there are some: no TCP port for a kernel, and none of ipykernel's "Kernel is running
-    over TCP without encryption" warnings, one per kernel started, which a learner can do nothing about; nor
-    tornado's websocket_ping_timeout warning, one per kernel connection."""
+    over TCP without encryption" warnings, one per kernel started, which a learner can do nothing about."""
     first = min(Path(root).glob("notebooks/[0-9]*.ipynb"), default=None)
     opens = [f"--LabApp.default_url=/lab/tree/{first.relative_to(root).as_posix()}"] if first else []
     return [str(python), "-m", "jupyter", "lab", "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={root}", *opens,
             "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
             f"--LabApp.app_settings_dir={LAB_SETTINGS}", *(["--KernelManager.transport=ipc"] if os.name != "nt" else []),
-            # jupyter_server 2.21's default ping timeout (3 x its 30 s ping interval) is longer than tornado >= 6.5
-            # allows: tornado warns at every kernel connection and uses the interval. Set what it uses, unwarned.
-            '--ServerApp.tornado_settings={"ws_ping_timeout": 30000}',
+            # No ping settings. jupyter_server pings each kernel's socket every 30 s and closes it when no pong came
+            # for ws_ping_timeout, 90 s by default; a timeout of 30 s (once set here, to quiet tornado) closed every
+            # socket at its first ping. tornado >= 6.5 logs one warning per server that this timeout is longer
+            # than its own interval: harmless, tornado's own pings are not the ones that run (issue 40).
             *(["--allow-root"] if running_as_root() else []), *extra]
+
+
+def workspaces_dir() -> Path:
+    """Where JupyterLab keeps this user's workspaces (jupyterlab_server's default: JUPYTERLAB_WORKSPACES_DIR, or
+    lab/workspaces in Jupyter's config folder)."""
+    if os.environ.get("JUPYTERLAB_WORKSPACES_DIR"):
+        return Path(os.environ["JUPYTERLAB_WORKSPACES_DIR"])
+    return Path(os.environ.get("JUPYTER_CONFIG_DIR") or Path.home() / ".jupyter") / "lab" / "workspaces"
+
+
+def bring_to_front(notebook: str, folder: Path | None = None) -> bool:
+    """In the saved default workspace, make notebook (a path under the served root) the tab in front, where it is
+    one of the restored tabs. JupyterLab restores the tabs a learner left open and puts the one that was in front
+    back in front, even over the file its /lab/tree URL names when that file was among them (jupyterlab#10876):
+    `course.py lab`'s URL names chapter 0, so chapter 0 comes to the front and the learner's other chapters stay
+    open behind it. Changes nothing else, and nothing when there is no such workspace or tab. -> changed?"""
+    key = f"notebook:{notebook}"
+    for path in sorted((folder or workspaces_dir()).glob("default-*.jupyterlab-workspace")):
+        try:
+            if path.stat().st_size > 16 << 20:  # a workspace is a few KiB: leave anything else alone
+                continue
+            saved = json.loads(path.read_text(encoding="utf-8"))
+            main = saved["data"]["layout-restorer:data"]["main"]
+            areas, found = [main.get("dock")], False
+            while areas:  # the dock is a tree of split areas and tab areas
+                area = areas.pop()
+                if isinstance(area, dict) and area.get("type") == "tab-area" and key in area.get("widgets", []):
+                    area["currentIndex"], found = area["widgets"].index(key), True
+                elif isinstance(area, dict):
+                    areas.extend(area.get("children") or [])
+            if not found or main.get("current") == key:
+                continue
+            main["current"] = key
+            tmp = path.with_name(path.name + ".commlib-tmp")
+            tmp.write_text(json.dumps(saved), encoding="utf-8")
+            os.replace(tmp, path)
+            return True
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue  # not a workspace as JupyterLab 4 writes it: JupyterLab decides, as it would without us
+    return False
 
 
 def course_notebooks(root: Path = ROOT) -> list[Path]:
@@ -152,6 +193,9 @@ def main(argv: list[str]) -> int:
         if running_as_root():
             print("course.py: running as root, so JupyterLab starts with --allow-root; it still listens only on "
                   "127.0.0.1 and asks for its token", flush=True)
+        first = min(course_notebooks(ROOT), default=None)
+        if first is not None:
+            bring_to_front(first.relative_to(ROOT).as_posix())
         problem = trust_notebooks(PY, ROOT)
         if problem:
             print(f"course.py: {problem}", flush=True)

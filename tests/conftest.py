@@ -1,3 +1,4 @@
+import atexit
 import contextlib
 import http.client
 import os
@@ -7,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -16,6 +18,17 @@ import psutil
 import pytest
 
 import commlib as cl
+
+# Jupyter's per-user folders for everything this suite starts (the lab fixture, nbval's kernels, course.py lab in
+# test_course, tools/run_notebooks.py): a folder of the session's own. A lab started in the learner's folders
+# restored their workspace (the chapters they had open, their kernels) and wrote 13 workspace files into their
+# home (issue 40). JUPYTER_PATH's other entries (the venv's kernelspec) are still found.
+JUPYTER_VARS = {"JUPYTER_CONFIG_DIR": "config", "JUPYTER_DATA_DIR": "data", "JUPYTER_RUNTIME_DIR": "runtime",
+                "JUPYTERLAB_WORKSPACES_DIR": "workspaces", "IPYTHONDIR": "ipython"}
+_jupyter_home = Path(tempfile.mkdtemp(prefix="commlib-tests-jupyter-"))
+atexit.register(shutil.rmtree, _jupyter_home, ignore_errors=True)
+for _var, _sub in JUPYTER_VARS.items():
+    os.environ[_var] = str(_jupyter_home / _sub)
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # fixtures ship their rank functions by value
 ROOT = Path(__file__).resolve().parents[1]
@@ -161,6 +174,23 @@ def lab(tmp_path_factory):
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+# Chinese text on a page drawn as boxes: without a CJK font (Debian's chromium brings none; .ci/run installs
+# fonts-noto-cjk), every missing glyph is the same empty box. Each element that shows Chinese characters draws up
+# to 8 distinct ones, in its own font, on a canvas: with a font they differ, as boxes they are all alike.
+# -> [(its first 40 characters, how many distinct characters, how many distinct pictures)] for the boxed ones.
+CJK_BOXES = """root => [...(root || document.body).querySelectorAll('*')]
+  .filter(e => [...e.childNodes].some(n => n.nodeType === 3 && /[\\u3400-\\u9fff]/.test(n.textContent)))
+  .map(e => {
+    const chars = [...new Set([...e.textContent].filter(c => /[\\u3400-\\u9fff]/.test(c)))].slice(0, 8);
+    const s = getComputedStyle(e), canvas = document.createElement('canvas');
+    canvas.width = canvas.height = 48;
+    const ctx = canvas.getContext('2d');
+    const shapes = chars.map(c => { ctx.clearRect(0, 0, 48, 48);
+      ctx.font = `${s.fontStyle} ${s.fontWeight} 32px ${s.fontFamily}`; ctx.fillText(c, 4, 36);
+      return ctx.getImageData(0, 0, 48, 48).data.join(''); });
+    return [e.textContent.trim().slice(0, 40), chars.length, new Set(shapes).size];
+  }).filter(([, chars, shapes]) => chars > 1 && shapes < chars)"""
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 
