@@ -1,6 +1,9 @@
 """Build the course as a static book from the committed notebooks, never running them.
 
-    python book/build.py [--no-solutions] [--out DIR]     # default out: build/book (git-ignored)
+    python book/build.py [--no-solutions] [--out DIR] [--working-tree]   # default out: build/book (git-ignored)
+
+In a git checkout a notebook that differs from the last commit (a lab session's autosaved run) is taken as
+committed (git show HEAD:...), and the build says which; --working-tree builds from notebooks/ as it is.
 
 Steps: fetch the pinned JavaScript the pages load (MathJax, the ipywidgets HTML manager) once, with npm,
 into build/book-vendor/ (checked against pinned sha512 hashes); stage index.md, the numbered
@@ -97,16 +100,50 @@ def _write_if_changed(path: Path, data: bytes) -> None:
         path.write_bytes(data)
 
 
-def stage(src: Path, solutions: bool = True) -> list[str]:
-    """Lay out the book's sources in src/: index.md, notebooks/NN_*.ipynb, assets/; -> the chapters' names."""
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess | None:
+    try:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done if done.returncode == 0 else None
+
+
+def notebook_sources(root: Path = ROOT, working_tree: bool = False) -> tuple[dict[Path, bytes], str]:
+    """The numbered notebooks' bytes the book is built from, and one line saying which. In a git checkout, a
+    notebook that differs from the last commit (JupyterLab autosaves a learner's run into notebooks/) is taken
+    as committed, unless working_tree; a notebook git does not track, or a folder that is no checkout, as it is."""
+    notebooks = sorted((root / "notebooks").glob("[0-9]*.ipynb"))
+    data = {p: p.read_bytes() for p in notebooks}
+    if working_tree:
+        return data, "built from the notebooks as they are in notebooks/ (--working-tree)"
+    changed = _git(root, "diff", "--name-only", "-z", "HEAD", "--", "notebooks")
+    if changed is None:
+        return data, "built from the notebooks as they are (not a git checkout, or git is missing)"
+    names = sorted(n for n in changed.stdout.decode(errors="replace").split("\0") if n)
+    used = []
+    for path in notebooks:
+        rel = path.relative_to(root).as_posix()
+        if rel in names and (committed := _git(root, "show", f"HEAD:{rel}")) is not None:
+            data[path] = committed.stdout
+            used.append(path.name)
+    if not used:
+        return data, "built from the committed notebooks (notebooks/ has no changes to them)"
+    return data, (f"built from the committed notebooks: {', '.join(used)} differ from the last commit (a lab "
+                  f"session saves its runs there) and are taken as committed; --working-tree builds yours")
+
+
+def stage(src: Path, solutions: bool = True, working_tree: bool = False) -> tuple[list[str], str]:
+    """Lay out the book's sources in src/: index.md, notebooks/NN_*.ipynb, assets/; -> the chapters' names, and
+    notebook_sources' line saying which notebooks."""
     from commlib.exercises import learner_copies as teaching
 
-    notebooks = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
+    sources, said = notebook_sources(ROOT, working_tree)
+    notebooks = list(sources)
     if not notebooks:
         raise RuntimeError("no numbered notebooks in notebooks/")
     wanted = {src / "index.md": (BOOK / "index.md").read_bytes()}
     for path in notebooks:
-        data = path.read_bytes()
+        data = sources[path]
         if not solutions:
             nb = teaching.drop_solutions(json.loads(data))
             data = (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode()
@@ -118,7 +155,7 @@ def stage(src: Path, solutions: bool = True) -> list[str]:
         old.unlink()  # a renamed or removed notebook leaves no stale chapter
     for path, data in wanted.items():
         _write_if_changed(path, data)
-    return [p.stem for p in notebooks]
+    return [p.stem for p in notebooks], said
 
 
 def check_out(out) -> Path:
@@ -135,13 +172,16 @@ def check_out(out) -> Path:
     return out
 
 
-def build(out: Path = DEFAULT_OUT, solutions: bool = True, work: Path = WORK, strict: bool = False) -> Path:
+def build(out: Path = DEFAULT_OUT, solutions: bool = True, work: Path = WORK, strict: bool = False,
+          working_tree: bool = False) -> Path:
     """Build the book into out/ (-> out/index.html); strict: Sphinx's warnings are errors (the tests build so).
     Raises RuntimeError with Sphinx's output if it fails. Sphinx writes into work/book-html/ (MyST-NB puts its
-    jupyter_execute/ beside the folder it builds, so beside that one, not beside out), then out/ gets a copy."""
+    jupyter_execute/ beside the folder it builds, so beside that one, not beside out), then out/ gets a copy.
+    Prints which notebooks it was built from (notebook_sources)."""
     out = check_out(out)
     fetch_vendor()
-    stage(Path(work) / "book-src", solutions)
+    _, said = stage(Path(work) / "book-src", solutions, working_tree)
+    print(f"book: {said}", flush=True)
     html = Path(work).absolute() / "book-html" / "html"
     cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-c", str(BOOK), "-d", str(Path(work) / "book-doctrees"),
            "--keep-going", "-T", "-q", *(["-W"] if strict else []), str(Path(work) / "book-src"), str(html)]
@@ -161,10 +201,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="leave out the cells tagged 'solution' (as learner copies do)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT,
                     help=f"output folder (default {DEFAULT_OUT.relative_to(ROOT)})")
+    ap.add_argument("--working-tree", action="store_true",
+                    help="build from notebooks/ as it is, with changes not committed (a lab session's runs)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     try:
-        index = build(args.out, solutions=not args.no_solutions)
+        index = build(args.out, solutions=not args.no_solutions, working_tree=args.working_tree)
     except RuntimeError as e:
         print(f"book: {e}", file=sys.stderr)
         return 1

@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import browser_skip_mark
+from conftest import CJK_BOXES, browser_skip_mark
 
 from book import build as book
 from commlib.exercises import learner_copies as teaching
@@ -161,7 +161,7 @@ def test_one_page_per_notebook_in_file_order(built):
 
 
 def test_without_solutions_the_book_drops_exactly_the_solution_cells(tmp_path):
-    chapters = book.stage(tmp_path, solutions=False)
+    chapters, _ = book.stage(tmp_path, solutions=False, working_tree=True)
     assert chapters == [p.stem for p in NOTEBOOKS]
     for path in NOTEBOOKS:
         original = json.loads(path.read_text())
@@ -170,8 +170,33 @@ def test_without_solutions_the_book_drops_exactly_the_solution_cells(tmp_path):
         assert staged["cells"] == teaching.drop_solutions(original)["cells"]  # outputs kept: they are the content
         assert len(staged["cells"]) < len(original["cells"])
     assert (tmp_path / "assets" / "knowledge_map.svg").is_file() and (tmp_path / "index.md").is_file()
-    book.stage(tmp_path, solutions=True)  # and back: the solutions return
+    book.stage(tmp_path, solutions=True, working_tree=True)  # and back: the solutions return
     assert (tmp_path / "notebooks" / NOTEBOOKS[0].name).read_bytes() == NOTEBOOKS[0].read_bytes()
+
+
+def test_the_book_is_built_from_the_committed_notebooks_and_says_so(tmp_path):
+    """A lab session autosaves the learner's run into notebooks/: the book still shows the committed chapter, and
+    says which it took (issue 40); --working-tree takes the learner's; a folder that is no checkout, as it is."""
+    import subprocess
+
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    (tmp_path / "notebooks").mkdir()
+    for name in ("00_a.ipynb", "01_b.ipynb"):
+        (tmp_path / "notebooks" / name).write_text(f"committed {name}")
+    _, said = book.notebook_sources(tmp_path)
+    assert "not a git checkout" in said
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    data, said = book.notebook_sources(tmp_path)
+    assert list(data.values()) == [b"committed 00_a.ipynb", b"committed 01_b.ipynb"] and "no changes" in said
+    (tmp_path / "notebooks" / "01_b.ipynb").write_text("the learner's run")
+    (tmp_path / "notebooks" / "02_new.ipynb").write_text("untracked")
+    data, said = book.notebook_sources(tmp_path)
+    assert [d.decode() for d in data.values()] == ["committed 00_a.ipynb", "committed 01_b.ipynb", "untracked"]
+    assert "01_b.ipynb differ from the last commit" in said and "00_a" not in said
+    data, said = book.notebook_sources(tmp_path, working_tree=True)
+    assert data[tmp_path / "notebooks" / "01_b.ipynb"] == b"the learner's run" and "--working-tree" in said
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -284,6 +309,7 @@ def _visit(browser, site: str, name: str) -> dict:
         except PlaywrightTimeout as e:
             problems.append(f"timed out: {str(e).splitlines()[0]}")
         state = page.evaluate(_PAGE_STATE)
+        state["cjkBoxes"] = page.evaluate(CJK_BOXES)
         broken = page.evaluate(_IMAGES_LOADED)
         # copies: closing the page below may still cancel a request, which is not the page's fault
         state.update(problems=list(problems), offsite=list(offsite), broken=broken, found=found)
@@ -315,6 +341,7 @@ def test_page_in_the_browser(seen, name):
         "a saved widget view does not say that it is one (book/_static/commlib-book.css)"
     assert [v for v in state["views"] if v] == [], "widget views that did not render from their saved state"
     assert [m for m in state["math"] if m] == [], "math that MathJax did not typeset"
+    assert state["cjkBoxes"] == [], "Chinese text drawn as boxes: no CJK font (apt-get install fonts-noto-cjk)"
     if name.startswith("notebooks/"):
         outputs, markdown = _figures_in(ROOT / "notebooks" / (Path(name).stem + ".ipynb"))
         assert (state["outputImages"], state["markdownImages"]) == (outputs, markdown), \
@@ -375,6 +402,33 @@ def test_the_ring_animation_is_in_the_book_and_steps(seen, site, browser):
         page.wait_for_function("f => document.querySelector('.commlib-animation').dataset.frame === String(f)",
                                arg=frames - 1, timeout=15_000)
         anim.screenshot(path=str(OUT / "ring_animation.png"))
+    finally:
+        page.close()
+
+
+# every printed block at 800 px: lines kept whole (a table's columns stay aligned), wide ones scroll in their box
+_PRINTED_AT_800 = """() => [...document.querySelectorAll('article .cell_output pre')].map(e => {
+    const s = getComputedStyle(e), lines = e.innerText.replace(/\\n$/, '').split('\\n').length;
+    const shown = Math.round((e.clientHeight - parseFloat(s.paddingTop) - parseFloat(s.paddingBottom))
+                             / parseFloat(s.lineHeight));
+    const scrolls = e.scrollWidth > e.clientWidth + 1;
+    return (shown > lines ? `wraps ${shown - lines} line(s)` : '') +
+           (scrolls && s.overflowX !== 'auto' && s.overflowX !== 'scroll' ? ' cut off at the right' : '') +
+           (e.getBoundingClientRect().right > document.querySelector('article').getBoundingClientRect().right + 2
+            ? ' wider than the column' : '');
+  }).map((bad, i) => bad && `block ${i}: ${bad}`).filter(Boolean)"""
+
+
+@browser_test
+@pytest.mark.parametrize("name", ["notebooks/03_topology.html", "notebooks/09_profiling.html"])
+def test_at_800_px_printed_tables_keep_their_columns(site, browser, name):
+    """At 800 px "flagged" and "comm path" fell onto the next line (pre-wrap broke the tables' rows, issue 40).
+    Printed blocks keep their lines; the font shrinks with the column, and what is still too wide scrolls."""
+    page = browser.new_page(viewport={"width": 800, "height": 900})
+    try:
+        page.goto(f"{site}/{name}", wait_until="load")
+        assert page.locator("article .cell_output pre").count() > 5
+        assert page.evaluate(_PRINTED_AT_800) == []
     finally:
         page.close()
 
