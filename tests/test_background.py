@@ -159,3 +159,17 @@ def test_a_peer_that_never_issues_is_named_by_the_clusters_timeout(cluster):
         cluster.run(one_rank_never_issues)
     assert "rank 1 never entered" in str(e.value)   # rank 0's background thread waits in the ring for it
     assert cluster.run(dist.get_rank) == [0, 1]
+
+
+def test_the_host_clock_is_placed_by_the_marks_ends_never_late():
+    """Each commlib:clock mark's end is stamped just before the host clock is read after it: a lower bound of the
+    offset, the largest the tightest. A mark whose start came late (the profiler's entry work, a preemption) no
+    longer shifts background work past the wait that saw it finish (issue 40's race, 318 us under load)."""
+    from commlib.profiling.recording import _trace_offset
+
+    true = 5_000_000.0   # trace us = host s * 1e6 + true
+    after = [1.0, 1.001, 1.002]
+    gaps = [40.0, 3.0, 900.0]   # us between each mark's end and the host's read after it (a preemption: 900)
+    marks = [{"ts": t * 1e6 + true - g - 150.0, "dur": 150.0} for t, g in zip(after, gaps)]
+    offset = _trace_offset(marks, after)
+    assert offset == pytest.approx(true - 3.0) and offset <= true

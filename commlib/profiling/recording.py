@@ -38,22 +38,37 @@ def record(step, path: str, *args, warmup: int = 1, late_rank: int | None = None
             if i == warmup and rank == late_rank:
                 time.sleep(late_s)
             if i == warmup:
-                window = [time.perf_counter()]
-                with torch.profiler.record_function("commlib:clock"):   # the host clock, as the trace sees it
-                    pass
+                window, after = [time.perf_counter()], []
+                for _ in range(CLOCK_MARKS):   # the host clock, as the trace sees it (_trace_offset)
+                    with torch.profiler.record_function("commlib:clock"):
+                        pass
+                    after.append(time.perf_counter())
             step(*args, **kwargs)
             if cuda:
                 torch.cuda.synchronize()
             if i == warmup:
                 window.append(time.perf_counter())
             prof.step()
-    _add_background_work(out, *window)
+    _add_background_work(out, window[0], window[1], after)
     return out
 
 
-def _add_background_work(path: str, start: float, end: float) -> None:
+CLOCK_MARKS = 8
+
+
+def _trace_offset(marks: list[dict], after: list[float]) -> float:
+    """trace clock (us) - host clock (s) * 1e6, from commlib:clock marks, each closed just before host time
+    after[i]. A mark's end is stamped before after[i] is read, so each gives a lower bound of the offset; the
+    largest is the tightest. (Its start is stamped only after the profiler's own ~100 us of entry work, which made
+    the one mark taken at its start a late, wrong offset: background work shifted past the waits for it, by 318 us
+    under load, issue 40.) A lower bound maps work early, never after the wait that saw it finish."""
+    return max(m["ts"] + m["dur"] - t * 1e6 for m, t in zip(marks, after))
+
+
+def _add_background_work(path: str, start: float, end: float, after: list[float]) -> None:
     """Write into this rank's trace the commlib background work (algorithms.background) that ran between start
-    and end (host clock, s), placed on the trace's clock by the commlib:clock mark recorded at `start`."""
+    and end (host clock, s), placed on the trace's clock by the commlib:clock marks (_trace_offset), and starting
+    no earlier than its commlib:queue mark (work cannot start before it was queued)."""
     import json
 
     from commlib.algorithms import background
@@ -63,13 +78,16 @@ def _add_background_work(path: str, start: float, end: float) -> None:
         return
     with open(path) as f:
         trace = json.load(f)   # this rank's own file, just written
-    mark = next((e for e in trace["traceEvents"] if e.get("name") == "commlib:clock"), None)
-    if mark is None:
+    marks = sorted((e for e in trace["traceEvents"] if e.get("name") == "commlib:clock"), key=lambda e: e["ts"])
+    if len(marks) != len(after):
         return
-    offset = mark["ts"] - start * 1e6
+    offset = _trace_offset(marks, after)
+    queued = {e["name"]: e["ts"] for e in trace["traceEvents"] if str(e.get("name", "")).startswith("commlib:queue")}
     for tid, (seq, name, t0, t1) in work:
-        trace["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": name, "pid": mark["pid"],
-                                     "tid": tid, "ts": t0 * 1e6 + offset, "dur": (t1 - t0) * 1e6,
+        ts, end_ts = t0 * 1e6 + offset, t1 * 1e6 + offset
+        ts = min(max(ts, queued.get(f"commlib:queue seq={seq}", ts)), end_ts)
+        trace["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": name, "pid": marks[0]["pid"],
+                                     "tid": tid, "ts": ts, "dur": end_ts - ts,
                                      "args": {"recorded by": "commlib.algorithms.background (host clock)"}})
     with open(path + ".tmp", "w") as f:
         json.dump(trace, f)
