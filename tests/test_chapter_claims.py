@@ -211,3 +211,32 @@ def test_chapter_11_weak_scaling_sentence_holds():
     tokens = [ws.global_batch(name) / e.step_s for name, e in zip(ws.CLUSTERS, (eight, sixteen))]
     assert tokens[1] / tokens[0] == pytest.approx(2.0, rel=0.01)           # "twice as many tokens per second"
     assert "practically the same time on 16 GPUs as on 8" in source(cell("11_workshop", "78feef67"))
+
+
+def test_chapter_6_source_example_sentences_hold():
+    from commlib import overlap
+
+    forward, backward, comm, buckets = 0.100 / 3, 0.200 / 3, 0.080, 10
+    serial = overlap.simulate([backward], [comm], forward_s=forward).total_s
+    ideal = overlap.simulate([0.100 / buckets] * buckets, [comm / buckets] * buckets).total_s
+    real = overlap.simulate([backward / buckets] * buckets, [comm / buckets] * buckets, forward_s=forward).total_s
+    prose = source(cell("06_overlap", "c14c01e3"))
+    assert f"idealisation gives {ideal * 1e3:.0f} ms" in prose and f"{1 - ideal / serial:.0%} less time" in prose
+    assert f"{serial / ideal:.2f}x the throughput" in prose
+    assert f"= {real * 1e3:.0f} ms: a third less time, {serial / real:.1f}x the throughput" in prose
+    assert round(1 - real / serial, 2) == 0.33
+
+
+def test_chapter_3_sixty_to_fifteen_sentences_hold():
+    from commlib import topology as topo
+
+    nv, hdr = topo.ACHIEVABLE["nvlink3"], topo.ACHIEVABLE["ib_hdr"]
+    one = topo.best_algorithm("all_reduce", 4e9, topo.Topology(1, 8, nv, hdr, 8))[1]
+    cases = {"8 x 1": topo.Topology(8, 1, nv, hdr, 1), "2 x 8, 1 NIC": topo.Topology(2, 8, nv, hdr, 1),
+             "2 DGX": topo.preset("dgx_a100", 2, achievable=True), "16 DGX": topo.preset("dgx_a100", 16, achievable=True)}
+    t = {k: topo.best_algorithm("all_reduce", 4e9, c)[1] for k, c in cases.items()}
+    prose = source(cell("03_topology", "ch03-23"))
+    assert f"a NIC is {t['8 x 1'] / one:.1f}x" in prose and f"60% →\n  {topo.share_after(0.6, t['8 x 1'], one):.0%}" in prose
+    assert f"one node is {t['2 x 8, 1 NIC'] / one:.1f}x faster: 60% → {topo.share_after(0.6, t['2 x 8, 1 NIC'], one):.0%}" in prose
+    assert f"only {t['2 DGX'] / one:.1f}x what\n  one node does (16 nodes: {t['16 DGX'] / one:.1f}x)" in prose
+    assert f"at best 60% → {topo.share_after(0.6, t['2 DGX'], one):.0%}" in prose
