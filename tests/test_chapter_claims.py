@@ -1,5 +1,7 @@
-"""What chapters 1, 3, 7, 8 and 9 print and say agrees with the code that made it (issue 32): the saved outputs
-are read back and checked against the models; each listed term is defined where a reader first meets it."""
+"""What the chapters print and say agrees with the code that made it (issues 32 and 43): the saved outputs are read
+back and checked against the models; each listed term is defined where a reader first meets it; a sentence that states
+a result stays in prose only where a model or a committed file fixes it, and is checked here; a live result is printed
+by code with its verdict, never asserted in markdown."""
 
 import json
 import re
@@ -65,7 +67,9 @@ def test_chapter_7_bubble_summary_is_computed_from_the_rows_above_it():
 
 
 DEFINED = {  # chapter: {term as first written: words of its definition, within the same passage}
-    "01_collectives": {"**PAT**": "Parallel Aggregated Trees"},
+    "01_collectives": {"**PAT**": "Parallel Aggregated Trees", "**LL**": "4 bytes of data and a 4-byte flag",
+                       "**LL128**": "120 bytes of data and an 8-byte flag", "**Simple**": "fences its writes"},
+    "09_profiling": {"critical path": "the chain of work that ends the", "comm path": "the share of that chain spent in"},
     "08_mesh": {"torchtitan": "PyTorch's reference code", "DTensor": "distributed tensor", "h_{kv}": "the width of K"},
 }
 
@@ -75,3 +79,164 @@ def test_terms_are_defined_where_first_used(chapter, term):
     text = "\n".join(source(c) for c in cells(chapter))
     first, definition = text.find(term), text.find(DEFINED[chapter][term])
     assert first >= 0 and 0 <= definition - first < 400, (term, first, definition)
+
+
+# --- issue 43: a sentence that stays in prose is held to the numbers it states; a live result is printed ----------
+def cell(chapter: str, cell_id: str) -> dict:
+    (found,) = [c for c in cells(chapter) if c.get("id") == cell_id]
+    return found
+
+
+GONE = [  # chapter, cell id, a live result its prose asserted (issue 43's rule): now printed by code instead
+    ("09_profiling", "536466e2", "overprices small segments"),
+    ("06_overlap", "377a29e1", "hides much less than the timeline suggests"),
+    ("02_latency_bandwidth", "bca7ca04", "it runs slower than the model"),
+    ("05_compression", "220abb21", "On slow links it wins, on fast links it loses"),
+    ("05_compression", "d1353199", "and both\ncompressors win"),
+    ("05_compression", "d1353199", "and it loses"),
+    ("08_mesh", "fb9306e0", "expected above\nthe model"),
+    ("10_debugging", "6eac7cf0", "The same rank arrives last every time"),
+    ("07_parallelism", "8cec6e1a", "the overlap itself gains little, for the reason chapter 6 measured"),
+    ("01_collectives", "2113ae3b", "as\nfast as Gloo's built-in"),
+]
+
+
+@pytest.mark.parametrize("chapter, cell_id, claim", GONE)
+def test_prose_no_longer_asserts_a_live_result(chapter, cell_id, claim):
+    assert claim not in source(cell(chapter, cell_id))
+
+
+PRINTS_VERDICT = [  # chapter, a marker of the code cell, the helper that turns its numbers into words
+    ("09_profiling", "profiling.time_ring_segments", "bench.agreement"),
+    ("02_latency_bandwidth", 'curves["double_binary_tree"]', "bench.agreement"),
+    ("06_overlap", 'median["no overlap"] - median["overlap"]', "bench.versus"),
+    ("05_compression", "tradeoff.link_sweep", "bench.versus"),
+    ("09_profiling", 'dg.diagnose(["traces/step_rank0.json"', "waiting_us"),
+]
+
+
+@pytest.mark.parametrize("chapter, marker, helper", PRINTS_VERDICT)
+def test_live_comparisons_print_their_verdict_and_the_machine(chapter, marker, helper):
+    (code,) = [source(c) for c in cells(chapter) if c["cell_type"] == "code" and marker in source(c)]
+    assert helper in code
+
+
+def test_chapter_9_buffer_verdict_follows_the_printed_numbers():
+    """Checked on the saved output once the chapter is executed (an edited cell is committed without outputs)."""
+    text = printed("09_profiling", "profiling.time_ring_segments")
+    rows = re.findall(r"segments of\s+(\d+) KiB: measured\s+([\d.]+) ms .* model\s+([\d.]+) ms", text)
+    verdict = re.search(r"below the model at every small segment, as overlapping latencies predict: (True|False)", text)
+    if not text:
+        pytest.skip("chapter 9 not executed since its buffer sweep was edited")
+    small = [float(m) / float(p) for kib, m, p in rows if int(kib) <= 16]
+    assert len(small) == 2 and verdict and verdict.group(1) == str(all(r < 1 for r in small))
+
+
+def test_chapter_9_sample_trace_claims_hold():
+    """Section 4's prose on the shipped A100 trace: every all-reduce 10x to 1000x the model, the smallest bucket
+    about as long as the largest, and one bucket more than twice as long in one step as in another."""
+    from commlib.profiling import diagnose as dg, traces
+
+    calls = [r for r in dg.diagnose([traces.SAMPLE])["calls"] if r["op"] == "all_reduce"]
+    assert calls and all(10 <= r["model_ratio"] <= 1000 for r in calls)
+    by_size = {}
+    for r in calls:
+        by_size.setdefault(r["bytes"], []).append(r["duration_us"])
+    mean = {n: sum(d) / len(d) for n, d in by_size.items()}
+    assert 0.5 <= mean[min(mean)] / mean[max(mean)] <= 2.0
+    assert any(max(d) > 2 * min(d) for d in by_size.values())
+
+
+def test_chapter_5_committed_sweep_sentences_hold():
+    from commlib.compression import tradeoff
+
+    v = tradeoff.load_sweep()["variants"]
+    share = {n: v[n]["bytes_per_step"] / v["none"]["bytes_per_step"] for n in v}
+    assert round(share["powersgd r=4"], 2) == 0.06 and round(share["topk 1%"], 2) == 0.04 and share["fp16"] == 0.5
+    for n in ("powersgd r=4", "topk 1%"):           # "both reach the accuracy of the uncompressed run"
+        assert v[n]["test_accuracy"] >= v["none"]["test_accuracy"] - 0.01
+    assert v["topk 1% no EF"]["test_accuracy"] < v["none"]["test_accuracy"] - 0.02     # "falls clearly behind"
+    ms = {n: v[n]["overhead_s"] * 1e3 for n in v}
+    assert 0.05 <= ms["none"] <= 0.15 and ms["fp16"] < 0.5                          # "about a tenth", "almost nothing"
+    assert all(0.9 <= ms[n] <= 2.5 for n in v if n not in ("none", "fp16"))          # "about one to two milliseconds"
+    x = tradeoff.load_sweep()["links"]["crossovers"]["powersgd r=4"]
+    assert 0.5 <= x["model"] / x["measured"]["bandwidth"] <= 2 and x["textbook"] / x["measured"]["bandwidth"] >= 3
+
+
+def test_chapter_5_no_crossover_reaches_a_real_link():
+    from commlib import cost
+    from commlib.compression import tradeoff
+
+    slowest = min(cost.LINKS[n].bandwidth for n in ("tcp100", "ib_hdr", "nvlink4"))
+    variants = tradeoff.load_sweep()["variants"]
+    assert all(v["crossover_bandwidth"][n] < slowest for v in variants.values() for n in ("tcp100", "ib_hdr", "nvlink4"))
+
+
+def test_chapter_8_mesh_counts_follow_from_the_units_that_hold_parameters():
+    from commlib import plan
+    from commlib.parallel import mesh as pmesh
+
+    block = pmesh.Block()
+    own = [sum(t.numel() for t in getattr(block, n).parameters()) for n in pmesh.UNITS]
+    assert sum(t.numel() for t in block.parameters()) == sum(own) and all(own)   # the root holds none of its own
+    assert plan.mesh_collectives(len(pmesh.UNITS), 2, 2)["dp"] == {"all_gather": 4, "reduce_scatter": 2}
+    assert "4 all-gathers and 2 reduce-scatters" in source(cell("08_mesh", "20292569"))
+
+
+def test_chapter_3_node_scale_24x_sentence_holds():
+    from commlib import topology as topo
+
+    one = topo.best_algorithm("all_reduce", 4e9, topo.preset("dgx_a100", 1))[1]
+    eight = topo.best_algorithm("all_reduce", 4e9, topo.preset("dgx_a100", 2))[1]
+    single = topo.best_algorithm("all_reduce", 4e9, topo.Topology(2, 8, "nvlink3", "ib_hdr", 1))[1]
+    prose = source(cell("03_topology", "ch03-10"))
+    assert f"{eight / one:.1f}x slower than one node" in prose and f"{single / one:.1f}x" in prose
+
+
+def test_chapter_2_classic_example_sentence_holds():
+    from commlib import cost
+
+    nv = cost.breakdown("all_reduce", 4e9, 8, "nvlink3", "ring")["time_s"]
+    ib = cost.breakdown("all_reduce", 4e9, 8, "ib_hdr", "ring")["time_s"]
+    prose = source(cell("02_latency_bandwidth", "8d83459a"))
+    assert f"{ib / nv:.0f}x, not 24x" in prose
+    assert f"{nv / (4e9 / 600e9):.1f}x\nfor NVLink" in prose and f"{ib / (4e9 / 25e9):.2f}x for InfiniBand" in prose
+
+
+def test_chapter_11_weak_scaling_sentence_holds():
+    from commlib.exercises import workshop as ws
+
+    eight, sixteen = (ws.reference(name) for name in ws.CLUSTERS)   # 1 node, then 2 nodes
+    assert sixteen.step_s / eight.step_s == pytest.approx(1.0, abs=0.01)   # "practically the same time"
+    tokens = [ws.global_batch(name) / e.step_s for name, e in zip(ws.CLUSTERS, (eight, sixteen))]
+    assert tokens[1] / tokens[0] == pytest.approx(2.0, rel=0.01)           # "twice as many tokens per second"
+    assert "practically the same time on 16 GPUs as on 8" in source(cell("11_workshop", "78feef67"))
+
+
+def test_chapter_6_source_example_sentences_hold():
+    from commlib import overlap
+
+    forward, backward, comm, buckets = 0.100 / 3, 0.200 / 3, 0.080, 10
+    serial = overlap.simulate([backward], [comm], forward_s=forward).total_s
+    ideal = overlap.simulate([0.100 / buckets] * buckets, [comm / buckets] * buckets).total_s
+    real = overlap.simulate([backward / buckets] * buckets, [comm / buckets] * buckets, forward_s=forward).total_s
+    prose = source(cell("06_overlap", "c14c01e3"))
+    assert f"idealisation gives {ideal * 1e3:.0f} ms" in prose and f"{1 - ideal / serial:.0%} less time" in prose
+    assert f"{serial / ideal:.2f}x the throughput" in prose
+    assert f"= {real * 1e3:.0f} ms: a third less time, {serial / real:.1f}x the throughput" in prose
+    assert round(1 - real / serial, 2) == 0.33
+
+
+def test_chapter_3_sixty_to_fifteen_sentences_hold():
+    from commlib import topology as topo
+
+    nv, hdr = topo.ACHIEVABLE["nvlink3"], topo.ACHIEVABLE["ib_hdr"]
+    one = topo.best_algorithm("all_reduce", 4e9, topo.Topology(1, 8, nv, hdr, 8))[1]
+    cases = {"8 x 1": topo.Topology(8, 1, nv, hdr, 1), "2 x 8, 1 NIC": topo.Topology(2, 8, nv, hdr, 1),
+             "2 DGX": topo.preset("dgx_a100", 2, achievable=True), "16 DGX": topo.preset("dgx_a100", 16, achievable=True)}
+    t = {k: topo.best_algorithm("all_reduce", 4e9, c)[1] for k, c in cases.items()}
+    prose = source(cell("03_topology", "ch03-23"))
+    assert f"a NIC is {t['8 x 1'] / one:.1f}x" in prose and f"60% →\n  {topo.share_after(0.6, t['8 x 1'], one):.0%}" in prose
+    assert f"one node is {t['2 x 8, 1 NIC'] / one:.1f}x faster: 60% → {topo.share_after(0.6, t['2 x 8, 1 NIC'], one):.0%}" in prose
+    assert f"only {t['2 DGX'] / one:.1f}x what\n  one node does (16 nodes: {t['16 DGX'] / one:.1f}x)" in prose
+    assert f"at best 60% → {topo.share_after(0.6, t['2 DGX'], one):.0%}" in prose
