@@ -1,10 +1,15 @@
-"""The fault matrix (issue 31): each of the course's multi-rank programs runs, then one fault is injected at one
+"""The fault matrix (issues 31 and 42): each of the course's multi-rank programs runs, then one fault is injected at one
 rank, and the diagnosis names that rank and only that rank, with the right kind, with debug on and off; with no
 fault, no diagnosis; every case ends within the timeout plus 5 s and leaves no process behind.
 
 CI runs every (program, fault) pair once, its rank and debug setting drawn from a seed (printed on failure;
 COMMLIB_FAULT_SEED=N replays it). COMMLIB_FULL_FAULT_MATRIX=1 runs the whole product: every program x fault x
 rank x debug.
+
+Issue 42's faults follow, each with a random culprit: a rank killed 50 ms into a program, a rank that skips a whole
+program, one all_reduce more on one rank, a process group destroyed early, a broadcast root, a send tag and a reduce
+op that differ on one rank. The last two complete without an error when debug is off (Gloo checks neither; the
+records hold neither), so they run with debug=True, where commlib's call check catches them.
 """
 
 import itertools
@@ -12,6 +17,7 @@ import os
 import random
 import signal
 import sys
+import threading
 import time
 
 import cloudpickle
@@ -217,3 +223,74 @@ def test_preload_is_checked_before_any_process_starts(bad, monkeypatch):
     monkeypatch.setattr(core, "Launcher", None)
     with pytest.raises((TypeError, ValueError), match="preload must"):
         cl.Cluster(2, preload=bad)
+
+
+# ------------------------------------------------------------------------------------ issue 42's faults
+TIMEOUT_42 = 3.0
+
+
+def fault42(kind, culprit):
+    rank, p = dist.get_rank(), dist.get_world_size()
+    mine, t = rank == culprit, torch.ones(4)
+    if kind == "kill_in_mesh":
+        if mine:
+            threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        PROGRAMS["mesh"]()
+    elif kind.startswith("skip_"):
+        if not mine:
+            PROGRAMS[kind[5:]]()              # rank `culprit` takes another branch and skips the whole program
+    elif kind == "extra":
+        dist.all_reduce(t)
+        if mine:
+            dist.all_reduce(t)                # an extra logging collective on one rank
+    elif kind == "destroy":
+        if mine:
+            dist.destroy_process_group()      # teardown early on one rank
+            return rank
+        dist.all_reduce(t)
+    elif kind == "root":
+        dist.broadcast(t, src=(1 if culprit == 0 else culprit) if mine else 0)
+    elif kind == "tag":
+        out = torch.empty(4)
+        works = [dist.isend(t, (rank + 1) % p, tag=7 if mine else 0), dist.irecv(out, (rank - 1) % p)]
+        for w in works:
+            w.wait()
+    elif kind == "reduce_op":
+        dist.all_reduce(t, op=dist.ReduceOp.MAX if mine else dist.ReduceOp.SUM)  # no error from Gloo: 3 not 4
+    return rank
+
+
+# (program run before, fault, the kind the diagnosis must give, debug settings it must hold under)
+ISSUE_42 = [(None, "kill_in_mesh", "missing", (False, True)), (None, "skip_mesh", "missing", (False, True)),
+            (None, "skip_pipeline", "missing", (False, True)), (None, "skip_context_parallel", "missing", (False, True)),
+            ("fsdp2", "extra", "mismatch", (False, True)), (None, "destroy", "missing", (False, True)),
+            ("mesh", "root", "mismatch", (False, True)), ("context_parallel", "root", "mismatch", (True,)),
+            (None, "tag", "p2p", (False, True)), (None, "reduce_op", "mismatch", (True,))]
+
+
+def test_issue_42s_faults_name_the_culprit_only(cluster):
+    rng = random.Random(SEED + 42)
+    print(f"issue 42 faults seed: COMMLIB_FAULT_SEED={SEED}")
+    wrong = []
+    for before, kind, want, debugs in ISSUE_42:
+        culprit, debug = rng.randrange(WORLD), rng.choice(debugs)
+        _use(cluster, debug)
+        if before:
+            cluster.timeout = PROGRAM_TIMEOUT
+            cluster.run(PROGRAMS[before])
+        pids = cluster.pids
+        cluster.timeout = TIMEOUT_42 if kind.startswith(("skip_", "kill_")) or before else TIMEOUT
+        try:
+            cluster.run(fault42, kind, culprit)
+            d = None
+        except (cl.RankError, cl.ClusterTimeout) as e:
+            d = e.diagnosis
+        case = f"{before or '-'} then {kind} at rank {culprit}, debug={debug}"
+        if d is None or d["kind"] != want or d["ranks"] != [culprit]:
+            wrong.append(f"{case}: {d}")
+        if os.environ.get("COMMLIB_FAULT_VERBOSE"):
+            print(f"{case}: {d and (d['kind'], d['ranks'])}", file=sys.stderr, flush=True)
+        left = wait_gone(pids, 5.0)
+        if left:
+            wrong.append(f"{case}: pids {left} left behind")
+    assert not wrong, f"COMMLIB_FAULT_SEED={SEED}:\n" + "\n".join(wrong)
