@@ -15,9 +15,7 @@ records hold neither), so they run with debug=True, where commlib's call check c
 import itertools
 import os
 import random
-import signal
 import sys
-import threading
 import time
 
 import cloudpickle
@@ -26,102 +24,15 @@ import torch
 import torch.distributed as dist
 
 import commlib as cl
+from commlib.parallel.faults import ISSUE_42, KINDS, KINDS_42, NO_DEBUG, PROGRAMS, WORLD, fault, fault42
 from tests.conftest import wait_gone
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-WORLD = 4
 TIMEOUT = 2.0          # the fault's run; a hang is reported after it
 PROGRAM_TIMEOUT = 120.0  # the program's run: fresh ranks import FSDP2/DTensor on a loaded machine
 FULL = os.environ.get("COMMLIB_FULL_FAULT_MATRIX") == "1"
 PRELOAD = ("torch.distributed.fsdp", "torch.distributed.tensor", "commlib.parallel.live")  # once, not per restart
 SEED = int(os.environ.get("COMMLIB_FAULT_SEED", random.SystemRandom().randrange(10**6)))
-
-
-# ------------------------------------------------------------------- the course's multi-rank programs
-def ddp():
-    torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 1)))
-    for _ in range(2):
-        model(torch.randn(4, 8)).sum().backward()
-
-
-def fsdp2():
-    from commlib.parallel import zero
-
-    model = zero.torch_fsdp2(zero.mlp([16, 32, 8]))
-    for _ in range(2):
-        model(torch.randn(4, 16)).sum().backward()
-
-
-def mesh():
-    from commlib.parallel import live
-
-    live.mesh_training(2, 2, steps=1)
-
-
-def tensor_parallel():
-    from commlib.parallel import live
-
-    live.tensor_parallel_block(2, impl="torch")
-
-
-def pipeline():
-    from commlib.parallel import live
-
-    live.pipelined(WORLD, "1f1b", 4)
-
-
-def context_parallel():
-    from commlib.parallel import live
-
-    live.context_parallel_attention(WORLD)
-
-
-def experts():
-    from commlib.parallel import live
-
-    live.expert_parallel(WORLD, 2, impl="torch")
-
-
-PROGRAMS = {f.__name__: f for f in (ddp, fsdp2, mesh, tensor_parallel, pipeline, context_parallel, experts)}
-
-
-# ------------------------------------------------------------------- the faults, each at rank `culprit`
-def fault(kind, culprit, variant=0):
-    rank, p = dist.get_rank(), dist.get_world_size()
-    t = torch.ones(4)
-    mine = rank == culprit
-    if kind == "hang" and mine:
-        time.sleep(600)                        # killed with the rank at the timeout
-    if kind == "raise" and mine:
-        raise RuntimeError("injected: this rank's data loader failed")
-    if kind == "kill" and mine:
-        os.kill(os.getpid(), signal.SIGKILL)
-    if kind == "size" and mine:
-        t = torch.ones(8)
-    if kind == "op" and mine:
-        dist.broadcast(t, src=0)
-    elif kind == "p2p":
-        out = torch.empty(4)
-        src = (rank + 1) % p if mine else (rank - 1) % p   # the culprit receives from the wrong neighbour
-        if variant == 0:
-            works = [dist.isend(t, (rank + 1) % p), dist.irecv(out, src)]
-        else:
-            works = dist.batch_isend_irecv([dist.P2POp(dist.irecv, out, src), dist.P2POp(dist.isend, t, (rank + 1) % p)])
-        for w in works:
-            w.wait()
-        return rank
-    else:
-        dist.all_reduce(t)
-    return rank
-
-
-KINDS = {"hang": "missing", "size": "mismatch", "op": "mismatch", "p2p": "p2p", "raise": "missing", "kill": "missing"}
-
-
-# torch 2.13 (CPU, Gloo): constructing DistributedDataParallel under TORCH_DISTRIBUTED_DEBUG=DETAIL kills the
-# process with SIGSEGV, with or without commlib (two mp.spawn processes and a Linear do it); DDP runs without debug.
-NO_DEBUG = {"ddp"}
 
 
 def cases():
@@ -229,50 +140,12 @@ def test_preload_is_checked_before_any_process_starts(bad, monkeypatch):
 TIMEOUT_42 = 3.0
 
 
-def fault42(kind, culprit):
-    rank, p = dist.get_rank(), dist.get_world_size()
-    mine, t = rank == culprit, torch.ones(4)
-    if kind == "kill_in_mesh":
-        if mine:
-            threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGKILL)).start()
-        PROGRAMS["mesh"]()
-    elif kind.startswith("skip_"):
-        if not mine:
-            PROGRAMS[kind[5:]]()              # rank `culprit` takes another branch and skips the whole program
-    elif kind == "extra":
-        dist.all_reduce(t)
-        if mine:
-            dist.all_reduce(t)                # an extra logging collective on one rank
-    elif kind == "destroy":
-        if mine:
-            dist.destroy_process_group()      # teardown early on one rank
-            return rank
-        dist.all_reduce(t)
-    elif kind == "root":
-        dist.broadcast(t, src=(1 if culprit == 0 else culprit) if mine else 0)
-    elif kind == "tag":
-        out = torch.empty(4)
-        works = [dist.isend(t, (rank + 1) % p, tag=7 if mine else 0), dist.irecv(out, (rank - 1) % p)]
-        for w in works:
-            w.wait()
-    elif kind == "reduce_op":
-        dist.all_reduce(t, op=dist.ReduceOp.MAX if mine else dist.ReduceOp.SUM)  # no error from Gloo: 3 not 4
-    return rank
-
-
-# (program run before, fault, the kind the diagnosis must give, debug settings it must hold under)
-ISSUE_42 = [(None, "kill_in_mesh", "missing", (False, True)), (None, "skip_mesh", "missing", (False, True)),
-            (None, "skip_pipeline", "missing", (False, True)), (None, "skip_context_parallel", "missing", (False, True)),
-            ("fsdp2", "extra", "mismatch", (False, True)), (None, "destroy", "missing", (False, True)),
-            ("mesh", "root", "mismatch", (False, True)), ("context_parallel", "root", "mismatch", (True,)),
-            (None, "tag", "p2p", (False, True)), (None, "reduce_op", "mismatch", (True,))]
-
-
 def test_issue_42s_faults_name_the_culprit_only(cluster):
     rng = random.Random(SEED + 42)
     print(f"issue 42 faults seed: COMMLIB_FAULT_SEED={SEED}")
     wrong = []
-    for before, kind, want, debugs in ISSUE_42:
+    for before, kind, debugs in ISSUE_42:
+        want = KINDS_42[kind]
         culprit, debug = rng.randrange(WORLD), rng.choice(debugs)
         _use(cluster, debug)
         if before:

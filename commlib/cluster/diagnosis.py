@@ -95,7 +95,12 @@ def from_call_check(errors: dict) -> dict | None:
 
 
 def from_call_log(snapshots: dict) -> dict | None:
-    """The last call each rank logged per group (call_check.snapshot()): same number, another root or reduce op."""
+    """The last call each rank logged per group (call_check.snapshot()): same number, another root or reduce op.
+    Only while some rank still waits in such a call: a logged call that every rank went past is finished (it
+    may have returned wrong numbers; debug=True's check catches that) and is not what a hang is about."""
+    live = {w["op"] for w in _waits(snapshots).values() if not w["p2p"]}
+    if not live & {"all_reduce", "broadcast", "reduce"}:
+        return None
     last: dict = {}
     for rank, snap in snapshots.items():
         for e in (snap or {}).get("calls") or []:
@@ -193,28 +198,45 @@ def _finished(world_size: int, errors: dict, stuck, dead: dict) -> list:
     return sorted(set(range(world_size)) - set(stuck) - set(errors) - set(dead))
 
 
-def _in_communication(snap) -> bool:
-    return bool(snap and (snap.get("waiting") or snap.get("failed") or (snap.get("p2p") or {}).get("pending")))
+def _waited_on(snapshots: dict, rank: int, world_size: int, lost: list) -> set:
+    """The ranks `rank` waits for: the peers of its unmatched sends/recvs (lost: p2p_log.unmatched()), the members
+    of the group of the collective it waits in or raised in (all ranks when its table does not hold that group)."""
+    snap = snapshots.get(rank) or {}
+    out = {e["peer"] for r, e in lost if r == rank}
+    for call in (snap.get("waiting"), snap.get("failed")):
+        if not call:
+            continue
+        if call["p2p"]:
+            out |= {call["peer"]} if call.get("peer") is not None else set(range(world_size))
+        else:
+            out |= set((snap.get("groups") or {}).get(call.get("group"), ("", range(world_size)))[1])
+    return out - {rank}
 
 
 def from_returned(snapshots: dict, world_size: int, errors: dict, stuck, dead: dict) -> dict | None:
-    """Ranks that returned while more ranks were left in communication (waiting, or raised inside a collective
-    or a send/recv): the returned ranks skipped what the others entered, or tore their process group down."""
-    done = _finished(world_size, errors, stuck, dead)
+    """Ranks that returned while more ranks were left in communication that waits for them (a collective of their
+    group, a send/recv to them), or raised inside it: they skipped what the others entered, or tore their process
+    group down. Returned ranks nobody waits for are bystanders."""
     left = sorted(set(stuck) | set(errors))
-    if dead or not done or not stuck and not errors or len(done) >= len(left):
+    if dead or not left or any(not (snapshots.get(r) or {}).get("failed") for r in errors):
+        return None  # a death, or a rank that raised on its own: their story (from_failures)
+    lost = p2p_log.unmatched({r: (s or {}).get("p2p") for r, s in snapshots.items()})
+    waited = set().union(*(_waited_on(snapshots, r, world_size, lost) for r in left))
+    done = sorted(waited & set(_finished(world_size, errors, stuck, dead)))
+    if not done or len(done) >= len(left):
         return None
-    if any(not (snapshots.get(r) or {}).get("failed") for r in errors):
-        return None  # a rank raised on its own: its error is the story (from_failures)
-    if not any(_in_communication(snapshots.get(r)) for r in left):
-        return None
+    found = matching.from_records(snapshots, "missing")
+    if found and found["ranks"] == done:
+        return found  # the records say it in their own words: the collective it never entered
     gone = [r for r in done if not (snapshots.get(r) or {}).get("groups")]
-    how = ("returned with its process group destroyed" if gone == done else "returned")
+    how = "it returned with its process group destroyed" if gone == done else "it returned, having skipped it"
     waits = _waits(snapshots, done)
-    inside = next((f" the {_call(w)}" for _, w in sorted(waits.items())), " the communication")
+    w = next((w for _, w in sorted(waits.items())), None)
+    inside = f"the {_call(w)}" if w else "the communication"
+    where = f", in {_group_of(snapshots, left, w['group'])}" if w and not w["p2p"] else ""
     return {"kind": "missing", "ranks": done,
-            "detail": f"missing: {ranks_text(done)} {how} while {ranks_text(left)} {'was' if len(left) == 1 else 'were'} "
-                      f"left in{inside} (it skipped what they entered: the odd rank by sequence)."}
+            "detail": f"missing: {ranks_text(done)} never entered {inside}{where} that {ranks_text(left)} "
+                      f"{'was' if len(left) == 1 else 'were'} left in: {how} (the odd rank by sequence)."}
 
 
 def from_extra(snapshots: dict, world_size: int, errors: dict, stuck, dead: dict) -> dict | None:
