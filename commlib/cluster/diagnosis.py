@@ -198,31 +198,43 @@ def _finished(world_size: int, errors: dict, stuck, dead: dict) -> list:
     return sorted(set(range(world_size)) - set(stuck) - set(errors) - set(dead))
 
 
-def _waited_on(snapshots: dict, rank: int, world_size: int, lost: list) -> set:
-    """The ranks `rank` waits for: the peers of its unmatched sends/recvs (lost: p2p_log.unmatched()), the members
-    of the group of the collective it waits in or raised in (all ranks when its table does not hold that group)."""
+def _waited_on(snapshots: dict, rank: int, world_size: int, lost: list) -> tuple[set, set]:
+    """The ranks `rank` waits for -> (in a collective: the members of the group of the call it waits or raised in,
+    all ranks when its table does not hold that group; by send/recv: the peers of its unmatched operations, lost
+    being p2p_log.unmatched())."""
     snap = snapshots.get(rank) or {}
-    out = {e["peer"] for r, e in lost if r == rank}
+    coll, p2p = set(), {e["peer"] for r, e in lost if r == rank}
     for call in (snap.get("waiting"), snap.get("failed")):
         if not call:
             continue
         if call["p2p"]:
-            out |= {call["peer"]} if call.get("peer") is not None else set(range(world_size))
+            p2p |= {call["peer"]} if call.get("peer") is not None else set(range(world_size))
         else:
-            out |= set((snap.get("groups") or {}).get(call.get("group"), ("", range(world_size)))[1])
-    return out - {rank}
+            coll |= set((snap.get("groups") or {}).get(call.get("group"), ("", range(world_size)))[1])
+    return coll - {rank}, p2p - {rank}
+
+
+def _posted(snapshots: dict, rank: int) -> int:
+    return sum((((snapshots.get(rank) or {}).get("p2p") or {}).get("posted") or {}).values())
 
 
 def from_returned(snapshots: dict, world_size: int, errors: dict, stuck, dead: dict) -> dict | None:
-    """Ranks that returned while more ranks were left in communication that waits for them (a collective of their
-    group, a send/recv to them), or raised inside it: they skipped what the others entered, or tore their process
-    group down. Returned ranks nobody waits for are bystanders."""
+    """Ranks that returned while more ranks were left in communication that waits for them, or raised inside it:
+    they skipped what the others entered, or tore their process group down. A rank waited for by send/recv only
+    counts when it posted fewer sends and receives than each rank waiting for it (it skipped them; a rank that
+    posted as many did its part, and the waiting rank asked the wrong peer). Returned ranks nobody waits for are
+    bystanders."""
     left = sorted(set(stuck) | set(errors))
     if dead or not left or any(not (snapshots.get(r) or {}).get("failed") for r in errors):
         return None  # a death, or a rank that raised on its own: their story (from_failures)
     lost = p2p_log.unmatched({r: (s or {}).get("p2p") for r, s in snapshots.items()})
-    waited = set().union(*(_waited_on(snapshots, r, world_size, lost) for r in left))
-    done = sorted(waited & set(_finished(world_size, errors, stuck, dead)))
+    waits = {r: _waited_on(snapshots, r, world_size, lost) for r in left}
+    finished = set(_finished(world_size, errors, stuck, dead))
+    by_coll = {r for w in waits.values() for r in w[0]} & finished
+    by_p2p = {r for r in finished - by_coll
+              if any(r in w[1] for w in waits.values())
+              and all(_posted(snapshots, r) < _posted(snapshots, w) for w, (_, p) in waits.items() if r in p)}
+    done = sorted(by_coll | by_p2p)
     if not done or len(done) >= len(left):
         return None
     found = matching.from_records(snapshots, "missing")
