@@ -10,6 +10,9 @@ constructor on CPU). In each case the ranks' records are written as the files a 
   torch          torch 2.13's analyser (torch.distributed.flight_recorder.fr_trace, `torchfrtrace`) on the same
                  files: the ranks it names ("Culprit rank N", "missing ranks: {...}").
 Each verdict: alone (the culprit, no other rank), superset (the culprit and others), wrong, nothing.
+Under DETAIL a collective whose check fails or waits is never issued, so never recorded: the same cases are run
+again with debug off ("debug_off" in the JSON), where the records hold it (and where a reduce op, or a root
+after context parallel, goes through with no error: nothing to diagnose).
 
     python benchmarks/fault_diagnosis.py [--seed N] [--out benchmarks/fault_diagnosis.json]
     python benchmarks/fault_diagnosis.py --quick     # 3 cases without a program before them; writes nothing
@@ -35,12 +38,12 @@ PROGRAM_TIMEOUT, TIMEOUT = 120.0, 3.0
 QUICK = [(None, "op", "31"), (None, "tag", "42"), (None, "reduce_op", "42")]
 
 
-def cases(seed: int, quick: bool) -> list[dict]:
+def cases(seed: int, quick: bool, debug: bool = True) -> list[dict]:
     rng = random.Random(seed)
     plan = QUICK if quick else ([(p, f, "31") for p in faults.PROGRAMS for f in faults.KINDS]
                                 + [(before, f, "42") for before, f, _ in faults.ISSUE_42])
     return [{"program": p, "fault": f, "issue": issue, "culprit": rng.randrange(faults.WORLD),
-             "debug": p not in faults.NO_DEBUG} for p, f, issue in plan]
+             "debug": debug and p not in faults.NO_DEBUG} for p, f, issue in plan]
 
 
 def verdict(named, culprit: int) -> str:
@@ -104,17 +107,9 @@ def run_case(c, case: dict) -> dict:
     return row
 
 
-def main() -> None:
-    ap = arguments.Parser(__doc__)
-    ap.add_argument("--quick", action="store_true", help="3 cases, no program before them; writes nothing")
-    ap.add_argument("--seed", type=arguments.integer(0, 2**31), default=None, help="culprits' seed (default: random)")
-    ap.add_argument("--out", default=None, help="JSON file (default benchmarks/fault_diagnosis.json; --quick: none)")
-    a = ap.parse_args()
-    seed = a.seed if a.seed is not None else random.SystemRandom().randrange(2**31)
-    todo = cases(seed, a.quick)
-    load_before = os.getloadavg()[0]
+def measure(todo: list, quick: bool) -> list[dict]:
     rows = []
-    with cl.Cluster(faults.WORLD, timeout=PROGRAM_TIMEOUT, preload=() if a.quick else PRELOAD) as c:
+    with cl.Cluster(faults.WORLD, timeout=PROGRAM_TIMEOUT, preload=() if quick else PRELOAD) as c:
         for case in todo:
             row = run_case(c, case)
             rows.append(row)
@@ -122,16 +117,38 @@ def main() -> None:
                   f"commlib {row['commlib']['verdict']:8} {str(row['commlib']['ranks']):12} "
                   f"files {row['commlib_files']['verdict']:8} torch {row['torch_analyser']['verdict']:8} "
                   f"{str(row['torch_analyser']['ranks']):12} {row['seconds']:.1f} s", flush=True)
+    return rows
+
+
+def summary(rows: list) -> dict:
+    count = {k: sum(r[k]["verdict"] == "alone" for r in rows) for k in ("commlib", "commlib_files", "torch_analyser")}
+    return {"cases": len(rows), "commlib_correct": count["commlib"], "commlib_files_correct": count["commlib_files"],
+            "torch_analyser_correct": count["torch_analyser"]}
+
+
+def main() -> None:
+    ap = arguments.Parser(__doc__)
+    ap.add_argument("--quick", action="store_true", help="3 cases, no program before them; writes nothing")
+    ap.add_argument("--seed", type=arguments.integer(0, 2**31), default=None, help="culprits' seed (default: random)")
+    ap.add_argument("--out", default=None, help="JSON file (default benchmarks/fault_diagnosis.json; --quick: none)")
+    a = ap.parse_args()
+    seed = a.seed if a.seed is not None else random.SystemRandom().randrange(2**31)
+    load_before = os.getloadavg()[0]
+    passes = {"on": measure(cases(seed, a.quick), a.quick)}
+    if not a.quick:
+        passes["off"] = measure(cases(seed, a.quick, debug=False), a.quick)
     import torch
 
-    count = {k: sum(r[k]["verdict"] == "alone" for r in rows) for k in ("commlib", "commlib_files", "torch_analyser")}
-    result = {"cases": len(rows), "commlib_correct": count["commlib"], "commlib_files_correct": count["commlib_files"],
-              "torch_analyser_correct": count["torch_analyser"], "seed": seed, "torch": torch.__version__,
-              "load": round(max(load_before, os.getloadavg()[0]), 1), "rows": rows}
-    n = len(rows)
-    print(f"culprit named alone, of {n} cases: commlib {count['commlib']} ({count['commlib'] / n:.0%}), "
-          f"commlib from the dump files alone {count['commlib_files']} ({count['commlib_files'] / n:.0%}), "
-          f"torch's analyser {count['torch_analyser']} ({count['torch_analyser'] / n:.0%}); seed {seed}")
+    result = {**summary(passes["on"]), "seed": seed, "torch": torch.__version__,
+              "load": round(max(load_before, os.getloadavg()[0]), 1), "rows": passes["on"]}
+    if "off" in passes:
+        result["debug_off"] = {**summary(passes["off"]), "rows": passes["off"]}
+    for label, rows in passes.items():
+        count, n = summary(rows), len(rows)
+        print(f"debug {label}: culprit named alone, of {n} cases: commlib {count['commlib_correct']} "
+              f"({count['commlib_correct'] / n:.0%}), commlib from the dump files alone {count['commlib_files_correct']} "
+              f"({count['commlib_files_correct'] / n:.0%}), torch's analyser {count['torch_analyser_correct']} "
+              f"({count['torch_analyser_correct'] / n:.0%}); seed {seed}")
     if not a.quick:
         out = a.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "fault_diagnosis.json")
         with open(out, "w") as f:

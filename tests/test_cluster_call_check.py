@@ -114,3 +114,14 @@ def test_a_rank_that_received_from_the_wrong_peer_is_blamed_not_the_peer_that_re
     snaps = {r: {"waiting": None, "groups": {}, "p2p": {"posted": posted[r], "pending": pending[r]}} for r in range(4)}
     d = diagnosis.diagnose(snaps, 4, stuck=[0, 3])
     assert d["kind"] == "p2p" and d["ranks"] == [0], d
+
+
+def test_a_stage_that_skipped_the_whole_pipeline_is_named_not_the_stages_that_wait_for_it():
+    def recv(peer):
+        return {"op": "recv", "peer": peer, "tag": 0, "tensor": None, "where": "", "index": 9}
+    # every rank has run pipelines before (counts since it started); in this task rank 0 posted nothing
+    snaps = {0: {"waiting": None, "groups": {}, "p2p": {"posted": {("send", 1, 0): 8}, "task": {}, "pending": []}},
+             **{r: {"waiting": None, "groups": {}, "p2p": {"posted": {("recv", r - 1, 0): 9}, "task": {("recv", r - 1, 0): 1},
+                                                           "pending": [recv(r - 1)]}} for r in (1, 2, 3)}}
+    d = diagnosis.diagnose(snaps, 4, stuck=[1, 2, 3])
+    assert d["kind"] == "missing" and d["ranks"] == [0], d

@@ -69,32 +69,54 @@ def test_a_program_without_a_fault_gives_no_diagnosis(cluster, program):
     assert cluster.run(fault, "none", 0) == list(range(WORLD))
 
 
+def one_case(cluster, label, before, debug, timeout, want, culprit, fn, *args) -> list[str]:
+    """Run the program `before` (if any), then fn(*args) under `timeout` -> what was wrong: a diagnosis other than
+    `want` naming `culprit` alone, a case over the timeout plus 5 s, processes left behind."""
+    _use(cluster, debug)
+    if before:
+        cluster.timeout = PROGRAM_TIMEOUT
+        cluster.run(PROGRAMS[before])
+    pids = cluster.pids
+    cluster.timeout = timeout
+    start = time.monotonic()
+    try:
+        cluster.run(fn, *args)
+        d = None
+    except (cl.RankError, cl.ClusterTimeout) as e:
+        d = e.diagnosis
+    took = time.monotonic() - start
+    wrong = []
+    if d is None or d["kind"] != want or d["ranks"] != [culprit]:
+        wrong.append(f"{label}: {d}")
+    if took > timeout + 5.0:
+        wrong.append(f"{label}: took {took:.1f} s")
+    if os.environ.get("COMMLIB_FAULT_VERBOSE"):
+        print(f"{label}: {took:.1f} s, {d and (d['kind'], d['ranks'])}", file=sys.stderr, flush=True)
+    left = wait_gone(pids, 5.0)
+    return wrong + ([f"{label}: pids {left} left behind"] if left else [])
+
+
 def test_the_fault_matrix_names_the_culprit_only(cluster):
     print(f"fault matrix seed: COMMLIB_FAULT_SEED={SEED}")
     wrong = []
     for program, kind, culprit, debug in cases():
-        _use(cluster, debug)
-        cluster.timeout = PROGRAM_TIMEOUT
-        cluster.run(PROGRAMS[program])
-        pids = cluster.pids
-        cluster.timeout = TIMEOUT
-        start = time.monotonic()
-        try:
-            cluster.run(fault, kind, culprit, variant=culprit % 2)
-            d = None
-        except (cl.RankError, cl.ClusterTimeout) as e:
-            d = e.diagnosis
-        took = time.monotonic() - start
-        case = f"{program} x {kind} at rank {culprit}, debug={debug}"
-        if d is None or d["kind"] != KINDS[kind] or d["ranks"] != [culprit]:
-            wrong.append(f"{case}: {d}")
-        if took > TIMEOUT + 5.0:
-            wrong.append(f"{case}: took {took:.1f} s")
-        if os.environ.get("COMMLIB_FAULT_VERBOSE"):
-            print(f"{case}: {took:.1f} s, {d and (d['kind'], d['ranks'])}", file=sys.stderr, flush=True)
-        left = wait_gone(pids, 5.0)
-        if left:
-            wrong.append(f"{case}: pids {left} left behind")
+        wrong += one_case(cluster, f"{program} x {kind} at rank {culprit}, debug={debug}", program, debug, TIMEOUT,
+                          KINDS[kind], culprit, fault, kind, culprit, culprit % 2)
+    assert not wrong, f"COMMLIB_FAULT_SEED={SEED}:\n" + "\n".join(wrong)
+
+
+TIMEOUT_42 = 3.0
+
+
+def test_issue_42s_faults_name_the_culprit_only(cluster):
+    rng = random.Random(SEED + 42)
+    print(f"issue 42 faults seed: COMMLIB_FAULT_SEED={SEED}")
+    wrong = []
+    for before, kind, debugs in ISSUE_42:
+        culprit, debug = rng.randrange(WORLD), rng.choice(debugs)
+        timeout = TIMEOUT_42 if kind.startswith(("skip_", "kill_")) or before else TIMEOUT
+        wrong += one_case(cluster, f"{before or '-'} then {kind} at rank {culprit}, debug={debug}", before, debug,
+                          timeout, KINDS_42[kind], culprit, fault42, kind, culprit)
     assert not wrong, f"COMMLIB_FAULT_SEED={SEED}:\n" + "\n".join(wrong)
 
 
@@ -135,35 +157,3 @@ def test_preload_is_checked_before_any_process_starts(bad, monkeypatch):
     with pytest.raises((TypeError, ValueError), match="preload must"):
         cl.Cluster(2, preload=bad)
 
-
-# ------------------------------------------------------------------------------------ issue 42's faults
-TIMEOUT_42 = 3.0
-
-
-def test_issue_42s_faults_name_the_culprit_only(cluster):
-    rng = random.Random(SEED + 42)
-    print(f"issue 42 faults seed: COMMLIB_FAULT_SEED={SEED}")
-    wrong = []
-    for before, kind, debugs in ISSUE_42:
-        want = KINDS_42[kind]
-        culprit, debug = rng.randrange(WORLD), rng.choice(debugs)
-        _use(cluster, debug)
-        if before:
-            cluster.timeout = PROGRAM_TIMEOUT
-            cluster.run(PROGRAMS[before])
-        pids = cluster.pids
-        cluster.timeout = TIMEOUT_42 if kind.startswith(("skip_", "kill_")) or before else TIMEOUT
-        try:
-            cluster.run(fault42, kind, culprit)
-            d = None
-        except (cl.RankError, cl.ClusterTimeout) as e:
-            d = e.diagnosis
-        case = f"{before or '-'} then {kind} at rank {culprit}, debug={debug}"
-        if d is None or d["kind"] != want or d["ranks"] != [culprit]:
-            wrong.append(f"{case}: {d}")
-        if os.environ.get("COMMLIB_FAULT_VERBOSE"):
-            print(f"{case}: {d and (d['kind'], d['ranks'])}", file=sys.stderr, flush=True)
-        left = wait_gone(pids, 5.0)
-        if left:
-            wrong.append(f"{case}: pids {left} left behind")
-    assert not wrong, f"COMMLIB_FAULT_SEED={SEED}:\n" + "\n".join(wrong)

@@ -214,16 +214,19 @@ def _waited_on(snapshots: dict, rank: int, world_size: int, lost: list) -> tuple
     return coll - {rank}, p2p - {rank}
 
 
-def _posted(snapshots: dict, rank: int) -> int:
-    return sum((((snapshots.get(rank) or {}).get("p2p") or {}).get("posted") or {}).values())
+def _posted_with(snapshots: dict, rank: int, peer: int) -> int:
+    """Sends and receives `rank` posted with `peer` in the task that failed (all its life for an older snapshot)."""
+    log = (snapshots.get(rank) or {}).get("p2p") or {}
+    counts = log.get("task", log.get("posted")) or {}
+    return sum(n for (_, p, _), n in counts.items() if p == peer)
 
 
 def from_returned(snapshots: dict, world_size: int, errors: dict, stuck, dead: dict) -> dict | None:
     """Ranks that returned while more ranks were left in communication that waits for them, or raised inside it:
     they skipped what the others entered, or tore their process group down. A rank waited for by send/recv only
-    counts when it posted fewer sends and receives than each rank waiting for it (it skipped them; a rank that
-    posted as many did its part, and the waiting rank asked the wrong peer). Returned ranks nobody waits for are
-    bystanders."""
+    counts when it posted no send or recv with the ranks waiting for it in this task (it skipped them; one that
+    did exchange with them did its part, and the waiting rank asked the wrong peer). Returned ranks nobody waits
+    for are bystanders."""
     left = sorted(set(stuck) | set(errors))
     if dead or not left or any(not (snapshots.get(r) or {}).get("failed") for r in errors):
         return None  # a death, or a rank that raised on its own: their story (from_failures)
@@ -233,7 +236,7 @@ def from_returned(snapshots: dict, world_size: int, errors: dict, stuck, dead: d
     by_coll = {r for w in waits.values() for r in w[0]} & finished
     by_p2p = {r for r in finished - by_coll
               if any(r in w[1] for w in waits.values())
-              and all(_posted(snapshots, r) < _posted(snapshots, w) for w, (_, p) in waits.items() if r in p)}
+              and all(_posted_with(snapshots, r, w) == 0 for w, (_, p) in waits.items() if r in p)}
     done = sorted(by_coll | by_p2p)
     if not done or len(done) >= len(left):
         return None

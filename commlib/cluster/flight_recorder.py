@@ -127,8 +127,11 @@ _failed: list = []  # the torch.distributed call the last task's exception came 
 
 
 def note_failure(exc: BaseException | None) -> None:
-    """Remember the torch.distributed call `exc` was raised in (None: the task succeeded)."""
+    """Remember the torch.distributed call `exc` was raised in (None: a task starts, nothing failed; the p2p log
+    then marks where this task's sends and receives begin)."""
     _failed.clear()
+    if exc is None:
+        p2p_log.mark_task()
     tb = exc.__traceback__ if exc is not None else None
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
