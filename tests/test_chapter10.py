@@ -94,5 +94,12 @@ def test_the_count_against_torch_s_analyser_is_read_from_the_committed_benchmark
     assert bench["torch_analyser_correct"] == sum(r["torch_analyser"]["verdict"] == "alone" for r in bench["rows"])
     assert bench["commlib_correct"] >= 0.95 * bench["cases"]  # issue 42's goal
     code = "".join("".join(c["source"]) for c in CELLS if c["cell_type"] == "code")
-    assert "faults.load_benchmark()" in code and 'bench["torch_analyser_correct"]' in code
+    assert "faults.load_benchmark()" in code and '"torch_analyser_correct"' in code and 'bench["debug_off"]' in code
     assert "Counted: the diagnosis against torch's analyser" in TEXT
+
+
+def test_the_readme_states_the_committed_counts_of_commlib_and_torch_s_analyser():
+    from commlib.parallel import faults
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text().replace("\n", " ")
+    assert faults.figures(faults.load_benchmark()) in readme

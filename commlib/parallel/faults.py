@@ -175,3 +175,16 @@ def verdicts(result: dict) -> dict:
 
     return {k: dict(Counter(r[k]["verdict"] for r in result["rows"]))
             for k in ("commlib", "commlib_files", "torch_analyser")}
+
+
+def figures(result: dict) -> str:
+    """The committed counts in one sentence (the README states it; a test holds it equal to the JSON)."""
+    def part(run: dict, label: str) -> str:
+        n = run["cases"]
+        return (f"{label}, commlib names the culprit alone in {run['commlib_correct']} of {n} cases "
+                f"({run['commlib_correct'] / n:.0%}) and torch's analyser in {run['torch_analyser_correct']} "
+                f"({run['torch_analyser_correct'] / n:.0%})")
+    said = part(result, "with debug on")
+    if "debug_off" in result:
+        said += "; " + part(result["debug_off"], "with debug off")
+    return said
