@@ -7,11 +7,12 @@ point-to-point operations it posted, and what the cluster itself saw (who raised
 In this order:
   1. torch's fingerprint check (Cluster(debug=True): TORCH_DISTRIBUTED_DEBUG=DETAIL) raised "Detected
      mismatch between collectives on ranks", or commlib's check of roots and reduce ops (call_check.py) raised
-     -> mismatch; the culprits differ from the majority. Or torch's monitored_barrier said "Ranks 3 failed to
-     pass monitoredBarrier" -> missing.
-  2. a live collective (matching.py: records every rank holding them has moved past are finished and left
-     out) that the ranks called differently, or with another root or reduce op (call_check's log) -> mismatch;
-  3. a rank that died (signal, exit code): the culprit, whatever the survivors' records say -> missing;
+     -> mismatch; the culprits differ from the majority. Or a live collective (matching.py: records every rank
+     holding them has moved past are finished and left out) that the ranks called differently -> mismatch;
+  2. a rank that died (signal, exit code): the culprit, whatever the survivors' records or a monitored barrier
+     say -> missing;
+  3. torch's monitored_barrier said "Ranks 3 failed to pass monitoredBarrier" -> missing; a live call with
+     another root or reduce op (call_check's log) -> mismatch;
   4. by sequence: ranks that returned while the others were left in communication, when they are fewer
      (they skipped a program, or tore their process group down) -> missing;
   5. point-to-point operations still pending whose peer never posted the matching one (p2p_log.py) -> p2p:
@@ -332,9 +333,9 @@ def diagnose(snapshots: dict, world_size: int, errors: dict | None = None, stuck
     snapshots = {r: snapshots.get(r) for r in range(world_size)}
     errors, dead = errors or {}, dead or {}
     found = (from_fingerprints(errors, snapshots) or from_call_check(errors)
-             or from_monitored_barrier(errors, world_size)
-             or matching.from_records(snapshots, "mismatch") or from_call_log(snapshots)
+             or matching.from_records(snapshots, "mismatch")
              or (from_failures(snapshots, errors, dead, stuck) if dead else None)
+             or from_monitored_barrier(errors, world_size) or from_call_log(snapshots)
              or from_returned(snapshots, world_size, errors, stuck, dead) or from_p2p(snapshots)
              or from_extra(snapshots, world_size, errors, stuck, dead)
              or matching.from_records(snapshots, "missing") or from_failures(snapshots, errors, dead, stuck)
