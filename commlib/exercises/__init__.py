@@ -24,4 +24,3 @@ from commlib.exercises.ch8 import ch8_busiest, ch8_cp_bytes, ch8_redistribute, c
 from commlib.exercises.ch9 import (ch9_bucket_count, ch9_chunked_time, ch9_exposed, ch9_kernel_algorithm,  # noqa: F401
                                    ch9_replay_blind, ch9_replay_wait, ch9_reprice, ch9_straggler, ch9_trace_busbw)
 from commlib.exercises.ch10 import ch10_culprit, ch10_fix_exchange, ch10_kind  # noqa: F401
-from commlib.exercises.ch10 import odd_ranks as ch10_odd_ranks  # noqa: F401
