@@ -69,6 +69,7 @@ class RankGraph:
     solo: list                   # per call: its duration where unmatched (re-priced like transfers)
     offset: float = 0.0          # this rank's clock - the common clock
     tail: float = 0.0            # end - the last task's end
+    steps: list = field(default_factory=list)   # (start, end) of each ProfilerStep#N, its clock (traces.RankTrace)
 
 
 @dataclass
@@ -161,7 +162,7 @@ def _rank_graph(p: int, r, where: dict, offset: float) -> RankGraph:
     done = max(([spans[-1, 1]] if len(spans) else []) + [w.t_to for w in waits] + ends + [r.wall[0]])
     return RankGraph(r.rank, r.wall[0], max(r.wall[1], done), spans, calls, lanes, pred, queue, lag_pred, lag_queue,
                      waits, [where.get((p, i), -1) for i in range(n)], [0.0] * n, [c.duration_us for c in calls],
-                     offset, max(0.0, r.wall[1] - done))
+                     offset, max(0.0, r.wall[1] - done), list(getattr(r, "steps", None) or []))
 
 
 def _queue_guess(spans, calls) -> list[float]:
@@ -220,8 +221,10 @@ class _Rank:
         self.g = g
         n = len(g.calls)
         items = [(c.start_us, 1, i) for i, c in enumerate(g.calls)]
-        # a wait in lane order; after its call's own item (a wait that ended before its call began is no wait)
-        items += [(max(w.t_to, g.calls[w.call].start_us), 0, k) for k, w in enumerate(g.waits)]
+        # a wait in lane order, after its call's own item: a wait that ended before its call began (a regrouped
+        # bucket queued after the wait on the traced one it holds) sorts after the call (kind 2), not before it
+        items += [(max(w.t_to, g.calls[w.call].start_us), 0 if w.t_to > g.calls[w.call].start_us else 2, k)
+                  for k, w in enumerate(g.waits)]
         self.items = sorted(items)
         self.at, self.shift = 0, 0.0
         self.hist_t, self.hist_shift, self.hist_to, self.hist_w = [], [], [], []   # per wait resolved, in order
@@ -254,7 +257,12 @@ def replay(g: Graph) -> dict:
         if all(st.at == len(st.items) for st in rs):
             break
         if not progress:   # calls matched across ranks in an order no replay can follow: end one set now
-            s = max((s for s in range(len(g.sets)) if set_end[s] is None and arrived[s]), key=lambda s: arrived[s])
+            open_sets = [s for s in range(len(g.sets)) if set_end[s] is None and arrived[s]]
+            if not open_sets:   # every rank waits for a call no rank can start: no order replays these traces
+                stuck = [g.ranks[p].rank for p, st in enumerate(rs) if st.at < len(st.items)]
+                raise ValueError(f"the replay cannot go on: rank(s) {stuck} wait for calls that never start "
+                                 "(the traces' calls and waits do not fit one order)")
+            s = max(open_sets, key=lambda s: arrived[s])
             _close(s, rs, g, set_end, last_in, force=True)
             forced += 1
     out = {g.ranks[p].rank: _result(st) for p, st in enumerate(rs)}
@@ -266,7 +274,7 @@ def _step(p, st: _Rank, rs, g: Graph, arrived, set_end, last_in) -> bool:
     """Resolve st's next task if its inputs are known -> whether it did."""
     _, kind, k = st.items[st.at]
     r = st.g
-    if kind == 0:   # a wait
+    if kind != 1:   # a wait
         w = r.waits[k]
         e = st.end[w.call]
         if e is None:
@@ -349,8 +357,10 @@ def _span_sum(a: np.ndarray) -> float:
 
 def _critical(rs, g: Graph, set_end, last_in) -> dict:
     """Walk back from the job's last end along the edges that bound each task -> the time on that path spent in
-    compute (the lane, gaps included) and in transfers, and the calls on it."""
+    compute (the lane, gaps included) and in transfers, and the calls on it. The path is cut where the ending
+    rank's step began (on one clock): a rank that started earlier must not make it longer than the step."""
     p = max(range(len(rs)), key=lambda p: rs[p].finish - rs[p].g.start)
+    stop = rs[p].g.start - rs[p].g.offset   # the ending rank's start, on the common clock
     reach = {id(x): np.maximum.accumulate(x.hist_to).tolist() if x.hist_to else [] for x in rs}   # monotone: bisect
     compute = comm = 0.0
     calls = []
@@ -361,13 +371,15 @@ def _critical(rs, g: Graph, set_end, last_in) -> dict:
     point = ("lane", lane_end) if not ends or lane_end >= max(ends)[0] else ("call", max(ends)[1])
     truncated, below = True, None   # below: from a wait's start, only the waits before it (one may take no time)
     for _ in range(10 * sum(len(x.g.calls) + len(x.g.waits) for x in rs) + 10):
+        floor = stop + st.g.offset   # the cut, on this rank's clock
         if point[0] == "lane":   # back along the rigid lane to the wait that set its shift, or the start
             t = point[1]
             k = bisect.bisect_right(reach[id(st)], t) - 1
             if below is not None:
                 k, below = min(k, below), None
-            compute += max(0.0, t - (st.hist_to[k] if k >= 0 else st.g.start))
-            if k < 0:
+            lower = st.hist_to[k] if k >= 0 else st.g.start
+            compute += max(0.0, t - max(lower, floor))
+            if k < 0 or lower <= floor:
                 truncated = False
                 break
             wk = st.hist_w[k]
@@ -381,14 +393,16 @@ def _critical(rs, g: Graph, set_end, last_in) -> dict:
             calls.append((st.g.rank, i))
             s = st.g.member[i]
             if s >= 0 and last_in[s] is not None:
-                comm += g.transfer[s]
+                took = min(g.transfer[s], max(0.0, set_end[s] - stop))
                 lp, li = last_in[s]
                 st = rs[lp]
                 i = li
             else:
-                comm += st.end[i] - st.arrival[i]
-            if st.bound[i] is None:   # a member the replay forced: the path ends here
-                truncated = False
+                took = min(st.end[i] - st.arrival[i], max(0.0, st.end[i] - floor))
+            comm += took
+            if st.bound[i] is None or took < (g.transfer[s] if s >= 0 and last_in[s] is not None
+                                              else st.end[i] - st.arrival[i]):
+                truncated = False   # a member the replay forced, or the cut: the path ends here
                 break
             kind, ref = st.bound[i]
             point = ("call", ref) if kind == "pred" else ("lane", ref + st.shift_at(ref))

@@ -8,7 +8,9 @@ ready, and a bucket is all-reduced once it holds its cap (an explicit bucket_cap
 the first included); the buckets go out in order. The trace says when each traced bucket was queued, not when
 each parameter's gradient was ready, so the gradients of a traced bucket are taken as ready at an even rate
 between its queue point and the previous one's (the first bucket's all at once), and a parameter may be split
-between buckets. A step's all-reduces are those queued between two waits of the program (graph.Wait).
+between buckets: a step of B bytes gets ceil(B / cap) buckets. A step's all-reduces are those queued within one
+ProfilerStep#N (torch.profiler's schedule marks every step), or, in a trace without the marks, between two
+waits of the program (graph.Wait).
 """
 
 from __future__ import annotations
@@ -26,9 +28,16 @@ LANE = ("regrouped",)   # the comm lane of the new buckets: one, in order, as DD
 
 
 def dp_calls(r: RankGraph, dp) -> list[list[int]]:
-    """A rank's data-parallel all-reduces, in queue order, cut into steps where the program waited between two."""
+    """A rank's data-parallel all-reduces, in queue order, cut into steps: at its ProfilerStep#N marks where the
+    trace has them (each call in the step it was queued in), else where the program waited between two."""
     idx = sorted((i for i, c in enumerate(r.calls) if c.op == "all_reduce" and c.group in dp and c.bytes),
                  key=lambda i: r.queue[i])
+    if r.steps:
+        starts = [s for s, _ in r.steps]
+        by = {}
+        for i in idx:
+            by.setdefault(max(0, bisect.bisect_right(starts, r.queue[i]) - 1), []).append(i)
+        return [by[k] for k in sorted(by)]
     stops = sorted(w.t_from for w in r.waits)
     runs = []
     for i in idx:

@@ -17,9 +17,9 @@ chain can be followed back to its root.
 
 Noise: a symmetric job has a last arriver at every call too, late by the job's own call-to-call spread. A
 (rank, group) is named only if the delay it caused, per peer, exceeds its group's mean per rank by more than
-NOISE x s x sqrt(calls), s the median lateness of the group's calls where another rank came last: a sum of
-symmetric noise grows as sqrt(calls), a real straggler's delay as the calls. "spread_us": the median lateness of
-all the group's calls.
+NOISE x s x sqrt(calls), s the median own lateness (not inherited) of the group's calls where another rank came
+last: a sum of symmetric noise grows as sqrt(calls), a real straggler's delay as the calls. "spread_us": the
+median own lateness of all the group's calls.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def matched(ranks) -> list[list]:
 def find(ranks, min_share: float = 0.05, noise: float = NOISE) -> dict:
     """-> {"stragglers": [{rank, group, group_size, delay_us, own_us, behind [{rank, group, us}], calls}] by own
     delay, "waits": {(rank, start_us): (wait_us, late rank)} per matched call, "late_starts": [{rank, group,
-    us}], "spread_us": {group: median lateness of its calls}, "unnamed": [the (rank, group) entries the noise test left out]}.
+    us}], "spread_us": {group: median own lateness of its calls}, "unnamed": [the (rank, group) entries the noise test left out]}.
     delay_us: the time its peers waited for it (a union on each peer's clock, summed over peers), never more
     than their communication time; named when at least min_share of all communication time and above noise."""
     sets = matched(ranks)
@@ -75,7 +75,7 @@ def find(ranks, min_share: float = 0.05, noise: float = NOISE) -> dict:
     # its recorded step, asleep say, has no event there but is traced)
     first = {r.rank: min([r.wall[0]] + [s for s, _ in (getattr(r, "steps", None) or [])[:1]]) for r in ranks}
     mine = {r: _Waits(spans) for r, spans in mine.items()}
-    acc, count, size, ended = {}, {}, {}, {}
+    acc, count, size, ended, skews = {}, {}, {}, {}, {}
     for calls in sets:   # a group's sets in order (matched)
         last = min(calls, key=lambda c: c.duration_us)
         key = (last.rank, last.group)
@@ -83,15 +83,17 @@ def find(ranks, min_share: float = 0.05, noise: float = NOISE) -> dict:
         size[key] = last.group_size
         start = first.get(last.rank, -math.inf)
         since = max(ended.get((last.rank, last.group), start), start)
+        own = 0.0   # how late the last rank was on its own account, at this call (for the noise test)
         for c in calls:
             w = c.duration_us - last.duration_us
             if w > 0:
-                _charge(acc.setdefault(key, {}).setdefault(c.rank, _Peer()), c, _Late(last, start), w,
-                        mine.get(last.rank, _Waits([])), since)
+                explained = _charge(acc.setdefault(key, {}).setdefault(c.rank, _Peer()), c, _Late(last, start), w,
+                                    mine.get(last.rank, _Waits([])), since)
+                own = max(own, w - explained)
+        skews.setdefault(last.group, []).append((last.rank, own))
         for c in calls:
             ended[(c.rank, c.group)] = c.end_us
     rows = {key: _total(peers) for key, peers in acc.items()}
-    skews = _skews(sets)
     spread = {g: float(np.median([x for _, x in v])) for g, v in skews.items()}
     comm = sum(c.duration_us for r in ranks for c in r.calls if c.op not in P2P)
     named, unnamed, late_starts = [], [], []
@@ -139,9 +141,9 @@ class _Peer:
         self.waited, self.behind, self.pre = [], {}, 0.0
 
 
-def _charge(peer: _Peer, c, last, w: float, late_waits, since: float) -> None:
+def _charge(peer: _Peer, c, last, w: float, late_waits, since: float) -> float:
     """Peer c waited w for `last`; since: when the two were last in step (the end of their previous call in this
-    group, on last's clock) or last's trace began, whichever is later."""
+    group, on last's clock) or last's trace began, whichever is later. -> the part of w not last's own delay."""
     hi = last.start_us
     peer.waited.append((c.start_us, c.start_us + w))
     pre = min(w, max(0.0, since - (hi - w))) if since == last.trace_start else 0.0
@@ -154,6 +156,7 @@ def _charge(peer: _Peer, c, last, w: float, late_waits, since: float) -> None:
             break
         peer.behind[(r, g)] = peer.behind.get((r, g), 0.0) + took
         left -= took
+    return w - left
 
 
 def _total(peers: dict) -> tuple[float, float, float, dict]:
@@ -171,18 +174,9 @@ def _total(peers: dict) -> tuple[float, float, float, dict]:
     return delay, max(0.0, own), pre, behind
 
 
-def _skews(sets) -> dict:
-    """{group: [(the rank that came last, how late: the longest wait of its peers)] per matched call}."""
-    out = {}
-    for calls in sets:
-        last = min(calls, key=lambda c: c.duration_us)
-        out.setdefault(last.group, []).append((last.rank, max(c.duration_us for c in calls) - last.duration_us))
-    return out
-
-
 def _above_noise(rank, group, rows, size, skews, noise: float) -> bool:
     """The delay this rank caused its group, per peer, above the group's mean per rank by more than the noise:
-    NOISE x the group's typical lateness when another rank came last x sqrt(calls)."""
+    NOISE x the group's typical own lateness when another rank came last x sqrt(calls)."""
     peers = max(1, (size.get((rank, group)) or 2) - 1)
     mine = rows[(rank, group)][0] - rows[(rank, group)][2]
     others = [d - pre for (r, g), (d, _, pre, _) in rows.items() if g == group]

@@ -131,15 +131,17 @@ def codec_s_per_byte(ratio: float, path: str = TRADEOFF) -> tuple[float, str]:
 
 # ------------------------------------------------------------------------------------- the what-if
 def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: str | None = None,
-           codec: float | None = None, steps: int = 1, max_bytes: int = MAX_BYTES) -> dict:
+           codec: float | None = None, steps: int | None = None, max_bytes: int = MAX_BYTES) -> dict:
     """Traces (files, a folder, or RankTraces) -> {"scenarios": [measured, identity replay, each Scenario],
     "measured_on", "dp_group", "world_size", "notes"}. measured: the topology the traces ran on (a Topology or a
     preset; default: the GPU named in the traces, else unknown: transfers then keep their measured time unless a
     scenario prices them, by the model alone). codec: encode+decode s/byte for `compress` (default: measured,
-    codec_s_per_byte)."""
+    codec_s_per_byte). steps: the training steps the traces hold (default: their ProfilerStep#N marks, else 1);
+    every figure is per step, their mean."""
     ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces, max_bytes)
     gamma = _validate.number("gamma", gamma, low=0.0)
-    steps = _validate.integer("steps", steps, low=1)
+    marks = min(len(getattr(r, "steps", None) or []) for r in ranks) if ranks else 0
+    steps = _validate.integer("steps", steps, low=1) if steps is not None else max(1, marks)
     world = next((r.world_size for r in ranks if r.world_size), None) or len(ranks)
     notes = []
     m_topo = _topology("measured", measured, world) if measured is not None else None
@@ -148,6 +150,8 @@ def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: st
         notes.append(f"measured on: {why}")
         m_topo = topo.preset(preset, -(-world // topo.preset_gpus(preset)), achievable=True) if preset else None
     g = graph.build(ranks)
+    if steps != marks:   # the marks are not the training steps (a ProfilerStep holding several): regroup at waits
+        g = replace(g, ranks=[replace(r, steps=[]) for r in g.ranks])
     strides = {grp.name: (grp.ranks[1] - grp.ranks[0] if grp.ranks and len(grp.ranks) > 1 else 1)
                for r in ranks for grp in r.groups}
     dp = frozenset([dp_group] if isinstance(dp_group, str) else dp_group) if dp_group is not None else \
@@ -310,8 +314,11 @@ def _measured(ranks, base: dict) -> dict:
 
 
 def _row(name: str, result: dict, said=(), steps: int = 1) -> dict:
-    return {"name": name, "step_us": result["step_us"] / steps, "ranks": result["ranks"],
-            "critical_path": result["critical_path"], "assumptions": list(said), "forced": result["forced"]}
+    """One scenario: step_us and the critical path per training step (the mean of `steps`); ranks: each rank's
+    whole traced window (its timeline's spans and sums, as the timelines draw them)."""
+    path = {k: v / steps if k in ("compute_us", "comm_us") else v for k, v in result["critical_path"].items()}
+    return {"name": name, "step_us": result["step_us"] / steps, "ranks": result["ranks"], "critical_path": path,
+            "assumptions": list(said), "forced": result["forced"]}
 
 
 def _describe(t) -> str | None:
@@ -342,7 +349,7 @@ def format_report(report: dict) -> str:
                         f"measured on {report['measured_on'] or 'unknown hardware'}", 98, subsequent_indent="#   ")
     k = report.get("steps", 1)
     if k > 1:
-        out.append(f"# per training step: the traces hold {k}, every figure below is their mean")
+        out.append(f"# per training step, averaged over {k} steps (the traces hold {k})")
     rows = [["scenario", "step ms", "x meas.", "compute ms", "exposed ms", "waiting ms", "comm path"]]
     for s in report["scenarios"]:
         slow = max(s["ranks"].values(), key=lambda o: o["step_us"])
@@ -351,7 +358,10 @@ def format_report(report: dict) -> str:
                      f"{slow['waiting_us'] / k / 1e3:.2f}", f"{s['critical_path']['comm_share']:.0%}"])
     out += columns.fit(rows, [38, 9, 8, 11, 11, 11, 10], "<>>>>>>")
     out += textwrap.wrap("step: the slowest rank's; compute, exposed, waiting: that rank's; comm path: the share of "
-                         "transfers on the critical path", 98)
+                         "transfers on the critical path (cut at that rank's start, so never longer than its step); "
+                         "waiting: the part of its communication spent waiting for a later peer, on the "
+                         "communication lane: hidden under compute or exposed, it adds to the step only through "
+                         "exposed (more, smaller buckets wait more, mostly hidden)", 98)
     for s in report["scenarios"][2:]:
         for line in s["assumptions"]:
             out += textwrap.wrap(f"{s['name']}: {line}", 98, subsequent_indent="  ")
