@@ -52,17 +52,24 @@ def dp_calls(r: RankGraph, dp) -> list[list[int]]:
     return runs
 
 
-def regroup(g: Graph, dp, cap_bytes: float) -> tuple[Graph, int, dict]:
+def regroup(g: Graph, dp, cap_bytes: float, max_buckets: int | None = None) -> tuple[Graph, int, dict]:
     """-> (the graph with each step's data-parallel all-reduces replaced by buckets of cap_bytes, the buckets per
     step, {new set: [(rank position, call index) of the traced calls it replaces]}). The new sets' transfers are
-    None: the caller prices them."""
+    None: the caller prices them. More than max_buckets new buckets in all is a ValueError (bounded work)."""
     runs = [dp_calls(r, dp) for r in g.ranks]
     if not dp or not any(runs):
         raise ValueError("bucket_mb: these traces have no data-parallel all-reduce to regroup")
-    shape = {tuple(round(sum(r.calls[i].bytes for i in run)) for run in rr) for r, rr in zip(g.ranks, runs)}
-    if not runs or not runs[0] or len(shape) != 1:
-        raise ValueError(f"bucket_mb: the ranks' data-parallel all-reduces (groups {', '.join(sorted(dp))}) differ in number or bytes "
-                         "from rank to rank, or there are none: they cannot be regrouped as one DDP would")
+    shape = [tuple(round(sum(r.calls[i].bytes for i in run)) for run in rr) for r, rr in zip(g.ranks, runs)]
+    if not runs or not runs[0] or len(set(shape)) != 1:
+        where = next((f"rank {g.ranks[p].rank} has {len(s)} step(s) of {', '.join(map(str, s[:4]))} bytes, rank "
+                      f"{g.ranks[0].rank} {len(shape[0])} of {', '.join(map(str, shape[0][:4]))}"
+                      for p, s in enumerate(shape) if s != shape[0]), "there are none")
+        raise ValueError(f"bucket_mb: the ranks' data-parallel all-reduces (groups {', '.join(sorted(dp))}) differ "
+                         f"from rank to rank ({where}): they cannot be regrouped as one DDP would")
+    total = sum(math.ceil(b / cap_bytes - 1e-9) for s in shape for b in s)
+    if max_buckets is not None and total > max_buckets:
+        raise ValueError(f"bucket_mb: buckets of {cap_bytes / 2**20:g} MiB make {total} all-reduces over these "
+                         f"traces' steps and ranks, more than the {max_buckets} the replay takes: choose larger buckets")
     new_sets: dict[tuple, list] = {}
     origin_calls: dict[tuple, set] = {}
     ranks = []

@@ -34,6 +34,9 @@ from commlib.profiling.traces import MAX_BYTES, RankTrace, load
 # "ring": one flat ring (topology's flat_ring); "tree": NCCL's double binary tree, within a node or one GPU per node
 ALGORITHMS = ("ring", "multi_ring", "hierarchical", "in_network", "tree")
 COMMLIB_ALGORITHMS = {"ring": "flat_ring", "hierarchical": "hierarchical"}   # a commlib:* call's stated algorithm
+MIN_BUCKET_MB = 1 / 1024   # 1 KiB: below it a bucket is a few floats and pays only latency
+MAX_BUCKETS = 100_000      # regrouped buckets in all (every step, every rank): the replay's work stays bounded
+MAX_WORLD = 1 << 20        # ranks: topology's largest (nodes x GPUs per node)
 TRADEOFF = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                         "benchmarks", "compression_tradeoff.json")
 
@@ -140,9 +143,30 @@ def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: st
     every figure is per step, their mean."""
     ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces, max_bytes)
     gamma = _validate.number("gamma", gamma, low=0.0)
+    try:   # what goes wrong from here on is about these traces: the message names them
+        return _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps)
+    except (ValueError, ZeroDivisionError, OverflowError) as e:
+        named = any(str(e).startswith(str(r.path)) for r in ranks)
+        raise ValueError(str(e) if named else f"{_where(ranks)}: {e}") from None
+
+
+def _where(ranks) -> str:
+    """The traces, for a message: the file, or the folder and its files."""
+    paths = [str(r.path) for r in ranks]
+    if len(paths) == 1:
+        return paths[0]
+    names = [os.path.basename(p) for p in paths]
+    return f"{os.path.dirname(paths[0]) or '.'}/ ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''})"
+
+
+def _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps) -> dict:
     marks = min(len(getattr(r, "steps", None) or []) for r in ranks) if ranks else 0
     steps = _validate.integer("steps", steps, low=1) if steps is not None else max(1, marks)
     world = next((r.world_size for r in ranks if r.world_size), None) or len(ranks)
+    if world > MAX_WORLD:   # before any topology is built from it (its error would speak of nodes)
+        path = next((r.path for r in ranks if r.world_size == world), ranks[0].path)
+        raise ValueError(f"{path}: distributedInfo.world_size is {world}, more ranks than whatif prices (at most "
+                         f"{MAX_WORLD})")
     notes = []
     m_topo = _topology("measured", measured, world) if measured is not None else None
     if m_topo is None:
@@ -221,13 +245,18 @@ def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gam
                     + (", the new ranks as fast as the traced ones" if factor > 1 else ""))
     compress = _validate.number("compress", sc.compress, low=1.0) if sc.compress is not None else None
     per_byte = 0.0
+    if compress == 1:   # no compression: no codec runs, nothing is charged
+        said.append("compress 1: no compression, so no codec time: the calls as without --compress")
+        compress = None
     if compress:
         per_byte, src = (codec, "given") if codec is not None else codec_s_per_byte(compress)
         said.append(f"gradients compressed {compress:g}x: encode + decode {per_byte * 1e9:.2f} ns/byte ({src})")
     g0, origin = g, {}
     if sc.bucket_mb is not None:
-        cap = _validate.number("bucket_mb", sc.bucket_mb, low=0.0, strict=True) * 2**20
-        g, made, origin = regroup(g0, dp, cap)
+        if isinstance(sc.bucket_mb, (int, float)) and not sc.bucket_mb >= MIN_BUCKET_MB:   # NaN too
+            raise ValueError(f"bucket_mb must be a number >= 1/1024 (1 KiB), got {sc.bucket_mb!r}")
+        cap = _validate.number("bucket_mb", sc.bucket_mb, low=MIN_BUCKET_MB) * 2**20
+        g, made, origin = regroup(g0, dp, cap, MAX_BUCKETS)
         said.append(f"data-parallel all-reduces regrouped into {made} bucket(s) of {sc.bucket_mb:g} MiB per step "
                     "(gradients taken as ready at an even rate between the traced buckets)")
 
@@ -248,8 +277,14 @@ def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gam
         for i, c in enumerate(r.calls):
             if r.member[i] < 0:
                 solo[(p, i)] = pricer.time(c, r.solo[i])
-    if m_topo is None:
-        said.append("the traces' own hardware is unknown: each call priced by the model alone")
+    if pricer.kept:
+        said.append(f"{pricer.kept} of {pricer.kept + pricer.priced} call(s) have no model (no size in the trace, "
+                    "a group of one rank, or an op without one): they keep their measured time")
+    if world == 1 and factor != 1:
+        said.append("a one-rank job: its calls moved no data between ranks, so nothing measured says how far "
+                    "above the model the job runs: the new group's calls are the model's alone")
+    if m_topo is None and pricer.priced:
+        said.append("the traces' own hardware is unknown: each call with a model priced by the model alone")
     return g.priced(transfer, solo), said, base
 
 
@@ -259,6 +294,7 @@ class _Pricer:
     def __init__(self, m_topo, t, factor, dp, strides, gamma, compress, per_byte, algorithm, new_world):
         self.m, self.t, self.factor, self.dp, self.strides = m_topo, t, factor, dp, strides
         self.gamma, self.compress, self.per_byte, self.algorithm, self.world = gamma, compress, per_byte, algorithm, new_world
+        self.priced = self.kept = 0   # calls (sets) with a model in the scenario, and without one
 
     def _models(self, c):
         """-> (seconds on the measured hardware, seconds in the scenario, codec us)."""
@@ -285,23 +321,29 @@ class _Pricer:
 
     def time(self, c, measured_us: float) -> float:
         old, new, codec = self._models(c)
+        if new is None:
+            self.kept += 1
+        else:
+            self.priced += 1
         if self.m is None:   # no model of the traced machine: the scenario's model alone
             return (new * 1e6 if new is not None else measured_us) + codec
         return reprice(measured_us * 1e-6, old, new) * 1e6 + codec
 
     def regrouped(self, c, olds) -> float:
-        """A new bucket: its model plus the traced buckets' mean time above theirs (or scaled by their mean
-        ratio where they ran faster than the model)."""
+        """A new bucket: its model plus its share, by bytes, of the time the traced buckets it replaces spent above
+        their model (their excess per byte x its bytes), or scaled by their mean ratio where they ran faster."""
         _, new, codec = self._models(c)
+        self.priced += new is not None
+        self.kept += new is None
         new = new or 0.0
-        pairs = [(t * 1e-6, self._models(o)[0]) for o, t in olds if t is not None]
-        pairs = [(t, m) for t, m in pairs if m]
+        pairs = [(t * 1e-6, self._models(o)[0], o.bytes) for o, t in olds if t is not None]
+        pairs = [(t, m, b) for t, m, b in pairs if m and b]
         if self.m is None or not pairs:
             return new * 1e6 + codec
-        above = [t - m for t, m in pairs]
-        if sum(above) >= 0:
-            return (new + max(0.0, sum(above) / len(above))) * 1e6 + codec
-        return new * sum(t / m for t, m in pairs) / len(pairs) * 1e6 + codec
+        above = sum(t - m for t, m, _ in pairs)
+        if above >= 0:
+            return (new + above / sum(b for _, _, b in pairs) * (c.bytes or 0)) * 1e6 + codec
+        return new * sum(t / m for t, m, _ in pairs) / len(pairs) * 1e6 + codec
 
 
 def _measured(ranks, base: dict) -> dict:
@@ -344,7 +386,7 @@ def json_report(report: dict) -> dict:
 
 def format_report(report: dict) -> str:
     """The scenarios side by side (the slowest rank's split), then each one's assumptions, under 100 columns."""
-    first = report["scenarios"][0]["step_us"]
+    first = report["scenarios"][0]["step_us"]   # 0 where every event is at one instant: no ratio
     out = textwrap.wrap(f"# {len(report['ranks'])} rank(s) of a {report['world_size']}-rank {report['backend']} job, "
                         f"measured on {report['measured_on'] or 'unknown hardware'}", 98, subsequent_indent="#   ")
     k = report.get("steps", 1)
@@ -353,7 +395,7 @@ def format_report(report: dict) -> str:
     rows = [["scenario", "step ms", "x meas.", "compute ms", "exposed ms", "waiting ms", "comm path"]]
     for s in report["scenarios"]:
         slow = max(s["ranks"].values(), key=lambda o: o["step_us"])
-        rows.append([s["name"][:37], f"{s['step_us'] / 1e3:.2f}", f"{s['step_us'] / first:.2f}",
+        rows.append([s["name"][:37], f"{s['step_us'] / 1e3:.2f}", f"{s['step_us'] / first:.2f}" if first > 0 else "-",
                      f"{slow['compute_us'] / k / 1e3:.2f}", f"{slow['exposed_us'] / k / 1e3:.2f}",
                      f"{slow['waiting_us'] / k / 1e3:.2f}", f"{s['critical_path']['comm_share']:.0%}"])
     out += columns.fit(rows, [38, 9, 8, 11, 11, 11, 10], "<>>>>>>")
