@@ -178,3 +178,14 @@ def test_live_mesh_names_the_slow_rank_first_and_its_dp_peer_as_inherited(live):
     text = td.format_report(mesh).replace("\n  ", " ")
     assert "rank 1 late in [0, 1]" in text and "because it waited" in text and "for rank 3 in [1, 3]" in text
     assert os.path.exists(live / "mesh" / "rank3.json")
+
+
+def test_the_json_report_holds_own_us_and_behind_in_strict_json():
+    import json
+
+    report = td.diagnose(sy.group_job(CHAIN_PROGRAM, CHAIN, steps=1, slow={0: 50e3}, transfer_us=100.0))
+    out = json.loads(json.dumps(td.json_report(report), allow_nan=False))
+    rows = {s["rank"]: s for s in out["stragglers"]}
+    assert set(rows[2]) == {"rank", "group", "group_size", "delay_us", "own_us", "behind", "calls"}
+    assert rows[2]["behind"] == [{"rank": 1, "group": "2", "us": pytest.approx(51.1e3)}]
+    assert [s["rank"] for s in out["stragglers"]][0] == 0
