@@ -147,3 +147,21 @@ def test_any_scenario_on_a_small_job_gives_finite_non_negative_figures(mb, compr
         plain = whatif.whatif(ranks, [whatif.Scenario(topology="dgx_h100", bucket_mb=mb, nodes=nodes)],
                               measured="dgx_h100", codec=1e-9)
         assert report["scenarios"][-1]["step_us"] == plain["scenarios"][-1]["step_us"]
+
+
+def test_the_critical_path_is_cut_at_the_ending_ranks_start_never_longer_than_the_step():
+    # issue 40: critical_path.compute_us 735,413 > step_us 731,352. Rank 0 (the longest: 10 ms) waits at 50 for
+    # the all-reduce rank 1 joins at 75; rank 1 began 5 ms before rank 0 did. Walking back from rank 0's end
+    # through rank 1 to rank 1's start made a path of 15 ms; cut at rank 0's start it is 10 ms less 1 us
+    ranks = []
+    for r, (first, start, last_end) in enumerate((((0.0, 50.0), 30.0, 10_000.0), ((-5000.0, 70.0), 75.0, 100.0))):
+        call = tr.Call(r, "all_reduce", "0", 2, 1 << 20, "float32", start, 90.0 - start, None, None, None)
+        rt = tr.RankTrace(f"rank{r}.json", r, 2, "gloo", None, [call], [first, (91.0, last_end)],
+                          (first[0], last_end))
+        rt.issued = {0: start}
+        ranks.append(rt)
+    out = graph.replay(graph.build(ranks))
+    assert out["step_us"] == pytest.approx(10_000.0)
+    path = out["critical_path"]
+    assert path["comm_us"] == pytest.approx(15.0) and path["compute_us"] == pytest.approx(9909.0 + 75.0)
+    assert path["compute_us"] + path["comm_us"] <= out["step_us"]
