@@ -121,7 +121,8 @@ def stragglers(ranks: list[RankTrace], min_share: float = 0.05) -> tuple[list[di
 def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: bool = True,
              max_bytes: int = MAX_BYTES) -> dict:
     """Traces (files, a folder, or RankTraces from traces.load) -> the report: world_size, ranks,
-    hardware, calls (the --json keys, plus kernel, wait_us, flag), overlap per rank, stragglers, notes.
+    hardware, calls (the --json keys, plus kernel, wait_us, flag), overlap per rank, stragglers, noise (each
+    group's spread_us and the delays within it, unnamed), notes.
     Files are read in parallel processes, each refused past max_bytes decompressed (traces.load)."""
     far = _validate.number("far", far, low=1.0)   # a call this many times its model is flagged
     _validate.instance("achievable", achievable, bool)
@@ -139,7 +140,7 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
         notes.append(f"{len(ranks)} of {world} ranks' traces: stragglers are found only among these")
     found = find(ranks)
     late, waits = found["stragglers"], found["waits"]
-    notes += _straggler_notes(found, _groups(ranks))
+    notes += _straggler_notes(found)
     calls, overlaps, models = [], {}, {}
     for r in ranks:
         # the compute that ran during each call (by bisect and prefix sums: linear in all)
@@ -174,21 +175,25 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
         notes.append("some dtypes are not in the trace (Gloo, tensor lists): their bytes assume 4-byte elements")
     return {"world_size": world, "ranks": [r.rank for r in ranks], "backend": ranks[0].backend,
             "hardware": hardware, "hardware_why": why, "calls": calls, "overlap": overlaps,
-            "stragglers": late, "groups": _groups(ranks), "notes": notes}
+            "stragglers": late, "noise": {"spread_us": found["spread_us"], "unnamed": found["unnamed"]},
+            "groups": _groups(ranks), "notes": notes}
 
 
-def _straggler_notes(found: dict, groups: dict) -> list[str]:
-    """What the straggler check left out: late starts of tracing, and delays within the job's own noise."""
-    out = [f"rank {s['rank']}'s trace starts {s['us'] / 1e3:.2f} ms after its peers in group {s['group']} began "
-           "waiting for it: a late start of tracing, not straggling" for s in found["late_starts"]]
-    if found["unnamed"]:
-        s = found["unnamed"][0]
-        out.append(f"no straggler above the noise: the last rank to arrive changes from call to call, late by "
-                   f"{found['spread_us'].get(s['group'], 0.0) / 1e3:.2f} ms (median) in group {s['group']}; "
-                   f"the largest delay, rank {s['rank']}'s {s['delay_us'] / 1e3:.2f} ms over {s['calls']} call(s), "
-                   "is within it" if not found["stragglers"] else
-                   f"{len(found['unnamed'])} smaller delay(s) within the job's call-to-call spread not named")
-    return out
+def _straggler_notes(found: dict) -> list[str]:
+    """Late starts of tracing: a rank whose trace begins after its peers began waiting for it."""
+    return [f"rank {s['rank']}'s trace starts {s['us'] / 1e3:.2f} ms after its peers in group {s['group']} began "
+            "waiting for it: a late start of tracing, not straggling" for s in found["late_starts"]]
+
+
+def _noise_line(report: dict) -> str:
+    """The straggler line of a job whose delays all lie within its own call-to-call spread."""
+    noise = report.get("noise") or {}
+    if not noise.get("unnamed"):
+        return "stragglers: none found"
+    s = noise["unnamed"][0]
+    return (f"stragglers: none above the noise: the last rank to arrive changes from call to call, late by "
+            f"{noise['spread_us'].get(s['group'], 0.0) / 1e3:.2f} ms (median) in group {s['group']}; the largest "
+            f"delay, rank {s['rank']}'s {s['delay_us'] / 1e3:.2f} ms over {s['calls']} call(s), is within it")
 
 
 def _groups(ranks) -> dict:
@@ -299,7 +304,7 @@ def format_report(report: dict, limit: int = 12) -> str:
     for s in report["stragglers"]:
         out += textwrap.wrap("straggler: " + describe(s, groups=report.get("groups")), 98, subsequent_indent="  ")
     if not report["stragglers"]:
-        out.append("stragglers: none found")
+        out += textwrap.wrap(_noise_line(report), 98, subsequent_indent="  ")
     for n in report["notes"]:
         out += textwrap.wrap(n, 98, initial_indent="note: ", subsequent_indent="      ")
     return "\n".join(out)

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from commlib.profiling.critical import critical_path
 from commlib.profiling.diagnose import matched
 from commlib.profiling.live import overlap_lengths, union
 
@@ -267,7 +268,7 @@ def replay(g: Graph) -> dict:
             forced += 1
     out = {g.ranks[p].rank: _result(st) for p, st in enumerate(rs)}
     step = max((o["step_us"] for o in out.values()), default=0.0)
-    return {"ranks": out, "step_us": step, "critical_path": _critical(rs, g, set_end, last_in), "forced": forced}
+    return {"ranks": out, "step_us": step, "critical_path": critical_path(rs, g, set_end, last_in), "forced": forced}
 
 
 def _step(p, st: _Rank, rs, g: Graph, arrived, set_end, last_in) -> bool:
@@ -334,7 +335,7 @@ def _result(st: _Rank) -> dict:
     lane_end = float(spans[-1, 1]) if len(spans) else r.start
     lane_end = max([lane_end] + [t for t in st.wait_to if t is not None])
     end = max([lane_end] + [e for e in st.end if e is not None]) + r.tail
-    st.lane_end, st.finish = lane_end, end   # where the critical path starts walking back (_critical)
+    st.lane_end, st.finish = lane_end, end   # where the critical path starts walking back (critical.py)
     comm = _array(union((a, e) for a, e in zip(st.arrival, st.end) if a is not None))
     waiting = _array(union((a, max(a, st.last[i])) for i, a in enumerate(st.arrival)   # to the last arrival
                            if a is not None and r.member[i] >= 0))
@@ -353,59 +354,3 @@ def _array(spans) -> np.ndarray:
 
 def _span_sum(a: np.ndarray) -> float:
     return float((a[:, 1] - a[:, 0]).sum())
-
-
-def _critical(rs, g: Graph, set_end, last_in) -> dict:
-    """Walk back from the job's last end along the edges that bound each task -> the time on that path spent in
-    compute (the lane, gaps included) and in transfers, and the calls on it. The path is cut where the ending
-    rank's step began (on one clock): a rank that started earlier must not make it longer than the step."""
-    p = max(range(len(rs)), key=lambda p: rs[p].finish - rs[p].g.start)
-    stop = rs[p].g.start - rs[p].g.offset   # the ending rank's start, on the common clock
-    reach = {id(x): np.maximum.accumulate(x.hist_to).tolist() if x.hist_to else [] for x in rs}   # monotone: bisect
-    compute = comm = 0.0
-    calls = []
-    st = rs[p]
-    # what ended the rank: its lane or a call
-    ends = [(e, i) for i, e in enumerate(st.end) if e is not None]
-    lane_end = st.lane_end
-    point = ("lane", lane_end) if not ends or lane_end >= max(ends)[0] else ("call", max(ends)[1])
-    truncated, below = True, None   # below: from a wait's start, only the waits before it (one may take no time)
-    for _ in range(10 * sum(len(x.g.calls) + len(x.g.waits) for x in rs) + 10):
-        floor = stop + st.g.offset   # the cut, on this rank's clock
-        if point[0] == "lane":   # back along the rigid lane to the wait that set its shift, or the start
-            t = point[1]
-            k = bisect.bisect_right(reach[id(st)], t) - 1
-            if below is not None:
-                k, below = min(k, below), None
-            lower = st.hist_to[k] if k >= 0 else st.g.start
-            compute += max(0.0, t - max(lower, floor))
-            if k < 0 or lower <= floor:
-                truncated = False
-                break
-            wk = st.hist_w[k]
-            w = st.g.waits[wk]
-            if st.wait_bound[wk] == "call":
-                point = ("call", w.call)
-            else:
-                point, below = ("lane", w.t_from + (st.hist_shift[k - 1] if k else 0.0)), k - 1
-        else:
-            i = point[1]
-            calls.append((st.g.rank, i))
-            s = st.g.member[i]
-            if s >= 0 and last_in[s] is not None:
-                took = min(g.transfer[s], max(0.0, set_end[s] - stop))
-                lp, li = last_in[s]
-                st = rs[lp]
-                i = li
-            else:
-                took = min(st.end[i] - st.arrival[i], max(0.0, st.end[i] - floor))
-            comm += took
-            if st.bound[i] is None or took < (g.transfer[s] if s >= 0 and last_in[s] is not None
-                                              else st.end[i] - st.arrival[i]):
-                truncated = False   # a member the replay forced, or the cut: the path ends here
-                break
-            kind, ref = st.bound[i]
-            point = ("call", ref) if kind == "pred" else ("lane", ref + st.shift_at(ref))
-    total = compute + comm
-    return {"compute_us": compute, "comm_us": comm, "calls": len(calls),
-            "comm_share": comm / total if total > 0 else 0.0, "truncated": truncated}
