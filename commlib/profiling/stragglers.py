@@ -15,11 +15,12 @@ began is a late start of tracing (nothing is known of it); the rest is L's own d
 but waiting). Stragglers are ranked by own delay; R's own lateness in h is itself split the same way, so the
 chain can be followed back to its root.
 
-Noise: a symmetric job has a last arriver at every call too, late by the job's own call-to-call spread. A
-(rank, group) is named only if the delay it caused, per peer, exceeds its group's mean per rank by more than
-NOISE x s x sqrt(calls), s the median own lateness (not inherited) of the group's calls where another rank came
-last: a sum of symmetric noise grows as sqrt(calls), a real straggler's delay as the calls. "spread_us": the
-median own lateness of all the group's calls.
+Noise: a symmetric job has a last arriver at every call too, late by the job's own call-to-call spread. A root
+(rank, group) is named only if the own delay it caused, per peer, exceeds its group's mean per rank by more than
+NOISE x s x sqrt(calls), s the median own lateness (not inherited) of the job's calls, in every group (a group
+may have few), where another rank came last: a sum of symmetric noise grows as sqrt(calls), a real straggler's
+delay as the calls. A rank that mostly inherited its delay is named when a rank it waited for is. "spread_us":
+the median own lateness of each group's calls.
 """
 
 from __future__ import annotations
@@ -96,17 +97,26 @@ def find(ranks, min_share: float = 0.05, noise: float = NOISE) -> dict:
     rows = {key: _total(peers) for key, peers in acc.items()}
     spread = {g: float(np.median([x for _, x in v])) for g, v in skews.items()}
     comm = sum(c.duration_us for r in ranks for c in r.calls if c.op not in P2P)
-    named, unnamed, late_starts = [], [], []
+    late_starts, candidates = [], {}
     for (rank, group), (delay, own, pre, behind) in rows.items():
         if pre > 0.5 * delay and comm and pre >= min_share * comm:
             late_starts.append({"rank": rank, "group": group, "us": pre})
         row = {"rank": rank, "group": group, "group_size": size[(rank, group)], "delay_us": delay - pre,
                "own_us": own, "behind": [{"rank": r, "group": g, "us": us} for (r, g), us in
                                          sorted(behind.items(), key=lambda kv: -kv[1])], "calls": count[(rank, group)]}
-        if not comm or row["delay_us"] <= 0 or row["delay_us"] < min_share * comm:
-            continue
-        (named if _above_noise(rank, group, rows, size, skews, noise) else unnamed).append(row)
-    named.sort(key=lambda s: (-s["own_us"], -s["delay_us"]))
+        if comm and row["delay_us"] > 0 and row["delay_us"] >= min_share * comm:
+            candidates[(rank, group)] = row
+    # a root is named on its own delay, above the noise; a rank that mostly inherited its delay is named when one
+    # it waited for is (the chain is followed from its root, however many hops)
+    keys = {k for k in candidates if _above_noise(k, rows, size, skews, noise)}
+    while True:
+        more = {k for k, row in candidates.items() if k not in keys and row["own_us"] < row["delay_us"] - row["own_us"]
+                and any((b["rank"], b["group"]) in keys for b in row["behind"])}
+        if not more:
+            break
+        keys |= more
+    named = sorted((candidates[k] for k in keys), key=lambda s: (-s["own_us"], -s["delay_us"]))
+    unnamed = [row for k, row in candidates.items() if k not in keys]
     return {"stragglers": named, "waits": waits, "late_starts": sorted(late_starts, key=lambda s: -s["us"]),
             "spread_us": spread, "unnamed": sorted(unnamed, key=lambda s: -s["delay_us"])}
 
@@ -174,17 +184,19 @@ def _total(peers: dict) -> tuple[float, float, float, dict]:
     return delay, max(0.0, own), pre, behind
 
 
-def _above_noise(rank, group, rows, size, skews, noise: float) -> bool:
-    """The delay this rank caused its group, per peer, above the group's mean per rank by more than the noise:
-    NOISE x the group's typical own lateness when another rank came last x sqrt(calls)."""
-    peers = max(1, (size.get((rank, group)) or 2) - 1)
-    mine = rows[(rank, group)][0] - rows[(rank, group)][2]
-    others = [d - pre for (r, g), (d, _, pre, _) in rows.items() if g == group]
-    members = max(len(others), size.get((rank, group)) or 2)
+def _above_noise(key, rows, size, skews, noise: float) -> bool:
+    """The own delay this rank caused its group, per peer, above the group's mean per rank by more than the noise:
+    NOISE x the job's typical own lateness when another rank came last x sqrt(the group's calls)."""
+    rank, group = key
+    peers = max(1, (size.get(key) or 2) - 1)
+    mine = rows[key][1]
+    others = [own for (r, g), (_, own, _, _) in rows.items() if g == group]
+    members = max(len(others), size.get(key) or 2)
     excess = (mine - sum(others) / members) / peers
-    calls = skews.get(group, [])
-    scale = float(np.median([x for r, x in calls if r != rank])) if any(r != rank for r, _ in calls) else 0.0
-    return excess > noise * scale * math.sqrt(len(calls))
+    # the job's own spread: the own lateness of its calls (every group's: a group has few) where another came last
+    others = [x for v in skews.values() for r, x in v if r != rank]
+    scale = float(np.median(others)) if others else 0.0
+    return excess > noise * scale * math.sqrt(len(skews.get(group, [])))
 
 
 def describe(s: dict, members=None, groups=None) -> str:
