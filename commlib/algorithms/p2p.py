@@ -186,6 +186,17 @@ def _offsets(sizes: list[int]) -> list[int]:
     return out + [acc]
 
 
+def send(t: torch.Tensor, dst: int) -> None:
+    """dist.send(t, dst) through the layer every algorithm sends through (so paced under an emulated network)."""
+    _Messages("p2p", None).send("send", 0, t, dst)
+
+
+def recv(t: torch.Tensor, src: int) -> torch.Tensor:
+    """dist.recv into t from src, through the same layer as send(); returns t."""
+    _Messages("p2p", None).recv(t, src)
+    return t
+
+
 def network():
     """The emulated network active in this rank (commlib.topology.emulate), or None."""
     return NETWORK
