@@ -4,7 +4,7 @@ compare (issue 34's test, on the course's emulated multi-node cluster).
     python benchmarks/whatif_accuracy.py [--quick] [--bandwidth 100e6] [--latency 5e-4] [--json out.json]
 
 commlib.profiling.emulated_job: an MLP trained with BucketedDDP whose bucket all-reduces run commlib's ring on a
-background thread, through NICs paced by topology.emulate (2 emulated nodes of 1 GPU each); its compute an
+background thread, through NICs paced by network.emulate (2 emulated nodes of 1 GPU each); its compute an
 emulated accelerator (fixed-duration ops that take no core, so that 4 ranks on 2 cores compute as fast as 2).
 1. Fit the emulated NIC as the ring sees it: alpha (latency plus software per message), beta.
 2. Record the job at --bandwidth; whatif predicts its step at 1/4x and 4x the bandwidth and on 4 nodes.

@@ -13,7 +13,7 @@ message this rank sends (who, to whom, which chunk, how many bytes).
     recursive_doubling_all_reduce / rabenseifner_all_reduce   non-powers of two folded as in MPICH (mpi.py)
     double_binary_tree_all_reduce / ring_broadcast     NCCL's Tree and its chain broadcast     (nccl.py)
     hierarchical_all_reduce / multi_ring_all_reduce / pairwise_all_to_all   nodes of gpus_per_node ranks
-                                (nodes.py; emulated slow links between nodes: emulation.py, topology.emulate)
+                                (nodes.py; emulated slow links between nodes: emulation.py, network.emulate)
 
 One file per family, all on the point-to-point layer of p2p.py (messages, validation, the emulated network);
 trace.py records and replays what was sent. Which algorithm runs which op, and what it costs, is registered

@@ -6,7 +6,7 @@
 1. calibrate (in ranks): the intra-node link is loopback. Ranks 0<->1, 2<->3, ... exchange n bytes at once
    (as the ranks of a node do inside an algorithm); an alpha-beta fit over the sizes gives the intra Link.
    gamma: a rank adding tensors while the others do too.
-2. time_algorithms (in ranks): under topology.emulate(g, bandwidth = intra / ratio, latency, nics), time
+2. time_algorithms (in ranks): under network.emulate(g, bandwidth = intra / ratio, latency, nics), time
    flat ring, multi-ring, hierarchical all-reduce and pairwise all-to-all (the slowest rank's median over
    repeats, rounds interleaved so a slow spell hits all alike), and torch's own dist.all_reduce, which the
    emulator does not pace.
@@ -31,6 +31,7 @@ from commlib import _validate as check
 from commlib import algorithms as alg
 from commlib import cost
 from commlib import topology as topo
+from commlib.network import emulate
 
 
 
@@ -80,7 +81,7 @@ def time_algorithms(sizes, repeats: int, gpus_per_node: int, bandwidth: float, l
     runs = {name: (op, lambda t, g, fn=fn: fn(t, g, check=False)) for name, (op, fn) in RUNNABLE.items()}
     runs["builtin"] = ("all_reduce", lambda t, g: dist.all_reduce(t))
     times = {(name, n): [] for n in sizes for name in runs}
-    with topo.emulate(gpus_per_node, bandwidth, latency, nics) as net:
+    with emulate(gpus_per_node, bandwidth, latency, nics) as net:
         for name, n in times:  # warm-up
             runs[name][1](torch.ones(n // 4), gpus_per_node)
         net.log.clear()
@@ -165,7 +166,7 @@ def run(cluster, sizes=(4 << 20,), ratio: float = 8.0, latency: float = 1e-3, ni
         alpha, beta = fit_loopback(cal_sizes, times)
     gamma = statistics.median(x for o in out for x in o[1])
     intra = cost.Link("loopback", 1 / beta, alpha, "fitted: the ranks of each node exchanging at once")
-    nic = cost.Link("emulated NIC", intra.bandwidth / ratio, latency, f"topology.emulate(): loopback / {ratio:g}")
+    nic = cost.Link("emulated NIC", intra.bandwidth / ratio, latency, f"network.emulate(): loopback / {ratio:g}")
     rows, builtin, pacing = [], [], []
     for k in nics:
         out = cluster.run(time_algorithms, sizes, repeats, g, nic.bandwidth, latency, k)

@@ -8,9 +8,9 @@
     kernel.py     the kernel kind: namespaces, veths, a bridge, tc HTB; names, sweeping a dead owner's leftovers
     calibrate.py  the link as the course fits it (alpha, beta) from a measured sweep, beside the configured rate
     cli.py        python -m commlib network up | down | clean
-The pacer (kind "paced") is commlib.algorithms.emulation; `emulate` is its entry, re-exported here.
+The pacer (kind "paced") is commlib.algorithms.emulation; `emulate(gpus_per_node, bandwidth, latency,
+nics_per_node)`, its entry inside ranks, is here. Importing this package imports no torch.
 """
 
-from commlib.algorithms.emulation import emulate  # noqa: F401
 from commlib.network.kernel import NetworkError  # noqa: F401
-from commlib.network.network import KINDS, Network, available  # noqa: F401
+from commlib.network.network import KINDS, Network, available, emulate  # noqa: F401

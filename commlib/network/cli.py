@@ -20,13 +20,14 @@ class UsageError(Exception):
 
 def up(nodes: int, gpus_per_node: int, nics_per_node: int, bandwidth: float) -> list[str]:
     """Build a kept network (it outlives this process until `down`) -> the lines to print."""
+    try:  # the arguments first, whatever this machine allows
+        Network(nodes, gpus_per_node, nics_per_node, bandwidth=bandwidth, kind="paced")
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"network up: --{str(e).split(' ', 1)[0].replace('_', '-')} {str(e).split(' ', 1)[1]}") from None
     ok, why = kernel.available()
     if not ok:
         raise UsageError(f"network up: {why}")
-    try:
-        net = Network(nodes, gpus_per_node, nics_per_node, bandwidth=bandwidth, kind="kernel")
-    except (TypeError, ValueError) as e:
-        raise UsageError(f"network up: --{str(e).split(' ', 1)[0].replace('_', '-')} {str(e).split(' ', 1)[1]}") from None
+    net = Network(nodes, gpus_per_node, nics_per_node, bandwidth=bandwidth, kind="kernel")
     try:
         net.up(keep=True)
     except kernel.NetworkError as e:

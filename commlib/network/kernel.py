@@ -169,7 +169,7 @@ def build(plan: dict) -> list[str]:
             for nic in node["nics"]:
                 dev, port, addr = nic["dev"], nic["port"], nic["address"]
                 lines += [f"link add {dev} type veth peer name {port} netns {sw}",
-                          f"addr add {addr}/15 dev {dev}", f"link set {dev} up",
+                          f"addr add {addr}/24 dev {dev}", f"link set {dev} up",
                           # rails: what a NIC's address sends leaves by that NIC (policy routing by source)
                           f"rule add from {addr} table {rule} pref {rule}",
                           f"route add 198.18.0.0/15 dev {dev} src {addr} table {rule}"]

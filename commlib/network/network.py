@@ -85,8 +85,11 @@ class Network:
         return rank % self.gpus_per_node % self.nics_per_node
 
     def address(self, node: int, nic: int) -> str:
-        """Node n's NIC j: 198.18.n.(j+1) (RFC 2544's block; it exists only inside the namespaces)."""
-        return f"198.18.{node}.{nic + 1}"
+        """Node n's NIC j: 198.18.j.(n+1), one /24 per rail (RFC 2544's block; it exists only inside the
+        namespaces). Gloo connects without binding a source address, so the connecting side leaves by the NIC
+        whose subnet holds the peer (the peer's rail), the accepting side by its own NIC (kernel.build's policy
+        rules): between GPUs of one index (hierarchical, multi-ring, rail-aligned rings) both are NIC i mod k."""
+        return f"198.18.{nic}.{node + 1}"
 
     def plan(self) -> dict:
         """What kernel.build makes for this network, as data."""
@@ -155,9 +158,15 @@ class Network:
                 f"bandwidth={self.bandwidth:g}, latency={self.latency:g}, kind={self.kind!r}{state})")
 
 
-def _paced(fn, gpus_per_node, bandwidth, latency, nics_per_node, *args, **kwargs):
-    from commlib.algorithms.emulation import emulate
+def emulate(gpus_per_node, bandwidth, latency=0.0, nics_per_node=1):
+    """The pacer, inside every rank: commlib.algorithms' messages between nodes of gpus_per_node ranks paced
+    through NICs of `bandwidth` bytes/s and `latency` s (see commlib.algorithms.emulation). A context manager."""
+    from commlib.algorithms.emulation import emulate as _emulate  # torch, in ranks only
 
+    return _emulate(gpus_per_node, bandwidth, latency, nics_per_node)
+
+
+def _paced(fn, gpus_per_node, bandwidth, latency, nics_per_node, *args, **kwargs):
     with emulate(gpus_per_node, bandwidth, latency, nics_per_node):
         return fn(*args, **kwargs)
 

@@ -331,7 +331,7 @@ def ring_overlap(kind: str = "attention", bandwidth: float = 100e6, latency: flo
                  balance: str = "zigzag", seq: int = 2048, heads: int = 4, head_dim: int = 64, rows: int = 256,
                  hidden: int = 1024, repeats: int = 1) -> dict:
     """Ring attention's forward (kind="attention", causal) or the collective matmul ("matmul") on all ranks,
-    every link between two ranks emulated (topology.emulate, one rank per node: bandwidth B/s, latency s).
+    every link between two ranks emulated (network.emulate, one rank per node: bandwidth B/s, latency s).
     -> {measured: the time this rank did not compute (exposed communication), model: the same from
     collective_matmul.ring_timelines on every rank's measured compute, compute_s, message_s, steps, late_s: how
     much later than the model this rank's messages arrived (the emulation's error: wake-ups on a busy machine),
@@ -339,7 +339,7 @@ def ring_overlap(kind: str = "attention", bandwidth: float = 100e6, latency: flo
     so one late wake-up on a loaded machine does not decide a comparison."""
     import statistics
 
-    from commlib import topology
+    from commlib.network import emulate
 
     repeats = check.integer("repeats", repeats, 1, 100)
 
@@ -376,7 +376,7 @@ def ring_overlap(kind: str = "attention", bandwidth: float = 100e6, latency: flo
     for _ in range(repeats):
         dist.barrier()
         ring = RingPass()
-        with topology.emulate(gpus_per_node=1, bandwidth=bandwidth, latency=latency) as em:
+        with emulate(gpus_per_node=1, bandwidth=bandwidth, latency=latency) as em:
             dist.barrier()
             once(ring)
         compute = [c for c, _ in ring.steps]

@@ -5,7 +5,7 @@ against (benchmarks/whatif_accuracy.py, chapter 9).
     job_step(out)                                                     # the job's median step, seconds
 
 Each rank trains an MLP with overlap.BucketedDDP; each bucket is averaged through commlib's ring on a background
-thread (algorithms.background), so its all-reduce overlaps backward, through NICs paced by topology.emulate.
+thread (algorithms.background), so its all-reduce overlaps backward, through NICs paced by network.emulate.
 The compute is an emulated accelerator: every layer runs its real (small) matmul, then `commlib::accelerator`,
 an op that sleeps a set time (layer_s forward, twice that backward). Why: N ranks on a 2-core laptop would
 slow each other's real compute as N grows, and a replay keeps compute as measured; an accelerator's kernels do
@@ -64,14 +64,14 @@ def train(folder: str, bandwidth: float, latency: float = 5e-4, gpus_per_node: i
     """Inside every rank: warm up (DDP's first step is one bucket, then it rebuilds them), time `steps` steps,
     record `recorded` more into folder/rank{rank}.json (one trace: a replay of it gives their sum; whatif's
     steps= divides). -> {"step_s": each timed step, "path": the trace, "recorded": recorded}."""
-    from commlib import topology
+    from commlib.network import emulate
     from commlib.algorithms.background import Background, average_hook
     from commlib.overlap import BucketedDDP
     from commlib.profiling.recording import record
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    with topology.emulate(gpus_per_node, bandwidth, latency, nics_per_node), \
+    with emulate(gpus_per_node, bandwidth, latency, nics_per_node), \
             Background(algorithm, gpus_per_node if algorithm == "hierarchical" else None) as bg:
         model = BucketedDDP(torch.nn.Sequential(*[Layer(width, layer_s) for _ in range(layers)]), bucket_cap_mb=bucket_mb)
         model.register_comm_hook(bg, average_hook)
@@ -103,12 +103,13 @@ def fit_nic(bandwidth: float, latency: float = 5e-4, sizes=(4 << 10, 64 << 10, 2
     import torch.distributed as dist
 
     from commlib import algorithms as alg
-    from commlib import cost, topology
+    from commlib import cost
+    from commlib.network import emulate
 
     torch.set_num_threads(1)
     p = dist.get_world_size()
     times = []
-    with topology.emulate(1, bandwidth, latency):
+    with emulate(1, bandwidth, latency):
         for n in sizes:
             t = torch.ones(n // 4)
             runs = []
@@ -145,7 +146,7 @@ def predict_and_run(small, large, folder: str, bandwidth: float = 100e6, latency
     kw = {"latency": latency, "steps": steps, "recorded": recorded}
     alpha, beta = small.run(fit_nic, bandwidth, latency)[0]
     base = small.run(train, f"{folder}/measured", bandwidth=bandwidth, **kw)
-    nic = cost.Link("emulated NIC (fitted alpha)", bandwidth, alpha, "topology.emulate; alpha fitted by fit_nic")
+    nic = cost.Link("emulated NIC (fitted alpha)", bandwidth, alpha, "network.emulate; alpha fitted by fit_nic")
     measured = topo.Topology(small.world_size, 1, nic, nic)
     at = lambda f: dataclasses.replace(measured, inter=dataclasses.replace(nic, bandwidth=bandwidth * f))  # noqa: E731
     scenarios = [wi.Scenario("1/4 bandwidth", topology=at(0.25)), wi.Scenario("4x bandwidth", topology=at(4.0)),
