@@ -116,17 +116,29 @@ def _rate(bandwidth: float) -> str:
     return f"{int(round(bandwidth))}bps"  # tc's "bps" is bytes per second
 
 
+def _htb_class(verb: str, dev: str, bandwidth: float) -> str:
+    burst = max(int(bandwidth * 1e-3), 2 * 1514)
+    return (f"class {verb} dev {dev} parent 1: classid 1:1 htb rate {_rate(bandwidth)} ceil {_rate(bandwidth)} "
+            f"burst {burst} cburst {burst}")
+
+
 def _shape(dev: str, bandwidth: float, latency: float) -> list[str]:
     """HTB lines that hold `dev`'s egress to `bandwidth` bytes/s: one class, every packet in it. The burst
     (bytes sent back to back) is 1 ms of the rate, at least 2 full frames: HTB refills its tokens from a
     timer, and a burst below one tick's worth would cap the rate below the configured one."""
-    burst = max(int(bandwidth * 1e-3), 2 * 1514)
     lines = [f"qdisc add dev {dev} root handle 1: htb default 1 r2q {max(1, int(bandwidth // 200_000))}",
-             f"class add dev {dev} parent 1: classid 1:1 htb rate {_rate(bandwidth)} ceil {_rate(bandwidth)} "
-             f"burst {burst} cburst {burst}"]
+             _htb_class("add", dev, bandwidth)]
     if latency > 0:
         lines.append(f"qdisc add dev {dev} parent 1:1 handle 10: netem delay {latency * 1e6:.0f}us limit 100000")
     return lines
+
+
+def reshape(plan: dict, bandwidth: float) -> None:
+    """Change every NIC's rate of a built network to `bandwidth` bytes/s in place (tc class change): the ranks,
+    their connections and the namespaces stay."""
+    for node in plan["nodes"]:
+        _run("tc", node["netns"], [_htb_class("change", nic["dev"], bandwidth) for nic in node["nics"]])
+        _run("tc", plan["switch"], [_htb_class("change", nic["port"], bandwidth) for nic in node["nics"]])
 
 
 def _set_sysctls(netns: str, values: dict[str, str]) -> None:

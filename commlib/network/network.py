@@ -118,6 +118,15 @@ class Network:
             made, self.made = self.made, []
             kernel.remove(made)
 
+    def set_bandwidth(self, bandwidth) -> None:
+        """Every NIC at `bandwidth` bytes/s from now on (checked as in the constructor). On the kernel network the
+        shapers change in place (the ranks keep their connections); on the pacer the next run() paces at it."""
+        bandwidth = check.number("bandwidth", bandwidth, BANDWIDTH[0], high=BANDWIDTH[1], unit="bytes/s")
+        with self._lock:
+            if self.kind == "kernel" and self.made:
+                kernel.reshape(self.plan(), bandwidth)
+            self.bandwidth = bandwidth
+
     def is_up(self) -> bool:
         """True once up() has built the kernel network; the pacer needs nothing built."""
         return self.kind != "kernel" or bool(self.made)

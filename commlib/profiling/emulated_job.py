@@ -15,6 +15,7 @@ reads it as compute. The steps are timed without the profiler; one more step is 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import time
@@ -58,23 +59,37 @@ class Layer(torch.nn.Module):
         return accelerator(torch.relu(self.linear(x)), self.seconds)
 
 
+JOBS = ("bucketed_ddp", "torch_ddp")
+
+
 def train(folder: str, bandwidth: float, latency: float = 5e-4, gpus_per_node: int = 1, nics_per_node: int = 1,
           layers: int = 8, width: int = 256, batch: int = 32, layer_s: float = 2e-3, bucket_mb: float = 0.5,
-          steps: int = STEPS, recorded: int = RECORDED, algorithm: str = "ring") -> dict:
+          steps: int = STEPS, recorded: int = RECORDED, algorithm: str = "ring", job: str = "bucketed_ddp",
+          pace: bool = True) -> dict:
     """Inside every rank: warm up (DDP's first step is one bucket, then it rebuilds them), time `steps` steps,
     record `recorded` more into folder/rank{rank}.json (one trace: a replay of it gives their sum; whatif's
-    steps= divides). -> {"step_s": each timed step, "path": the trace, "recorded": recorded}."""
-    from commlib.network import emulate
+    steps= divides). job "bucketed_ddp": overlap.BucketedDDP, commlib's `algorithm` on a background thread;
+    "torch_ddp": torch's DistributedDataParallel, Gloo's own all-reduce. pace=False on a Cluster whose network
+    is the kernel's (commlib.network): the NICs are shaped there, not by the pacer.
+    -> {"step_s": each timed step, "path": the trace, "recorded": recorded}."""
     from commlib.algorithms.background import Background, average_hook
+    from commlib.network import emulate
     from commlib.overlap import BucketedDDP
     from commlib.profiling.recording import record
 
+    if job not in JOBS:
+        raise ValueError(f"job must be one of {JOBS}, got {job!r}")
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    with emulate(gpus_per_node, bandwidth, latency, nics_per_node), \
-            Background(algorithm, gpus_per_node if algorithm == "hierarchical" else None) as bg:
-        model = BucketedDDP(torch.nn.Sequential(*[Layer(width, layer_s) for _ in range(layers)]), bucket_cap_mb=bucket_mb)
-        model.register_comm_hook(bg, average_hook)
+    paced = emulate(gpus_per_node, bandwidth, latency, nics_per_node) if pace else contextlib.nullcontext()
+    with paced, (Background(algorithm, gpus_per_node if algorithm == "hierarchical" else None)
+                 if job == "bucketed_ddp" else contextlib.nullcontext()) as bg:
+        net = torch.nn.Sequential(*[Layer(width, layer_s) for _ in range(layers)])
+        if job == "bucketed_ddp":
+            model = BucketedDDP(net, bucket_cap_mb=bucket_mb)
+            model.register_comm_hook(bg, average_hook)
+        else:
+            model = torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=bucket_mb)
         x = torch.randn(batch, width)
 
         def step():
@@ -94,7 +109,7 @@ def train(folder: str, bandwidth: float, latency: float = 5e-4, gpus_per_node: i
 
 
 def fit_nic(bandwidth: float, latency: float = 5e-4, sizes=(4 << 10, 64 << 10, 256 << 10, 1 << 20),
-            repeats: int = 7) -> tuple[float, float]:
+            repeats: int = 7, pace: bool = True) -> tuple[float, float]:
     """Inside every rank, each rank a node of one GPU: the emulated NIC as commlib's ring sees it. Times
     ring_all_reduce under emulate(1, ...) at each size (the slowest rank's median) and fits
     t = 2(p-1) alpha + 2(p-1)/p n beta -> (alpha s per message, beta s per byte): alpha holds the wire's latency
@@ -109,7 +124,7 @@ def fit_nic(bandwidth: float, latency: float = 5e-4, sizes=(4 << 10, 64 << 10, 2
     torch.set_num_threads(1)
     p = dist.get_world_size()
     times = []
-    with emulate(1, bandwidth, latency):
+    with emulate(1, bandwidth, latency) if pace else contextlib.nullcontext():
         for n in sizes:
             t = torch.ones(n // 4)
             runs = []
