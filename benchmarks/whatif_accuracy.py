@@ -2,6 +2,7 @@
 compare (issue 34's test, on the course's emulated multi-node cluster).
 
     python benchmarks/whatif_accuracy.py [--quick] [--bandwidth 100e6] [--latency 5e-4] [--json out.json]
+    python benchmarks/whatif_accuracy.py --network kernel [--quick] [--bandwidth 10e6] [--json out.json]
 
 commlib.profiling.emulated_job: an MLP trained with BucketedDDP whose bucket all-reduces run commlib's ring on a
 background thread, through NICs paced by network.emulate (2 emulated nodes of 1 GPU each); its compute an
@@ -12,17 +13,112 @@ emulated accelerator (fixed-duration ops that take no core, so that 4 ranks on 2
 Prints each scenario's predicted, measured and error, and the median |error| (the issue's goal: <= 10% on a
 quiet machine). --quick (CI): fewer steps, twice the nodes predicted but not run (no 4-rank cluster), no JSON.
 The full run's --json is what chapter 9 shows.
+
+--network kernel: the same job and torch's DistributedDataParallel (Gloo's own all-reduce) on the kernel network
+(commlib.network: Linux namespaces, NICs shaped by tc HTB; no pacer, no latency added), 2 nodes of 1 GPU. The link
+is fitted by a separate calibration run (fit_nic, before any trace); each job is recorded once at --bandwidth and
+whatif predicts 8 scenarios: bandwidth x1/4, x1/2, x2, x4 (each run after Network.set_bandwidth), 2 -> 4 nodes
+(a 4-node network), and buckets of 1, 4 and 25 MiB (each run with that bucket_cap). Rows carry job, scenario,
+predicted_s, measured_s and the signed error; --quick: 2 steps, x2 and x4 only, 4 nodes predicted but not run.
 """
+
+import statistics
 
 import json
 import os
 import platform
+import sys
 import tempfile
 import time
 
 import commlib as cl
 from commlib.bench import arguments
 from commlib.profiling import emulated_job as ej
+
+KERNEL_BANDWIDTH = 10e6  # bytes/s: x4 stays far below what 2 loaded cores move over a veth (>100 MB/s)
+
+
+def kernel_accuracy(bandwidth: float, quick: bool, folder: str) -> dict:
+    """--network kernel (module docstring) -> {"fit", "gamma", "rows": [{job, scenario, predicted_s, measured_s,
+    error}]}."""
+    import dataclasses
+
+    from commlib import bench, cost
+    from commlib import topology as topo
+    from commlib.network import Network
+    from commlib.profiling import whatif as wi
+
+    steps, recorded = (2, 1) if quick else (ej.STEPS, ej.RECORDED)
+    factors = (2.0, 4.0) if quick else (0.25, 0.5, 2.0, 4.0)
+    buckets = () if quick else (1.0, 4.0, 25.0)
+    kw = {"steps": steps, "recorded": recorded, "pace": False, "latency": 0.0}
+    rows, net = [], Network(2, 1, bandwidth=bandwidth, kind="kernel", quiet=True)
+    with cl.Cluster(2, network=net, timeout=600) as small:
+        alpha, beta = small.run(ej.fit_nic, bandwidth, 0.0, pace=False)[0]   # the calibration: no trace involved
+        gamma = bench.measure_gamma()
+        nic = cost.Link("kernel NIC (fitted alpha)", bandwidth, alpha, "commlib.network kernel; alpha from fit_nic")
+        measured = topo.Topology(2, 1, nic, nic)
+        at = lambda f: dataclasses.replace(measured, inter=dataclasses.replace(nic, bandwidth=bandwidth * f))  # noqa: E731
+        plans = {}
+        for job in ej.JOBS:
+            base = small.run(ej.train, f"{folder}/{job}", bandwidth=bandwidth, job=job, **kw)
+            scenarios = [wi.Scenario(f"x{f:g} bandwidth", topology=at(f)) for f in factors]
+            scenarios += [wi.Scenario("4 nodes", nodes=4)] + [wi.Scenario(f"{b:g} MiB buckets", bucket_mb=b) for b in buckets]
+            report = wi.whatif(f"{folder}/{job}", scenarios, measured=measured, gamma=gamma, steps=recorded)
+            plans[job] = {s["name"]: s["step_us"] * 1e-6 for s in report["scenarios"]}
+            runs = {"measured": ej.job_step(base)}
+            for f in factors:
+                net.set_bandwidth(bandwidth * f)
+                runs[f"x{f:g} bandwidth"] = ej.job_step(small.run(ej.train, f"{folder}/{job}-bw", bandwidth=bandwidth * f,
+                                                                  job=job, **kw))
+            net.set_bandwidth(bandwidth)
+            for b in buckets:
+                runs[f"{b:g} MiB buckets"] = ej.job_step(small.run(ej.train, f"{folder}/{job}-b", bandwidth=bandwidth,
+                                                                   job=job, bucket_mb=b, **kw))
+            plans[job]["_runs"] = runs
+    if not quick:
+        with cl.Cluster(4, network=Network(4, 1, bandwidth=bandwidth, kind="kernel", quiet=True), timeout=600) as large:
+            for job in ej.JOBS:
+                plans[job]["_runs"]["4 nodes"] = ej.job_step(large.run(ej.train, f"{folder}/{job}-4", bandwidth=bandwidth,
+                                                                       job=job, **kw))
+    for job, plan in plans.items():
+        runs = plan.pop("_runs")
+        for name, predicted in plan.items():
+            if name == "measured":
+                continue
+            got = runs.get("measured" if name == "identity replay" else name)
+            rows.append({"job": job, "scenario": name, "predicted_s": predicted, "measured_s": got,
+                         "error": predicted / got - 1 if got else None})
+    return {"fit": (alpha, beta), "gamma": gamma, "rows": rows}
+
+
+def kernel_main(a, load, t0) -> None:
+    import tempfile
+
+    bandwidth = a.bandwidth if a.bandwidth_given else KERNEL_BANDWIDTH
+    with tempfile.TemporaryDirectory() as tmp:
+        result = kernel_accuracy(bandwidth, a.quick, tmp)
+    alpha, beta = result["fit"]
+    errors = [abs(r["error"]) for r in result["rows"] if r["error"] is not None and r["scenario"] != "identity replay"]
+    print(f"# kernel network, {platform.machine()}, {os.cpu_count()} CPUs, load {load[0]:.2f} -> {os.getloadavg()[0]:.2f}; "
+          f"NIC {bandwidth / 1e6:g} MB/s (tc HTB); fitted alpha {alpha * 1e3:.2f} ms, 1/beta {1 / beta / 1e6:.1f} MB/s")
+    print(f"{'job':>13} {'scenario':>16} {'predicted ms':>13} {'measured ms':>12} {'error':>8}")
+    for r in result["rows"]:
+        got = f"{r['measured_s'] * 1e3:>12.2f} {r['error']:>+8.1%}" if r["measured_s"] else "  not run (--quick)"
+        print(f"{r['job']:>13} {r['scenario']:>16} {r['predicted_s'] * 1e3:>13.2f} {got}")
+    median = statistics.median(errors)
+    p90 = sorted(errors)[min(len(errors) - 1, int(0.9 * len(errors)))]
+    print(f"median |error| over the what-ifs: {median:.1%}, p90 {p90:.1%} over {len(errors)} (job, scenario) pairs "
+          f"(goal: median <= 5%, p90 <= 10%); {time.perf_counter() - t0:.0f} s")
+    if a.json:
+        out = {"network": "kernel", "rows": result["rows"], "median_error": median, "p90_error": p90,
+               "fit": result["fit"], "gamma": result["gamma"], "bandwidth": bandwidth,
+               "machine": {"machine": platform.machine(), "cpus": os.cpu_count(), "platform": platform.platform()},
+               "load": [load[0], os.getloadavg()[0]],
+               "command": f"python benchmarks/whatif_accuracy.py --network kernel --bandwidth {bandwidth:g}"}
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+            f.write("\n")
 
 
 def main() -> None:
@@ -31,12 +127,23 @@ def main() -> None:
     ap.add_argument("--latency", type=arguments.number(0, 0.05, strict=False), default=5e-4, help="emulated NIC, s")
     ap.add_argument("--json", help="also write the result to this file")
     ap.add_argument("--quick", action="store_true", help="a smoke run for CI: fewer steps")
+    ap.add_argument("--network", choices=("paced", "kernel"), default="paced",
+                    help="paced: the Python pacer (default); kernel: commlib.network's namespaces and tc HTB")
     a = ap.parse_args()
+    a.bandwidth_given = any(x.startswith("--bandwidth") for x in sys.argv[1:])
     if a.json and not os.path.isdir(os.path.dirname(os.path.abspath(a.json))):
         ap.error(f"argument --json: the folder of {a.json!r} does not exist")
     steps, recorded = (2, 1) if a.quick else (ej.STEPS, ej.RECORDED)
     t0 = time.perf_counter()
     load = os.getloadavg()
+    if a.network == "kernel":
+        from commlib.network import available
+
+        ok, why = available()
+        if not ok:
+            ap.error(f"argument --network: kernel is not available here ({why})")
+        kernel_main(a, load, t0)
+        return
     with tempfile.TemporaryDirectory() as tmp, cl.Cluster(world_size=2, timeout=600) as small:
         if a.quick:
             result = ej.predict_and_run(small, None, tmp, a.bandwidth, a.latency, steps, recorded)

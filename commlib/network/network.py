@@ -86,9 +86,13 @@ class Network:
 
     def address(self, node: int, nic: int) -> str:
         """Node n's NIC j: 198.18.j.(n+1), one /24 per rail (RFC 2544's block; it exists only inside the
-        namespaces). Gloo connects without binding a source address, so the connecting side leaves by the NIC
-        whose subnet holds the peer (the peer's rail), the accepting side by its own NIC (kernel.build's policy
-        rules): between GPUs of one index (hierarchical, multi-ring, rail-aligned rings) both are NIC i mod k."""
+        namespaces). A message to GPU i of another node leaves by this node's NIC i mod k and arrives at that
+        node's NIC i mod k (routing by destination). Between GPUs of one index (hierarchical, rail-aligned rings)
+        that is GPU i's own NIC on both nodes, as commlib.topology and the pacer price it. Across rails it is not:
+        Gloo connects without binding a source address, so a TCP connection's two ends are the acceptor's NIC
+        and the connecting node's NIC on the acceptor's rail, both directions on one rail (a multi-ring whose
+        rings cross rails does not spread over the NICs here; giving each GPU a namespace of its own, routed by
+        its node, would)."""
         return f"198.18.{nic}.{node + 1}"
 
     def plan(self) -> dict:
