@@ -246,3 +246,24 @@ def test_the_cli_builds_a_kept_network_and_removes_it(host_before):
     assert down.returncode == 0 and down.stdout.count("removed") == 3, down
     assert of(name) == []
     assert host_state() == host_before
+
+
+def test_chapter_3s_measurement_on_the_kernel_network_is_priced_and_judged():
+    from commlib import cost
+    from commlib import topology as topo
+    from commlib.bench import emulated as eb
+
+    result = eb.run_network(sizes=[256 << 10], bandwidth=RATE, nics=(1,), repeats=1)
+    assert result["network"] == "kernel" and result["pacing"] == [] and len(result["builtin"]) == 1
+    intra = cost.Link("x", result["intra"]["bandwidth"], result["intra"]["latency"], "")
+    nic = cost.Link("y", RATE, result["intra"]["latency"], "")
+    model = topo.Topology(2, 2, intra, nic, 1)
+    for r in result["rows"]:
+        assert r["model_s"] == pytest.approx(topo.collective_time(r["op"], r["nbytes"], model, r["algorithm"],
+                                                                  gamma=result["gamma"]))
+    assert result["builtin"][0]["model_s"] == pytest.approx(topo.collective_time(
+        "all_reduce", 256 << 10, model, "flat_ring", gamma=result["gamma"]))
+    text, verdicts = eb.format_result(result), eb.agreement(result)
+    assert text.startswith("network: kernel") and "dist.all_reduce (Gloo's own)" in text
+    rows_ok = sum(abs(r["measured_s"] / r["model_s"] - 1) <= eb.AGREE for r in result["rows"])
+    assert verdicts.startswith(f"{rows_ok} of {len(result['rows'])} rows within 15% of the model on the kernel")
