@@ -14,12 +14,14 @@ Prints each scenario's predicted, measured and error, and the median |error| (th
 quiet machine). --quick (CI): fewer steps, twice the nodes predicted but not run (no 4-rank cluster), no JSON.
 The full run's --json is what chapter 9 shows.
 
---network kernel: the same job and torch's DistributedDataParallel (Gloo's own all-reduce) on the kernel network
-(commlib.network: Linux namespaces, NICs shaped by tc HTB; no pacer, no latency added), 2 nodes of 1 GPU. The link
-is fitted by a separate calibration run (fit_nic, before any trace); each job is recorded once at --bandwidth and
-whatif predicts 8 scenarios: bandwidth x1/4, x1/2, x2, x4 (each run after Network.set_bandwidth), 2 -> 4 nodes
-(a 4-node network), and buckets of 1, 4 and 25 MiB (each run with that bucket_cap). Rows carry job, scenario,
-predicted_s, measured_s and the signed error; --quick: 2 steps, x2 and x4 only, 4 nodes predicted but not run.
+--network kernel: three jobs on the kernel network (commlib.network: Linux namespaces, NICs shaped by tc HTB; no
+pacer, no latency added), 2 nodes of 1 GPU: the same BucketedDDP job, torch's DistributedDataParallel (Gloo's own
+all-reduce) and FSDP2 (fully_shard per layer). The links are fitted by separate calibration runs (fit_nic; the
+inside-a-node link by commlib.network.calibrate on a 2 x 2 network), never from the traces. Each job is recorded
+once at --bandwidth; whatif predicts bandwidth x1/4, x1/2, x2, x4 (each run after Network.set_bandwidth),
+2 -> 4 nodes (a 4-node network), 2 GPUs per node with 1 shared NIC or 2 NICs (2 x 2 networks), and, for the two
+DDP jobs, buckets of 1, 4 and 25 MiB. Rows carry job, scenario, predicted_s, measured_s and the signed error;
+--quick: 2 steps, x2 and x4 only, 4 nodes predicted but not run.
 """
 
 import statistics
@@ -46,24 +48,35 @@ def kernel_accuracy(bandwidth: float, quick: bool, folder: str) -> dict:
     from commlib import bench, cost
     from commlib import topology as topo
     from commlib.network import Network
+    from commlib.network.calibrate import calibrate
     from commlib.profiling import whatif as wi
 
     steps, recorded = (2, 1) if quick else (ej.STEPS, ej.RECORDED)
     factors = (2.0, 4.0) if quick else (0.25, 0.5, 2.0, 4.0)
     buckets = () if quick else (1.0, 4.0, 25.0)
+    shapes = () if quick else (1, 2)   # 2 GPUs per node sharing 1 NIC, or with a NIC each
     kw = {"steps": steps, "recorded": recorded, "pace": False, "latency": 0.0}
-    rows, net = [], Network(2, 1, bandwidth=bandwidth, kind="kernel", quiet=True)
-    with cl.Cluster(2, network=net, timeout=600) as small:
+    pre = ("torch.distributed.fsdp",)
+    net = Network(2, 1, bandwidth=bandwidth, kind="kernel", quiet=True)
+    plans, intra = {}, None
+    with cl.Cluster(2, network=net, timeout=600, preload=pre) as small:
         alpha, beta = small.run(ej.fit_nic, bandwidth, 0.0, pace=False)[0]   # the calibration: no trace involved
         gamma = bench.measure_gamma()
         nic = cost.Link("kernel NIC (fitted alpha)", bandwidth, alpha, "commlib.network kernel; alpha from fit_nic")
         measured = topo.Topology(2, 1, nic, nic)
         at = lambda f: dataclasses.replace(measured, inter=dataclasses.replace(nic, bandwidth=bandwidth * f))  # noqa: E731
-        plans = {}
+        if shapes:  # the link inside a node, fitted by a calibration run of its own on a 2 x 2 network
+            with cl.Cluster(4, network=Network(2, 2, 1, bandwidth=bandwidth, kind="kernel", quiet=True)) as c:
+                cal = calibrate(c)
+            a_in, b_in = cost.fit_alpha_beta(cal["sizes"], cal["inside_s"])
+            intra = cost.Link("inside a node (fitted)", 1 / b_in, a_in, "commlib.network.calibrate")
         for job in ej.JOBS:
             base = small.run(ej.train, f"{folder}/{job}", bandwidth=bandwidth, job=job, **kw)
+            mine = buckets if job != "fsdp2" else ()
             scenarios = [wi.Scenario(f"x{f:g} bandwidth", topology=at(f)) for f in factors]
-            scenarios += [wi.Scenario("4 nodes", nodes=4)] + [wi.Scenario(f"{b:g} MiB buckets", bucket_mb=b) for b in buckets]
+            scenarios += [wi.Scenario("4 nodes", nodes=4)] + [wi.Scenario(f"{b:g} MiB buckets", bucket_mb=b) for b in mine]
+            scenarios += [wi.Scenario(f"2 GPUs/node, {k} NIC(s)", gpus_per_node=2, topology=topo.Topology(2, 2, intra, nic, k))
+                          for k in shapes]
             report = wi.whatif(f"{folder}/{job}", scenarios, measured=measured, gamma=gamma, steps=recorded)
             plans[job] = {s["name"]: s["step_us"] * 1e-6 for s in report["scenarios"]}
             runs = {"measured": ej.job_step(base)}
@@ -72,15 +85,19 @@ def kernel_accuracy(bandwidth: float, quick: bool, folder: str) -> dict:
                 runs[f"x{f:g} bandwidth"] = ej.job_step(small.run(ej.train, f"{folder}/{job}-bw", bandwidth=bandwidth * f,
                                                                   job=job, **kw))
             net.set_bandwidth(bandwidth)
-            for b in buckets:
+            for b in mine:
                 runs[f"{b:g} MiB buckets"] = ej.job_step(small.run(ej.train, f"{folder}/{job}-b", bandwidth=bandwidth,
                                                                    job=job, bucket_mb=b, **kw))
             plans[job]["_runs"] = runs
-    if not quick:
-        with cl.Cluster(4, network=Network(4, 1, bandwidth=bandwidth, kind="kernel", quiet=True), timeout=600) as large:
+    larger = [] if quick else [("4 nodes", Network(4, 1, bandwidth=bandwidth, kind="kernel", quiet=True))]
+    larger += [(f"2 GPUs/node, {k} NIC(s)", Network(2, 2, k, bandwidth=bandwidth, kind="kernel", quiet=True))
+               for k in shapes]
+    for name, big in larger:
+        with cl.Cluster(4, network=big, timeout=600, preload=pre) as large:
             for job in ej.JOBS:
-                plans[job]["_runs"]["4 nodes"] = ej.job_step(large.run(ej.train, f"{folder}/{job}-4", bandwidth=bandwidth,
-                                                                       job=job, **kw))
+                plans[job]["_runs"][name] = ej.job_step(large.run(ej.train, f"{folder}/{job}-4", bandwidth=bandwidth,
+                                                                  job=job, gpus_per_node=big.gpus_per_node, **kw))
+    rows = []
     for job, plan in plans.items():
         runs = plan.pop("_runs")
         for name, predicted in plan.items():
@@ -89,7 +106,8 @@ def kernel_accuracy(bandwidth: float, quick: bool, folder: str) -> dict:
             got = runs.get("measured" if name == "identity replay" else name)
             rows.append({"job": job, "scenario": name, "predicted_s": predicted, "measured_s": got,
                          "error": predicted / got - 1 if got else None})
-    return {"fit": (alpha, beta), "gamma": gamma, "rows": rows}
+    return {"fit": (alpha, beta), "gamma": gamma, "rows": rows,
+            "intra": None if intra is None else {"bandwidth": intra.bandwidth, "latency": intra.latency}}
 
 
 def kernel_main(a, load, t0) -> None:
@@ -112,7 +130,7 @@ def kernel_main(a, load, t0) -> None:
           f"(goal: median <= 5%, p90 <= 10%); {time.perf_counter() - t0:.0f} s")
     if a.json:
         out = {"network": "kernel", "rows": result["rows"], "median_error": median, "p90_error": p90,
-               "fit": result["fit"], "gamma": result["gamma"], "bandwidth": bandwidth,
+               "fit": result["fit"], "gamma": result["gamma"], "intra": result["intra"], "bandwidth": bandwidth,
                "machine": {"machine": platform.machine(), "cpus": os.cpu_count(), "platform": platform.platform()},
                "load": [load[0], os.getloadavg()[0]],
                "command": f"python benchmarks/whatif_accuracy.py --network kernel --bandwidth {bandwidth:g}"}

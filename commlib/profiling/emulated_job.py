@@ -59,7 +59,7 @@ class Layer(torch.nn.Module):
         return accelerator(torch.relu(self.linear(x)), self.seconds)
 
 
-JOBS = ("bucketed_ddp", "torch_ddp")
+JOBS = ("bucketed_ddp", "torch_ddp", "fsdp2")
 
 
 def train(folder: str, bandwidth: float, latency: float = 5e-4, gpus_per_node: int = 1, nics_per_node: int = 1,
@@ -69,7 +69,8 @@ def train(folder: str, bandwidth: float, latency: float = 5e-4, gpus_per_node: i
     """Inside every rank: warm up (DDP's first step is one bucket, then it rebuilds them), time `steps` steps,
     record `recorded` more into folder/rank{rank}.json (one trace: a replay of it gives their sum; whatif's
     steps= divides). job "bucketed_ddp": overlap.BucketedDDP, commlib's `algorithm` on a background thread;
-    "torch_ddp": torch's DistributedDataParallel, Gloo's own all-reduce. pace=False on a Cluster whose network
+    "torch_ddp": torch's DistributedDataParallel, Gloo's own all-reduce; "fsdp2": torch's fully_shard per layer
+    (all-gathers and reduce-scatters on Gloo; bucket_mb does not apply). pace=False on a Cluster whose network
     is the kernel's (commlib.network): the NICs are shaped there, not by the pacer.
     -> {"step_s": each timed step, "path": the trace, "recorded": recorded}."""
     from commlib.algorithms.background import Background, average_hook
@@ -88,8 +89,14 @@ def train(folder: str, bandwidth: float, latency: float = 5e-4, gpus_per_node: i
         if job == "bucketed_ddp":
             model = BucketedDDP(net, bucket_cap_mb=bucket_mb)
             model.register_comm_hook(bg, average_hook)
-        else:
+        elif job == "torch_ddp":
             model = torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=bucket_mb)
+        else:  # FSDP2: each layer's parameters sharded, all-gathered for forward and backward, grads reduce-scattered
+            from torch.distributed.fsdp import fully_shard
+
+            for layer in net:
+                fully_shard(layer)
+            model = fully_shard(net)
         x = torch.randn(batch, width)
 
         def step():
