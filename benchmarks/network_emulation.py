@@ -31,26 +31,9 @@ from commlib import cost
 from commlib import topology as topo
 from commlib.bench import arguments
 from commlib.network import Network, available
-from commlib.network.calibrate import p2p_times
+from commlib.network.calibrate import flows, p2p_times
 
 MIB = 1 << 20
-
-
-def flows(pairs: list, nbytes: int) -> dict:
-    """In ranks: each (src, dst) sends nbytes at once through commlib's p2p layer (paced on the pacer); dst
-    answers 4 bytes. -> {src: seconds}."""
-    torch.set_num_threads(1)
-    rank, t, ack = dist.get_rank(), torch.zeros(nbytes // 4), torch.zeros(1)
-    dist.barrier()
-    t0 = time.perf_counter()
-    for src, dst in pairs:
-        if rank == src:
-            alg.send(t, dst)
-            alg.recv(ack, dst)
-        elif rank == dst:
-            alg.recv(t, src)
-            alg.send(ack, src)
-    return {rank: time.perf_counter() - t0} if any(rank == s for s, _ in pairs) else {}
 
 
 def collectives(nbytes: int, repeats: int, g: int) -> dict:

@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 import commlib as cl
 from commlib import network
-from commlib.network import kernel
+from commlib.network import calibrate, kernel
 
 OK, WHY = network.available()
 if not OK and os.environ.get("COMMLIB_REQUIRE_NETNS") == "1":
@@ -64,26 +64,10 @@ def one_nic(host_before):
         yield c
 
 
-def timed_flows(pairs: list, nbytes: int) -> dict:
-    """Inside every rank: each (src, dst) pair sends nbytes at once (after a barrier); dst answers with 4 bytes.
-    -> {src: seconds from the barrier until the answer arrived}."""
-    rank, t = dist.get_rank(), torch.zeros(nbytes // 4)
-    ack = torch.zeros(1)
-    dist.barrier()
-    t0 = time.perf_counter()
-    for src, dst in pairs:
-        if rank == src:
-            dist.send(t, dst)
-            dist.recv(ack, dst)
-        elif rank == dst:
-            dist.recv(t, src)
-            dist.send(ack, src)
-    return {rank: time.perf_counter() - t0} if any(rank == s for s, _ in pairs) else {}
-
-
 def flows(cluster, pairs, nbytes) -> dict:
+    """Each (src, dst) sends nbytes at once, dst answers 4 bytes -> {src: seconds} (calibrate.flows, in ranks)."""
     out = {}
-    for d in cluster.run(timed_flows, pairs, nbytes):
+    for d in cluster.run(calibrate.flows, pairs, nbytes):
         out.update(d)
     return out
 

@@ -18,31 +18,31 @@ import time
 SIZES = (4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
 
 
-def p2p_times(src: int, dst: int, sizes=SIZES, repeats: int = 3) -> list[float]:
-    """Inside every rank: rank src sends n bytes to dst, dst answers with 4 bytes; the median time per size
-    (seconds, measured on src; the answer's 4 bytes cost one more latency, which fit_alpha_beta's alpha holds)."""
+def flows(pairs: list, nbytes: int) -> dict:
+    """Inside every rank: each (src, dst) of `pairs` sends nbytes at once (after a barrier) through commlib's
+    point-to-point layer (paced on the pacer), dst answers 4 bytes -> {src: seconds until the answer came}."""
     import torch
     import torch.distributed as dist
 
-    from commlib import algorithms as alg  # its send/recv: paced on the pacer, plain on the kernel network
+    from commlib import algorithms as alg
 
-    rank, out = dist.get_rank(), []
-    ack = torch.zeros(1)
-    for n in sizes:
-        t = torch.zeros(max(n // 4, 1))
-        runs = []
-        for _ in range(repeats):
-            dist.barrier()
-            t0 = time.perf_counter()
-            if rank == src:
-                alg.send(t, dst)
-                alg.recv(ack, dst)
-            elif rank == dst:
-                alg.recv(t, src)
-                alg.send(ack, src)
-            runs.append(time.perf_counter() - t0)
-        out.append(statistics.median(runs))
-    return out
+    rank, t, ack = dist.get_rank(), torch.zeros(max(nbytes // 4, 1)), torch.zeros(1)
+    dist.barrier()
+    t0 = time.perf_counter()
+    for src, dst in pairs:
+        if rank == src:
+            alg.send(t, dst)
+            alg.recv(ack, dst)
+        elif rank == dst:
+            alg.recv(t, src)
+            alg.send(ack, src)
+    return {rank: time.perf_counter() - t0} if any(rank == s for s, _ in pairs) else {}
+
+
+def p2p_times(src: int, dst: int, sizes=SIZES, repeats: int = 3) -> list[float]:
+    """Inside every rank: the median over repeats of flows([(src, dst)], n) per size, as rank src saw it
+    (seconds; the answer's 4 bytes cost one more latency, which fit_alpha_beta's alpha holds; 0 elsewhere)."""
+    return [statistics.median(flows([(src, dst)], n).get(src, 0.0) for _ in range(repeats)) for n in sizes]
 
 
 def calibrate(cluster, sizes=SIZES, repeats: int = 3) -> dict:

@@ -25,6 +25,7 @@ import torch
 
 STEPS, RECORDED = 6, 4   # steps timed, steps in the trace
 ACCURACY = Path(__file__).resolve().parents[2] / "benchmarks" / "whatif_accuracy.json"
+ACCURACY_KERNEL = ACCURACY.with_name("whatif_accuracy_kernel.json")   # --network kernel: three jobs
 
 
 @torch.library.custom_op("commlib::accelerator", mutates_args=())
