@@ -21,7 +21,9 @@ inside-a-node link by commlib.network.calibrate on a 2 x 2 network), never from 
 once at --bandwidth; whatif predicts bandwidth x1/4, x1/2, x2, x4 (each run after Network.set_bandwidth),
 2 -> 4 nodes (a 4-node network), 2 GPUs per node with 1 shared NIC or 2 NICs (2 x 2 networks), and, for the two
 DDP jobs, buckets of 1, 4 and 25 MiB. Rows carry job, scenario, predicted_s, measured_s and the signed error;
---quick: 2 steps, x2 and x4 only, 4 nodes predicted but not run.
+--quick: 2 steps, x2 and x4 only, 4 nodes predicted but not run. `--network paced --jobs three` runs the same
+pairs on the pacer (benchmarks/whatif_accuracy_paced.json): there torch DDP's and FSDP2's own collectives are
+not paced at all.
 """
 
 import statistics
@@ -40,9 +42,10 @@ from commlib.profiling import emulated_job as ej
 KERNEL_BANDWIDTH = 10e6  # bytes/s: x4 stays far below what 2 loaded cores move over a veth (>100 MB/s)
 
 
-def kernel_accuracy(bandwidth: float, quick: bool, folder: str) -> dict:
-    """--network kernel (module docstring) -> {"fit", "gamma", "rows": [{job, scenario, predicted_s, measured_s,
-    error}]}."""
+def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kernel") -> dict:
+    """The three jobs (module docstring) on a network of `kind` -> {"fit", "gamma", "rows": [{job, scenario,
+    predicted_s, measured_s, error}]}. kind "paced": the same runs with every run() inside the pacer's emulate()
+    (Network(kind="paced")): only commlib's messages are paced, so torch DDP's and FSDP2's are not."""
     import dataclasses
 
     from commlib import bench, cost
@@ -57,7 +60,7 @@ def kernel_accuracy(bandwidth: float, quick: bool, folder: str) -> dict:
     shapes = () if quick else (1, 2)   # 2 GPUs per node sharing 1 NIC, or with a NIC each
     kw = {"steps": steps, "recorded": recorded, "pace": False, "latency": 0.0}
     pre = ("torch.distributed.fsdp",)
-    net = Network(2, 1, bandwidth=bandwidth, kind="kernel", quiet=True)
+    net = Network(2, 1, bandwidth=bandwidth, kind=kind, quiet=True)
     plans, intra = {}, None
     with cl.Cluster(2, network=net, timeout=600, preload=pre) as small:
         alpha, beta = small.run(ej.fit_nic, bandwidth, 0.0, pace=False)[0]   # the calibration: no trace involved
@@ -66,7 +69,7 @@ def kernel_accuracy(bandwidth: float, quick: bool, folder: str) -> dict:
         measured = topo.Topology(2, 1, nic, nic)
         at = lambda f: dataclasses.replace(measured, inter=dataclasses.replace(nic, bandwidth=bandwidth * f))  # noqa: E731
         if shapes:  # the link inside a node, fitted by a calibration run of its own on a 2 x 2 network
-            with cl.Cluster(4, network=Network(2, 2, 1, bandwidth=bandwidth, kind="kernel", quiet=True)) as c:
+            with cl.Cluster(4, network=Network(2, 2, 1, bandwidth=bandwidth, kind=kind, quiet=True)) as c:
                 cal = calibrate(c)
             a_in, b_in = cost.fit_alpha_beta(cal["sizes"], cal["inside_s"])
             intra = cost.Link("inside a node (fitted)", 1 / b_in, a_in, "commlib.network.calibrate")
@@ -75,8 +78,8 @@ def kernel_accuracy(bandwidth: float, quick: bool, folder: str) -> dict:
             mine = buckets if job != "fsdp2" else ()
             scenarios = [wi.Scenario(f"x{f:g} bandwidth", topology=at(f)) for f in factors]
             scenarios += [wi.Scenario("4 nodes", nodes=4)] + [wi.Scenario(f"{b:g} MiB buckets", bucket_mb=b) for b in mine]
-            scenarios += [wi.Scenario(f"2 GPUs/node, {k} NIC(s)", gpus_per_node=2, topology=topo.Topology(2, 2, intra, nic, k))
-                          for k in shapes]
+            scenarios += [wi.Scenario(f"2 GPUs/node, {k} NIC(s)", nodes=2, gpus_per_node=2,
+                                      topology=topo.Topology(2, 2, intra, nic, k)) for k in shapes]
             report = wi.whatif(f"{folder}/{job}", scenarios, measured=measured, gamma=gamma, steps=recorded)
             plans[job] = {s["name"]: s["step_us"] * 1e-6 for s in report["scenarios"]}
             runs = {"measured": ej.job_step(base)}
@@ -89,8 +92,8 @@ def kernel_accuracy(bandwidth: float, quick: bool, folder: str) -> dict:
                 runs[f"{b:g} MiB buckets"] = ej.job_step(small.run(ej.train, f"{folder}/{job}-b", bandwidth=bandwidth,
                                                                    job=job, bucket_mb=b, **kw))
             plans[job]["_runs"] = runs
-    larger = [] if quick else [("4 nodes", Network(4, 1, bandwidth=bandwidth, kind="kernel", quiet=True))]
-    larger += [(f"2 GPUs/node, {k} NIC(s)", Network(2, 2, k, bandwidth=bandwidth, kind="kernel", quiet=True))
+    larger = [] if quick else [("4 nodes", Network(4, 1, bandwidth=bandwidth, kind=kind, quiet=True))]
+    larger += [(f"2 GPUs/node, {k} NIC(s)", Network(2, 2, k, bandwidth=bandwidth, kind=kind, quiet=True))
                for k in shapes]
     for name, big in larger:
         with cl.Cluster(4, network=big, timeout=600, preload=pre) as large:
@@ -110,16 +113,16 @@ def kernel_accuracy(bandwidth: float, quick: bool, folder: str) -> dict:
             "intra": None if intra is None else {"bandwidth": intra.bandwidth, "latency": intra.latency}}
 
 
-def kernel_main(a, load, t0) -> None:
+def jobs_main(a, load, t0) -> None:
     import tempfile
 
     bandwidth = a.bandwidth if a.bandwidth_given else KERNEL_BANDWIDTH
     with tempfile.TemporaryDirectory() as tmp:
-        result = kernel_accuracy(bandwidth, a.quick, tmp)
+        result = jobs_accuracy(bandwidth, a.quick, tmp, a.network)
     alpha, beta = result["fit"]
     errors = [abs(r["error"]) for r in result["rows"] if r["error"] is not None and r["scenario"] != "identity replay"]
-    print(f"# kernel network, {platform.machine()}, {os.cpu_count()} CPUs, load {load[0]:.2f} -> {os.getloadavg()[0]:.2f}; "
-          f"NIC {bandwidth / 1e6:g} MB/s (tc HTB); fitted alpha {alpha * 1e3:.2f} ms, 1/beta {1 / beta / 1e6:.1f} MB/s")
+    print(f"# {a.network} network, three jobs, {platform.machine()}, {os.cpu_count()} CPUs, load {load[0]:.2f} -> {os.getloadavg()[0]:.2f}; "
+          f"NIC {bandwidth / 1e6:g} MB/s; fitted alpha {alpha * 1e3:.2f} ms, 1/beta {1 / beta / 1e6:.1f} MB/s")
     print(f"{'job':>13} {'scenario':>16} {'predicted ms':>13} {'measured ms':>12} {'error':>8}")
     for r in result["rows"]:
         got = f"{r['measured_s'] * 1e3:>12.2f} {r['error']:>+8.1%}" if r["measured_s"] else "  not run (--quick)"
@@ -129,11 +132,12 @@ def kernel_main(a, load, t0) -> None:
     print(f"median |error| over the what-ifs: {median:.1%}, p90 {p90:.1%} over {len(errors)} (job, scenario) pairs "
           f"(goal: median <= 5%, p90 <= 10%); {time.perf_counter() - t0:.0f} s")
     if a.json:
-        out = {"network": "kernel", "rows": result["rows"], "median_error": median, "p90_error": p90,
+        out = {"network": a.network, "rows": result["rows"], "median_error": median, "p90_error": p90,
                "fit": result["fit"], "gamma": result["gamma"], "intra": result["intra"], "bandwidth": bandwidth,
                "machine": {"machine": platform.machine(), "cpus": os.cpu_count(), "platform": platform.platform()},
                "load": [load[0], os.getloadavg()[0]],
-               "command": f"python benchmarks/whatif_accuracy.py --network kernel --bandwidth {bandwidth:g}"}
+               "command": f"python benchmarks/whatif_accuracy.py --network {a.network} --jobs three "
+                          f"--bandwidth {bandwidth:g}"}
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)
             f.write("\n")
@@ -147,6 +151,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a smoke run for CI: fewer steps")
     ap.add_argument("--network", choices=("paced", "kernel"), default="paced",
                     help="paced: the Python pacer (default); kernel: commlib.network's namespaces and tc HTB")
+    ap.add_argument("--jobs", choices=("one", "three"), default=None,
+                    help="one: the BucketedDDP job and 3 scenarios (the pacer's default); three: BucketedDDP, "
+                         "torch DDP and FSDP2 and 10 scenarios (always with --network kernel)")
     a = ap.parse_args()
     a.bandwidth_given = any(x.startswith("--bandwidth") for x in sys.argv[1:])
     if a.json and not os.path.isdir(os.path.dirname(os.path.abspath(a.json))):
@@ -154,13 +161,13 @@ def main() -> None:
     steps, recorded = (2, 1) if a.quick else (ej.STEPS, ej.RECORDED)
     t0 = time.perf_counter()
     load = os.getloadavg()
-    if a.network == "kernel":
+    if a.network == "kernel" or a.jobs == "three":
         from commlib.network import available
 
         ok, why = available()
-        if not ok:
+        if a.network == "kernel" and not ok:
             ap.error(f"argument --network: kernel is not available here ({why})")
-        kernel_main(a, load, t0)
+        jobs_main(a, load, t0)
         return
     with tempfile.TemporaryDirectory() as tmp, cl.Cluster(world_size=2, timeout=600) as small:
         if a.quick:

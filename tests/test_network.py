@@ -79,13 +79,14 @@ def test_without_the_kernel_auto_falls_back_to_the_pacer_and_says_so(monkeypatch
         network.Network(2, 1, bandwidth=20e6, kind="kernel")
 
 
-def _paced_probe():
-    """Inside a rank of a Cluster on the pacer: is commlib's pacer active, and do the results stay right?"""
+def _paced_probe(bandwidth=None):
+    """Inside a rank of a Cluster on the pacer: is commlib's pacer active, and do the results stay right?
+    (bandwidth: a keyword of the same name as the pacer's own, which must reach the function untouched)"""
     from commlib import algorithms as alg
 
     t = torch.full((1000,), float(dist.get_rank()))
     alg.ring_all_reduce(t)
-    return alg.network() is not None, float(t[0])
+    return alg.network() is not None, float(t[0]), bandwidth
 
 
 def test_a_cluster_on_the_pacer_runs_every_function_inside_emulate(monkeypatch):
@@ -93,7 +94,7 @@ def test_a_cluster_on_the_pacer_runs_every_function_inside_emulate(monkeypatch):
     net = network.Network(2, 1, bandwidth=1e9, quiet=True)
     with cl.Cluster(2, network=net, timeout=60) as c:
         assert c.network is net and net.kind == "paced"
-        assert c.run(_paced_probe) == [(True, 1.0), (True, 1.0)]
+        assert c.run(_paced_probe, bandwidth=5) == [(True, 1.0, 5), (True, 1.0, 5)]
 
 
 @pytest.mark.parametrize("world_size, backend, words", [

@@ -149,7 +149,7 @@ class Network:
         """fn as a Cluster runs it on this network: on the pacer, inside emulate(); on the kernel, as it is."""
         if self.kind == "kernel":
             return fn
-        return functools.partial(_paced, fn, self.gpus_per_node, self.bandwidth, self.latency, self.nics_per_node)
+        return functools.partial(_paced, fn, (self.gpus_per_node, self.bandwidth, self.latency, self.nics_per_node))
 
     def check_cluster(self, world_size: int, backend: str) -> None:
         """Raise ValueError unless a Cluster of world_size ranks on `backend` fits this network."""
@@ -179,7 +179,9 @@ def emulate(gpus_per_node, bandwidth, latency=0.0, nics_per_node=1):
     return _emulate(gpus_per_node, bandwidth, latency, nics_per_node)
 
 
-def _paced(fn, gpus_per_node, bandwidth, latency, nics_per_node, *args, **kwargs):
+def _paced(fn, shape, /, *args, **kwargs):
+    """fn(*args, **kwargs) inside emulate(*shape); fn's keywords may use any name (bandwidth= included)."""
+    gpus_per_node, bandwidth, latency, nics_per_node = shape
     with emulate(gpus_per_node, bandwidth, latency, nics_per_node):
         return fn(*args, **kwargs)
 
