@@ -251,3 +251,12 @@ def test_chapter_3s_measurement_on_the_kernel_network_is_priced_and_judged():
     assert text.startswith("network: kernel") and "dist.all_reduce (Gloo's own)" in text
     rows_ok = sum(abs(r["measured_s"] / r["model_s"] - 1) <= eb.AGREE for r in result["rows"])
     assert verdicts.startswith(f"{rows_ok} of {len(result['rows'])} rows within 15% of the model on the kernel")
+
+
+def test_chapter_8s_ring_runs_unpaced_on_the_kernel_network():
+    from commlib.parallel import live
+
+    with cl.Cluster(4, network=network.Network(4, 1, bandwidth=RATE, kind="kernel", quiet=True), timeout=60) as c:
+        out = c.run(live.ring_overlap, "matmul", RATE, 0.0, True, rows=8, hidden=16, pace=False)
+    for r in out:
+        assert r["late_s"] is None and len(r["steps"]) == 4 and r["ring_s"] >= r["compute_s"] > 0
