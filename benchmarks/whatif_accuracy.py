@@ -61,7 +61,7 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
     kw = {"steps": steps, "recorded": recorded, "pace": False, "latency": 0.0}
     pre = ("torch.distributed.fsdp",)
     net = Network(2, 1, bandwidth=bandwidth, kind=kind, quiet=True)
-    plans, intra = {}, None
+    plans, intra, notes = {}, None, {}
     with cl.Cluster(2, network=net, timeout=600, preload=pre) as small:
         alpha, beta = small.run(ej.fit_nic, bandwidth, 0.0, pace=False)[0]   # the calibration: no trace involved
         gamma = bench.measure_gamma()
@@ -80,8 +80,15 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
             scenarios += [wi.Scenario("4 nodes", nodes=4)] + [wi.Scenario(f"{b:g} MiB buckets", bucket_mb=b) for b in mine]
             scenarios += [wi.Scenario(f"2 GPUs/node, {k} NIC(s)", nodes=2, gpus_per_node=2,
                                       topology=topo.Topology(2, 2, intra, nic, k)) for k in shapes]
-            report = wi.whatif(f"{folder}/{job}", scenarios, measured=measured, gamma=gamma, steps=recorded)
-            plans[job] = {s["name"]: s["step_us"] * 1e-6 for s in report["scenarios"]}
+            try:
+                report = wi.whatif(f"{folder}/{job}", scenarios, measured=measured, gamma=gamma, steps=recorded)
+                refused = {}
+            except ValueError as e:   # e.g. buckets that cannot be regrouped: those rows say why, the rest stand
+                refused = {sc.name: str(e) for sc in scenarios if sc.bucket_mb is not None}
+                report = wi.whatif(f"{folder}/{job}", [sc for sc in scenarios if sc.name not in refused],
+                                   measured=measured, gamma=gamma, steps=recorded)
+            plans[job] = {s["name"]: s["step_us"] * 1e-6 for s in report["scenarios"]} | dict.fromkeys(refused)
+            notes[job] = refused
             runs = {"measured": ej.job_step(base)}
             for f in factors:
                 net.set_bandwidth(bandwidth * f)
@@ -108,7 +115,8 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
                 continue
             got = runs.get("measured" if name == "identity replay" else name)
             rows.append({"job": job, "scenario": name, "predicted_s": predicted, "measured_s": got,
-                         "error": predicted / got - 1 if got else None})
+                         "error": predicted / got - 1 if got and predicted else None}
+                        | ({"refused": notes[job][name]} if name in notes[job] else {}))
     return {"fit": (alpha, beta), "gamma": gamma, "rows": rows,
             "intra": None if intra is None else {"bandwidth": intra.bandwidth, "latency": intra.latency}}
 
@@ -125,6 +133,9 @@ def jobs_main(a, load, t0) -> None:
           f"NIC {bandwidth / 1e6:g} MB/s; fitted alpha {alpha * 1e3:.2f} ms, 1/beta {1 / beta / 1e6:.1f} MB/s")
     print(f"{'job':>13} {'scenario':>16} {'predicted ms':>13} {'measured ms':>12} {'error':>8}")
     for r in result["rows"]:
+        if r["predicted_s"] is None:
+            print(f"{r['job']:>13} {r['scenario']:>16}   whatif refused it: {r['refused']}")
+            continue
         got = f"{r['measured_s'] * 1e3:>12.2f} {r['error']:>+8.1%}" if r["measured_s"] else "  not run (--quick)"
         print(f"{r['job']:>13} {r['scenario']:>16} {r['predicted_s'] * 1e3:>13.2f} {got}")
     median = statistics.median(errors)

@@ -44,7 +44,7 @@ def test_the_committed_kernel_network_run_holds_its_rows_and_its_statistics():
 
     run = ej.load_accuracy(ej.ACCURACY_KERNEL)
     assert run["network"] == "kernel" and {r["job"] for r in run["rows"]} == set(ej.JOBS)
-    pairs = [r for r in run["rows"] if r["scenario"] != "identity replay" and r["measured_s"]]
+    pairs = [r for r in run["rows"] if r["scenario"] != "identity replay" and r["measured_s"] and r["predicted_s"]]
     assert len({r["scenario"] for r in pairs}) >= 8
     for r in pairs:
         assert r["error"] == r["predicted_s"] / r["measured_s"] - 1
