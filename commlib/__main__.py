@@ -334,5 +334,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _main_closing_quietly() -> int:
+    """main(), where a reader that stopped reading (`... --json | head`) ends the output without a traceback: the
+    rest goes nowhere, as for any Unix filter (Python's documented way: stdout onto /dev/null)."""
+    try:
+        code = main()
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_main_closing_quietly())
