@@ -35,6 +35,7 @@ from commlib import columns, cost
 from commlib import plan
 from commlib import topology as topo
 from commlib.profiling.live import length, overlap_length, overlap_lengths, union
+from commlib.profiling.reader import printable
 from commlib.profiling.traces import MAX_BYTES, Call, RankTrace, load
 
 P2P = ("send", "recv", "send_recv")
@@ -329,4 +330,4 @@ def format_report(report: dict, limit: int = 12) -> str:
         out.append("stragglers: none found")
     for n in report["notes"]:
         out += textwrap.wrap(n, 98, initial_indent="note: ", subsequent_indent="      ")
-    return "\n".join(out)
+    return "\n".join(printable(line) for line in out)   # names from a file: escaped, never a line break

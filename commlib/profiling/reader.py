@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import gzip
 import os
 import re
 import stat
+import sys
+import time
 import zlib
 from array import array
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ from commlib import _validate
 MAX_BYTES = 4 << 30   # default decompressed-size limit per file (python -m commlib diagnose --max-bytes)
 BLOCK = 8 << 20       # bytes decompressed and decoded at a time
 HEAD = 64 << 20       # traceEvents must start within this many bytes to be streamed; else the file is decoded whole
+CHUNK = 1 << 20       # compressed bytes read at a time (a gzip file)
+TIME_LIMIT = 1e17     # |ts| and dur in us past this (3,000 years) are not a clock's: no trace writes them
 COMM_PREFIXES = ("gloo:", "nccl:", "c10d::", "record_param_comms", "commlib:")
 COPIES = ("gpu_memcpy", "gpu_memset")
 # CpuOps.kinds bits
@@ -46,11 +49,18 @@ class TraceError(ValueError):
     """A file that cannot be read as one rank of the job: str() is one line, 'PATH: problem'."""
 
     def __init__(self, path: str, problem: str):
-        super().__init__(f"{path}: {problem}")
+        super().__init__(f"{printable(path)}: {problem}")
         self.path, self.problem = path, problem
 
     def __reduce__(self):  # raised in a worker process, re-raised in the parent
         return TraceError, (self.path, self.problem)
+
+
+def printable(text: str) -> str:
+    """text with each character that does not print escaped as repr escapes it ('\\n', '\\x1b'): a name with a
+    newline or an ANSI escape from a file stays on one line and cannot rewrite the terminal."""
+    text = str(text)
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class Args(msgspec.Struct, gc=False):
@@ -154,9 +164,10 @@ class Records:
             if e.ph != "X" or e.ts is None:
                 continue
             e.index = self.seen + i
-            if e.dur < 0 or e.dur != e.dur:
-                raise TraceError(self.path, f"traceEvents[{e.index}] ({e.name[:40]}): field 'dur' is {e.dur!r}, "
-                                            "not a duration (>= 0)")
+            if not 0.0 <= e.dur < TIME_LIMIT or not -TIME_LIMIT < e.ts < TIME_LIMIT:   # NaN fails both
+                key, what = ("dur", "a duration (>= 0)") if not 0.0 <= e.dur < TIME_LIMIT else ("ts", "a time")
+                raise TraceError(self.path, f"traceEvents[{e.index}] ({printable(e.name[:40])}): field '{key}' is "
+                                            f"{getattr(e, key)!r}, not {what} in us a profiler writes")
             n += 1
             cat, name = e.cat, e.name
             if cat == "kernel" or cat in COPIES:
@@ -172,6 +183,7 @@ class Records:
                 continue
             if cat == "cuda_sync":
                 if name == "Stream Wait Event" and e.args is not None:
+                    e.args.input_dims = e.args.input_type = None   # a Raw keeps the bytes it came from alive
                     self.syncs.append(e)
                 continue
             comm = name.startswith(COMM_PREFIXES)
@@ -221,46 +233,71 @@ def _open_regular(path: str):
     return os.fdopen(fd, "rb")
 
 
-def blocks(path: str, max_bytes: int = MAX_BYTES):
-    """The file's decompressed bytes, BLOCK at a time; TraceError past max_bytes, or where a gzip stream ends
-    early (naming the byte offset)."""
+def blocks(path: str, max_bytes: int = MAX_BYTES, deadline: float | None = None):
+    """The file's decompressed bytes, a block at a time; TraceError past max_bytes, past deadline
+    (time.monotonic()), or where a gzip stream ends early or is followed by what is not gzip (naming the byte
+    offset and what decompressed before it)."""
     with _open_regular(path) as f:
         gz = f.read(2) == b"\x1f\x8b"
         f.seek(0)
-        src = gzip.GzipFile(fileobj=f, mode="rb") if gz else f
         total = 0
-        while True:
-            try:
-                block = src.read(min(BLOCK, max_bytes - total + 1))
-            except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-                raise TraceError(path, f"truncated or damaged gzip file: it ends at byte {f.tell()} "
-                                       f"({total} bytes decompressed; {e})") from None
-            except OSError as e:
-                raise TraceError(path, f"cannot read it ({e.strerror or e})") from None
-            if not block:
-                return
+        for block in (_gunzip(f, path, lambda: total) if gz else iter(lambda: f.read(BLOCK), b"")):
             total += len(block)
             if total > max_bytes:
                 raise TraceError(path, f"more than {max_bytes} bytes{' once decompressed' if gz else ''}: the "
                                        "limit (--max-bytes to raise it)")
+            if deadline is not None and time.monotonic() > deadline:
+                raise TraceError(path, f"not read in time ({total} bytes read): the reader's time limit")
             yield block
 
 
-def _last_cut(buf, end: int) -> int:
-    """Index of the '}' of the last '}, {' (whitespace allowed) before end, or -1."""
-    i = buf.rfind(b"{", 0, end)
-    while i > 0:
-        j = i - 1
-        while j >= 0 and buf[j] in b" \t\r\n":
-            j -= 1
-        if j >= 0 and buf[j] == 0x2C:  # ','
-            j -= 1
-            while j >= 0 and buf[j] in b" \t\r\n":
-                j -= 1
-            if j >= 0 and buf[j] == 0x7D:  # '}'
-                return j
-        i = buf.rfind(b"{", 0, i)
-    return -1
+def _gunzip(f, path: str, done):
+    """A gzip file's members, decompressed BLOCK bytes at most at a time (zlib, so that an error can say how
+    much decompressed before it: done() is the count so far)."""
+    d, pending = zlib.decompressobj(31), b""
+    try:
+        while True:
+            if not pending:
+                pending = f.read(CHUNK)
+                if not pending:
+                    if d.eof:
+                        return
+                    raise TraceError(path, f"truncated gzip file: it ends at byte {f.tell()} before its gzip "
+                                           f"stream does ({done()} bytes decompressed)")
+            if d.eof:   # one member ended: another member, zero padding, or something that is not gzip
+                if pending[:2] == b"\x1f\x8b" or (len(pending) == 1 and pending == b"\x1f"):
+                    d = zlib.decompressobj(31)
+                elif pending.strip(b"\0"):
+                    raise TraceError(path, f"damaged gzip file: {len(pending)}+ bytes at byte "
+                                           f"{f.tell() - len(pending)} are not gzip, after the gzip stream ended "
+                                           f"({done()} bytes decompressed)")
+                else:
+                    pending = b""
+                    continue
+            try:
+                out = d.decompress(pending, BLOCK)
+            except zlib.error as e:
+                raise TraceError(path, f"damaged gzip file: near byte {f.tell() - len(pending)} ({done()} bytes "
+                                       f"decompressed; {e})") from None
+            pending = d.unused_data if d.eof else d.unconsumed_tail
+            if out:
+                yield out
+    except OSError as e:
+        raise TraceError(path, f"cannot read it ({e.strerror or e})") from None
+
+
+_CUT = re.compile(rb"\{\s*,\s*\}")   # '}, {' as it reads backwards
+_SPACE = re.compile(rb"\S")
+
+
+def _cuts(buf, start: int, end: int):
+    """The index of the '}' of each '}, {' (whitespace allowed) in buf[start:end], last first. One C search
+    over a reversed copy of that window: linear however many '{' or '}' it holds."""
+    if end <= start:
+        return
+    rev = buf[end - 1:start - 1 if start else None:-1]
+    for m in _CUT.finditer(rev):
+        yield end - 1 - (m.end() - 1)
 
 
 def _problem(e: Exception, offset: int, total: int, prefix: int = 0, first: int = 0) -> str:
@@ -301,27 +338,36 @@ def no_gc():
             gc.enable()
 
 
-def read_records(path: str, max_bytes: int = MAX_BYTES) -> Records:
-    """One rank's trace -> Records (TraceError naming the file when it cannot be read as a trace)."""
+def read_records(path: str, max_bytes: int = MAX_BYTES, timeout_s: float | None = None) -> Records:
+    """One rank's trace -> Records (TraceError naming the file when it cannot be read as a trace, or is not
+    read within timeout_s)."""
     max_bytes = _validate.integer("max_bytes", max_bytes, low=1)
-    with no_gc():
-        return _read_records(path, max_bytes)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    try:
+        with no_gc():
+            return _read_records(path, max_bytes, deadline)
+    except RecursionError:   # msgspec's own depth limit (Python's recursion limit): no trace nests so deep
+        raise TraceError(path, f"not a torch.profiler trace (JSON nested more than {sys.getrecursionlimit()} "
+                               "levels deep)") from None
+    except UnicodeDecodeError as e:
+        raise TraceError(path, f"not a torch.profiler trace (not UTF-8 text: byte {e.object[e.start:e.end]!r} "
+                               "in a string)") from None
 
 
-def _read_records(path: str, max_bytes: int) -> Records:
+def _read_records(path: str, max_bytes: int, deadline: float | None) -> Records:
     rec = Records(path)
     buf, offset, streaming, done = bytearray(), 0, None, 0   # offset: file position of buf[0]
-    head = {}
-    for block in blocks(path, max_bytes):
+    head, split = {}, {"scanned": 0, "tried": 0}
+    for block in blocks(path, max_bytes, deadline):
         buf += block
         done += len(block)
         if streaming is None:
-            first = buf.lstrip()[:1]
-            if first and first != b"{":   # refused now, not after reading up to max_bytes of it
-                at = len(buf) - len(buf.lstrip())
+            first = _SPACE.search(buf)   # no copy of buf (a file of spaces would be copied block after block)
+            if first and buf[first.start()] != 0x7B:   # refused now, not after reading up to max_bytes of it
                 raise TraceError(path, f"not a torch.profiler trace (no 'traceEvents' list: it starts with "
-                                       f"{bytes(first)!r} at byte {at}, not a JSON object)")
-            m = _ARRAY.search(buf)
+                                       f"{bytes(buf[first.start():first.start() + 1])!r} at byte {first.start()}, "
+                                       "not a JSON object)")
+            m = _ARRAY.search(buf, max(0, len(buf) - len(block) - 64))   # the new bytes only (and a key cut in two)
             if m is None:
                 if len(buf) > HEAD:
                     streaming = False   # an unusual layout: decode it whole
@@ -335,10 +381,11 @@ def _read_records(path: str, max_bytes: int) -> Records:
             del buf[:m.end()]
             offset, streaming = m.end(), True
         if streaming:
-            offset += _take_events(rec, buf, path, offset, done)
+            offset += _take_events(rec, buf, path, offset, done, split)
     prefix = b'{"traceEvents":[' if streaming else b""
+    buf[:0] = prefix   # decoded in place: a copy of what is left would double the peak (a file of spaces)
     try:
-        whole = (_HEAD if streaming else _WHOLE).decode(prefix + bytes(buf))
+        whole = (_HEAD if streaming else _WHOLE).decode(buf)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         if isinstance(e, msgspec.ValidationError) and not streaming:
             raise TraceError(path, "not a torch.profiler trace (no 'traceEvents' list)") from None
@@ -353,13 +400,18 @@ def _read_records(path: str, max_bytes: int) -> Records:
     return rec
 
 
-def _take_events(rec: Records, buf: bytearray, path: str, offset: int, done: int) -> int:
-    """Decode the complete events at the front of buf into rec and remove them; returns the bytes removed."""
-    end = len(buf)
-    for _ in range(8):  # a cut inside a string or a nested list does not decode: try the one before it
-        cut = _last_cut(buf, end)
-        if cut < 0:
-            return 0
+def _take_events(rec: Records, buf: bytearray, path: str, offset: int, done: int, split: dict) -> int:
+    """Decode the complete events at the front of buf into rec and remove them; returns the bytes removed.
+    split: where the search for a cut stopped and the size at the last failed decode, so that no byte is
+    searched twice and a failed decode is retried only once buf has doubled: linear work on any input (an
+    event bigger than a block, a string full of '}, {')."""
+    if split["tried"] and len(buf) < 2 * split["tried"]:
+        return 0
+    tries = 0
+    for cut in _cuts(buf, max(0, split["scanned"] - 64), len(buf)):
+        if tries == 8:   # a cut inside a string or a nested list does not decode: try a few before it
+            break
+        tries += 1
         try:
             with memoryview(buf) as view:   # one copy of the block, and no view left to block del buf[...]
                 piece = b"".join((b"[", view[:cut + 1], b"]"))
@@ -367,12 +419,15 @@ def _take_events(rec: Records, buf: bytearray, path: str, offset: int, done: int
         except msgspec.ValidationError as e:   # a real event with a field of the wrong type
             raise TraceError(path, _problem(e, offset, done, 1, rec.seen)) from None
         except msgspec.DecodeError:
-            end = cut
             continue
         rec.add(events)
         j = cut + 1
         while buf[j] != 0x2C:   # past the ',' to the next event
             j += 1
         del buf[:j + 1]
+        split["scanned"] = split["tried"] = 0
         return j + 1
-    return 0   # no provable cut in this block: wait for more bytes
+    split["scanned"] = len(buf)
+    if tries:
+        split["tried"] = len(buf)
+    return 0   # no provable cut in these bytes: wait for more
