@@ -153,7 +153,7 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
     mm = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1.0, "dur": 2.0}
     other.write_text(json.dumps({"traceEvents": [mm], "distributedInfo": {"rank": 1, "world_size": 8}}))
     cases = [([str(tmp_path / "notes.json")], "notes.json: not a torch.profiler trace"),
-             ([str(tmp_path / "cut.json.gz")], "cut.json.gz: truncated or damaged gzip"),
+             ([str(tmp_path / "cut.json.gz")], "cut.json.gz: truncated gzip file"),
              ([str(tmp_path / "empty")], "empty: a folder with no trace files"),
              ([str(tmp_path / "missing.json")], "missing.json: no such file"),
              ([REAL, str(other)], "rank1.json: from another job"),

@@ -37,6 +37,7 @@ from commlib import _validate
 MAX_BYTES = 4 << 30   # default decompressed-size limit per file (python -m commlib diagnose --max-bytes)
 BLOCK = 8 << 20       # bytes decompressed and decoded at a time
 HEAD = 64 << 20       # traceEvents must start within this many bytes to be streamed; else the file is decoded whole
+SPLIT_LIMIT = 8 * BLOCK   # bytes pending past which no more cuts are tried (a copy of them is made per try)
 CHUNK = 1 << 20       # compressed bytes read at a time (a gzip file)
 TIME_LIMIT = 1e17     # |ts| and dur in us past this (3,000 years) are not a clock's: no trace writes them
 COMM_PREFIXES = ("gloo:", "nccl:", "c10d::", "record_param_comms", "commlib:")
@@ -247,7 +248,7 @@ def blocks(path: str, max_bytes: int = MAX_BYTES, deadline: float | None = None)
                 raise TraceError(path, f"more than {max_bytes} bytes{' once decompressed' if gz else ''}: the "
                                        "limit (--max-bytes to raise it)")
             if deadline is not None and time.monotonic() > deadline:
-                raise TraceError(path, f"not read in time ({total} bytes read): the reader's time limit")
+                raise TraceError(path, f"not read within the time limit ({total} bytes read)")
             yield block
 
 
@@ -338,10 +339,24 @@ def no_gc():
             gc.enable()
 
 
+_TIME_LIMIT_S = [None]   # set by time_limit(): the serial path's per-file deadline (a worker process has its own)
+
+
+@contextlib.contextmanager
+def time_limit(timeout_s: float | None):
+    """Within it, read_records refuses a file it has not read within timeout_s of its start."""
+    was, _TIME_LIMIT_S[0] = _TIME_LIMIT_S[0], timeout_s
+    try:
+        yield
+    finally:
+        _TIME_LIMIT_S[0] = was
+
+
 def read_records(path: str, max_bytes: int = MAX_BYTES, timeout_s: float | None = None) -> Records:
     """One rank's trace -> Records (TraceError naming the file when it cannot be read as a trace, or is not
-    read within timeout_s)."""
+    read within timeout_s, default time_limit()'s)."""
     max_bytes = _validate.integer("max_bytes", max_bytes, low=1)
+    timeout_s = _TIME_LIMIT_S[0] if timeout_s is None else timeout_s
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
         with no_gc():
@@ -405,8 +420,8 @@ def _take_events(rec: Records, buf: bytearray, path: str, offset: int, done: int
     split: where the search for a cut stopped and the size at the last failed decode, so that no byte is
     searched twice and a failed decode is retried only once buf has doubled: linear work on any input (an
     event bigger than a block, a string full of '}, {')."""
-    if split["tried"] and len(buf) < 2 * split["tried"]:
-        return 0
+    if (split["tried"] and len(buf) < 2 * split["tried"]) or len(buf) > SPLIT_LIMIT:
+        return 0   # past SPLIT_LIMIT no cut has decoded for many blocks: the rest is decoded whole, in place
     tries = 0
     for cut in _cuts(buf, max(0, split["scanned"] - 64), len(buf)):
         if tries == 8:   # a cut inside a string or a nested list does not decode: try a few before it

@@ -43,7 +43,7 @@ from commlib import _validate
 from commlib.profiling.fields import OddField, count, dims_numel, numel
 from commlib.profiling.groups import configured, file_calls, parse_ranks
 from commlib.profiling.kernels import kernel_info
-from commlib.profiling import streams
+from commlib.profiling import checks, streams
 from commlib.profiling.annotations import commlib_calls
 from commlib.profiling.parallel import read_all
 from commlib.profiling.recording import record  # noqa: F401  (traces.record, as chapters 9 and 10 call it)
@@ -304,6 +304,7 @@ def _read(path: str, max_bytes: int) -> RankTrace:
     if any(is_nccl) or (rec.kernels and not comm_threads):
         nccl = sorted((k for k, n in zip(rec.kernels, is_nccl) if n), key=lambda k: k.ts)
         calls = _cuda_calls(rank, rec, nccl, shards)
+        notes += [n for n in [checks.stream_overlaps(path, nccl)] if n]
         issued, waits = streams.edges(rec.kernels, nccl, rec.syncs)
         compute = _spans([(k.ts, k.ts + k.dur) for k, n in zip(rec.kernels, is_nccl) if not n])
         timeline = _spans([(k.ts, k.ts + k.dur) for k in [*rec.kernels, *rec.copies]])
