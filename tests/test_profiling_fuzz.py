@@ -216,7 +216,7 @@ def _red_team(tmp_path, case):
     ("nelems 2^80", "field 'In msg nelems' is 1208925819614629174706176"),
     ("world_size 10^12", "distributedInfo.world_size is 1000000000000, not a number of ranks (1 to 1048576)"),
     ("world_size ²", "distributedInfo.world_size is '²'"),
-    ("rank 7 of 2", "distributedInfo.rank is 7, not a rank of its 2-rank job"),
+    ("rank 7 of 2", "rank 7 (distributedInfo.rank, or the file's name) is not a rank of its 2-rank job"),
     ("ts 1.7e308", "field 'ts' is 1.7e+308"), ("ts -1.7e308", "field 'ts' is -1.7e+308"),
     ("a name with a newline and an ANSI escape", "(nccl\\n\\x1b[2J): field 'Group size' is 'x'"),
 ])

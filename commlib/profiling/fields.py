@@ -38,6 +38,7 @@ class OddField(ValueError):
 
 
 MAX_COUNT = 2**63 - 1   # torch writes counts as int64: a larger one is not from torch (2**80 elements, 10**400)
+MAX_RANKS = 1 << 20     # the most ranks the model prices (plan's MAX_NODES x 8): more is no job's world_size
 
 
 def count(name: str, value, low: int = 0, high: int = MAX_COUNT):

@@ -40,7 +40,7 @@ import re
 from dataclasses import dataclass, field
 
 from commlib import _validate
-from commlib.profiling.fields import OddField, count, dims_numel, numel
+from commlib.profiling.fields import MAX_RANKS, OddField, count, dims_numel, numel
 from commlib.profiling.groups import configured, file_calls, parse_ranks
 from commlib.profiling.kernels import kernel_info
 from commlib.profiling import checks, streams
@@ -135,16 +135,11 @@ def nccl_bytes(op: str, in_nelems, out_nelems, itemsize) -> int | None:
 
 
 # ------------------------------------------------------------------------------------------ calls
-MAX_RANKS = 1 << 20   # the most ranks the model prices (plan's MAX_NODES x 8): more is not a real job's world_size
-
-
 def _rank_of(path: str, info: dict) -> int | None:
-    try:   # an int, or one written as a string of ASCII digits
-        rank = count("rank", info.get("rank"), high=MAX_RANKS - 1)
-    except OddField:
-        rank = None
-    if rank is not None:
-        return rank
+    try:   # an int, or one written as a string of ASCII digits; else the file's name says it
+        return int(count("rank", info["rank"], high=MAX_RANKS - 1))
+    except (KeyError, TypeError, OddField):
+        pass
     m = re.search(r"(?:rank|worker)[-_]?(\d+)", os.path.basename(path), re.IGNORECASE)
     return int(m.group(1)) if m else None
 
@@ -342,8 +337,8 @@ def _read(path: str, max_bytes: int) -> RankTrace:
         raise TraceError(path, f"distributedInfo.world_size is {_validate.shown_safely(x.value)}, not a number of "
                                f"ranks (1 to {MAX_RANKS})") from None
     if rank is not None and info["world_size"] is not None and rank >= info["world_size"]:
-        raise TraceError(path, f"distributedInfo.rank is {rank}, not a rank of its {info['world_size']}-rank job "
-                               f"(distributedInfo.world_size): 0 to {info['world_size'] - 1}")
+        raise TraceError(path, f"rank {rank} (distributedInfo.rank, or the file's name) is not a rank of its "
+                               f"{info['world_size']}-rank job (distributedInfo.world_size): 0 to {info['world_size'] - 1}")
     job = (info.get("world_size"), info.get("backend"), info.get("nccl_version"))
     size = {g.name: g.size for g in groups}
     if not groups and info.get("world_size"):   # no pg_config: a call the trace does not size is taken as the
