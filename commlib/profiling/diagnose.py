@@ -35,7 +35,7 @@ from commlib import columns, cost
 from commlib import plan
 from commlib import topology as topo
 from commlib.profiling import checks
-from commlib.profiling.live import length, overlap_length, overlap_lengths, union
+from commlib.profiling.live import length, overlap_length, overlap_lengths, union, union_array
 from commlib.profiling.reader import printable
 from commlib.profiling.traces import MAX_BYTES, Call, RankTrace, load
 
@@ -100,9 +100,9 @@ def overlap(rank: RankTrace) -> dict:
     """Per rank, in us: comm_us (union of its calls), hidden_us (under compute), exposed_us, compute_us,
     idle_us (no kernel, memcpy or memset: busy as Holistic Trace Analysis and Nsight count it), wall_us."""
     comm = union((c.start_us, c.end_us) for c in rank.calls)
-    compute = union(rank.compute)
+    compute = union_array(rank.compute)   # arrays: 200k spans a rank, never a list of tuples
     spans = [np.asarray(x, dtype=float).reshape(-1, 2) for x in (rank.compute, rank.copies) if x is not None]
-    busy = union(np.concatenate(spans))   # kernels, memcpy and memset
+    busy = union_array(np.concatenate(spans))   # kernels, memcpy and memset
     hidden = overlap_length(comm, compute)
     wall = rank.wall[1] - rank.wall[0]
     # busy or communicating: |comm| + |busy| - |comm and busy| (a union of a few calls and many kernels)
@@ -185,7 +185,7 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
     calls, overlaps, models = [], {}, {}
     for r in ranks:
         # the compute that ran during each call (by bisect and prefix sums: linear in all)
-        beside = overlap_lengths([(c.start_us, c.end_us) for c in r.calls], union(r.compute)).tolist()
+        beside = overlap_lengths([(c.start_us, c.end_us) for c in r.calls], union_array(r.compute)).tolist()
         fastest = {}
         for c in r.calls:
             key = (c.op, c.bytes, c.group)

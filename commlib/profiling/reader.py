@@ -44,6 +44,7 @@ COMM_PREFIXES = ("gloo:", "nccl:", "c10d::", "record_param_comms", "commlib:")
 COPIES = ("gpu_memcpy", "gpu_memset")
 # CpuOps.kinds bits
 CPU_OP, C10D_OR_PARAM_COMMS, PROFILER_STEP = 1, 2, 4
+COMM = 8   # (not stored) a name starting with COMM_PREFIXES
 
 
 class TraceError(ValueError):
@@ -155,50 +156,72 @@ class Records:
     nbytes: int = 0                                 # decompressed size read
     seen: int = 0                                   # events decoded so far, of any kind
     _names: dict = field(default_factory=dict, repr=False)
+    _kinds: dict = field(default_factory=dict, repr=False)   # CPU op name -> _name_kinds(name)
 
     def add(self, events: list) -> None:
-        """Sort one block's decoded events into the records; drop the rest."""
-        kernels, copies, launches, comm_ops = self.kernels, self.copies, self.launches, self.comm_ops
-        cpu, names = self.cpu, self._names
-        n = 0
+        """Sort one block's decoded events into the records; drop the rest. The per-event work is the reader's
+        largest cost after the decode (1M events): CPU ops, the commonest, come first, and what their name
+        says (a collective? c10d? a step marker?) is worked out once per distinct name."""
+        kernels, copies, launches, comm_ops, syncs = self.kernels, self.copies, self.launches, self.comm_ops, self.syncs
+        names, kinds_of = self._names, self._kinds
+        cpu = self.cpu
+        start, end, tids, kinds = cpu.start.append, cpu.end.append, cpu.tid.append, cpu.kinds.append
+        seen, n = self.seen, 0
         for i, e in enumerate(events):
-            if e.ph != "X" or e.ts is None:
+            ts = e.ts
+            if e.ph != "X" or ts is None:
                 continue
-            e.index = self.seen + i
-            if not 0.0 <= e.dur < TIME_LIMIT or not -TIME_LIMIT < e.ts < TIME_LIMIT:   # NaN fails both
-                key, what = ("dur", "a duration (>= 0)") if not 0.0 <= e.dur < TIME_LIMIT else ("ts", "a time")
-                raise TraceError(self.path, f"traceEvents[{e.index}] ({printable(e.name[:40])}): field '{key}' is "
-                                            f"{getattr(e, key)!r}, not {what} in us a profiler writes")
+            dur = e.dur
+            if not (0.0 <= dur < TIME_LIMIT and -TIME_LIMIT < ts < TIME_LIMIT):   # NaN fails too
+                self._refuse(e, seen + i)
             n += 1
-            cat, name = e.cat, e.name
-            if cat == "kernel" or cat in COPIES:
-                e.name = names.setdefault(name, name)   # one string per distinct kernel name, not per kernel
+            cat = e.cat
+            if cat == "cpu_op" or cat == "user_annotation":
+                name = e.name
+                k = kinds_of.get(name)
+                if k is None:
+                    k = kinds_of[name] = _name_kinds(name)
+                if k & COMM:
+                    e.index = seen + i
+                    _decode_shapes(e)
+                    comm_ops.append(e)
+                start(ts)
+                end(ts + dur)
+                tids(e.tid)
+                kinds((cat == "cpu_op") | (k & (C10D_OR_PARAM_COMMS | PROFILER_STEP)))
+            elif cat == "kernel" or cat in COPIES:
+                e.index = seen + i
+                e.name = names.setdefault(e.name, e.name)   # one string per distinct kernel name, not per kernel
                 a = e.args
                 if a is not None and (a.input_dims is not None or a.input_type is not None):
                     a.input_dims = a.input_type = None   # a Raw would keep the whole block alive
                 (kernels if cat == "kernel" else copies).append(e)
-                continue
-            if cat == "cuda_runtime":
+            elif cat == "cuda_runtime":
                 if e.args is not None and e.args.correlation is not None:
-                    launches[e.args.correlation] = (e.ts, e.tid)
-                continue
-            if cat == "cuda_sync":
-                if name == "Stream Wait Event" and e.args is not None:
+                    launches[e.args.correlation] = (ts, e.tid)
+            elif cat == "cuda_sync":
+                if e.name == "Stream Wait Event" and e.args is not None:
+                    e.index = seen + i
                     e.args.input_dims = e.args.input_type = None   # a Raw keeps the bytes it came from alive
-                    self.syncs.append(e)
-                continue
-            comm = name.startswith(COMM_PREFIXES)
-            if comm:
+                    syncs.append(e)
+            elif e.name.startswith(COMM_PREFIXES):
+                e.index = seen + i
                 _decode_shapes(e)
                 comm_ops.append(e)
-            if cat == "cpu_op" or cat == "user_annotation":
-                cpu.start.append(e.ts)
-                cpu.end.append(e.ts + e.dur)
-                cpu.tid.append(e.tid)
-                cpu.kinds.append((cat == "cpu_op") | (2 if name.startswith(("c10d::", "record_param_comms")) else 0)
-                                 | (4 if name.startswith("ProfilerStep") else 0))
         self.events += n
         self.seen += len(events)
+
+    def _refuse(self, e: Event, index: int):
+        key, what = ("dur", "a duration (>= 0)") if not 0.0 <= e.dur < TIME_LIMIT else ("ts", "a time")
+        raise TraceError(self.path, f"traceEvents[{index}] ({printable(e.name[:40])}): field '{key}' is "
+                                    f"{getattr(e, key)!r}, not {what} in us a profiler writes")
+
+
+def _name_kinds(name: str) -> int:
+    """What a CPU op's name says, as CpuOps.kinds bits (and COMM: a collective's, kept as an event)."""
+    return ((COMM if name.startswith(COMM_PREFIXES) else 0)
+            | (C10D_OR_PARAM_COMMS if name.startswith(("c10d::", "record_param_comms")) else 0)
+            | (PROFILER_STEP if name.startswith("ProfilerStep") else 0))
 
 
 def _decode_shapes(e: Event) -> None:
