@@ -269,3 +269,13 @@ def test_the_serial_path_has_a_deadline_too(tmp_path):
     with pytest.raises(tr.TraceError, match="not read within the time limit"):
         tr.load([tr.SAMPLE], timeout_s=1e-9)
     assert tr.load([tr.SAMPLE], timeout_s=60.0)[0].calls
+
+
+def test_deep_json_through_the_worker_processes_is_the_same_one_line(tmp_path):
+    """Read in a worker, msgspec's RecursionError came back as a RuntimeError; now a TraceError naming the file."""
+    deep = tmp_path / "rank1.json"
+    deep.write_bytes(b'{"traceEvents":[{"ph":"X","name":"a","ts":1,"dur":1,"args":{"Input Dims":'
+                     + b"[" * 1500 + b"]" * 1500 + b"}}]}")
+    with pytest.raises(tr.TraceError) as e:
+        tr.load([tr.SAMPLE, str(deep)], workers=2)
+    assert str(e.value).startswith(f"{deep}: not a torch.profiler trace (JSON nested more than")
