@@ -3,13 +3,16 @@
     rec = read_records("rank0.json.gz", max_bytes=4 << 30)   # -> Records; TraceError naming the file if not
 
 Streaming and bounded: the file (gzip or plain) is decompressed BLOCK bytes at a time and a file whose
-decompressed size passes max_bytes stops there, so memory never holds the whole file. Each block's complete
+decompressed size passes max_bytes stops there (or past a deadline, time_limit()). Each block's complete
 events are decoded at once by msgspec into the typed Event below (fields no analysis reads are skipped by the
 decoder, never built), then sorted into Records; what no analysis needs (flow events, Python frames, CUDA
 runtime calls other than the launches' times, ...) is dropped there. Splitting a block at an event boundary:
 the last `}, {` in it whose prefix decodes as a list of events (a `}, {` inside a string or a nested list does
-not decode, so the decoder proves the cut). A file whose layout is not torch's (traceEvents not a top-level
-key near the start) is decoded whole, still under max_bytes.
+not decode, so the decoder proves the cut). Linear on any input: each byte is searched for a cut once (in C),
+a failed decode is retried only once the pending bytes have doubled, and past SPLIT_LIMIT pending bytes (no
+cut decoded for many blocks) the rest is decoded whole, in place. A file whose layout is not torch's
+(traceEvents not a top-level key near the start) is decoded whole too: then memory holds the file, up to
+max_bytes, and no copy of it.
 
 Why msgspec (0.22.0, BSD): measured on a 100k-event synthetic trace (24 MB, benchmarks/diagnose_scale.py), the
 stdlib's json.loads took 0.93 s, orjson.loads 0.55 s, msgspec decoding into these structs 0.26 s (2 loaded
@@ -20,12 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
 import re
-import stat
 import sys
 import time
-import zlib
 from array import array
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,36 +33,18 @@ from typing import Any
 import msgspec
 
 from commlib import _validate
+from commlib.profiling.files import TraceError, blocks, printable  # noqa: F401  (TraceError, printable: from here too)
 
 MAX_BYTES = 4 << 30   # default decompressed-size limit per file (python -m commlib diagnose --max-bytes)
 BLOCK = 8 << 20       # bytes decompressed and decoded at a time
 HEAD = 64 << 20       # traceEvents must start within this many bytes to be streamed; else the file is decoded whole
 SPLIT_LIMIT = 8 * BLOCK   # bytes pending past which no more cuts are tried (a copy of them is made per try)
-CHUNK = 1 << 20       # compressed bytes read at a time (a gzip file)
 TIME_LIMIT = 1e17     # |ts| and dur in us past this (3,000 years) are not a clock's: no trace writes them
 COMM_PREFIXES = ("gloo:", "nccl:", "c10d::", "record_param_comms", "commlib:")
 COPIES = ("gpu_memcpy", "gpu_memset")
 # CpuOps.kinds bits
 CPU_OP, C10D_OR_PARAM_COMMS, PROFILER_STEP = 1, 2, 4
 COMM = 8   # (not stored) a name starting with COMM_PREFIXES
-
-
-class TraceError(ValueError):
-    """A file that cannot be read as one rank of the job: str() is one line, 'PATH: problem'."""
-
-    def __init__(self, path: str, problem: str):
-        super().__init__(f"{printable(path)}: {problem}")
-        self.path, self.problem = path, problem
-
-    def __reduce__(self):  # raised in a worker process, re-raised in the parent
-        return TraceError, (self.path, self.problem)
-
-
-def printable(text: str) -> str:
-    """text with each character that does not print escaped as repr escapes it ('\\n', '\\x1b'): a name with a
-    newline or an ANSI escape from a file stays on one line and cannot rewrite the terminal."""
-    text = str(text)
-    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class Args(msgspec.Struct, gc=False):
@@ -231,85 +213,6 @@ def _decode_shapes(e: Event) -> None:
         a.input_type = None if a.input_type is None else _ANY.decode(a.input_type)
 
 
-# ------------------------------------------------------------------------------------------ the file
-def _kind(mode: int) -> str | None:
-    if stat.S_ISREG(mode):
-        return None
-    return ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
-            "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-            else "not a regular file")
-
-
-def _open_regular(path: str):
-    """The file, refused unless it is a regular file (a FIFO, socket, device or folder would hang the read or
-    never end): checked before opening, and again on what was opened (without blocking), in case it changed."""
-    try:
-        kind = _kind(os.stat(path).st_mode)
-        if kind is None:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-            kind = _kind(os.fstat(fd).st_mode)
-            if kind is not None:
-                os.close(fd)
-    except OSError as e:
-        raise TraceError(path, f"cannot read it ({e.strerror or e})") from None
-    if kind is not None:
-        raise TraceError(path, f"{kind}, not a trace file (only regular files are read)")
-    return os.fdopen(fd, "rb")
-
-
-def blocks(path: str, max_bytes: int = MAX_BYTES, deadline: float | None = None):
-    """The file's decompressed bytes, a block at a time; TraceError past max_bytes, past deadline
-    (time.monotonic()), or where a gzip stream ends early or is followed by what is not gzip (naming the byte
-    offset and what decompressed before it)."""
-    with _open_regular(path) as f:
-        gz = f.read(2) == b"\x1f\x8b"
-        f.seek(0)
-        total = 0
-        for block in (_gunzip(f, path, lambda: total) if gz else iter(lambda: f.read(BLOCK), b"")):
-            total += len(block)
-            if total > max_bytes:
-                raise TraceError(path, f"more than {max_bytes} bytes{' once decompressed' if gz else ''}: the "
-                                       "limit (--max-bytes to raise it)")
-            if deadline is not None and time.monotonic() > deadline:
-                raise TraceError(path, f"not read within the time limit ({total} bytes read)")
-            yield block
-
-
-def _gunzip(f, path: str, done):
-    """A gzip file's members, decompressed BLOCK bytes at most at a time (zlib, so that an error can say how
-    much decompressed before it: done() is the count so far)."""
-    d, pending = zlib.decompressobj(31), b""
-    try:
-        while True:
-            if not pending:
-                pending = f.read(CHUNK)
-                if not pending:
-                    if d.eof:
-                        return
-                    raise TraceError(path, f"truncated gzip file: it ends at byte {f.tell()} before its gzip "
-                                           f"stream does ({done()} bytes decompressed)")
-            if d.eof:   # one member ended: another member, zero padding, or something that is not gzip
-                if pending[:2] == b"\x1f\x8b" or (len(pending) == 1 and pending == b"\x1f"):
-                    d = zlib.decompressobj(31)
-                elif pending.strip(b"\0"):
-                    raise TraceError(path, f"damaged gzip file: {len(pending)}+ bytes at byte "
-                                           f"{f.tell() - len(pending)} are not gzip, after the gzip stream ended "
-                                           f"({done()} bytes decompressed)")
-                else:
-                    pending = b""
-                    continue
-            try:
-                out = d.decompress(pending, BLOCK)
-            except zlib.error as e:
-                raise TraceError(path, f"damaged gzip file: near byte {f.tell() - len(pending)} ({done()} bytes "
-                                       f"decompressed; {e})") from None
-            pending = d.unused_data if d.eof else d.unconsumed_tail
-            if out:
-                yield out
-    except OSError as e:
-        raise TraceError(path, f"cannot read it ({e.strerror or e})") from None
-
-
 _CUT = re.compile(rb"\{\s*,\s*\}")   # '}, {' as it reads backwards
 _SPACE = re.compile(rb"\S")
 
@@ -396,7 +299,7 @@ def _read_records(path: str, max_bytes: int, deadline: float | None) -> Records:
     rec = Records(path)
     buf, offset, streaming, done = bytearray(), 0, None, 0   # offset: file position of buf[0]
     head, split = {}, {"scanned": 0, "tried": 0}
-    for block in blocks(path, max_bytes, deadline):
+    for block in blocks(path, max_bytes, deadline, BLOCK):
         buf += block
         done += len(block)
         if streaming is None:
