@@ -75,3 +75,18 @@ def test_terms_are_defined_where_first_used(chapter, term):
     text = "\n".join(source(c) for c in cells(chapter))
     first, definition = text.find(term), text.find(DEFINED[chapter][term])
     assert first >= 0 and 0 <= definition - first < 400, (term, first, definition)
+
+
+def test_chapter_9_big_traces_prose_claims_only_what_the_committed_run_shows():
+    """Issue 43: 'linear time and bounded memory' became: memory grows with the largest rank's trace, not with
+    the number of ranks. The committed benchmark must bear it out: 64 ranks of 100k events within twice the
+    memory of 2 such ranks, while 2 ranks of 1M events take more than 2 ranks of 100k."""
+    text = next(source(c) for c in cells("09_profiling") if source(c).startswith("## Reading a big job's traces"))
+    words = " ".join(text.split())
+    assert "bounded memory" not in words and "largest rank's trace, not with the number of ranks" in words
+    assert "both of its parsers" in words and "end to end like the first curve" in words
+    rows = json.loads((NOTEBOOKS.parent / "benchmarks" / "diagnose_scale.json").read_text())["rows"]
+    peak = {(r["ranks"], r["events_per_rank"]): r["peak_rss_bytes"] for r in rows if r["case"] in ("gpu", "64 ranks")}
+    assert peak[(64, 100_000)] < 2 * peak[(2, 100_000)]
+    assert peak[(2, 1_000_000)] > peak[(2, 100_000)]
+    assert all(r.get("hta_batched_s") for r in rows if r["case"] == "gpu")
