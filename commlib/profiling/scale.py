@@ -78,7 +78,7 @@ def summary(data: dict) -> list[str]:
     meta, rows = data["meta"], data["rows"]
     out = [f"measured on {meta['machine']}, {meta['date']}, load {meta['load_before'][0]:.1f} before and "
            f"{meta['load_after'][0]:.1f} after (whole machine)",
-           "MB: peak RSS of diagnose and its reader workers, summed"]
+           "MB: peak RSS summed over a tool's processes (diagnose's reader workers, HTA's parser pool)"]
     gpu = [r for r in rows if r["case"] == "gpu"]
     for r in gpu:
         load = f", load {r['load_1min'][0]:.1f}" if r.get("load_1min") else ""
