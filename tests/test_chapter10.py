@@ -81,8 +81,8 @@ def test_the_reduce_op_case_is_shown_with_wrong_numbers_and_no_error_and_its_che
     assert "".join(cell["source"]).startswith("# measured")
     said = outputs(cell)
     if said:  # the outputs come with the integrator's re-execution of the chapter
-        m = re.search(r"(\d+) us without commlib's check, (\d+) us with it", said)
-        assert m and int(m.group(2)) > int(m.group(1))
+        # a measurement: printed with its ratio, never asserted (on a busy machine the two can swap)
+        assert re.search(r"\d+ us without commlib's check, \d+ us with it \(\d+\.\dx\)", said), said
 
 
 def test_the_count_against_torch_s_analyser_is_read_from_the_committed_benchmark():

@@ -63,7 +63,7 @@ def test_a_reader_that_stops_reading_gets_no_traceback(tmp_path):
     filter does, not with a BrokenPipeError traceback (issue 41's red team)."""
     from commlib.profiling import synthetic
 
-    synthetic.write_job(str(tmp_path), ranks=2, events=4000)
+    synthetic.write_job(str(tmp_path), ranks=2, events=20_000)   # ~230 KB of JSON: more than a pipe holds (64 KiB)
     proc = subprocess.Popen([sys.executable, "-m", "commlib", "diagnose", str(tmp_path), "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout.read(100)   # then the reader goes away, with most of the output unread

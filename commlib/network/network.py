@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import textwrap
 import threading
 import weakref
 
@@ -70,12 +71,14 @@ class Network:
         return self.nodes * self.gpus_per_node
 
     def summary(self) -> str:
-        """One line: which network carries the traffic, and why."""
+        """Which network carries the traffic, and why: a sentence in lines that fit the book's column."""
         shape = (f"{self.nodes} node(s) x {self.gpus_per_node} GPU(s), {self.nics_per_node} NIC(s) per node of "
                  f"{self.bandwidth / 1e6:g} MB/s")
         if self.kind == "kernel":
-            return f"network: kernel ({shape}, shaped by tc HTB in Linux network namespaces)"
-        return f"network: paced ({shape}; commlib's Python pacer: {self.reason})"
+            said = f"network: kernel ({shape}, shaped by tc HTB in Linux network namespaces)"
+        else:
+            said = f"network: paced ({shape}; commlib's Python pacer: {self.reason})"
+        return textwrap.fill(said, 98, subsequent_indent="  ", break_on_hyphens=False)
 
     def node_of(self, rank: int) -> int:
         return rank // self.gpus_per_node
