@@ -11,7 +11,7 @@ and COMMLIB_FAKE_CUDA). The branches, each held entered by the fake's call count
   and, after the task, CUDA results handed back as CPU tensors (_results_to_cpu)
 - cluster/torchrun.py init_from_env: the same for torchrun's processes
 - cluster/envinfo.py report: GPU count and names; cluster/demos.py hello: its tensor on the GPU
-- overlap.py _CudaClock: BucketedDDP's communication stream and CUDA events, in a real training step
+- parallel/ddp.py _CudaClock: BucketedDDP's communication stream and CUDA events, in a real training step
 - profiling/live.py profile and time_async, profiling/recording.py record: CUDA activity and synchronisation
 - compression/comm.py HookComm._clock: collectives bracketed by torch.cuda.synchronize
 - algorithms/p2p.py _grouped: CUDA tensors send in grouped point-to-point (batch_isend_irecv)
@@ -49,15 +49,15 @@ BRANCHES = {
     ("commlib/cluster/torchrun.py", "init_from_env", "dist.init_process_group"),
     ("commlib/cluster/envinfo.py", "report", "cuda.get_device_name"),
     ("commlib/cluster/demos.py", "hello", "device='cuda'"),
-    ("commlib/overlap.py", "BucketedDDP.__init__", "Tensor.device"),
-    ("commlib/overlap.py", "_CudaClock.__init__", "cuda.Stream"),
-    ("commlib/overlap.py", "_CudaClock.mark", "cuda.Event"),
-    ("commlib/overlap.py", "_CudaClock.mark", "Event.record"),
-    ("commlib/overlap.py", "_CudaClock.all_reduce", "Stream.wait_stream"),
-    ("commlib/overlap.py", "_CudaClock.all_reduce", "cuda.stream"),
-    ("commlib/overlap.py", "_CudaClock.wait_all", "Stream.wait_stream"),
-    ("commlib/overlap.py", "_CudaClock.timeline", "Event.synchronize"),
-    ("commlib/overlap.py", "_CudaClock.timeline.<locals>.<lambda>", "Event.elapsed_time"),
+    ("commlib/parallel/ddp.py", "BucketedDDP.__init__", "Tensor.device"),
+    ("commlib/parallel/ddp.py", "_CudaClock.__init__", "cuda.Stream"),
+    ("commlib/parallel/ddp.py", "_CudaClock.mark", "cuda.Event"),
+    ("commlib/parallel/ddp.py", "_CudaClock.mark", "Event.record"),
+    ("commlib/parallel/ddp.py", "_CudaClock.all_reduce", "Stream.wait_stream"),
+    ("commlib/parallel/ddp.py", "_CudaClock.all_reduce", "cuda.stream"),
+    ("commlib/parallel/ddp.py", "_CudaClock.wait_all", "Stream.wait_stream"),
+    ("commlib/parallel/ddp.py", "_CudaClock.timeline", "Event.synchronize"),
+    ("commlib/parallel/ddp.py", "_CudaClock.timeline.<locals>.<lambda>", "Event.elapsed_time"),
     ("commlib/profiling/live.py", "profile", "cuda.is_initialized"),
     ("commlib/profiling/live.py", "profile", "cuda.synchronize"),
     ("commlib/profiling/live.py", "profile", "profiler CUDA"),
