@@ -15,7 +15,7 @@ and COMMLIB_FAKE_CUDA). The branches, each held entered by the fake's call count
 - profiling/live.py profile and time_async, profiling/recording.py record: CUDA activity and synchronisation
 - compression/comm.py HookComm._clock: collectives bracketed by torch.cuda.synchronize
 - algorithms/p2p.py _grouped: CUDA tensors send in grouped point-to-point (batch_isend_irecv)
-- bench/sweep.py sweep and _sync: buffers on the current GPU, synchronised around each timed call
+- bench/sweeps.py sweep and _sync: buffers on the current GPU, synchronised around each timed call
 - parallel/zero.py torch_fsdp2: a CUDA device mesh for CUDA parameters
 
 Each check also holds values: the CUDA path's results equal the CPU path's (or torch's built-in).
@@ -66,8 +66,8 @@ BRANCHES = {
     ("commlib/profiling/recording.py", "record", "cuda.synchronize"),
     ("commlib/compression/comm.py", "HookComm._clock", "cuda.synchronize"),
     ("commlib/algorithms/p2p.py", "_grouped", "Tensor.is_cuda"),
-    ("commlib/bench/sweep.py", "sweep", "cuda.current_device"),
-    ("commlib/bench/sweep.py", "_sync", "cuda.synchronize"),
+    ("commlib/bench/sweeps.py", "sweep", "cuda.current_device"),
+    ("commlib/bench/sweeps.py", "_sync", "cuda.synchronize"),
     ("commlib/parallel/zero.py", "torch_fsdp2", "Tensor.is_cuda"),
 }
 
