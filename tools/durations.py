@@ -28,9 +28,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MAX_BYTES = 64 << 20  # a full run's JUnit XML is ~1 MB; anything far larger is not one
 
-# "12.34s call     tests/test_x.py::test_y[a]" (pytest's --durations lines); "= 6482 passed, 20 skipped in 1032.5s ="
+# "12.34s call     tests/test_x.py::test_y[a]" (pytest's --durations lines); "6482 passed, 20 skipped in 1032.5s"
+# (with -q; framed in "=" without)
 DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s+(?:setup|call|teardown)\s+(\S[^:]*?)::")
-TOTAL = re.compile(r"\b(?:passed|failed|errors?|skipped|deselected|xfailed|xpassed|warnings?)\b.*\bin (\d+(?:\.\d+)?)s\b")
+TOTAL = re.compile(r"^=*\s*\d+ (?:passed|failed|errors?|skipped|deselected|xfailed|xpassed|warnings?)\b.*"
+                   r"\bin (\d+(?:\.\d+)?)s\b")
 
 
 def read_text(path) -> str:
@@ -57,7 +59,7 @@ def parse_log(text: str) -> dict:
         m = DURATION.match(line)
         if m:
             per_file[m.group(2)] = per_file.get(m.group(2), 0.0) + float(m.group(1))
-        elif line.startswith("=") and (t := TOTAL.search(line)):
+        elif t := TOTAL.match(line):
             total = float(t.group(1))
     if not per_file:
         raise ValueError("no '--durations' lines (run pytest with --durations=0 --durations-min=0)")
