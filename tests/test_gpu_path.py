@@ -18,7 +18,9 @@ and COMMLIB_FAKE_CUDA). The branches, each held entered by the fake's call count
 - bench/sweeps.py sweep and _sync: buffers on the current GPU, synchronised around each timed call
 - parallel/zero.py torch_fsdp2: a CUDA device mesh for CUDA parameters
 
-Each check also holds values: the CUDA path's results equal the CPU path's (or torch's built-in).
+Each check also holds values: the CUDA path's results equal the CPU path's (or torch's built-in). This module
+is CI's one run of these branches on the fake: tools/gpu_check.sh's dry run only collects tests/test_gpu.py,
+whose tests reach the same branches (they run on a lent GPU).
 """
 
 import os

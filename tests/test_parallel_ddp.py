@@ -41,25 +41,43 @@ def grads_both_ways(bucket_cap_mb, use_overlap, steps=3):
     return out, first_layout, ours.buckets, torch_buckets, [(e.kind, e.start, e.end) for e in tl.events]
 
 
-@pytest.mark.parametrize("world_size", [2, 3])
-def test_bucketed_ddp_gradients_and_buckets_equal_torch_ddps(world_size):
-    with cl.Cluster(world_size=world_size, timeout=120) as c:
-        for cap, use_overlap in [(0.25, True), (None, True), (0.25, False)]:
-            results = c.run(grads_both_ways, cap, use_overlap)
-            for rank, (steps, first, buckets, torch_buckets, events) in enumerate(results):
-                for ours, theirs in steps:
-                    for a, b in zip(ours, theirs):
-                        if world_size == 2:  # a + b: any summation order gives the same bits
-                            assert torch.equal(a, b), (cap, use_overlap, rank)
-                        else:
-                            assert torch.allclose(a, b, rtol=1e-6, atol=1e-7), (cap, use_overlap, rank)
-                # iteration 1: one bucket of everything (reverse order), one all-reduce
-                assert first == ([list(range(7, -1, -1))], 2)
-                # then rebuilt in gradient-ready order, exactly torch's rebuilt buckets
-                assert buckets == torch_buckets, (cap, buckets, torch_buckets)
-                assert len(events) == 2 * len(buckets) and all(end >= start for _, start, end in events)
-            for rank_steps, *_ in results[1:]:  # every rank ends with the same averaged gradients
-                assert all(torch.equal(a, b) for a, b in zip(rank_steps[-1][0], results[0][0][-1][0]))
+@pytest.fixture(scope="module")
+def cluster2():
+    """One 2-rank cluster for the module's 2-rank tests. A test whose ranks raise leaves none behind: the Cluster
+    restarts its ranks at the next run()."""
+    with cl.Cluster(world_size=2, timeout=120) as c:
+        yield c
+
+
+@pytest.fixture
+def cluster(request, cluster2):
+    """A cluster of request.param ranks: the module's for 2, a fresh one otherwise."""
+    if request.param == 2:
+        yield cluster2
+        return
+    with cl.Cluster(world_size=request.param, timeout=120) as c:
+        yield c
+
+
+@pytest.mark.parametrize("cluster", [2, 3], ids=["world_size2", "world_size3"], indirect=True)
+def test_bucketed_ddp_gradients_and_buckets_equal_torch_ddps(cluster):
+    world_size, c = cluster.world_size, cluster
+    for cap, use_overlap in [(0.25, True), (None, True), (0.25, False)]:
+        results = c.run(grads_both_ways, cap, use_overlap)
+        for rank, (steps, first, buckets, torch_buckets, events) in enumerate(results):
+            for ours, theirs in steps:
+                for a, b in zip(ours, theirs):
+                    if world_size == 2:  # a + b: any summation order gives the same bits
+                        assert torch.equal(a, b), (cap, use_overlap, rank)
+                    else:
+                        assert torch.allclose(a, b, rtol=1e-6, atol=1e-7), (cap, use_overlap, rank)
+            # iteration 1: one bucket of everything (reverse order), one all-reduce
+            assert first == ([list(range(7, -1, -1))], 2)
+            # then rebuilt in gradient-ready order, exactly torch's rebuilt buckets
+            assert buckets == torch_buckets, (cap, buckets, torch_buckets)
+            assert len(events) == 2 * len(buckets) and all(end >= start for _, start, end in events)
+        for rank_steps, *_ in results[1:]:  # every rank ends with the same averaged gradients
+            assert all(torch.equal(a, b) for a, b in zip(rank_steps[-1][0], results[0][0][-1][0]))
 
 
 def overlap_shows_in_the_timeline():
@@ -73,9 +91,8 @@ def overlap_shows_in_the_timeline():
     return len(model.buckets), first_comm < backward_end
 
 
-def test_overlap_starts_communication_during_backward():
-    with cl.Cluster(world_size=2, timeout=60) as c:
-        n_buckets, early = c.run(overlap_shows_in_the_timeline)[0]
+def test_overlap_starts_communication_during_backward(cluster2):
+    n_buckets, early = cluster2.run(overlap_shows_in_the_timeline)[0]
     assert n_buckets >= 3 and early
 
 
@@ -92,10 +109,9 @@ def unused_parameter():
     model(torch.randn(2, 4)).sum().backward()
 
 
-def test_unused_parameters_give_a_clear_error():
-    with cl.Cluster(world_size=2, timeout=60) as c:
-        with pytest.raises(cl.RankError, match=r"parameters \[2, 3\] \(indices.*got no gradient"):
-            c.run(unused_parameter)  # head b's weight and bias, and only those
+def test_unused_parameters_give_a_clear_error(cluster2):
+    with pytest.raises(cl.RankError, match=r"parameters \[2, 3\] \(indices.*got no gradient"):
+        cluster2.run(unused_parameter)  # head b's weight and bias, and only those; the next run() restarts the ranks
 
 
 def test_bucketed_ddp_needs_a_module_and_a_process_group():
