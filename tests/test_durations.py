@@ -92,4 +92,5 @@ def test_the_cli_writes_the_json_and_run_reads_pytests_report(tmp_path, monkeypa
     monkeypatch.setattr(subprocess, "run", fake_pytest)
     assert durations.main(["--out", str(out), "--run", "-x", "tests/test_a.py"]) == 0
     assert seen["cmd"][-2:] == ["-x", "tests/test_a.py"] and seen["cwd"] == durations.ROOT
-    assert json.loads(out.read_text())["total_s"] == 61.5
+    got = json.loads(out.read_text())
+    assert got["tests"] == durations.parse_junit(JUNIT)["tests"] and 0 <= got["total_s"] < 60  # the process's wall time

@@ -6,7 +6,8 @@
     python tools/durations.py --log pytest.log          # reads `pytest --durations=0 --durations-min=0` output
     --out FILE (default tests/durations.json) goes before --run, which takes the rest of the line
 
-Output: {"total_s": the run's wall time as pytest reports it, "tests": {file: seconds}}, slowest file first.
+Output: {"total_s": the run's wall time, "tests": {file: seconds}}, slowest file first. total_s is the pytest
+process's wall time with --run, the report's suite time with --junitxml, pytest's last line with --log.
 A file's seconds are the sum over its tests of setup + call + teardown (a module fixture's start is in the
 first test's setup); collection and interpreter start are in total_s only. A --log without --durations-min=0
 drops each phase under 5 ms (pytest hides them), which moves no file's sum by more than a few tenths.
@@ -22,6 +23,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -102,10 +104,12 @@ def run(pytest_args: list[str]) -> dict:
     """Run pytest from the project's root with a JUnit report in a temporary folder; its output goes through."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "junit.xml"
+        t0 = time.perf_counter()
         subprocess.run([sys.executable, "-m", "pytest", f"--junitxml={report}", *pytest_args], cwd=ROOT, check=False)
+        wall = time.perf_counter() - t0
         if not report.is_file():
             raise ValueError("pytest wrote no report (see its output above)")
-        return parse_junit(read_text(report))
+        return ordered(wall, parse_junit(read_text(report))["tests"])
 
 
 class Parser(argparse.ArgumentParser):
