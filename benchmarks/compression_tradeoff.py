@@ -112,7 +112,7 @@ def links(args) -> dict:
                      "step_s_rounds": [r["step_s"] for r in same]})
     print(tr.table(rows))
     fitted = tr.loopback_link(rows, latency=LATENCY)
-    textbook = cost.Link("emulated NIC", 1e9, LATENCY, "topology.emulate latency alone")
+    textbook = cost.Link("emulated NIC", 1e9, LATENCY, "network.emulate latency alone")
     measured = tr.measured_crossovers(rows)
     model = tr.crossovers(tr.on_link(rows), fitted)
     book = tr.crossovers(tr.on_link(rows), textbook)

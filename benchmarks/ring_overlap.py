@@ -3,7 +3,7 @@ against the ring model (commlib.parallel.collective_matmul.ring_timelines fed wi
 
     python benchmarks/ring_overlap.py [--bandwidth 100e6 25e6] [--repeats 3] [--quick] [--json out.json]
 
-4 local ranks, one per emulated node (topology.emulate): every ring hop crosses a NIC of `bandwidth` bytes/s.
+4 local ranks, one per emulated node (network.emulate): every ring hop crosses a NIC of `bandwidth` bytes/s.
 For each kind (attention zig-zag, attention contiguous, matmul) and overlap on/off, the median over repeats of
 each rank's exposed time (what it did not spend computing), the model's, and the emulator's own delay past
 the model (late_s: wake-ups on a busy machine). Prints the load average at the start: on a shared machine

@@ -6,6 +6,7 @@
     python -m commlib whatif TRACE... --hardware PRESET [--nodes N] [--gpus-per-node G] [--algorithm A]
                                       [--bucket-mb B] [--compress R] [--measured-on PRESET] [--json]
     python -m commlib learner-copies OUT_DIR [NOTEBOOK ...] [--force]
+    python -m commlib network up --nodes N --gpus-per-node G [--nics-per-node K] --bandwidth B | down NAME | clean
 
 A bad argument ends it with exit code 2 and one line naming the argument, before anything starts
 (under torchrun, printed by rank 0 only). Help and argument parsing import no torch (answers in well
@@ -164,6 +165,20 @@ def _whatif(args) -> int:
     return 0
 
 
+def _network(args) -> int:
+    from commlib.network import cli
+
+    if (args.name is None) == (args.action == "down"):
+        _fail("network down needs NAME" if args.action == "down" else f"network {args.action} takes no NAME")
+    try:
+        lines = cli.down(args.name) if args.action == "down" else cli.clean() if args.action == "clean" else \
+            cli.up(args.nodes, args.gpus_per_node, args.nics_per_node, args.bandwidth)
+    except cli.UsageError as e:
+        _fail(str(e))
+    print("\n".join(lines))
+    return 0
+
+
 def _positive(kind):
     def parse(text):
         try:
@@ -236,6 +251,15 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     w.add_argument("--max-bytes", default=4 << 30, type=_trace_limit,
                    help="refuse a trace file larger than this once decompressed, e.g. 512M (default 4G)")
+    n = _command(sub, "network", "the kernel network of emulated nodes: up (kept until down), down NAME, clean",
+                 "python -m commlib network up --nodes 2 --gpus-per-node 1 --bandwidth 20e6")
+    n.add_argument("action", choices=("up", "down", "clean"), help="up: build one; down NAME: remove it; clean: "
+                                                                   "remove what dead owners left")
+    n.add_argument("name", nargs="?", default=None, help="with down: the network's name, as `up` printed it")
+    n.add_argument("--nodes", type=_positive(int), default=2, help="nodes (default 2)")
+    n.add_argument("--gpus-per-node", type=_positive(int), default=1, help="ranks per node (default 1)")
+    n.add_argument("--nics-per-node", type=_positive(int), default=1, help="NICs per node (default 1)")
+    n.add_argument("--bandwidth", type=_positive(float), default=20e6, help="bytes/s per NIC direction (default 20e6)")
     lc = _command(sub, "learner-copies", "copies of the notebooks without the cells tagged 'solution', for learners",
                   "python -m commlib learner-copies /tmp/learners notebooks/01_collectives.ipynb")
     lc.add_argument("out_dir", help="folder to write the copies to")
@@ -250,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         return _diagnose(args)
     if args.command == "whatif":
         return _whatif(args)
+    if args.command == "network":
+        return _network(args)
     if args.command == "learner-copies":
         from commlib.exercises.learner_copies import CopyError, learner_copies
 
@@ -308,5 +334,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _main_closing_quietly() -> int:
+    """main(), where a reader that stopped reading (`... --json | head`) ends the output without a traceback: the
+    rest goes nowhere, as for any Unix filter (Python's documented way: stdout onto /dev/null)."""
+    try:
+        code = main()
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_main_closing_quietly())

@@ -46,7 +46,7 @@ Latency: NCCL's model (commlib.cost.links; _latency). NVLink domains can span no
 racks are 72-GPU "nodes" here (MNNVL, nccl issue #1286).
 Units: bytes, seconds, bytes/s per direction. nbytes follows nccl-tests: the full tensor for
 all_reduce, the gathered total for all_gather, the full input for reduce_scatter and all_to_all.
-Pure Python: no torch here (emulate() imports it when called, inside a rank).
+Pure Python: no torch here. The emulated cluster these times are checked on is commlib.network.
 """
 
 from __future__ import annotations
@@ -441,10 +441,3 @@ def model_vs_published(nbytes: float = 8 * 2**30) -> list[dict]:
                      "line_rate_GBps": line["busbw_GBps"], "kind": pub.kind, "source": pub.source,
                      "model/published": model["busbw_GBps"] / (sum(pub.busbw_GBps) / 2)})
     return rows
-
-
-def emulate(gpus_per_node, bandwidth, latency=0.0, nics_per_node=1):
-    """Inside ranks (every rank calls it): pace commlib's messages between emulated nodes; see commlib.algorithms.emulation."""
-    from commlib.algorithms.emulation import emulate as _emulate
-
-    return _emulate(gpus_per_node, bandwidth, latency, nics_per_node)

@@ -441,7 +441,7 @@ def test_an_out_that_cannot_be_a_folder_is_one_line_before_sphinx(out, monkeypat
     import tempfile
 
     monkeypatch.setattr(book, "fetch_vendor", lambda *a, **k: None)
-    monkeypatch.setattr(book, "stage", lambda *a, **k: [])
+    monkeypatch.setattr(book, "stage", lambda *a, **k: ([], "built from the committed notebooks"))
     logs = set(glob.glob(f"{tempfile.gettempdir()}/sphinx-err-*.log"))
     assert book.main(["--out", str(out)]) == 1
     err = capsys.readouterr().err
@@ -462,7 +462,7 @@ def test_sphinx_builds_inside_the_work_folder_so_nothing_lands_beside_out(tmp_pa
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(book, "fetch_vendor", lambda *a, **k: None)
-    monkeypatch.setattr(book, "stage", lambda *a, **k: [])
+    monkeypatch.setattr(book, "stage", lambda *a, **k: ([], "built from the committed notebooks"))
     monkeypatch.setattr(book.subprocess, "run", sphinx)
     out, work = tmp_path / "site" / "book", tmp_path / "work"
     assert book.build(out, work=work) == out / "index.html" and (out / "index.html").exists()

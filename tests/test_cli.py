@@ -56,3 +56,18 @@ def test_diagnose_does_not_import_torch(tmp_path):
     proc = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
                           timeout=60)
     assert proc.stdout.strip().splitlines()[-1] == "False", proc.stderr
+
+
+def test_a_reader_that_stops_reading_gets_no_traceback(tmp_path):
+    """`python -m commlib diagnose ... --json | head`: the pipe closes early; the command ends quietly, as any Unix
+    filter does, not with a BrokenPipeError traceback (issue 41's red team)."""
+    from commlib.profiling import synthetic
+
+    synthetic.write_job(str(tmp_path), ranks=2, events=4000)
+    proc = subprocess.Popen([sys.executable, "-m", "commlib", "diagnose", str(tmp_path), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.read(100)   # then the reader goes away, with most of the output unread
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert b"Traceback" not in err and b"BrokenPipe" not in err, err.decode()[-2000:]
+    assert proc.returncode == 1

@@ -1,16 +1,20 @@
-"""The fault matrix (issue 31): each of the course's multi-rank programs runs, then one fault is injected at one
+"""The fault matrix (issues 31 and 42): each of the course's multi-rank programs runs, then one fault is injected at one
 rank, and the diagnosis names that rank and only that rank, with the right kind, with debug on and off; with no
 fault, no diagnosis; every case ends within the timeout plus 5 s and leaves no process behind.
 
 CI runs every (program, fault) pair once, its rank and debug setting drawn from a seed (printed on failure;
 COMMLIB_FAULT_SEED=N replays it). COMMLIB_FULL_FAULT_MATRIX=1 runs the whole product: every program x fault x
 rank x debug.
+
+Issue 42's faults follow, each with a random culprit: a rank killed 50 ms into a program, a rank that skips a whole
+program, one all_reduce more on one rank, a process group destroyed early, a broadcast root, a send tag and a reduce
+op that differ on one rank. The last two complete without an error when debug is off (Gloo checks neither; the
+records hold neither), so they run with debug=True, where commlib's call check catches them.
 """
 
 import itertools
 import os
 import random
-import signal
 import sys
 import time
 
@@ -20,102 +24,15 @@ import torch
 import torch.distributed as dist
 
 import commlib as cl
+from commlib.parallel.faults import ISSUE_42, KINDS, KINDS_42, NO_DEBUG, PROGRAMS, WORLD, fault, fault42
 from tests.conftest import wait_gone
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-WORLD = 4
 TIMEOUT = 2.0          # the fault's run; a hang is reported after it
 PROGRAM_TIMEOUT = 120.0  # the program's run: fresh ranks import FSDP2/DTensor on a loaded machine
 FULL = os.environ.get("COMMLIB_FULL_FAULT_MATRIX") == "1"
 PRELOAD = ("torch.distributed.fsdp", "torch.distributed.tensor", "commlib.parallel.live")  # once, not per restart
 SEED = int(os.environ.get("COMMLIB_FAULT_SEED", random.SystemRandom().randrange(10**6)))
-
-
-# ------------------------------------------------------------------- the course's multi-rank programs
-def ddp():
-    torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 1)))
-    for _ in range(2):
-        model(torch.randn(4, 8)).sum().backward()
-
-
-def fsdp2():
-    from commlib.parallel import zero
-
-    model = zero.torch_fsdp2(zero.mlp([16, 32, 8]))
-    for _ in range(2):
-        model(torch.randn(4, 16)).sum().backward()
-
-
-def mesh():
-    from commlib.parallel import live
-
-    live.mesh_training(2, 2, steps=1)
-
-
-def tensor_parallel():
-    from commlib.parallel import live
-
-    live.tensor_parallel_block(2, impl="torch")
-
-
-def pipeline():
-    from commlib.parallel import live
-
-    live.pipelined(WORLD, "1f1b", 4)
-
-
-def context_parallel():
-    from commlib.parallel import live
-
-    live.context_parallel_attention(WORLD)
-
-
-def experts():
-    from commlib.parallel import live
-
-    live.expert_parallel(WORLD, 2, impl="torch")
-
-
-PROGRAMS = {f.__name__: f for f in (ddp, fsdp2, mesh, tensor_parallel, pipeline, context_parallel, experts)}
-
-
-# ------------------------------------------------------------------- the faults, each at rank `culprit`
-def fault(kind, culprit, variant=0):
-    rank, p = dist.get_rank(), dist.get_world_size()
-    t = torch.ones(4)
-    mine = rank == culprit
-    if kind == "hang" and mine:
-        time.sleep(600)                        # killed with the rank at the timeout
-    if kind == "raise" and mine:
-        raise RuntimeError("injected: this rank's data loader failed")
-    if kind == "kill" and mine:
-        os.kill(os.getpid(), signal.SIGKILL)
-    if kind == "size" and mine:
-        t = torch.ones(8)
-    if kind == "op" and mine:
-        dist.broadcast(t, src=0)
-    elif kind == "p2p":
-        out = torch.empty(4)
-        src = (rank + 1) % p if mine else (rank - 1) % p   # the culprit receives from the wrong neighbour
-        if variant == 0:
-            works = [dist.isend(t, (rank + 1) % p), dist.irecv(out, src)]
-        else:
-            works = dist.batch_isend_irecv([dist.P2POp(dist.irecv, out, src), dist.P2POp(dist.isend, t, (rank + 1) % p)])
-        for w in works:
-            w.wait()
-        return rank
-    else:
-        dist.all_reduce(t)
-    return rank
-
-
-KINDS = {"hang": "missing", "size": "mismatch", "op": "mismatch", "p2p": "p2p", "raise": "missing", "kill": "missing"}
-
-
-# torch 2.13 (CPU, Gloo): constructing DistributedDataParallel under TORCH_DISTRIBUTED_DEBUG=DETAIL kills the
-# process with SIGSEGV, with or without commlib (two mp.spawn processes and a Linear do it); DDP runs without debug.
-NO_DEBUG = {"ddp"}
 
 
 def cases():
@@ -152,32 +69,54 @@ def test_a_program_without_a_fault_gives_no_diagnosis(cluster, program):
     assert cluster.run(fault, "none", 0) == list(range(WORLD))
 
 
+def one_case(cluster, label, before, debug, timeout, want, culprit, fn, *args) -> list[str]:
+    """Run the program `before` (if any), then fn(*args) under `timeout` -> what was wrong: a diagnosis other than
+    `want` naming `culprit` alone, a case over the timeout plus 5 s, processes left behind."""
+    _use(cluster, debug)
+    if before:
+        cluster.timeout = PROGRAM_TIMEOUT
+        cluster.run(PROGRAMS[before])
+    pids = cluster.pids
+    cluster.timeout = timeout
+    start = time.monotonic()
+    try:
+        cluster.run(fn, *args)
+        d = None
+    except (cl.RankError, cl.ClusterTimeout) as e:
+        d = e.diagnosis
+    took = time.monotonic() - start
+    wrong = []
+    if d is None or d["kind"] != want or d["ranks"] != [culprit]:
+        wrong.append(f"{label}: {d}")
+    if took > timeout + 5.0:
+        wrong.append(f"{label}: took {took:.1f} s")
+    if os.environ.get("COMMLIB_FAULT_VERBOSE"):
+        print(f"{label}: {took:.1f} s, {d and (d['kind'], d['ranks'])}", file=sys.stderr, flush=True)
+    left = wait_gone(pids, 5.0)
+    return wrong + ([f"{label}: pids {left} left behind"] if left else [])
+
+
 def test_the_fault_matrix_names_the_culprit_only(cluster):
     print(f"fault matrix seed: COMMLIB_FAULT_SEED={SEED}")
     wrong = []
     for program, kind, culprit, debug in cases():
-        _use(cluster, debug)
-        cluster.timeout = PROGRAM_TIMEOUT
-        cluster.run(PROGRAMS[program])
-        pids = cluster.pids
-        cluster.timeout = TIMEOUT
-        start = time.monotonic()
-        try:
-            cluster.run(fault, kind, culprit, variant=culprit % 2)
-            d = None
-        except (cl.RankError, cl.ClusterTimeout) as e:
-            d = e.diagnosis
-        took = time.monotonic() - start
-        case = f"{program} x {kind} at rank {culprit}, debug={debug}"
-        if d is None or d["kind"] != KINDS[kind] or d["ranks"] != [culprit]:
-            wrong.append(f"{case}: {d}")
-        if took > TIMEOUT + 5.0:
-            wrong.append(f"{case}: took {took:.1f} s")
-        if os.environ.get("COMMLIB_FAULT_VERBOSE"):
-            print(f"{case}: {took:.1f} s, {d and (d['kind'], d['ranks'])}", file=sys.stderr, flush=True)
-        left = wait_gone(pids, 5.0)
-        if left:
-            wrong.append(f"{case}: pids {left} left behind")
+        wrong += one_case(cluster, f"{program} x {kind} at rank {culprit}, debug={debug}", program, debug, TIMEOUT,
+                          KINDS[kind], culprit, fault, kind, culprit, culprit % 2)
+    assert not wrong, f"COMMLIB_FAULT_SEED={SEED}:\n" + "\n".join(wrong)
+
+
+TIMEOUT_42 = 3.0
+
+
+def test_issue_42s_faults_name_the_culprit_only(cluster):
+    rng = random.Random(SEED + 42)
+    print(f"issue 42 faults seed: COMMLIB_FAULT_SEED={SEED}")
+    wrong = []
+    for before, kind, debugs in ISSUE_42:
+        culprit, debug = rng.randrange(WORLD), rng.choice(debugs)
+        timeout = TIMEOUT_42 if kind.startswith(("skip_", "kill_")) or before else TIMEOUT
+        wrong += one_case(cluster, f"{before or '-'} then {kind} at rank {culprit}, debug={debug}", before, debug,
+                          timeout, KINDS_42[kind], culprit, fault42, kind, culprit)
     assert not wrong, f"COMMLIB_FAULT_SEED={SEED}:\n" + "\n".join(wrong)
 
 
@@ -217,3 +156,4 @@ def test_preload_is_checked_before_any_process_starts(bad, monkeypatch):
     monkeypatch.setattr(core, "Launcher", None)
     with pytest.raises((TypeError, ValueError), match="preload must"):
         cl.Cluster(2, preload=bad)
+

@@ -241,7 +241,7 @@ def test_tradeoff_counts_bytes_and_trains(cluster4):
 
 
 class SlowLink:
-    """Stands in for an emulated link (topology.emulate): a context manager entered around the training."""
+    """Stands in for an emulated link (network.emulate): a context manager entered around the training."""
 
     def __enter__(self):
         os.environ["COMPRESSION_TEST_CONTEXT"] = f"entered on rank {dist.get_rank()}"
@@ -290,12 +290,12 @@ def test_a_hook_gives_the_same_gradients_on_bucketed_ddp_and_torch_ddp(cluster4,
 def paced_hook(method, bandwidth, latency, **params):
     """Inside a rank, on 2 emulated nodes of 2 ranks: the method's hook through commlib's ring, twice.
     -> (bytes this rank sent, of them across nodes (trace), the messages the network delivered to this rank)."""
-    from commlib import topology
+    from commlib.network import emulate
 
     torch.set_num_threads(1)
     state, hook = tradeoff.hook_for(method, cp.HookComm("ring"), **params)
     stand_ins = [torch.zeros(s) for s in SHAPES]
-    with topology.emulate(2, bandwidth, latency) as net:
+    with emulate(2, bandwidth, latency) as net:
         for step in range(2):
             hook(state, cp.Bucket(0, grads(dist.get_rank(), step), stand_ins, last=True)).wait()
     crossing = sum(e.nbytes for e in state.comm.trace.events if e.inter_node)
@@ -318,9 +318,9 @@ def test_under_emulate_the_hooks_traffic_crosses_paced_nics(cluster4, method, pa
 
 
 def builtin_inside_emulate():
-    from commlib import topology
+    from commlib.network import emulate
 
-    with topology.emulate(2, 1e9):
+    with emulate(2, 1e9):
         cp.HookComm("builtin").all_reduce(torch.ones(4))
 
 

@@ -18,6 +18,7 @@ from commlib import algorithms as alg
 from commlib.algorithms import p2p
 from commlib.algorithms import emulation as em
 from commlib import topology as topo
+from commlib.network import emulate
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -154,7 +155,7 @@ def paced_everything(bandwidth, latency, nics):
     a2a_want = torch.empty_like(a2a_in)
     dist.all_to_all_single(a2a_want, a2a_in)
     failures, sent = [], []
-    with topo.emulate(2, bandwidth, latency, nics) as net:
+    with emulate(2, bandwidth, latency, nics) as net:
         runs = {"flat_ring": lambda t, tr: alg.ring_all_reduce(t, trace=tr),
                 "multi_ring": lambda t, tr: alg.multi_ring_all_reduce(t, 2, trace=tr),
                 "hierarchical": lambda t, tr: alg.hierarchical_all_reduce(t, 2, trace=tr),
@@ -210,15 +211,15 @@ def test_every_inter_node_message_and_only_those_are_paced():
 
 
 def nested():
-    with topo.emulate(2, 1e9), topo.emulate(2, 1e9):
+    with emulate(2, 1e9), emulate(2, 1e9):
         pass
 
 
 def emulate_errors():
-    errors = errors_of({"multiple": lambda: topo.emulate(3, 1e9).__enter__(),
-                        "differ": lambda: topo.emulate(2, 1e9 * (1 + dist.get_rank())).__enter__(),
+    errors = errors_of({"multiple": lambda: emulate(3, 1e9).__enter__(),
+                        "differ": lambda: emulate(2, 1e9 * (1 + dist.get_rank())).__enter__(),
                         "nested": nested,
-                        "nan": lambda: topo.emulate(2, float("nan")).__enter__()}, (ValueError, RuntimeError))
+                        "nan": lambda: emulate(2, float("nan")).__enter__()}, (ValueError, RuntimeError))
     errors["left set"] = alg.network() is not None
     return errors
 
@@ -229,7 +230,7 @@ def die_during_setup(folder):
     em._shm_dir = lambda: folder  # where a named table would go
     if dist.get_rank() == 1:
         dist.broadcast_object_list = lambda *a, **k: os._exit(3)  # rank 0 has made the table by then
-    with topo.emulate(2, 1e9):
+    with emulate(2, 1e9):
         pass
 
 
@@ -262,7 +263,7 @@ def test_tables_of_dead_creators_are_swept(tmp_path):
 
 
 def enter_and_abandon():
-    cm = topo.emulate(2, 1e6)
+    cm = emulate(2, 1e6)
     cm.__enter__()
     keep = sys.modules.setdefault("_abandoned_emulate", type(sys)("_abandoned_emulate"))
     keep.cm = cm  # kept alive past the run: its finally never runs
@@ -273,7 +274,7 @@ def after_abandoned():
     t = torch.ones(1000)
     alg.ring_all_reduce(t)  # at 1 MB/s this would take milliseconds per message if still paced
     was_active = alg.network() is not None
-    with topo.emulate(2, 1e9) as net:
+    with emulate(2, 1e9) as net:
         alg.ring_all_reduce(torch.ones(8))
         paced = len(net.log)
     return was_active, paced, alg.network() is None

@@ -6,7 +6,7 @@ answers from the host clock, "cuda" tensors are CPU tensors underneath and NCCL 
 ranks of the Cluster get the fake at start-up (tests/fake_cuda_site/sitecustomize.py through PYTHONPATH
 and COMMLIB_FAKE_CUDA). The branches, each held entered by the fake's call counter (BRANCHES below):
 
-- cluster/core.py resolve_backend: backend="auto" picks NCCL when there is one GPU per rank
+- cluster/options.py resolve_backend: backend="auto" picks NCCL when there is one GPU per rank
 - cluster/worker.py rank_main: torch.cuda.set_device(rank), init_process_group("cpu:gloo,cuda:nccl", device_id)
   and, after the task, CUDA results handed back as CPU tensors (_results_to_cpu)
 - cluster/torchrun.py init_from_env: the same for torchrun's processes
@@ -43,7 +43,7 @@ GPUS = 2
 
 # (file, function, what the fake saw there): one entry per CUDA-only branch of the docstring
 BRANCHES = {
-    ("commlib/cluster/core.py", "resolve_backend", "cuda.device_count"),
+    ("commlib/cluster/options.py", "resolve_backend", "cuda.device_count"),
     ("commlib/cluster/worker.py", "rank_main", "cuda.set_device"),
     ("commlib/cluster/worker.py", "rank_main", "dist.init_process_group"),
     ("commlib/cluster/worker.py", "_results_to_cpu.<locals>.<lambda>", "Tensor.cpu"),

@@ -33,7 +33,8 @@ def test_the_rank_with_the_shortest_call_arrived_last_and_is_charged_the_others_
     # call 1: rank 3 arrives 300 us late (its call lasts 100, the others' 400); call 0 balanced
     ranks = [rank_trace(r, [100.0, 400.0 if r != 3 else 100.0]) for r in range(4)]
     late, waits = td.stragglers(ranks)
-    assert late == [{"rank": 3, "group": "0", "group_size": 4, "delay_us": 900.0, "calls": 1}]
+    assert late == [{"rank": 3, "group": "0", "group_size": 4, "delay_us": 900.0, "own_us": 900.0,
+                                  "behind": [], "calls": 1}]
     assert waits[(0, 1000.0)] == (300.0, 3) and waits[(3, 1000.0)] == (0.0, 3)
 
 
@@ -42,7 +43,8 @@ def test_no_straggler_when_every_rank_arrives_together():
     assert td.stragglers(ranks)[0] == []
     # clocks are never compared: the same calls with each rank's clock shifted give the same answer
     shifted = [rank_trace(r, [100.0, 400.0 if r != 3 else 100.0], [1e6 * r, 1e6 * r + 1000]) for r in range(4)]
-    assert td.stragglers(shifted)[0] == [{"rank": 3, "group": "0", "group_size": 4, "delay_us": 900.0, "calls": 1}]
+    assert td.stragglers(shifted)[0] == [{"rank": 3, "group": "0", "group_size": 4, "delay_us": 900.0, "own_us": 900.0,
+                                  "behind": [], "calls": 1}]
 
 
 def test_matching_is_per_group_and_in_order_and_leaves_point_to_point_out():

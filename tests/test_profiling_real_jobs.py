@@ -60,7 +60,10 @@ def test_every_collective_has_its_arguments_bytes_and_an_older_all_gather_is_the
     # 1 GiB gathered from 16 MiB shards: a 64-rank group in a 128-rank job, whose name no trace gives
     assert {(c["bytes"], c["group"], c["group_size"]) for c in gathers} == {(1 << 30, None, 64)}
     assert not any(c["flag"] for c in gathers) and any("not known" in n for n in sampled["notes"])
-    assert [(s["rank"], s["group"]) for s in sampled["stragglers"]] == [(1, "0")]
+    # 5 matched calls: rank 1 came last 4 times (3 to 30 ms late), rank 0 once (27 ms late): which rank comes
+    # last changes from call to call by as much as either is late, so neither is named (stragglers.py's noise)
+    assert sampled["stragglers"] == [] and sampled["noise"]["unnamed"][0]["delay_us"] == 83000.0
+    assert "rank 1's 83.00 ms over 4 call(s), is within it" in td.format_report(sampled).replace("\n  ", " ")
     # no pg_config: the other calls' group is a guess (the whole job), so nothing is priced or flagged on it
     priced = td.diagnose(SAMPLED, hardware="dgx_h100")
     assert all(c["model_ratio"] is None for c in priced["calls"])

@@ -51,7 +51,7 @@ LIVE = {
                                            "seq": "count", "hidden": "count", "heads": "count", "table": "bool"}),
     "ring_overlap": ({}, {"kind": "str", "bandwidth": "float", "latency": "float", "overlap": "bool",
                           "balance": "str", "seq": "count", "heads": "count", "head_dim": "count", "rows": "count",
-                          "hidden": "count", "repeats": "count"}),
+                          "hidden": "count", "repeats": "count", "pace": "bool"}),
 }
 LIVE_CASES = [(fn, name, kind) for fn, (_, params) in LIVE.items() for name, kind in params.items()]
 

@@ -35,3 +35,20 @@ def test_the_committed_run_met_the_goal_and_says_where_it_ran():
     assert {r["name"] for r in run["rows"]} == {"measured", "1/4 bandwidth", "4x bandwidth", "2x nodes"}
     assert run["median_error"] == ej.median_error(run) <= 0.10
     assert run["cpus"] and run["load"] and run["command"].startswith("python benchmarks/whatif_accuracy.py")
+
+
+def test_the_committed_kernel_network_run_holds_its_rows_and_its_statistics():
+    """benchmarks/whatif_accuracy.py --network kernel: three jobs, torch DDP and FSDP2 among them; the median and
+    p90 it states are those of its rows (what the goal is checked on is computed, not written)."""
+    import statistics
+
+    run = ej.load_accuracy(ej.ACCURACY_KERNEL)
+    assert run["network"] == "kernel" and {r["job"] for r in run["rows"]} == set(ej.JOBS)
+    pairs = [r for r in run["rows"] if r["scenario"] != "identity replay" and r["measured_s"] and r["predicted_s"]]
+    assert len({r["scenario"] for r in pairs}) >= 8
+    for r in pairs:
+        assert r["error"] == r["predicted_s"] / r["measured_s"] - 1
+    errors = sorted(abs(r["error"]) for r in pairs)
+    assert run["median_error"] == statistics.median(errors)
+    assert run["p90_error"] == errors[min(len(errors) - 1, int(0.9 * len(errors)))]
+    assert run["machine"]["cpus"] and len(run["load"]) == 2

@@ -1,7 +1,7 @@
 """commlib's collectives as asynchronous work: one background thread per rank runs them in the order they were
 issued (as Gloo's worker does), so that a DDP bucket's all-reduce through the emulated network overlaps backward.
 
-    bg = Background("ring")                        # inside a rank (under topology.emulate(): paced)
+    bg = Background("ring")                        # inside a rank (under network.emulate(): paced)
     fut = bg.all_reduce(t)                         # -> a torch.futures.Future of t, summed over ranks in place
     model.register_comm_hook(bg, average_hook)     # overlap.BucketedDDP: each bucket averaged through it
     bg.close()                                     # or use it as a context manager

@@ -1,6 +1,6 @@
 """An emulated multi-node cluster on one machine: ranks grouped into nodes whose NICs are slow and shared.
 
-    with topology.emulate(gpus_per_node=2, bandwidth=50e6, latency=1e-3) as em:   # inside every rank
+    with network.emulate(gpus_per_node=2, bandwidth=50e6, latency=1e-3) as em:   # inside every rank
         alg.ring_all_reduce(t)      # each message between emulated nodes arrives as if over a NIC
     em.log                          # this rank's paced receives: when due, when released
 

@@ -2,7 +2,7 @@
 
 Validation every algorithm shares (_flat, _prepare: all ranks agree on numel, dtype and op before moving data),
 reduction into a buffer, and _Messages: sends and receives that are recorded in a Trace, skipped when empty,
-posted together as one group where NCCL needs it, and paced by an emulated network (commlib.topology.emulate)
+posted together as one group where NCCL needs it, and paced by an emulated network (commlib.network.emulate)
 when one is active in this rank.
 
 The same code runs over Gloo (CPU tensors) and NCCL (CUDA tensors). NCCL runs point-to-point calls
@@ -25,7 +25,7 @@ from commlib.algorithms.trace import Event, Trace
 
 REDUCE_OPS = ("sum", "max", "min", "avg")  # what a reduction may do (torch.distributed.ReduceOp names)
 GROUP_P2P: bool | None = None  # None: the ring posts each step as one group for CUDA tensors only; True/False force it
-NETWORK = None  # set by commlib.topology.emulate(): paces the messages that cross emulated node boundaries
+NETWORK = None  # set by commlib.network.emulate(): paces the messages that cross emulated node boundaries
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.int64)
 
 
@@ -186,8 +186,19 @@ def _offsets(sizes: list[int]) -> list[int]:
     return out + [acc]
 
 
+def send(t: torch.Tensor, dst: int) -> None:
+    """dist.send(t, dst) through the layer every algorithm sends through (so paced under an emulated network)."""
+    _Messages("p2p", None).send("send", 0, t, dst)
+
+
+def recv(t: torch.Tensor, src: int) -> torch.Tensor:
+    """dist.recv into t from src, through the same layer as send(); returns t."""
+    _Messages("p2p", None).recv(t, src)
+    return t
+
+
 def network():
-    """The emulated network active in this rank (commlib.topology.emulate), or None."""
+    """The emulated network active in this rank (commlib.network.emulate), or None."""
     return NETWORK
 
 

@@ -6,7 +6,7 @@
 1. calibrate (in ranks): the intra-node link is loopback. Ranks 0<->1, 2<->3, ... exchange n bytes at once
    (as the ranks of a node do inside an algorithm); an alpha-beta fit over the sizes gives the intra Link.
    gamma: a rank adding tensors while the others do too.
-2. time_algorithms (in ranks): under topology.emulate(g, bandwidth = intra / ratio, latency, nics), time
+2. time_algorithms (in ranks): under network.emulate(g, bandwidth = intra / ratio, latency, nics), time
    flat ring, multi-ring, hierarchical all-reduce and pairwise all-to-all (the slowest rank's median over
    repeats, rounds interleaved so a slow spell hits all alike), and torch's own dist.all_reduce, which the
    emulator does not pace.
@@ -17,6 +17,7 @@ benchmarks/topology_emulated.py runs the full sweep and writes benchmarks/topolo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -31,6 +32,7 @@ from commlib import _validate as check
 from commlib import algorithms as alg
 from commlib import cost
 from commlib import topology as topo
+from commlib.network import emulate
 
 
 
@@ -73,17 +75,20 @@ def calibrate(sizes, repeats: int):
     return out, gamma
 
 
-def time_algorithms(sizes, repeats: int, gpus_per_node: int, bandwidth: float, latency: float, nics: int):
+def time_algorithms(sizes, repeats: int, gpus_per_node: int, bandwidth: float, latency: float, nics: int,
+                    pace: bool = True):
     """-> ({(algorithm, nbytes): [seconds per run]}, [(late_s, overslept_s, data after due, paced_s)]), this rank.
-    'builtin' is dist.all_reduce under the same emulation: not paced."""
+    'builtin' is dist.all_reduce under the same emulation: not paced. pace=False on the kernel network (the
+    NICs are shaped by the kernel, dist.all_reduce included; no pacing log)."""
     torch.set_num_threads(1)
     runs = {name: (op, lambda t, g, fn=fn: fn(t, g, check=False)) for name, (op, fn) in RUNNABLE.items()}
     runs["builtin"] = ("all_reduce", lambda t, g: dist.all_reduce(t))
     times = {(name, n): [] for n in sizes for name in runs}
-    with topo.emulate(gpus_per_node, bandwidth, latency, nics) as net:
+    with emulate(gpus_per_node, bandwidth, latency, nics) if pace else contextlib.nullcontext() as net:
         for name, n in times:  # warm-up
             runs[name][1](torch.ones(n // 4), gpus_per_node)
-        net.log.clear()
+        log = net.log if net is not None else []
+        log.clear()
         for _ in range(repeats):
             for name, n in times:
                 t = torch.ones(n // 4)
@@ -91,7 +96,7 @@ def time_algorithms(sizes, repeats: int, gpus_per_node: int, bandwidth: float, l
                 t0 = time.perf_counter()
                 runs[name][1](t, gpus_per_node)
                 times[(name, n)].append(time.perf_counter() - t0)
-        log = [(m.late_s, m.overslept_s, m.data_at > m.due, m.due - m.posted) for m in net.log]
+        log = [(m.late_s, m.overslept_s, m.data_at > m.due, m.due - m.posted) for m in log]
     return times, log
 
 
@@ -154,7 +159,18 @@ def run(cluster, sizes=(4 << 20,), ratio: float = 8.0, latency: float = 1e-3, ni
     if any(n % (4 * p) for n in sizes):
         raise ValueError(f"sizes must be multiples of 4 x world size ({4 * p}) bytes, got {sizes}")
     load0 = os.getloadavg()
-    cal_sizes = sorted({1 << 18, 1 << 20, 4 << 20, *(n // g for n in sizes)})
+    intra, gamma = _calibrate(cluster, [n // g for n in sizes], repeats)
+    nic = cost.Link("emulated NIC", intra.bandwidth / ratio, latency, f"network.emulate(): loopback / {ratio:g}")
+    rows, builtin, pacing = [], [], []
+    for k in nics:
+        out = cluster.run(time_algorithms, sizes, repeats, g, nic.bandwidth, latency, k)
+        _price(out, k, sizes, topo.Topology(p // g, g, intra, nic, k), gamma, rows, builtin, pacing)
+    return _result("paced", load0, p, g, ratio, repeats, intra, gamma, nic, rows, builtin, pacing)
+
+
+def _calibrate(cluster, sizes, repeats: int) -> tuple[cost.Link, float]:
+    """The intra-node link fitted (loopback, ranks of a node exchanging at once) and gamma, this cluster."""
+    cal_sizes = sorted({1 << 18, 1 << 20, 4 << 20, *sizes})
     for _ in range(CALIBRATION_TRIES):
         out = cluster.run(calibrate, cal_sizes, repeats)
         times = [slowest_rank_median([o[0][n] for o in out]) for n in cal_sizes]
@@ -164,32 +180,58 @@ def run(cluster, sizes=(4 << 20,), ratio: float = 8.0, latency: float = 1e-3, ni
     else:
         alpha, beta = fit_loopback(cal_sizes, times)
     gamma = statistics.median(x for o in out for x in o[1])
-    intra = cost.Link("loopback", 1 / beta, alpha, "fitted: the ranks of each node exchanging at once")
-    nic = cost.Link("emulated NIC", intra.bandwidth / ratio, latency, f"topology.emulate(): loopback / {ratio:g}")
-    rows, builtin, pacing = [], [], []
-    for k in nics:
-        out = cluster.run(time_algorithms, sizes, repeats, g, nic.bandwidth, latency, k)
-        model = topo.Topology(p // g, g, intra, nic, k)
-        for n in sizes:
-            for name, (op, _) in RUNNABLE.items():
-                rows.append({"nics": k, "algorithm": name, "op": op, "nbytes": n,
-                             "measured_s": slowest_rank_median([o[0][(name, n)] for o in out]),
-                             "model_s": topo.collective_time(op, n, model, name, gamma=gamma)})
-            builtin.append({"nics": k, "nbytes": n,
-                            "measured_s": slowest_rank_median([o[0][("builtin", n)] for o in out])})
-        log = [m for o in out for m in o[1]]
+    return cost.Link("loopback", 1 / beta, alpha, "fitted: the ranks of each node exchanging at once"), gamma
+
+
+def _price(out, k, sizes, model, gamma, rows, builtin, pacing) -> None:
+    """Each algorithm's slowest-rank median beside topology's model; dist.all_reduce beside the flat ring's."""
+    for n in sizes:
+        for name, (op, _) in RUNNABLE.items():
+            rows.append({"nics": k, "algorithm": name, "op": op, "nbytes": n,
+                         "measured_s": slowest_rank_median([o[0][(name, n)] for o in out]),
+                         "model_s": topo.collective_time(op, n, model, name, gamma=gamma)})
+        builtin.append({"nics": k, "nbytes": n, "measured_s": slowest_rank_median([o[0][("builtin", n)] for o in out]),
+                        "model_s": topo.collective_time("all_reduce", n, model, "flat_ring", gamma=gamma)})
+    log = [m for o in out for m in o[1]]
+    if log:
         late, overslept = [m[0] for m in log], [m[1] for m in log]
         pacing.append({"nics": k, "messages": len(log), "paced_median_s": statistics.median(m[3] for m in log),
                        "late_median_s": _quantile(late, .5), "late_p95_s": _quantile(late, .95),
                        "overslept_median_s": _quantile(overslept, .5), "overslept_p95_s": _quantile(overslept, .95),
                        "data_after_due": sum(m[2] for m in log) / len(log)})
-    return {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor(),
+
+
+def _result(kind, load0, p, g, ratio, repeats, intra, gamma, nic, rows, builtin, pacing) -> dict:
+    return {"network": kind,
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor(),
                         "torch": torch.__version__, "load_start": load0, "load_end": os.getloadavg(),
                         "date": time.strftime("%Y-%m-%d")},
             "world_size": p, "gpus_per_node": g, "ratio": ratio, "repeats": repeats,
             "intra": {"bandwidth": intra.bandwidth, "latency": intra.latency}, "gamma": gamma,
-            "nic": {"bandwidth": nic.bandwidth, "latency": latency}, "rows": rows, "builtin": builtin,
+            "nic": {"bandwidth": nic.bandwidth, "latency": nic.latency}, "rows": rows, "builtin": builtin,
             "pacing": pacing}
+
+
+def run_network(sizes=(4 << 20,), bandwidth: float = 20e6, nics=(1, 2), repeats: int = 3, gpus_per_node: int = 2,
+                nodes: int = 2) -> dict:
+    """The same measurement on the kernel network (commlib.network): for each NIC count a Cluster of nodes x
+    gpus_per_node ranks in their nodes' namespaces, NICs of `bandwidth` bytes/s shaped by the kernel (no latency
+    added). Every call between nodes crosses them, dist.all_reduce included, which is priced as a flat ring."""
+    from commlib.cluster import Cluster
+    from commlib.network import Network
+
+    g, repeats = check.integer("gpus_per_node", gpus_per_node, 1, 64), check.integer("repeats", repeats, 1, 1000)
+    nics = [check.integer(f"nics[{i}]", k, 1, g) for i, k in enumerate(check.listed("nics", nics, "NIC count"))]
+    sizes = [check.integer(f"sizes[{i}]", n, 1, 1 << 30) for i, n in enumerate(check.listed("sizes", sizes, "size"))]
+    load0, p = os.getloadavg(), nodes * g
+    rows, builtin, pacing = [], [], []
+    for k in nics:
+        with Cluster(p, network=Network(nodes, g, k, bandwidth=bandwidth, kind="kernel", quiet=True), timeout=600) as c:
+            intra, gamma = _calibrate(c, [n // g for n in sizes], repeats)
+            nic = cost.Link("kernel NIC", bandwidth, intra.latency, "commlib.network: tc HTB; Gloo's alpha as inside")
+            out = c.run(time_algorithms, sizes, repeats, g, bandwidth, 0.0, k, False)
+            _price(out, k, sizes, topo.Topology(nodes, g, intra, nic, k), gamma, rows, builtin, pacing)
+    return _result("kernel", load0, p, g, None, repeats, intra, gamma, nic, rows, builtin, pacing)
 
 
 COMMITTED = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks",
@@ -210,13 +252,43 @@ def format_result(result: dict) -> str:
                      for line in _result_lines(result))
 
 
+AGREE = 0.15  # measured within 15% of the model: "agrees" (the benchmark's targets are 10-25%)
+
+
+def agreement(result: dict) -> str:
+    """What the measurement says about the model's expectations, computed from it: which rows are within AGREE
+    of the model, and whether the measured hierarchical speedup and the rings' ratios agree with the model's."""
+    rows, by = result["rows"], {(r["nics"], r["nbytes"], r["algorithm"]): r for r in result["rows"]}
+    ok = [r for r in rows if abs(r["measured_s"] / r["model_s"] - 1) <= AGREE]
+    m = result["machine"]
+    lines = [f"{len(ok)} of {len(rows)} rows within {AGREE:.0%} of the model on the {result.get('network', 'paced')} "
+             f"network (load {m['load_start'][0]:.1f} -> {m['load_end'][0]:.1f})"]
+    for k, n, name in by:
+        if name != "flat_ring":
+            continue
+        for other in ("multi_ring", "hierarchical"):
+            f, o = by[(k, n, "flat_ring")], by[(k, n, other)]
+            measured, model = f["measured_s"] / o["measured_s"], f["model_s"] / o["model_s"]
+            verdict = "agrees" if abs(measured / model - 1) <= AGREE else "does not agree"
+            lines.append(f"  {k} NIC(s): {other} vs flat ring, model {model:.2f}x faster, measured {measured:.2f}x: {verdict}")
+    for b in result["builtin"]:
+        if result.get("network") == "kernel":
+            r = b["measured_s"] / b["model_s"]
+            lines.append(f"  {b['nics']} NIC(s): dist.all_reduce {r:.2f}x the flat ring's model: "
+                         f"{'agrees' if abs(r - 1) <= AGREE else 'does not agree'}")
+    return "\n".join(lines)
+
+
 def _result_lines(result: dict) -> list[str]:
     size = lambda n: f"{n / 2**20:g}M"  # noqa: E731
     m = result["machine"]
     p, g, intra, nic = result["world_size"], result["gpus_per_node"], result["intra"], result["nic"]
-    lines = [f"{p} ranks as {p // g} nodes x {g}; intra (loopback, fitted) {intra['bandwidth'] / 1e9:.2f} GB/s, "
-             f"alpha {intra['latency'] * 1e6:.0f} us; emulated NIC {nic['bandwidth'] / 1e9:.3f} GB/s "
-             f"(1/{result['ratio']:g}), latency {nic['latency'] * 1e3:g} ms; gamma "
+    kernel = result.get("network") == "kernel"
+    how = ("kernel NIC (tc HTB), no latency added" if kernel else
+           f"emulated NIC (1/{result['ratio']:g}), latency {nic['latency'] * 1e3:g} ms")
+    lines = [f"network: {result.get('network', 'paced')}",
+             f"{p} ranks as {p // g} nodes x {g}; intra (loopback, fitted) {intra['bandwidth'] / 1e9:.2f} GB/s, "
+             f"alpha {intra['latency'] * 1e6:.0f} us; {how} {nic['bandwidth'] / 1e9:.3f} GB/s; gamma "
              f"{result['gamma'] * 1e9:.2f} ns/B; median of {result['repeats']}, slowest rank",
              f"machine: {m['cpus']} cores, load {m['load_start'][0]:.1f} at start, {m['load_end'][0]:.1f} at the end",
              f"{'NICs':>4} {'algorithm':>13} {'size':>5} {'measured':>9} {'model':>9} {'measured/model':>15}"]
@@ -232,8 +304,13 @@ def _result_lines(result: dict) -> list[str]:
                          f"model {f['model_s'] / h['model_s']:.2f}x")
     for b in result["builtin"]:
         flat = by[(b["nics"], b["nbytes"], "flat_ring")]
-        lines.append(f"dist.all_reduce, same emulation ({b['nics']} NIC(s), {size(b['nbytes'])}): "
-                     f"{b['measured_s'] * 1e3:.1f} ms, paced flat ring {flat['measured_s'] * 1e3:.1f} ms: not paced")
+        if kernel:
+            lines.append(f"dist.all_reduce (Gloo's own), {b['nics']} NIC(s), {size(b['nbytes'])}: "
+                         f"{b['measured_s'] * 1e3:.1f} ms, model (flat ring) {b['model_s'] * 1e3:.1f} ms: "
+                         f"{b['measured_s'] / b['model_s']:.2f}x")
+        else:
+            lines.append(f"dist.all_reduce, same emulation ({b['nics']} NIC(s), {size(b['nbytes'])}): "
+                         f"{b['measured_s'] * 1e3:.1f} ms, paced flat ring {flat['measured_s'] * 1e3:.1f} ms: not paced")
     for q in result["pacing"]:
         lines.append(f"pacing, {q['nics']} NIC(s): {q['messages']} messages (median paced time "
                      f"{q['paced_median_s'] * 1e3:.1f} ms);")

@@ -7,6 +7,8 @@ has a GPU) that run functions defined in a notebook, never hang, and say why a r
     worker.py    the zygote and the rank loop;  listener.py  the authenticated listener;  output.py  rank output
     torchrun.py  the same rank functions under torchrun;  envinfo.py  what this machine offers
     demos.py     chapter 0's small rank functions
+    flight_recorder.py, dumps.py, p2p_log.py, call_check.py: what each rank records (collectives, dump files,
+                 sends/recvs, roots and reduce ops);  matching.py, diagnosis.py: what went wrong, from them
 Imports nothing else from commlib.
 """
 

@@ -43,6 +43,21 @@ def time_all_reduce(calls: int = 200, numel: int = 4) -> float:
     return statistics.median(times)
 
 
+def time_call_check(calls: int = 200, numel: int = 4) -> tuple[float, float]:
+    """In a Cluster(debug=True): seconds per dist.all_reduce with commlib's check of roots and reduce ops off, then
+    on (torch's DETAIL checks run in both), each the median of `calls` calls (time_all_reduce)."""
+    from commlib.cluster import call_check
+
+    try:
+        call_check.set_checking(False)
+        off = time_all_reduce(calls, numel)
+        call_check.set_checking(True)
+        on = time_all_reduce(calls, numel)
+    finally:
+        call_check.set_checking(True)
+    return off, on
+
+
 if __name__ == "__main__":  # torchrun --nproc-per-node=4 -m commlib.cluster.demos
     from commlib.cluster.torchrun import init_from_env
 

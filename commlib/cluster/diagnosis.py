@@ -6,24 +6,32 @@ point-to-point operations it posted, and what the cluster itself saw (who raised
 
 In this order:
   1. torch's fingerprint check (Cluster(debug=True): TORCH_DISTRIBUTED_DEBUG=DETAIL) raised "Detected
-     mismatch between collectives on ranks" -> mismatch; the culprits differ from the majority. Or
-     torch's monitored_barrier said "Ranks 3 failed to pass monitoredBarrier" -> missing.
-  2. a live collective (matching.py: records every rank holding them has moved past are finished and left
-     out) that the ranks called differently -> mismatch;
-  3. point-to-point operations still pending whose peer never posted the matching one (p2p_log.py) -> p2p:
-     the rank most involved in unmatched operations (both of a pair that wait on each other);
-  4. a live collective that some members never entered -> missing;
-  5. a rank that died, or raised outside torch.distributed, named from what the cluster saw -> missing when
-     others wait in communication it never reached, else unknown (but named);
-  6. the call each rank waits in -> missing: members of the group of a collective others wait in, not in it;
-  7. otherwise unknown, saying in words what would tell.
+     mismatch between collectives on ranks", or commlib's check of roots and reduce ops (call_check.py) raised
+     -> mismatch; the culprits differ from the majority. Or a live collective (matching.py: records every rank
+     holding them has moved past are finished and left out) that the ranks called differently -> mismatch;
+  2. a rank that died (signal, exit code): the culprit, whatever the survivors' records or a monitored barrier
+     say -> missing;
+  3. torch's monitored_barrier said "Ranks 3 failed to pass monitoredBarrier" -> missing; a live call with
+     another root or reduce op (call_check's log) -> mismatch;
+  4. by sequence: ranks that returned while the others were left in communication, when they are fewer
+     (they skipped a program, or tore their process group down) -> missing;
+  5. point-to-point operations still pending whose peer never posted the matching one (p2p_log.py) -> p2p:
+     the rank most involved in unmatched operations (both of a pair that wait on each other, unless one of
+     them used a tag the others do not: it alone);
+  6. by sequence: ranks left in a collective that the others, more of them, returned without -> mismatch
+     (a call the others lack);
+  7. a live collective that some members never entered -> missing;
+  8. a rank that raised outside torch.distributed, named from what the cluster saw -> missing when others wait
+     in communication it never reached, else unknown (but named);
+  9. the call each rank waits in -> missing: members of the group of a collective others wait in, not in it;
+ 10. otherwise unknown, saying in words what would tell.
 A snapshot is flight_recorder.snapshot()'s dict, or None for a rank that could not give one (dead).
 """
 
 from __future__ import annotations
 
 import re
-from commlib.cluster import matching, p2p_log
+from commlib.cluster import call_check, matching, p2p_log
 from commlib.cluster.matching import describe_record, group_text, ranks_text, sides, split  # noqa: F401
 
 _OPS = {"ALLREDUCE": "all_reduce", "ALLGATHER": "all_gather", "_ALLGATHER_BASE": "all_gather_into_tensor",
@@ -72,6 +80,48 @@ def from_fingerprints(errors: dict, snapshots: dict | None = None) -> dict | Non
     return {"kind": "mismatch", "ranks": culprits, "detail": detail}
 
 
+_CALL_CHECK = re.compile(re.escape(call_check.MARK) + r": (.*) \[culprits: ([\d, ]+)\]")
+
+
+def from_call_check(errors: dict) -> dict | None:
+    """commlib's debug check of roots and reduce ops (call_check.py): every rank raised, naming the odd ones."""
+    for text in errors.values():
+        m = _CALL_CHECK.search(str(text))
+        if m:
+            culprits = [int(r) for r in m.group(2).split(",")]
+            return {"kind": "mismatch", "ranks": culprits,
+                    "detail": f"{m.group(1)} (caught by commlib's debug check of roots and reduce ops, which "
+                              f"neither the Flight Recorder nor TORCH_DISTRIBUTED_DEBUG=DETAIL records)."}
+    return None
+
+
+def from_call_log(snapshots: dict) -> dict | None:
+    """The last call each rank logged per group (call_check.snapshot()): same number, another root or reduce op.
+    Only while some rank still waits in such a call: a logged call that every rank went past is finished (it
+    may have returned wrong numbers; debug=True's check catches that) and is not what a hang is about."""
+    live = {w["op"] for w in _waits(snapshots).values() if not w["p2p"]}
+    if not live & {"all_reduce", "broadcast", "reduce"}:
+        return None
+    last: dict = {}
+    for rank, snap in snapshots.items():
+        for e in (snap or {}).get("calls") or []:
+            last.setdefault((e["group"], tuple(e["members"])), {})[rank] = (e["n"], e["call"])
+    for (name, members), by_rank in sorted(last.items()):
+        if set(by_rank) != set(members) or len({n for n, _ in by_rank.values()}) != 1:
+            continue  # not every member logged it, or they are at different calls: the records tell that
+        classes: dict = {}
+        for rank, (_, call) in sorted(by_rank.items()):
+            classes.setdefault(call, []).append(rank)
+        if len(classes) > 1:
+            culprits, _ = split(classes)
+            n = next(iter(by_rank.values()))[0]
+            return {"kind": "mismatch", "ranks": culprits,
+                    "detail": f"mismatch in {_group_of(snapshots, members, name)} at its call #{n} of a root or "
+                              f"reduce op: {sides(classes, lambda k: k)} (seen in commlib's log of roots and reduce "
+                              f"ops; the Flight Recorder records neither)."}
+    return None
+
+
 _MONITORED = re.compile(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier")
 
 
@@ -97,6 +147,7 @@ def _call(w: dict) -> str:
     peer = w.get("peer")
     direction = {"send": " to", "isend": " to", "recv": " from", "irecv": " from"}.get(w["op"], "")
     peer_text = f"{direction} rank {peer}" if peer is not None and direction else ""
+    peer_text += f" with tag {w['tag']}" if w.get("tag") else ""
     where = f" at {w['where']}" if w.get("where") else ""
     return f"{w['op']}{peer_text}{what}{where}"
 
@@ -115,6 +166,7 @@ def from_p2p(snapshots: dict) -> dict | None:
         targets.setdefault(rank, set()).add(e["peer"])
     behind = {w for w, ts in targets.items() if all(t in targets and w not in targets[t] for t in ts)}
     culprits = sorted(set(targets) - behind) or sorted(targets)
+    culprits = _odd_tag(snapshots, lost, culprits)
     parts = []
     for rank, e in lost:
         peer = e["peer"]
@@ -126,7 +178,99 @@ def from_p2p(snapshots: dict) -> dict | None:
                       f"({'; '.join(parts)})."}
 
 
-# ------------------------------------------------------------------ 5. what the cluster itself saw
+def _odd_tag(snapshots: dict, lost: list, culprits: list) -> list:
+    """Of a pair whose pending send and recv differ only in their tag, the rank whose tag fewer operations of the
+    whole run used (its peer posted what everyone else posts, and waits: the victim)."""
+    pending = {(r, e["op"].replace("i", ""), e["peer"]): e["tag"] for r, e in lost}
+    use: dict = {}
+    for snap in snapshots.values():
+        for (_, _, tag), n in ((snap or {}).get("p2p") or {}).get("posted", {}).items():
+            use[tag] = use.get(tag, 0) + n
+    odd = set()
+    for (r, op, peer), tag in pending.items():
+        mirror = pending.get((peer, "recv" if op == "send" else "send", r))
+        if mirror is not None and mirror != tag and use.get(tag, 0) != use.get(mirror, 0):
+            odd.add(r if use.get(tag, 0) < use.get(mirror, 0) else peer)
+    return sorted(odd) if odd and odd < set(culprits) else culprits
+
+
+# ------------------------------------------------------------------------------ sequences
+def _finished(world_size: int, errors: dict, stuck, dead: dict) -> list:
+    return sorted(set(range(world_size)) - set(stuck) - set(errors) - set(dead))
+
+
+def _waited_on(snapshots: dict, rank: int, world_size: int, lost: list) -> tuple[set, set]:
+    """The ranks `rank` waits for -> (in a collective: the members of the group of the call it waits or raised in,
+    all ranks when its table does not hold that group; by send/recv: the peers of its unmatched operations, lost
+    being p2p_log.unmatched())."""
+    snap = snapshots.get(rank) or {}
+    coll, p2p = set(), {e["peer"] for r, e in lost if r == rank}
+    for call in (snap.get("waiting"), snap.get("failed")):
+        if not call:
+            continue
+        if call["p2p"]:
+            p2p |= {call["peer"]} if call.get("peer") is not None else set(range(world_size))
+        else:
+            coll |= set((snap.get("groups") or {}).get(call.get("group"), ("", range(world_size)))[1])
+    return coll - {rank}, p2p - {rank}
+
+
+def _posted_with(snapshots: dict, rank: int, peer: int) -> int:
+    """Sends and receives `rank` posted with `peer` in the task that failed (all its life for an older snapshot)."""
+    log = (snapshots.get(rank) or {}).get("p2p") or {}
+    counts = log.get("task", log.get("posted")) or {}
+    return sum(n for (_, p, _), n in counts.items() if p == peer)
+
+
+def from_returned(snapshots: dict, world_size: int, errors: dict, stuck, dead: dict) -> dict | None:
+    """Ranks that returned while more ranks were left in communication that waits for them, or raised inside it:
+    they skipped what the others entered, or tore their process group down. A rank waited for by send/recv only
+    counts when it posted no send or recv with the ranks waiting for it in this task (it skipped them; one that
+    did exchange with them did its part, and the waiting rank asked the wrong peer). Returned ranks nobody waits
+    for are bystanders."""
+    left = sorted(set(stuck) | set(errors))
+    if dead or not left or any(not (snapshots.get(r) or {}).get("failed") for r in errors):
+        return None  # a death, or a rank that raised on its own: their story (from_failures)
+    lost = p2p_log.unmatched({r: (s or {}).get("p2p") for r, s in snapshots.items()})
+    waits = {r: _waited_on(snapshots, r, world_size, lost) for r in left}
+    finished = set(_finished(world_size, errors, stuck, dead))
+    by_coll = {r for w in waits.values() for r in w[0]} & finished
+    by_p2p = {r for r in finished - by_coll
+              if any(r in w[1] for w in waits.values())
+              and all(_posted_with(snapshots, r, w) == 0 for w, (_, p) in waits.items() if r in p)}
+    done = sorted(by_coll | by_p2p)
+    if not done or len(done) >= len(left):
+        return None
+    found = matching.from_records(snapshots, "missing")
+    if found and found["ranks"] == done:
+        return found  # the records say it in their own words: the collective it never entered
+    gone = [r for r in done if not (snapshots.get(r) or {}).get("groups")]
+    how = "it returned with its process group destroyed" if gone == done else "it returned, having skipped it"
+    waits = _waits(snapshots, done)
+    w = next((w for _, w in sorted(waits.items())), None)
+    inside = f"the {_call(w)}" if w else "the communication"
+    where = f", in {_group_of(snapshots, left, w['group'])}" if w and not w["p2p"] else ""
+    return {"kind": "missing", "ranks": done,
+            "detail": f"missing: {ranks_text(done)} never entered {inside}{where} that {ranks_text(left)} "
+                      f"{'was' if len(left) == 1 else 'were'} left in: {how} (the odd rank by sequence)."}
+
+
+def from_extra(snapshots: dict, world_size: int, errors: dict, stuck, dead: dict) -> dict | None:
+    """Ranks left waiting in a collective that more ranks returned without: a call the others lack."""
+    done = _finished(world_size, errors, stuck, dead)
+    stuck = sorted(stuck)
+    if errors or dead or not stuck or len(stuck) >= len(done):
+        return None
+    waits = _waits(snapshots)
+    if not all(r in waits and not waits[r]["p2p"] for r in stuck):
+        return None
+    calls = "; ".join(f"rank {r} in {_call(waits[r])}" for r in stuck)
+    return {"kind": "mismatch", "ranks": stuck,
+            "detail": f"mismatch: {ranks_text(stuck)} called a collective that {ranks_text(done)} never called: "
+                      f"they returned ({calls}; a call the others lack, by sequence)."}
+
+
+# ------------------------------------------------------------------ 8. what the cluster itself saw
 def _waits(snapshots: dict, exclude=()) -> dict:
     """{rank: the torch.distributed call it waits in} for the ranks that could be asked."""
     return {r: s["waiting"] for r, s in snapshots.items() if s and s.get("waiting") and r not in exclude}
@@ -188,8 +332,12 @@ def diagnose(snapshots: dict, world_size: int, errors: dict | None = None, stuck
     will be raised, which an unknown diagnosis repeats (it is then the best clue)."""
     snapshots = {r: snapshots.get(r) for r in range(world_size)}
     errors, dead = errors or {}, dead or {}
-    found = (from_fingerprints(errors, snapshots) or from_monitored_barrier(errors, world_size)
-             or matching.from_records(snapshots, "mismatch") or from_p2p(snapshots)
+    found = (from_fingerprints(errors, snapshots) or from_call_check(errors)
+             or matching.from_records(snapshots, "mismatch")
+             or (from_failures(snapshots, errors, dead, stuck) if dead else None)
+             or from_monitored_barrier(errors, world_size) or from_call_log(snapshots)
+             or from_returned(snapshots, world_size, errors, stuck, dead) or from_p2p(snapshots)
+             or from_extra(snapshots, world_size, errors, stuck, dead)
              or matching.from_records(snapshots, "missing") or from_failures(snapshots, errors, dead, stuck)
              or from_waiting(snapshots))
     if found:

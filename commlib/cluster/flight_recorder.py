@@ -10,7 +10,8 @@ nothing else writes `snapshot()` to `fr_rank{r}.pkl`:
   waiting  the torch.distributed call the rank's main thread is blocked in, read from its frames
            (send/recv are not in Gloo's records: this is how an unmatched recv is seen);
   p2p      the sends and receives it posted and those still pending (p2p_log.py: a rank blocked in
-           work.wait() of an isend/irecv is in no torch.distributed call).
+           work.wait() of an isend/irecv is in no torch.distributed call);
+  calls    the last collectives' roots and reduce ops (call_check.py: the records hold neither).
 The signal is blocked in every thread but that one (block_dump_signal() runs before any thread
 starts), so it is delivered there even while the main thread waits inside Gloo.
 """
@@ -25,7 +26,7 @@ import sys
 import threading
 import time
 
-from commlib.cluster import dumps, p2p_log
+from commlib.cluster import call_check, dumps, p2p_log
 from commlib.cluster.output import dropping_stderr_lines
 
 DUMP_SIGNAL = getattr(signal, "SIGUSR2", None)
@@ -53,7 +54,8 @@ _USER_SKIP = (os.path.join("torch", "distributed"), os.path.join("commlib", "clu
 CALLS = {"send", "recv", "isend", "irecv", "broadcast", "all_reduce", "all_reduce_coalesced", "reduce",
          "all_gather", "all_gather_into_tensor", "gather", "scatter", "reduce_scatter", "reduce_scatter_tensor",
          "all_to_all", "all_to_all_single", "barrier", "monitored_barrier", "batch_isend_irecv",
-         "broadcast_object_list", "all_gather_object", "send_object_list", "recv_object_list"}
+         "broadcast_object_list", "all_gather_object", "send_object_list", "recv_object_list",
+         "new_group", "new_subgroups", "new_subgroups_by_enumeration", "split_group"}  # a mesh's groups wait for all
 P2P_CALLS = {"send", "recv", "isend", "irecv", "batch_isend_irecv", "send_object_list", "recv_object_list"}
 
 
@@ -65,6 +67,7 @@ def configure(buffer_size: int | None, debug: bool) -> None:
 
     os.environ["TORCH_FR_BUFFER_SIZE"] = str(int(buffer_size or 0))  # torch: 0 is off
     p2p_log.install()
+    call_check.install(check=debug)  # roots and reduce ops: logged always, compared across the group in debug
     if debug:
         os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
         dist.set_debug_level(dist.DebugLevel.DETAIL)
@@ -104,7 +107,7 @@ def snapshot(thread_id: int | None = None) -> dict:
     import torch.distributed as dist
 
     out: dict = {"fr": None, "waiting": None, "groups": {}, "failed": _failed[0] if _failed else None,
-                 "p2p": p2p_log.snapshot()}
+                 "p2p": p2p_log.snapshot(), "calls": call_check.snapshot()}
     if dist.is_initialized():
         out["groups"] = group_table()
         try:
@@ -124,8 +127,11 @@ _failed: list = []  # the torch.distributed call the last task's exception came 
 
 
 def note_failure(exc: BaseException | None) -> None:
-    """Remember the torch.distributed call `exc` was raised in (None: the task succeeded)."""
+    """Remember the torch.distributed call `exc` was raised in (None: a task starts, nothing failed; the p2p log
+    then marks where this task's sends and receives begin)."""
     _failed.clear()
+    if exc is None:
+        p2p_log.mark_task()
     tb = exc.__traceback__ if exc is not None else None
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next

@@ -23,6 +23,7 @@ MAX_PENDING = 256   # pending operations kept per rank (older ones are dropped f
 _lock = threading.Lock()
 _posted: Counter = Counter()       # ("send"|"recv", global peer or None (any source), tag) -> operations posted
 _pending: list = []                # [entry dict, Work or None]
+_task_start: Counter = Counter()   # _posted when the current task started (mark_task)
 _SKIP = (os.path.join("torch", ""), os.path.join("commlib", "cluster", ""))
 
 
@@ -93,12 +94,22 @@ def reset() -> None:
     with _lock:
         _posted.clear()
         _pending.clear()
+        _task_start.clear()
+
+
+def mark_task() -> None:
+    """A task starts: what it posts is counted apart too ("task" in snapshot())."""
+    with _lock:
+        _task_start.clear()
+        _task_start.update(_posted)
 
 
 def snapshot() -> dict:
-    """{"posted": {(op, peer, tag): count}, "pending": [entries not completed]} of this rank."""
+    """{"posted": {(op, peer, tag): count}, "task": the same, posted since the task started, "pending": [entries
+    not completed]} of this rank."""
     with _lock:
-        return {"posted": dict(_posted), "pending": [dict(e) for e, w in _pending if not _done(w)]}
+        task = {k: n - _task_start.get(k, 0) for k, n in _posted.items() if n > _task_start.get(k, 0)}
+        return {"posted": dict(_posted), "task": task, "pending": [dict(e) for e, w in _pending if not _done(w)]}
 
 
 # ------------------------------------------------------------------------------ parent side

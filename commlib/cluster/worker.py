@@ -26,7 +26,7 @@ from multiprocessing.connection import Client, Connection, wait
 
 import cloudpickle
 
-from commlib.cluster import flight_recorder
+from commlib.cluster import flight_recorder, netns
 from commlib.cluster.output import RankStreams
 
 WATCH_INTERVAL_S = 0.1
@@ -120,6 +120,9 @@ def rank_main(spec: dict, authkey: bytes) -> None:
         store = dist.TCPStore(spec["host"], spec["store_port"], None, False,
                               datetime.timedelta(seconds=spec["start_timeout"]))
         store = dist.PrefixStore(f"generation{spec['generation']}", store)
+        if spec.get("netns"):  # an emulated node (commlib.network): the store's socket stays on the host's
+            netns.enter(spec["netns"])  # loopback; Gloo's pairs, made from here on, use the node's NIC
+            os.environ["GLOO_SOCKET_IFNAME"] = spec["ifname"]
         kwargs = {}
         if backend == "nccl":
             torch.cuda.set_device(rank)

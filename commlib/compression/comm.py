@@ -33,7 +33,7 @@ class HookComm:
     call (this rank's exact share, commlib.cost.bytes_sent_by_rank). "ring": commlib's ring algorithms,
     and bytes_sent adds the messages this rank really sent (their algorithms.Trace). With CUDA tensors each
     collective is bracketed by torch.cuda.synchronize(), so that `seconds` are the GPU's (and nothing overlaps).
-    Under topology.emulate() only "ring" is paced (it sends through commlib.algorithms): "builtin" raises there,
+    Under network.emulate() only "ring" is paced (it sends through commlib.algorithms): "builtin" raises there,
     rather than measure loopback and call it the emulated link."""
 
     def __init__(self, algorithm: str = "builtin", group=None):
@@ -57,7 +57,7 @@ class HookComm:
 
     def _check_paced(self) -> None:
         if self.algorithm == "builtin" and alg.network() is not None:
-            raise RuntimeError("HookComm('builtin') runs torch.distributed's own collectives, which topology.emulate() "
+            raise RuntimeError("HookComm('builtin') runs torch.distributed's own collectives, which network.emulate() "
                                "does not pace; use HookComm('ring') inside emulate()")
 
     def _sent_since(self, n_events: int) -> int:

@@ -16,7 +16,7 @@ and their difference: the compute cost of compressing and decompressing. On a sh
 seconds are noisy; the bytes and the losses are not (same seed, same result).
 
 context: a zero-argument callable returning a context manager that wraps the training loop on every
-rank, e.g. an emulated slow link, `context=lambda: topology.emulate(...)`; with algorithm="ring" the hooks
+rank, e.g. an emulated slow link, `context=lambda: network.emulate(...)`; with algorithm="ring" the hooks
 send through commlib's point-to-point layer, which emulate() paces (torch's built-in collectives it does not).
 
     rows = link_sweep(cluster, [10e6, 100e6])   # the same on loopback and on emulated NICs of 10 and 100 MB/s
@@ -40,7 +40,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from commlib import columns, cost, topology
+from commlib import columns, cost, network
 from commlib.compression import closed_form
 from commlib.compression.comm import HookComm, HookState, allreduce_hook
 from commlib.compression.powersgd import PowerSGDState, powersgd_hook
@@ -111,7 +111,7 @@ def train(method: str = "none", steps: int = 100, seed: int = 0, batch_size: int
     ddp.register_comm_hook(state, hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=lr, momentum=momentum)
     rows, losses = [], []
-    with context() if context is not None else contextlib.nullcontext() as network:
+    with context() if context is not None else contextlib.nullcontext() as net:
         for _ in range(steps):
             x, y = batch(teacher, batch_size, gen)
             before = (state.comm.bytes_sent, state.hook_seconds, state.comm.seconds, time.perf_counter())
@@ -122,7 +122,7 @@ def train(method: str = "none", steps: int = 100, seed: int = 0, batch_size: int
             after = (state.comm.bytes_sent, state.hook_seconds, state.comm.seconds, time.perf_counter())
             rows.append([b - a for a, b in zip(before, after)])
             losses.append(loss.item())
-        paced = getattr(network, "log", None)  # topology.emulate() yields an Emulator: its paced receives
+        paced = getattr(net, "log", None)  # network.emulate() yields an Emulator: its paced receives
     events = state.comm.trace.events
     nodes_known = any(e.inter_node is not None for e in events)  # under emulate(), with algorithm="ring"
     with torch.no_grad():
@@ -193,10 +193,10 @@ def link_sweep(cluster, bandwidths, variants: dict | None = None, steps: int = 4
                gpus_per_node: int = 2, latency: float = 1e-4, **train_kw) -> list[dict]:
     """tradeoff() with commlib's ring (algorithm="ring") on plain loopback, then on emulated nodes of
     gpus_per_node ranks whose one NIC each has `bandwidth` bytes/s per direction and `latency` s
-    (topology.emulate), for each of bandwidths -> its rows, each with "bandwidth" (None: loopback)."""
+    (network.emulate), for each of bandwidths -> its rows, each with "bandwidth" (None: loopback)."""
     rows = []
     for bw in [None, *bandwidths]:
-        context = None if bw is None else functools.partial(topology.emulate, gpus_per_node, bw, latency)
+        context = None if bw is None else functools.partial(network.emulate, gpus_per_node, bw, latency)
         for r in tradeoff(cluster, variants, steps, seed, context=context, algorithm="ring", **train_kw):
             rows.append({**r, "bandwidth": bw, "latency": None if bw is None else latency,
                          "gpus_per_node": None if bw is None else gpus_per_node})

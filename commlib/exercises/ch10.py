@@ -69,8 +69,30 @@ def _ranks_of(answer) -> tuple[list[int] | None, Verdict | None]:
     return None, Verdict(False, f"give a rank (an int) or a list of ranks, got {type(value).__name__}.")
 
 
+def odd_ranks(snapshots: dict) -> tuple[list[int], str]:
+    """From the records alone, not the diagnosis: the ranks whose sequence of collectives (op, sizes, dtypes, in
+    order) differs from the one more than half of the ranks hold -> (ranks, why). No such majority: ValueError
+    (a puzzle with no single answer is the notebook author's error)."""
+    from commlib.cluster import flight_recorder
+
+    seqs = {r: tuple(flight_recorder.describe(e) for e in flight_recorder.records(s)) for r, s in snapshots.items()}
+    classes: dict = {}
+    for r, seq in sorted(seqs.items()):
+        classes.setdefault(seq, []).append(r)
+    if len(classes) < 2 or 2 * max(len(v) for v in classes.values()) <= len(seqs):
+        raise ValueError(f"error's records must have one sequence that more than half of the ranks hold, and "
+                         f"ranks that differ from it, got {sorted(classes.values())}")
+    majority = max(classes, key=lambda k: len(classes[k]))
+    odd = sorted(r for k, v in classes.items() if k != majority for r in v)
+    why = "; ".join(f"rank {r} called {len(seqs[r])} collective(s) where ranks {classes[majority]} called "
+                    f"{len(majority)}" for r in odd)
+    return odd, why
+
+
 def ch10_culprit(answer, error) -> Verdict:
-    """The culprit rank(s) of a failed run: error is the exception run() raised (or its .diagnosis)."""
+    """The culprit rank(s) of a failed run, read from its records (error.snapshots) by majority and sequence: the
+    ranks whose collectives differ from what more ranks called. error: the exception run() raised; a diagnosis
+    dict (no records) is taken at its word."""
     diagnosis = getattr(error, "diagnosis", error)
     if not isinstance(diagnosis, dict) or "ranks" not in diagnosis:
         raise TypeError(f"error must be a RankError/ClusterTimeout with .diagnosis, or a diagnosis dict, "
@@ -78,9 +100,10 @@ def ch10_culprit(answer, error) -> Verdict:
     ranks, bad = _ranks_of(answer)
     if bad is not None:
         return bad
-    want = sorted(diagnosis["ranks"])
+    snapshots = getattr(error, "snapshots", None)
+    want, why = odd_ranks(snapshots) if snapshots else (sorted(diagnosis["ranks"]), diagnosis["detail"])
     if ranks == want:
-        return Verdict(True, diagnosis["detail"])
+        return Verdict(True, why)
     if set(ranks) < set(want):
         return Verdict(False, "some of them: more than one rank is to blame here.")
     if set(want) < set(ranks):
@@ -91,7 +114,8 @@ def ch10_culprit(answer, error) -> Verdict:
 
 def ch10_fix_exchange(cluster, fn) -> Verdict:
     """fn(t) on rank r must return the tensor of rank r ^ 1 (pairs 0-1, 2-3, ...) using dist.send/dist.recv
-    (or isend/irecv), without the recv-recv deadlock. Each rank passes torch.full((4,), rank)."""
+    (or isend/irecv, batch_isend_irecv), without the recv-recv deadlock. Each rank passes torch.full((4,), rank);
+    each rank must post a send to its partner and a receive from it (counted by the cluster's p2p log)."""
     from commlib.cluster import ClusterTimeout, RankError
 
     if cluster.world_size % 2:
@@ -115,19 +139,29 @@ def ch10_fix_exchange(cluster, fn) -> Verdict:
         return Verdict(False, f"it could not run on the ranks: {type(e).__name__}: {_first_line(str(e))}")
     finally:
         cluster.timeout = old
-    for rank, (value, ok) in enumerate(got):
+    for rank, (value, ok, unposted) in enumerate(got):
+        if unposted:
+            return Verdict(False, f"rank {rank} {unposted}: the exercise is the send/recv exchange, not a collective.")
         if not ok:
             return Verdict(False, f"rank {rank} returned {value}: return the tensor you received.")
-    return Verdict(True, "every pair swapped its tensors without waiting on each other.")
+    return Verdict(True, "every pair swapped its tensors with send/recv, without waiting on each other.")
 
 
 def _exchange_on_rank(fn):
     import torch
     import torch.distributed as dist
 
+    from commlib.cluster import p2p_log
+
     rank = dist.get_rank()
+    before = p2p_log.snapshot()["posted"]
     out = fn(torch.full((4,), float(rank)))
+    after = p2p_log.snapshot()["posted"]
+    new = {k: n - before.get(k, 0) for k, n in after.items() if n > before.get(k, 0)}
+    sent = any(op == "send" and peer == rank ^ 1 for op, peer, _ in new)
+    got = any(op == "recv" and peer in (rank ^ 1, None) for op, peer, _ in new)
+    unposted = "" if sent and got else f"posted no {'send to' if not sent else 'recv from'} rank {rank ^ 1}"
     want = torch.full((4,), float(rank ^ 1))
     if isinstance(out, torch.Tensor) and out.shape == want.shape and torch.equal(out.float(), want):
-        return None, True
-    return (_values(out) if isinstance(out, torch.Tensor) else type(out).__name__), False
+        return None, True, unposted
+    return (_values(out) if isinstance(out, torch.Tensor) else type(out).__name__), False, unposted

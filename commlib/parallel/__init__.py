@@ -10,6 +10,7 @@
     collective_matmul.py  the ring pass, its timeline model, and the collective matmul (async TP)
     mesh.py      FSDP2 x DTensor TP on a 2-D DeviceMesh; CommDebugMode per mesh dimension; redistributions
     live.py      the runs chapters 7 and 8 show (and the tests check): each parallelism beside its reference
+    faults.py    the fault matrix: those programs, and faults injected at one rank (chapter 10, its benchmark)
 
 commlib.plan prices the same communication in closed form; tests hold the two equal.
 """

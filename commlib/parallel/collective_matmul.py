@@ -15,7 +15,7 @@ torch.distributed._symmetric_memory, which torchtitan turns on under torch.compi
 --tp-comm-overlap does it with Transformer Engine's userbuffers.
 
 RingPass is the ring itself: one send to the next rank and one receive from the previous rank per step,
-posted together and waited for later, so the caller computes in between. Under topology.emulate() its
+posted together and waited for later, so the caller computes in between. Under network.emulate() its
 messages are paced like commlib.algorithms' (commlib.emulation). ring_timelines is its model: the
 timelines of overlap.Timeline, one per rank, from each step's compute and each message's transfer time.
 """

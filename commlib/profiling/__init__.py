@@ -2,7 +2,8 @@
 into compute, communication, their overlap, exposed communication and idle time, and times collectives the
 ways chapter 9 compares (chunked, segmented, asynchronous). reader.py opens a torch.profiler trace (streaming,
 bounded, typed), parallel.py reads many in worker processes, traces.py turns them into collective calls (CPU/Gloo
-and CUDA/NCCL); diagnose.py applies the three steps to them and finds stragglers (`python -m commlib diagnose`);
+and CUDA/NCCL); diagnose.py applies the three steps to them and finds stragglers (`python -m commlib diagnose`; stragglers.py
+follows the wait chain to the root); graph.py, regroup.py, pricing.py and whatif.py replay them with new prices;
 synthetic.py writes traces of any size and scale.py holds how diagnose scales (benchmarks/diagnose_scale.py)."""
 
 from commlib.profiling.live import (COMM_KERNEL_WORDS, COMM_PREFIXES, Interval, breakdown, intersect,  # noqa: F401

@@ -19,7 +19,9 @@ Stragglers: a collective ends on every rank at about the same moment (nobody fin
 data arrived), so each rank's duration in a call, read back from its end, is its arrival: the rank with the
 shortest duration arrived last, the others waited (their duration minus the shortest) and the shortest is
 the transfer. No clocks are compared between ranks. Calls are matched within their process group, in order
-(groups.py says how each call's group is known), and a straggler is named with the group it was late in.
+(groups.py says how each call's group is known), and a straggler is named with the group it was late in. Its
+delay splits along the wait chain into its own and what it inherited by waiting, in another group, for another
+rank (stragglers.py); stragglers are ranked by their own delay.
 """
 
 from __future__ import annotations
@@ -35,9 +37,9 @@ from commlib import columns, cost
 from commlib import plan
 from commlib import topology as topo
 from commlib.profiling.live import length, overlap_length, overlap_lengths, union
+from commlib.profiling.stragglers import P2P, describe, find, matched  # noqa: F401  (matched: graph.py's)
 from commlib.profiling.traces import MAX_BYTES, Call, RankTrace, load
 
-P2P = ("send", "recv", "send_recv")
 # GPU names (deviceProperties) -> the preset whose intra-node link they have; PCIe boards have none
 GPU_PRESETS = ((r"A100(?!.*PCIE)", "dgx_a100"), (r"H100(?!.*PCIE)|H200", "dgx_h100"), (r"B200", "dgx_b200"))
 SMALL_BYTES = 1 << 20   # below this a message pays mostly latency on NVLink-class links
@@ -108,58 +110,19 @@ def overlap(rank: RankTrace) -> dict:
 
 
 # ----------------------------------------------------------------------------------- stragglers
-def matched(ranks: list[RankTrace]) -> list[list[Call]]:
-    """Collectives matched across ranks: the i-th call of a process group on every rank that has it (point-
-    to-point calls left out: they do not end together across a group). Matching stops at the first index
-    where the ranks disagree on the op."""
-    per = {}
-    for r in ranks:
-        for c in r.calls:
-            if c.op not in P2P and c.group is not None:   # a call of an unknown group has no known peers
-                per.setdefault(c.group, {}).setdefault(r.rank, []).append(c)
-    out = []
-    for by_rank in per.values():
-        if len(by_rank) < 2:
-            continue
-        for i in range(min(len(v) for v in by_rank.values())):
-            calls = [v[i] for v in by_rank.values()]
-            if len({c.op for c in calls}) > 1:
-                break
-            out.append(calls)
-    return out
-
-
 def stragglers(ranks: list[RankTrace], min_share: float = 0.05) -> tuple[list[dict], dict]:
-    """-> (stragglers, waits). Per matched call: transfer = the shortest duration, each rank's wait = its
-    duration - transfer, the rank with the shortest duration arrived last and is charged the others' waits.
-    stragglers: [{rank, group, group_size, delay_us, calls}] per (late rank, group) charged at least min_share
-    of all ranks' communication time, largest first; delay_us adds up, over its peers, the time each of them
-    waited for it (a union on each peer's clock: overlapping calls are not counted twice), so it is never
-    more than those peers' communication time. waits: {(rank, start_us): (wait_us, late rank)} per matched
-    call."""
-    waits, spans, count, size = {}, {}, {}, {}
-    for calls in matched(ranks):
-        last = min(calls, key=lambda c: c.duration_us)
-        key = (last.rank, last.group)
-        for c in calls:
-            w = c.duration_us - last.duration_us
-            waits[(c.rank, c.start_us)] = (w, last.rank)
-            if w > 0:   # the first w of its call: it had arrived and waited for the last one
-                spans.setdefault(key, {}).setdefault(c.rank, []).append((c.start_us, c.start_us + w))
-        count[key] = count.get(key, 0) + 1
-        size[key] = last.group_size
-    delay = {key: sum(length(union(s)) for s in spans.get(key, {}).values()) for key in count}
-    comm = sum(c.duration_us for r in ranks for c in r.calls if c.op not in P2P)
-    out = [{"rank": r, "group": g, "group_size": size[(r, g)], "delay_us": d, "calls": count[(r, g)]}
-           for (r, g), d in delay.items() if comm and d > 0 and d >= min_share * comm]
-    return sorted(out, key=lambda s: -s["delay_us"]), waits
+    """-> (stragglers, waits): stragglers.find's, ranked by own delay (a rank late only because it waited for
+    another is not the root; stragglers.py says how)."""
+    found = find(ranks, min_share)
+    return found["stragglers"], found["waits"]
 
 
 # ------------------------------------------------------------------------------------- the report
 def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: bool = True,
              max_bytes: int = MAX_BYTES) -> dict:
     """Traces (files, a folder, or RankTraces from traces.load) -> the report: world_size, ranks,
-    hardware, calls (the --json keys, plus kernel, wait_us, flag), overlap per rank, stragglers, notes.
+    hardware, calls (the --json keys, plus kernel, wait_us, flag), overlap per rank, stragglers, noise (each
+    group's spread_us and the delays within it, unnamed), notes.
     Files are read in parallel processes, each refused past max_bytes decompressed (traces.load)."""
     far = _validate.number("far", far, low=1.0)   # a call this many times its model is flagged
     _validate.instance("achievable", achievable, bool)
@@ -175,7 +138,9 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
     hw = plan.hardware(hardware, max(1, -(-world // 8)), achievable) if hardware else None
     if len(ranks) < world:
         notes.append(f"{len(ranks)} of {world} ranks' traces: stragglers are found only among these")
-    late, waits = stragglers(ranks)
+    found = find(ranks)
+    late, waits = found["stragglers"], found["waits"]
+    notes += _straggler_notes(found)
     calls, overlaps, models = [], {}, {}
     for r in ranks:
         # the compute that ran during each call (by bisect and prefix sums: linear in all)
@@ -210,7 +175,25 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
         notes.append("some dtypes are not in the trace (Gloo, tensor lists): their bytes assume 4-byte elements")
     return {"world_size": world, "ranks": [r.rank for r in ranks], "backend": ranks[0].backend,
             "hardware": hardware, "hardware_why": why, "calls": calls, "overlap": overlaps,
-            "stragglers": late, "groups": _groups(ranks), "notes": notes}
+            "stragglers": late, "noise": {"spread_us": found["spread_us"], "unnamed": found["unnamed"]},
+            "groups": _groups(ranks), "notes": notes}
+
+
+def _straggler_notes(found: dict) -> list[str]:
+    """Late starts of tracing: a rank whose trace begins after its peers began waiting for it."""
+    return [f"rank {s['rank']}'s trace starts {s['us'] / 1e3:.2f} ms after its peers in group {s['group']} began "
+            "waiting for it: a late start of tracing, not straggling" for s in found["late_starts"]]
+
+
+def _noise_line(report: dict) -> str:
+    """The straggler line of a job whose delays all lie within its own call-to-call spread."""
+    noise = report.get("noise") or {}
+    if not noise.get("unnamed"):
+        return "stragglers: none found"
+    s = noise["unnamed"][0]
+    return (f"stragglers: none above the noise: the last rank to arrive changes from call to call, late by "
+            f"{noise['spread_us'].get(s['group'], 0.0) / 1e3:.2f} ms (median) in group {s['group']}; the largest "
+            f"delay, rank {s['rank']}'s {s['delay_us'] / 1e3:.2f} ms over {s['calls']} call(s), is within it")
 
 
 def _groups(ranks) -> dict:
@@ -318,15 +301,10 @@ def format_report(report: dict, limit: int = 12) -> str:
                                                                        "exposed_us", "idle_us")]
                 for rank, o in report["overlap"].items()]
     out += columns.fit(overlap, [4, 9, 12, 11, 12, 9], ">>>>>>")
-    if report["stragglers"]:
-        for s in report["stragglers"]:
-            members = (report.get("groups") or {}).get(s["group"])
-            where = f"group {group_label(s['group'], s['group_size'])}" + (
-                f", ranks {', '.join(map(str, members))}" if members else "")
-            out.append(f"straggler: rank {s['rank']} in {where}: its peers waited {s['delay_us'] / 1e3:.2f} ms "
-                       f"for it, over {s['calls']} call(s)")
-    else:
-        out.append("stragglers: none found")
+    for s in report["stragglers"]:
+        out += textwrap.wrap("straggler: " + describe(s, groups=report.get("groups")), 98, subsequent_indent="  ")
+    if not report["stragglers"]:
+        out += textwrap.wrap(_noise_line(report), 98, subsequent_indent="  ")
     for n in report["notes"]:
         out += textwrap.wrap(n, 98, initial_indent="note: ", subsequent_indent="      ")
     return "\n".join(out)

@@ -5,7 +5,7 @@ against (benchmarks/whatif_accuracy.py, chapter 9).
     job_step(out)                                                     # the job's median step, seconds
 
 Each rank trains an MLP with overlap.BucketedDDP; each bucket is averaged through commlib's ring on a background
-thread (algorithms.background), so its all-reduce overlaps backward, through NICs paced by topology.emulate.
+thread (algorithms.background), so its all-reduce overlaps backward, through NICs paced by network.emulate.
 The compute is an emulated accelerator: every layer runs its real (small) matmul, then `commlib::accelerator`,
 an op that sleeps a set time (layer_s forward, twice that backward). Why: N ranks on a 2-core laptop would
 slow each other's real compute as N grows, and a replay keeps compute as measured; an accelerator's kernels do
@@ -15,6 +15,7 @@ reads it as compute. The steps are timed without the profiler; one more step is 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import time
@@ -24,6 +25,7 @@ import torch
 
 STEPS, RECORDED = 6, 4   # steps timed, steps in the trace
 ACCURACY = Path(__file__).resolve().parents[2] / "benchmarks" / "whatif_accuracy.json"
+ACCURACY_KERNEL = ACCURACY.with_name("whatif_accuracy_kernel.json")   # --network kernel: three jobs
 
 
 @torch.library.custom_op("commlib::accelerator", mutates_args=())
@@ -58,23 +60,44 @@ class Layer(torch.nn.Module):
         return accelerator(torch.relu(self.linear(x)), self.seconds)
 
 
+JOBS = ("bucketed_ddp", "torch_ddp", "fsdp2")
+
+
 def train(folder: str, bandwidth: float, latency: float = 5e-4, gpus_per_node: int = 1, nics_per_node: int = 1,
           layers: int = 8, width: int = 256, batch: int = 32, layer_s: float = 2e-3, bucket_mb: float = 0.5,
-          steps: int = STEPS, recorded: int = RECORDED, algorithm: str = "ring") -> dict:
+          steps: int = STEPS, recorded: int = RECORDED, algorithm: str = "ring", job: str = "bucketed_ddp",
+          pace: bool = True) -> dict:
     """Inside every rank: warm up (DDP's first step is one bucket, then it rebuilds them), time `steps` steps,
     record `recorded` more into folder/rank{rank}.json (one trace: a replay of it gives their sum; whatif's
-    steps= divides). -> {"step_s": each timed step, "path": the trace, "recorded": recorded}."""
-    from commlib import topology
+    steps= divides). job "bucketed_ddp": overlap.BucketedDDP, commlib's `algorithm` on a background thread;
+    "torch_ddp": torch's DistributedDataParallel, Gloo's own all-reduce; "fsdp2": torch's fully_shard per layer
+    (all-gathers and reduce-scatters on Gloo; bucket_mb does not apply). pace=False on a Cluster whose network
+    is the kernel's (commlib.network): the NICs are shaped there, not by the pacer.
+    -> {"step_s": each timed step, "path": the trace, "recorded": recorded}."""
     from commlib.algorithms.background import Background, average_hook
+    from commlib.network import emulate
     from commlib.overlap import BucketedDDP
     from commlib.profiling.recording import record
 
+    if job not in JOBS:
+        raise ValueError(f"job must be one of {JOBS}, got {job!r}")
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    with topology.emulate(gpus_per_node, bandwidth, latency, nics_per_node), \
-            Background(algorithm, gpus_per_node if algorithm == "hierarchical" else None) as bg:
-        model = BucketedDDP(torch.nn.Sequential(*[Layer(width, layer_s) for _ in range(layers)]), bucket_cap_mb=bucket_mb)
-        model.register_comm_hook(bg, average_hook)
+    paced = emulate(gpus_per_node, bandwidth, latency, nics_per_node) if pace else contextlib.nullcontext()
+    with paced, (Background(algorithm, gpus_per_node if algorithm == "hierarchical" else None)
+                 if job == "bucketed_ddp" else contextlib.nullcontext()) as bg:
+        net = torch.nn.Sequential(*[Layer(width, layer_s) for _ in range(layers)])
+        if job == "bucketed_ddp":
+            model = BucketedDDP(net, bucket_cap_mb=bucket_mb)
+            model.register_comm_hook(bg, average_hook)
+        elif job == "torch_ddp":
+            model = torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=bucket_mb)
+        else:  # FSDP2: each layer's parameters sharded, all-gathered for forward and backward, grads reduce-scattered
+            from torch.distributed.fsdp import fully_shard
+
+            for layer in net:
+                fully_shard(layer)
+            model = fully_shard(net)
         x = torch.randn(batch, width)
 
         def step():
@@ -94,7 +117,7 @@ def train(folder: str, bandwidth: float, latency: float = 5e-4, gpus_per_node: i
 
 
 def fit_nic(bandwidth: float, latency: float = 5e-4, sizes=(4 << 10, 64 << 10, 256 << 10, 1 << 20),
-            repeats: int = 7) -> tuple[float, float]:
+            repeats: int = 7, pace: bool = True) -> tuple[float, float]:
     """Inside every rank, each rank a node of one GPU: the emulated NIC as commlib's ring sees it. Times
     ring_all_reduce under emulate(1, ...) at each size (the slowest rank's median) and fits
     t = 2(p-1) alpha + 2(p-1)/p n beta -> (alpha s per message, beta s per byte): alpha holds the wire's latency
@@ -103,12 +126,13 @@ def fit_nic(bandwidth: float, latency: float = 5e-4, sizes=(4 << 10, 64 << 10, 2
     import torch.distributed as dist
 
     from commlib import algorithms as alg
-    from commlib import cost, topology
+    from commlib import cost
+    from commlib.network import emulate
 
     torch.set_num_threads(1)
     p = dist.get_world_size()
     times = []
-    with topology.emulate(1, bandwidth, latency):
+    with emulate(1, bandwidth, latency) if pace else contextlib.nullcontext():
         for n in sizes:
             t = torch.ones(n // 4)
             runs = []
@@ -145,7 +169,7 @@ def predict_and_run(small, large, folder: str, bandwidth: float = 100e6, latency
     kw = {"latency": latency, "steps": steps, "recorded": recorded}
     alpha, beta = small.run(fit_nic, bandwidth, latency)[0]
     base = small.run(train, f"{folder}/measured", bandwidth=bandwidth, **kw)
-    nic = cost.Link("emulated NIC (fitted alpha)", bandwidth, alpha, "topology.emulate; alpha fitted by fit_nic")
+    nic = cost.Link("emulated NIC (fitted alpha)", bandwidth, alpha, "network.emulate; alpha fitted by fit_nic")
     measured = topo.Topology(small.world_size, 1, nic, nic)
     at = lambda f: dataclasses.replace(measured, inter=dataclasses.replace(nic, bandwidth=bandwidth * f))  # noqa: E731
     scenarios = [wi.Scenario("1/4 bandwidth", topology=at(0.25)), wi.Scenario("4x bandwidth", topology=at(4.0)),

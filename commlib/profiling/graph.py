@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from commlib.profiling.critical import critical_path
 from commlib.profiling.diagnose import matched
 from commlib.profiling.live import overlap_lengths, union
 
@@ -69,6 +70,7 @@ class RankGraph:
     solo: list                   # per call: its duration where unmatched (re-priced like transfers)
     offset: float = 0.0          # this rank's clock - the common clock
     tail: float = 0.0            # end - the last task's end
+    steps: list = field(default_factory=list)   # (start, end) of each ProfilerStep#N, its clock (traces.RankTrace)
 
 
 @dataclass
@@ -161,7 +163,7 @@ def _rank_graph(p: int, r, where: dict, offset: float) -> RankGraph:
     done = max(([spans[-1, 1]] if len(spans) else []) + [w.t_to for w in waits] + ends + [r.wall[0]])
     return RankGraph(r.rank, r.wall[0], max(r.wall[1], done), spans, calls, lanes, pred, queue, lag_pred, lag_queue,
                      waits, [where.get((p, i), -1) for i in range(n)], [0.0] * n, [c.duration_us for c in calls],
-                     offset, max(0.0, r.wall[1] - done))
+                     offset, max(0.0, r.wall[1] - done), list(getattr(r, "steps", None) or []))
 
 
 def _queue_guess(spans, calls) -> list[float]:
@@ -220,8 +222,10 @@ class _Rank:
         self.g = g
         n = len(g.calls)
         items = [(c.start_us, 1, i) for i, c in enumerate(g.calls)]
-        # a wait in lane order; after its call's own item (a wait that ended before its call began is no wait)
-        items += [(max(w.t_to, g.calls[w.call].start_us), 0, k) for k, w in enumerate(g.waits)]
+        # a wait in lane order, after its call's own item: a wait that ended before its call began (a regrouped
+        # bucket queued after the wait on the traced one it holds) sorts after the call (kind 2), not before it
+        items += [(max(w.t_to, g.calls[w.call].start_us), 0 if w.t_to > g.calls[w.call].start_us else 2, k)
+                  for k, w in enumerate(g.waits)]
         self.items = sorted(items)
         self.at, self.shift = 0, 0.0
         self.hist_t, self.hist_shift, self.hist_to, self.hist_w = [], [], [], []   # per wait resolved, in order
@@ -254,19 +258,24 @@ def replay(g: Graph) -> dict:
         if all(st.at == len(st.items) for st in rs):
             break
         if not progress:   # calls matched across ranks in an order no replay can follow: end one set now
-            s = max((s for s in range(len(g.sets)) if set_end[s] is None and arrived[s]), key=lambda s: arrived[s])
+            open_sets = [s for s in range(len(g.sets)) if set_end[s] is None and arrived[s]]
+            if not open_sets:   # every rank waits for a call no rank can start: no order replays these traces
+                stuck = [g.ranks[p].rank for p, st in enumerate(rs) if st.at < len(st.items)]
+                raise ValueError(f"the replay cannot go on: rank(s) {stuck} wait for calls that never start "
+                                 "(the traces' calls and waits do not fit one order)")
+            s = max(open_sets, key=lambda s: arrived[s])
             _close(s, rs, g, set_end, last_in, force=True)
             forced += 1
     out = {g.ranks[p].rank: _result(st) for p, st in enumerate(rs)}
     step = max((o["step_us"] for o in out.values()), default=0.0)
-    return {"ranks": out, "step_us": step, "critical_path": _critical(rs, g, set_end, last_in), "forced": forced}
+    return {"ranks": out, "step_us": step, "critical_path": critical_path(rs, g, set_end, last_in), "forced": forced}
 
 
 def _step(p, st: _Rank, rs, g: Graph, arrived, set_end, last_in) -> bool:
     """Resolve st's next task if its inputs are known -> whether it did."""
     _, kind, k = st.items[st.at]
     r = st.g
-    if kind == 0:   # a wait
+    if kind != 1:   # a wait
         w = r.waits[k]
         e = st.end[w.call]
         if e is None:
@@ -326,7 +335,7 @@ def _result(st: _Rank) -> dict:
     lane_end = float(spans[-1, 1]) if len(spans) else r.start
     lane_end = max([lane_end] + [t for t in st.wait_to if t is not None])
     end = max([lane_end] + [e for e in st.end if e is not None]) + r.tail
-    st.lane_end, st.finish = lane_end, end   # where the critical path starts walking back (_critical)
+    st.lane_end, st.finish = lane_end, end   # where the critical path starts walking back (critical.py)
     comm = _array(union((a, e) for a, e in zip(st.arrival, st.end) if a is not None))
     waiting = _array(union((a, max(a, st.last[i])) for i, a in enumerate(st.arrival)   # to the last arrival
                            if a is not None and r.member[i] >= 0))
@@ -345,53 +354,3 @@ def _array(spans) -> np.ndarray:
 
 def _span_sum(a: np.ndarray) -> float:
     return float((a[:, 1] - a[:, 0]).sum())
-
-
-def _critical(rs, g: Graph, set_end, last_in) -> dict:
-    """Walk back from the job's last end along the edges that bound each task -> the time on that path spent in
-    compute (the lane, gaps included) and in transfers, and the calls on it."""
-    p = max(range(len(rs)), key=lambda p: rs[p].finish - rs[p].g.start)
-    reach = {id(x): np.maximum.accumulate(x.hist_to).tolist() if x.hist_to else [] for x in rs}   # monotone: bisect
-    compute = comm = 0.0
-    calls = []
-    st = rs[p]
-    # what ended the rank: its lane or a call
-    ends = [(e, i) for i, e in enumerate(st.end) if e is not None]
-    lane_end = st.lane_end
-    point = ("lane", lane_end) if not ends or lane_end >= max(ends)[0] else ("call", max(ends)[1])
-    truncated, below = True, None   # below: from a wait's start, only the waits before it (one may take no time)
-    for _ in range(10 * sum(len(x.g.calls) + len(x.g.waits) for x in rs) + 10):
-        if point[0] == "lane":   # back along the rigid lane to the wait that set its shift, or the start
-            t = point[1]
-            k = bisect.bisect_right(reach[id(st)], t) - 1
-            if below is not None:
-                k, below = min(k, below), None
-            compute += max(0.0, t - (st.hist_to[k] if k >= 0 else st.g.start))
-            if k < 0:
-                truncated = False
-                break
-            wk = st.hist_w[k]
-            w = st.g.waits[wk]
-            if st.wait_bound[wk] == "call":
-                point = ("call", w.call)
-            else:
-                point, below = ("lane", w.t_from + (st.hist_shift[k - 1] if k else 0.0)), k - 1
-        else:
-            i = point[1]
-            calls.append((st.g.rank, i))
-            s = st.g.member[i]
-            if s >= 0 and last_in[s] is not None:
-                comm += g.transfer[s]
-                lp, li = last_in[s]
-                st = rs[lp]
-                i = li
-            else:
-                comm += st.end[i] - st.arrival[i]
-            if st.bound[i] is None:   # a member the replay forced: the path ends here
-                truncated = False
-                break
-            kind, ref = st.bound[i]
-            point = ("call", ref) if kind == "pred" else ("lane", ref + st.shift_at(ref))
-    total = compute + comm
-    return {"compute_us": compute, "comm_us": comm, "calls": len(calls),
-            "comm_share": comm / total if total > 0 else 0.0, "truncated": truncated}

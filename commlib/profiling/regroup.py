@@ -8,7 +8,9 @@ ready, and a bucket is all-reduced once it holds its cap (an explicit bucket_cap
 the first included); the buckets go out in order. The trace says when each traced bucket was queued, not when
 each parameter's gradient was ready, so the gradients of a traced bucket are taken as ready at an even rate
 between its queue point and the previous one's (the first bucket's all at once), and a parameter may be split
-between buckets. A step's all-reduces are those queued between two waits of the program (graph.Wait).
+between buckets: a step of B bytes gets ceil(B / cap) buckets. A step's all-reduces are those queued within one
+ProfilerStep#N (torch.profiler's schedule marks every step), or, in a trace without the marks, between two
+waits of the program (graph.Wait).
 """
 
 from __future__ import annotations
@@ -26,9 +28,16 @@ LANE = ("regrouped",)   # the comm lane of the new buckets: one, in order, as DD
 
 
 def dp_calls(r: RankGraph, dp) -> list[list[int]]:
-    """A rank's data-parallel all-reduces, in queue order, cut into steps where the program waited between two."""
+    """A rank's data-parallel all-reduces, in queue order, cut into steps: at its ProfilerStep#N marks where the
+    trace has them (each call in the step it was queued in), else where the program waited between two."""
     idx = sorted((i for i, c in enumerate(r.calls) if c.op == "all_reduce" and c.group in dp and c.bytes),
                  key=lambda i: r.queue[i])
+    if r.steps:
+        starts = [s for s, _ in r.steps]
+        by = {}
+        for i in idx:
+            by.setdefault(max(0, bisect.bisect_right(starts, r.queue[i]) - 1), []).append(i)
+        return [by[k] for k in sorted(by)]
     stops = sorted(w.t_from for w in r.waits)
     runs = []
     for i in idx:
@@ -43,17 +52,24 @@ def dp_calls(r: RankGraph, dp) -> list[list[int]]:
     return runs
 
 
-def regroup(g: Graph, dp, cap_bytes: float) -> tuple[Graph, int, dict]:
+def regroup(g: Graph, dp, cap_bytes: float, max_buckets: int | None = None) -> tuple[Graph, int, dict]:
     """-> (the graph with each step's data-parallel all-reduces replaced by buckets of cap_bytes, the buckets per
     step, {new set: [(rank position, call index) of the traced calls it replaces]}). The new sets' transfers are
-    None: the caller prices them."""
+    None: the caller prices them. More than max_buckets new buckets in all is a ValueError (bounded work)."""
     runs = [dp_calls(r, dp) for r in g.ranks]
     if not dp or not any(runs):
         raise ValueError("bucket_mb: these traces have no data-parallel all-reduce to regroup")
-    shape = {tuple(round(sum(r.calls[i].bytes for i in run)) for run in rr) for r, rr in zip(g.ranks, runs)}
-    if not runs or not runs[0] or len(shape) != 1:
-        raise ValueError(f"bucket_mb: the ranks' data-parallel all-reduces (groups {', '.join(sorted(dp))}) differ in number or bytes "
-                         "from rank to rank, or there are none: they cannot be regrouped as one DDP would")
+    shape = [tuple(round(sum(r.calls[i].bytes for i in run)) for run in rr) for r, rr in zip(g.ranks, runs)]
+    if not runs or not runs[0] or len(set(shape)) != 1:
+        where = next((f"rank {g.ranks[p].rank} has {len(s)} step(s) of {', '.join(map(str, s[:4]))} bytes, rank "
+                      f"{g.ranks[0].rank} {len(shape[0])} of {', '.join(map(str, shape[0][:4]))}"
+                      for p, s in enumerate(shape) if s != shape[0]), "there are none")
+        raise ValueError(f"bucket_mb: the ranks' data-parallel all-reduces (groups {', '.join(sorted(dp))}) differ "
+                         f"from rank to rank ({where}): they cannot be regrouped as one DDP would")
+    total = sum(math.ceil(b / cap_bytes - 1e-9) for s in shape for b in s)
+    if max_buckets is not None and total > max_buckets:
+        raise ValueError(f"bucket_mb: buckets of {cap_bytes / 2**20:g} MiB make {total} all-reduces over these "
+                         f"traces' steps and ranks, more than the {max_buckets} the replay takes: choose larger buckets")
     new_sets: dict[tuple, list] = {}
     origin_calls: dict[tuple, set] = {}
     ranks = []

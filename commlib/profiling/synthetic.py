@@ -144,3 +144,58 @@ def write_job(folder: str, ranks: int = 2, events: int = 10_000, form: str = "gp
         out.append(write_rank(os.path.join(folder, f"rank{r}.json" + (".gz" if gz else "")), r, ranks, events,
                               form, kernel_args, late))
     return out
+
+
+# ------------------------------------------------------------------------------ jobs of several groups
+def group_job(program, groups: dict, steps: int = 3, slow=None, compute_us: float = 1000.0,
+              transfer_us: float = 200.0, jitter_us: float = 0.0, seed: int = 0) -> list:
+    """RankTraces of a job that runs `program` (per rank: the names of the groups it all-reduces in, in order)
+    `steps` times, each call after compute_us (+- jitter_us) of compute; slow: {rank: (step, call index, us)}
+    sleeps (step None: every step; or {rank: us}: before its first call of every step). Simulated on one clock: a call ends for all its
+    members at the last arrival + transfer_us. Each rank's clock gets its own random offset (nothing may compare
+    clocks). groups: {name: ranks}."""
+    from commlib.profiling import groups as pg
+    from commlib.profiling.traces import Call, RankTrace
+
+    rng = random.Random(seed)
+    ranks = sorted(program)
+    todo = {r: [(s, i, g) for s in range(steps) for i, g in enumerate(program[r])] for r in ranks}
+    t = {r: 0.0 for r in ranks}
+    arrival, calls, compute = {}, {r: [] for r in ranks}, {r: [] for r in ranks}
+    seen = {r: {} for r in ranks}
+    while any(todo.values()):
+        moved = False
+        for r in ranks:
+            while todo[r]:
+                s, i, g = todo[r][0]
+                key = (g, seen[r].get(g, 0))
+                if (r, key) not in arrival:
+                    extra = (slow or {}).get(r, 0.0)
+                    if isinstance(extra, tuple):
+                        extra = extra[2] if extra[0] in (None, s) and extra[1] == i else 0.0
+                    elif i:
+                        extra = 0.0
+                    work = compute_us + (rng.uniform(-jitter_us, jitter_us) if jitter_us else 0.0)
+                    compute[r].append((t[r], t[r] + work))
+                    arrival[(r, key)] = t[r] + work + extra
+                members = groups[g]
+                if not all((m, key) in arrival for m in members):
+                    break
+                end = max(arrival[(m, key)] for m in members) + transfer_us
+                calls[r].append((g, arrival[(r, key)], end))
+                t[r] = end
+                seen[r][g] = key[1] + 1
+                todo[r].pop(0)
+                moved = True
+        if not moved:
+            raise ValueError("program: the ranks' calls deadlock (each waits for a group another has not reached)")
+    made = [pg.Group(name, tuple(m)) for name, m in groups.items()]
+    out = []
+    for r in ranks:
+        off = rng.uniform(-1e6, 1e6)
+        cs = [Call(r, "all_reduce", g, len(groups[g]), 1 << 20, "float32", a + off, e - a, None, None, None)
+              for g, a, e in calls[r]]
+        spans = [(a + off, b + off) for a, b in compute[r]]
+        out.append(RankTrace(f"rank{r}.json", r, len(ranks), "gloo", None, cs, spans,
+                             (spans[0][0], cs[-1].end_us), (), [g for g in made if r in g.ranks]))
+    return out

@@ -116,6 +116,7 @@ class RankTrace:
     assumed: set = field(default_factory=set, repr=False)     # indices of calls whose group size is a guess
     issued: dict = field(default_factory=dict, repr=False)    # call index -> when it was queued (us), where known
     waits: dict = field(default_factory=dict, repr=False)     # call index -> (from, to) us: the wait that needed it
+    steps: list = field(default_factory=list, repr=False)     # (start, end) us of each ProfilerStep#N, in order
 
 
 def dtype_of(text) -> tuple[str | None, int | None]:
@@ -323,6 +324,7 @@ def _read(path: str, max_bytes: int) -> RankTrace:
         timeline = _spans([(s, e) for s, e, kind in zip(cpu.start, cpu.end, cpu.kinds) if not kind & PROFILER_STEP])
         backend = "gloo"
     wall = (float(timeline[:, 0].min()), float(timeline[:, 1].max())) if len(timeline) else (0.0, 0.0)
+    steps = sorted({(s, e) for s, e, kind in zip(cpu.start, cpu.end, cpu.kinds) if kind & PROFILER_STEP})
     device = None
     props = rec.devices
     if props and isinstance(props[0], dict) and backend == "nccl" and isinstance(props[0].get("name"), str):
@@ -345,7 +347,7 @@ def _read(path: str, max_bytes: int) -> RankTrace:
     calls = [c if c.group_size is not None else _with_size(c, size.get(c.group), info.get("world_size"), len(groups))
              for c in calls]
     return RankTrace(path, rank, info.get("world_size"), backend, device, calls, compute, wall, job, groups, threads,
-                     copies, shards, notes, _holds(rec), assumed, issued, waits)
+                     copies, shards, notes, _holds(rec), assumed, issued, waits, steps)
 
 
 def _holds(rec: Records) -> str:

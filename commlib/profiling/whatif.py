@@ -11,31 +11,32 @@ with the model instead. The model is topology's (multi-ring across nodes as NCCL
 `algorithm` swaps it) on the group's own shape: its members per node from its ranks' stride. Scaling out
 (`nodes`, `gpus_per_node`) keeps every rank's compute and grows the data-parallel group (the world group, or
 the largest one that all-reduces) by the new world size over the old; other groups keep their sizes.
-`bucket_mb` regroups the data-parallel all-reduces by DDP's rule (regroup.py); `compress` divides their bytes
+Figures are per training step: the traces' ProfilerStep#N marks count the steps (or `steps=`), and the
+output says how many it averaged. `bucket_mb` regroups each step's data-parallel all-reduces by DDP's rule
+(regroup.py); `compress` divides their bytes
 and adds the encode/decode time per byte (`codec_s_per_byte`; default: what benchmarks/compression_tradeoff.py
 measured on this course's machine for the method whose ratio is nearest).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import textwrap
 from dataclasses import dataclass, replace
 
-from commlib import _validate, columns, cost
+from commlib import _validate, columns
 from commlib import topology as topo
 from commlib.profiling import graph
-from commlib.profiling.diagnose import P2P, infer_hardware
+from commlib.profiling.diagnose import infer_hardware
+from commlib.profiling.pricing import (ALGORITHMS, COMMLIB_ALGORITHMS, TRADEOFF, Pricer,  # noqa: F401  (the API)
+                                       codec_s_per_byte, group_topology, price, reprice)
 from commlib.profiling.regroup import regroup
 from commlib.profiling.traces import MAX_BYTES, RankTrace, load
 
-# "ring": one flat ring (topology's flat_ring); "tree": NCCL's double binary tree, within a node or one GPU per node
-ALGORITHMS = ("ring", "multi_ring", "hierarchical", "in_network", "tree")
-COMMLIB_ALGORITHMS = {"ring": "flat_ring", "hierarchical": "hierarchical"}   # a commlib:* call's stated algorithm
-TRADEOFF = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                        "benchmarks", "compression_tradeoff.json")
+MIN_BUCKET_MB = 1 / 1024   # 1 KiB: below it a bucket is a few floats and pays only latency
+MAX_BUCKETS = 100_000      # regrouped buckets in all (every step, every rank): the replay's work stays bounded
+MAX_WORLD = 1 << 20        # ranks: topology's largest (nodes x GPUs per node)
 
 
 @dataclass(frozen=True)
@@ -64,83 +65,41 @@ class Scenario:
         return ", ".join(p for p in parts if p) or "as measured"
 
 
-# -------------------------------------------------------------------------------------- pricing
-def group_topology(t: topo.Topology, size: int, stride: int = 1) -> topo.Topology:
-    """A group of `size` ranks `stride` apart on t: its nodes and members per node. A group that fills its nodes
-    has their NICs; one that does not shares them with the node's other groups, each member with its GPU's share
-    (k/g NICs: plan.hardware's nic_share, as the planner prices groups)."""
-    per_node = max(1, min(size, t.gpus_per_node // stride)) if stride < t.gpus_per_node else 1
-    nodes = -(-size // per_node)
-    if per_node == t.gpus_per_node or nodes == 1:
-        return topo.Topology(nodes, per_node, t.intra, t.inter, t.nics_per_node)
-    share = replace(t.inter, name=f"{t.inter.name} share", bandwidth=t.inter.bandwidth * t.nics_per_node / t.gpus_per_node)
-    return topo.Topology(nodes, per_node, t.intra, share, per_node)
-
-
-def price(op: str, nbytes, size, t: topo.Topology, algorithm: str, stride: int = 1, gamma: float = 0.0):
-    """Seconds for one call on t (None where no model applies: no bytes, a group of one, an op without one)."""
-    if not nbytes or not size or size < 2 or t is None:
-        return None
-    g = group_topology(t, size, stride)
-    if algorithm == "tree" and op == "all_reduce":
-        return _tree(nbytes, size, g, gamma)
-    if op in topo.PAIRS:
-        alg = algorithm if algorithm in topo.PAIRS[op] else ("bulk" if op == "all_to_all" else "multi_ring")
-        return topo.collective_time(op, nbytes, g, alg, gamma if op in ("all_reduce", "reduce_scatter") else 0.0)
-    link = t.intra if g.nodes == 1 else t.inter
-    if op in ("broadcast", "reduce"):
-        return cost.collective_time(op, nbytes, size, link, "ring")
-    if op in P2P:
-        return cost.collective_time("sendrecv", nbytes, 2, link, "ring")
-    return None
-
-
-def _tree(nbytes, size: int, g: topo.Topology, gamma: float) -> float:
-    """NCCL's double binary tree all-reduce (cost: c + 2h a + 2n b + n g) on the one link its group crosses: the
-    node's, or the rail between nodes of one GPU each. Across nodes of several GPUs NCCL chains the GPUs of a node
-    under a tree of nodes (src/graph/trees.cc), a shape the course's models do not price: refused."""
-    if g.nodes == 1:
-        link = g.intra
-    elif g.gpus_per_node == 1:
-        link = replace(g.inter, name=f"{g.inter.name} rail", bandwidth=g.rail_bandwidth)
-    else:
-        raise ValueError(f"algorithm 'tree' is priced within one node or across nodes of one GPU each; this group "
-                         f"spans {g.nodes} nodes of {g.gpus_per_node} (try multi_ring or hierarchical)")
-    return cost.collective_time("all_reduce", nbytes, size, link, "double_binary_tree", gamma)
-
-
-def reprice(measured_s: float, old_s, new_s) -> float:
-    """The measured transfer moved to new hardware: the model's new time plus what the measurement spent above
-    the model's old time; a transfer faster than its model scales with it (continuous where they are equal)."""
-    if old_s is None or new_s is None or old_s <= 0:
-        return measured_s
-    return new_s + (measured_s - old_s) if measured_s >= old_s else measured_s * new_s / old_s
-
-
-def codec_s_per_byte(ratio: float, path: str = TRADEOFF) -> tuple[float, str]:
-    """Encode + decode seconds per gradient byte for a compression ratio: the committed compression benchmark's
-    hook time above its all-reduce time, for the method whose bytes ratio is nearest -> (s/byte, where from)."""
-    with open(path, "rb") as f:
-        data = json.loads(f.read(1 << 22))
-    rows = [r for r in data["rows"] if r.get("bytes_per_step") and r.get("overhead_s") is not None]
-    base = next(r["bytes_per_step"] for r in rows if r["method"] == "none")
-    best = min((r for r in rows if r["method"] != "none"), key=lambda r: abs(math.log(base / r["bytes_per_step"] / ratio)))
-    return best["overhead_s"] / base, (f"{best['variant']} ({base / best['bytes_per_step']:.0f}x) in "
-                                       "benchmarks/compression_tradeoff.json")
-
-
 # ------------------------------------------------------------------------------------- the what-if
 def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: str | None = None,
-           codec: float | None = None, steps: int = 1, max_bytes: int = MAX_BYTES) -> dict:
+           codec: float | None = None, steps: int | None = None, max_bytes: int = MAX_BYTES) -> dict:
     """Traces (files, a folder, or RankTraces) -> {"scenarios": [measured, identity replay, each Scenario],
     "measured_on", "dp_group", "world_size", "notes"}. measured: the topology the traces ran on (a Topology or a
     preset; default: the GPU named in the traces, else unknown: transfers then keep their measured time unless a
     scenario prices them, by the model alone). codec: encode+decode s/byte for `compress` (default: measured,
-    codec_s_per_byte)."""
+    codec_s_per_byte). steps: the training steps the traces hold (default: their ProfilerStep#N marks, else 1);
+    every figure is per step, their mean."""
     ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces, max_bytes)
     gamma = _validate.number("gamma", gamma, low=0.0)
-    steps = _validate.integer("steps", steps, low=1)
+    try:   # what goes wrong from here on is about these traces: the message names them
+        return _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps)
+    except (ValueError, ZeroDivisionError, OverflowError) as e:
+        named = any(str(e).startswith(str(r.path)) for r in ranks)
+        raise ValueError(str(e) if named else f"{_where(ranks)}: {e}") from None
+
+
+def _where(ranks) -> str:
+    """The traces, for a message: the file, or the folder and its files."""
+    paths = [str(r.path) for r in ranks]
+    if len(paths) == 1:
+        return paths[0]
+    names = [os.path.basename(p) for p in paths]
+    return f"{os.path.dirname(paths[0]) or '.'}/ ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''})"
+
+
+def _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps) -> dict:
+    marks = min(len(getattr(r, "steps", None) or []) for r in ranks) if ranks else 0
+    steps = _validate.integer("steps", steps, low=1) if steps is not None else max(1, marks)
     world = next((r.world_size for r in ranks if r.world_size), None) or len(ranks)
+    if world > MAX_WORLD:   # before any topology is built from it (its error would speak of nodes)
+        path = next((r.path for r in ranks if r.world_size == world), ranks[0].path)
+        raise ValueError(f"{path}: distributedInfo.world_size is {world}, more ranks than whatif prices (at most "
+                         f"{MAX_WORLD})")
     notes = []
     m_topo = _topology("measured", measured, world) if measured is not None else None
     if m_topo is None:
@@ -148,6 +107,8 @@ def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: st
         notes.append(f"measured on: {why}")
         m_topo = topo.preset(preset, -(-world // topo.preset_gpus(preset)), achievable=True) if preset else None
     g = graph.build(ranks)
+    if steps != marks:   # the marks are not the training steps (a ProfilerStep holding several): regroup at waits
+        g = replace(g, ranks=[replace(r, steps=[]) for r in g.ranks])
     strides = {grp.name: (grp.ranks[1] - grp.ranks[0] if grp.ranks and len(grp.ranks) > 1 else 1)
                for r in ranks for grp in r.groups}
     dp = frozenset([dp_group] if isinstance(dp_group, str) else dp_group) if dp_group is not None else \
@@ -217,17 +178,22 @@ def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gam
                     + (", the new ranks as fast as the traced ones" if factor > 1 else ""))
     compress = _validate.number("compress", sc.compress, low=1.0) if sc.compress is not None else None
     per_byte = 0.0
+    if compress == 1:   # no compression: no codec runs, nothing is charged
+        said.append("compress 1: no compression, so no codec time: the calls as without --compress")
+        compress = None
     if compress:
         per_byte, src = (codec, "given") if codec is not None else codec_s_per_byte(compress)
         said.append(f"gradients compressed {compress:g}x: encode + decode {per_byte * 1e9:.2f} ns/byte ({src})")
     g0, origin = g, {}
     if sc.bucket_mb is not None:
-        cap = _validate.number("bucket_mb", sc.bucket_mb, low=0.0, strict=True) * 2**20
-        g, made, origin = regroup(g0, dp, cap)
+        if isinstance(sc.bucket_mb, (int, float)) and not sc.bucket_mb >= MIN_BUCKET_MB:   # NaN too
+            raise ValueError(f"bucket_mb must be a number >= 1/1024 (1 KiB), got {sc.bucket_mb!r}")
+        cap = _validate.number("bucket_mb", sc.bucket_mb, low=MIN_BUCKET_MB) * 2**20
+        g, made, origin = regroup(g0, dp, cap, MAX_BUCKETS)
         said.append(f"data-parallel all-reduces regrouped into {made} bucket(s) of {sc.bucket_mb:g} MiB per step "
                     "(gradients taken as ready at an even rate between the traced buckets)")
 
-    pricer = _Pricer(m_topo, base, factor, dp, strides, gamma, compress, per_byte, sc.algorithm, new_world)
+    pricer = Pricer(m_topo, base, factor, dp, strides, gamma, compress, per_byte, sc.algorithm, new_world)
     transfer, solo = [], {}
     for s, members in enumerate(g.sets):
         p, i = members[0]
@@ -244,60 +210,15 @@ def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gam
         for i, c in enumerate(r.calls):
             if r.member[i] < 0:
                 solo[(p, i)] = pricer.time(c, r.solo[i])
-    if m_topo is None:
-        said.append("the traces' own hardware is unknown: each call priced by the model alone")
+    if pricer.kept:
+        said.append(f"{pricer.kept} of {pricer.kept + pricer.priced} call(s) have no model (no size in the trace, "
+                    "a group of one rank, or an op without one): they keep their measured time")
+    if world == 1 and factor != 1:
+        said.append("a one-rank job: its calls moved no data between ranks, so nothing measured says how far "
+                    "above the model the job runs: the new group's calls are the model's alone")
+    if m_topo is None and pricer.priced:
+        said.append("the traces' own hardware is unknown: each call with a model priced by the model alone")
     return g.priced(transfer, solo), said, base
-
-
-class _Pricer:
-    """One scenario's price of a call, in us, codec time included."""
-
-    def __init__(self, m_topo, t, factor, dp, strides, gamma, compress, per_byte, algorithm, new_world):
-        self.m, self.t, self.factor, self.dp, self.strides = m_topo, t, factor, dp, strides
-        self.gamma, self.compress, self.per_byte, self.algorithm, self.world = gamma, compress, per_byte, algorithm, new_world
-
-    def _models(self, c):
-        """-> (seconds on the measured hardware, seconds in the scenario, codec us)."""
-        p = c.group_size
-        p_new = p * self.factor if c.group in self.dp and p else p
-        if p_new is not None and abs(p_new - round(p_new)) > 1e-9:
-            raise ValueError(f"{self.world} ranks do not divide into data-parallel groups of {p} x {self.factor:g}")
-        stride = self.strides.get(c.group, 1)
-        if c.kernel:   # NCCL: its rings span nodes through every NIC (multi-ring), or the tree its kernel names
-            old_alg = "tree" if c.algorithm == "tree" else "multi_ring"
-        else:          # Gloo's ring, or the algorithm a commlib:* call states
-            old_alg = COMMLIB_ALGORITHMS.get(c.algorithm or "", "flat_ring")
-        new_alg = {"ring": "flat_ring"}.get(self.algorithm, self.algorithm) if self.algorithm else old_alg
-        if new_alg == "tree" and c.op != "all_reduce":   # a tree only for all-reduces: the others keep theirs
-            new_alg = old_alg
-        grad = c.group in self.dp and c.op in ("all_reduce", "reduce_scatter", "all_gather") and self.compress
-        nbytes = c.bytes / self.compress if grad and c.bytes else c.bytes
-        try:
-            old = price(c.op, c.bytes, p, self.m, old_alg, stride, self.gamma)
-        except ValueError:   # a traced tree across nodes of several GPUs: no model, the call keeps its time
-            old = None
-        new = price(c.op, nbytes, round(p_new) if p_new else p_new, self.t, new_alg, stride, self.gamma)
-        return old, new, (self.per_byte * (c.bytes or 0) * 1e6 if grad else 0.0)
-
-    def time(self, c, measured_us: float) -> float:
-        old, new, codec = self._models(c)
-        if self.m is None:   # no model of the traced machine: the scenario's model alone
-            return (new * 1e6 if new is not None else measured_us) + codec
-        return reprice(measured_us * 1e-6, old, new) * 1e6 + codec
-
-    def regrouped(self, c, olds) -> float:
-        """A new bucket: its model plus the traced buckets' mean time above theirs (or scaled by their mean
-        ratio where they ran faster than the model)."""
-        _, new, codec = self._models(c)
-        new = new or 0.0
-        pairs = [(t * 1e-6, self._models(o)[0]) for o, t in olds if t is not None]
-        pairs = [(t, m) for t, m in pairs if m]
-        if self.m is None or not pairs:
-            return new * 1e6 + codec
-        above = [t - m for t, m in pairs]
-        if sum(above) >= 0:
-            return (new + max(0.0, sum(above) / len(above))) * 1e6 + codec
-        return new * sum(t / m for t, m in pairs) / len(pairs) * 1e6 + codec
 
 
 def _measured(ranks, base: dict) -> dict:
@@ -310,8 +231,11 @@ def _measured(ranks, base: dict) -> dict:
 
 
 def _row(name: str, result: dict, said=(), steps: int = 1) -> dict:
-    return {"name": name, "step_us": result["step_us"] / steps, "ranks": result["ranks"],
-            "critical_path": result["critical_path"], "assumptions": list(said), "forced": result["forced"]}
+    """One scenario: step_us and the critical path per training step (the mean of `steps`); ranks: each rank's
+    whole traced window (its timeline's spans and sums, as the timelines draw them)."""
+    path = {k: v / steps if k in ("compute_us", "comm_us") else v for k, v in result["critical_path"].items()}
+    return {"name": name, "step_us": result["step_us"] / steps, "ranks": result["ranks"], "critical_path": path,
+            "assumptions": list(said), "forced": result["forced"]}
 
 
 def _describe(t) -> str | None:
@@ -337,21 +261,24 @@ def json_report(report: dict) -> dict:
 
 def format_report(report: dict) -> str:
     """The scenarios side by side (the slowest rank's split), then each one's assumptions, under 100 columns."""
-    first = report["scenarios"][0]["step_us"]
+    first = report["scenarios"][0]["step_us"]   # 0 where every event is at one instant: no ratio
     out = textwrap.wrap(f"# {len(report['ranks'])} rank(s) of a {report['world_size']}-rank {report['backend']} job, "
                         f"measured on {report['measured_on'] or 'unknown hardware'}", 98, subsequent_indent="#   ")
     k = report.get("steps", 1)
     if k > 1:
-        out.append(f"# per training step: the traces hold {k}, every figure below is their mean")
+        out.append(f"# per training step, averaged over {k} steps (the traces hold {k})")
     rows = [["scenario", "step ms", "x meas.", "compute ms", "exposed ms", "waiting ms", "comm path"]]
     for s in report["scenarios"]:
         slow = max(s["ranks"].values(), key=lambda o: o["step_us"])
-        rows.append([s["name"][:37], f"{s['step_us'] / 1e3:.2f}", f"{s['step_us'] / first:.2f}",
+        rows.append([s["name"][:37], f"{s['step_us'] / 1e3:.2f}", f"{s['step_us'] / first:.2f}" if first > 0 else "-",
                      f"{slow['compute_us'] / k / 1e3:.2f}", f"{slow['exposed_us'] / k / 1e3:.2f}",
                      f"{slow['waiting_us'] / k / 1e3:.2f}", f"{s['critical_path']['comm_share']:.0%}"])
     out += columns.fit(rows, [38, 9, 8, 11, 11, 11, 10], "<>>>>>>")
     out += textwrap.wrap("step: the slowest rank's; compute, exposed, waiting: that rank's; comm path: the share of "
-                         "transfers on the critical path", 98)
+                         "transfers on the critical path (cut at that rank's start, so never longer than its step); "
+                         "waiting: the part of its communication spent waiting for a later peer, on the "
+                         "communication lane: hidden under compute or exposed, it adds to the step only through "
+                         "exposed (more, smaller buckets wait more, mostly hidden)", 98)
     for s in report["scenarios"][2:]:
         for line in s["assumptions"]:
             out += textwrap.wrap(f"{s['name']}: {line}", 98, subsequent_indent="  ")

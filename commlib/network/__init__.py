@@ -1,0 +1,16 @@
+"""The emulated cluster's network: nodes, GPUs per node and NICs per node on one machine.
+
+    net = Network(nodes=2, gpus_per_node=2, nics_per_node=1, bandwidth=20e6, kind="auto")
+    available() -> (bool, reason)                        # can the kernel kind be built here?
+    with cl.Cluster(world_size=4, network=net) as c: ...  # ranks in their nodes; c.network says what ran
+
+    network.py    Network: arguments, rails and addresses, which kind, up/down, what a rank needs
+    kernel.py     the kernel kind: namespaces, veths, a bridge, tc HTB; names, sweeping a dead owner's leftovers
+    calibrate.py  the link as the course fits it (alpha, beta) from a measured sweep, beside the configured rate
+    cli.py        python -m commlib network up | down | clean
+The pacer (kind "paced") is commlib.algorithms.emulation; `emulate(gpus_per_node, bandwidth, latency,
+nics_per_node)`, its entry inside ranks, is here. Importing this package imports no torch.
+"""
+
+from commlib.network.kernel import NetworkError  # noqa: F401
+from commlib.network.network import KINDS, Network, available, emulate  # noqa: F401

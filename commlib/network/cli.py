@@ -1,0 +1,56 @@
+"""python -m commlib network up | down | clean: a kept kernel network for torchrun or a look with `ip netns`.
+
+    python -m commlib network up --nodes 2 --gpus-per-node 1 --bandwidth 20e6   # prints its name and addresses
+    ip netns exec NAME-n0 ...                                                 # run anything on node 0
+    python -m commlib network down NAME                                       # removes it
+    python -m commlib network clean                                           # what dead owners left
+
+Every failure is one line (the caller prints it and exits 2); nothing half-made stays.
+"""
+
+from __future__ import annotations
+
+from commlib.network import kernel
+from commlib.network.network import Network
+
+
+class UsageError(Exception):
+    """One line for the command line: a bad argument or a network that could not be made."""
+
+
+def up(nodes: int, gpus_per_node: int, nics_per_node: int, bandwidth: float) -> list[str]:
+    """Build a kept network (it outlives this process until `down`) -> the lines to print."""
+    try:  # the arguments first, whatever this machine allows
+        Network(nodes, gpus_per_node, nics_per_node, bandwidth=bandwidth, kind="paced")
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"network up: --{str(e).split(' ', 1)[0].replace('_', '-')} {str(e).split(' ', 1)[1]}") from None
+    ok, why = kernel.available()
+    if not ok:
+        raise UsageError(f"network up: {why}")
+    net = Network(nodes, gpus_per_node, nics_per_node, bandwidth=bandwidth, kind="kernel")
+    try:
+        net.up(keep=True)
+    except kernel.NetworkError as e:
+        raise UsageError(f"network up: {e}") from None
+    lines = [f"{net.name}: {net.summary()}"]
+    for n in range(net.nodes):
+        lines.append(f"  node {n}: netns {net.name}-n{n}, NICs "
+                     + ", ".join(f"nic{j} {net.address(n, j)}" for j in range(net.nics_per_node)))
+    lines.append(f"remove it with: python -m commlib network down {net.name}")
+    return lines
+
+
+def down(name: str) -> list[str]:
+    """Remove the kept network `name` (only namespaces named name-*) -> the lines to print."""
+    if not name.startswith(kernel.PREFIX) or "/" in name:
+        raise UsageError(f"network down: NAME must be a network made by `network up` ({kernel.PREFIX}...), got {name!r}")
+    mine = [n for n in kernel.namespaces() if n.startswith(name + "-") and n[len(name) + 1:].count("-") == 0]
+    if not mine:
+        raise UsageError(f"network down: no network named {name!r} (see `ip netns list`)")
+    return [f"removed {n}" for n in kernel.remove(mine)]
+
+
+def clean() -> list[str]:
+    """Remove the namespaces of owners that are no longer alive -> the lines to print."""
+    gone = kernel.sweep()
+    return [f"removed {n}" for n in gone] or ["nothing to remove"]

@@ -1,0 +1,67 @@
+"""The critical path of a replay (graph.replay): from the job's last end, back along the edges that bound each
+task, to where the ending rank's step began.
+
+    path = critical_path(ranks, g, set_end, last_in)   # graph.replay's state -> compute_us, comm_us, calls, ...
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import numpy as np
+
+
+def critical_path(rs, g, set_end, last_in) -> dict:
+    """Walk back from the job's last end along the edges that bound each task -> the time on that path spent in
+    compute (the lane, gaps included) and in transfers, and the calls on it. The path is cut where the ending
+    rank's step began (on one clock): a rank that started earlier must not make it longer than the step."""
+    p = max(range(len(rs)), key=lambda p: rs[p].finish - rs[p].g.start)
+    stop = rs[p].g.start - rs[p].g.offset   # the ending rank's start, on the common clock
+    reach = {id(x): np.maximum.accumulate(x.hist_to).tolist() if x.hist_to else [] for x in rs}   # monotone: bisect
+    compute = comm = 0.0
+    calls = []
+    st = rs[p]
+    # what ended the rank: its lane or a call
+    ends = [(e, i) for i, e in enumerate(st.end) if e is not None]
+    lane_end = st.lane_end
+    point = ("lane", lane_end) if not ends or lane_end >= max(ends)[0] else ("call", max(ends)[1])
+    truncated, below = True, None   # below: from a wait's start, only the waits before it (one may take no time)
+    for _ in range(10 * sum(len(x.g.calls) + len(x.g.waits) for x in rs) + 10):
+        floor = stop + st.g.offset   # the cut, on this rank's clock
+        if point[0] == "lane":   # back along the rigid lane to the wait that set its shift, or the start
+            t = point[1]
+            k = bisect.bisect_right(reach[id(st)], t) - 1
+            if below is not None:
+                k, below = min(k, below), None
+            lower = st.hist_to[k] if k >= 0 else st.g.start
+            compute += max(0.0, t - max(lower, floor))
+            if k < 0 or lower <= floor:
+                truncated = False
+                break
+            wk = st.hist_w[k]
+            w = st.g.waits[wk]
+            if st.wait_bound[wk] == "call":
+                point = ("call", w.call)
+            else:
+                point, below = ("lane", w.t_from + (st.hist_shift[k - 1] if k else 0.0)), k - 1
+        else:
+            i = point[1]
+            calls.append((st.g.rank, i))
+            s = st.g.member[i]
+            if s >= 0 and last_in[s] is not None:
+                took = min(g.transfer[s], max(0.0, set_end[s] - stop))
+                lp, li = last_in[s]
+                st = rs[lp]
+                i = li
+            else:
+                took = min(st.end[i] - st.arrival[i], max(0.0, st.end[i] - floor))
+            comm += took
+            if st.bound[i] is None or took < (g.transfer[s] if s >= 0 and last_in[s] is not None
+                                              else st.end[i] - st.arrival[i]):
+                truncated = False   # a member the replay forced, or the cut: the path ends here
+                break
+            kind, ref = st.bound[i]
+            point = ("call", ref) if kind == "pred" else ("lane", ref + st.shift_at(ref))
+    total = compute + comm
+    return {"compute_us": compute, "comm_us": comm, "calls": len(calls),
+            "comm_share": comm / total if total > 0 else 0.0, "truncated": truncated}

@@ -1,0 +1,145 @@
+"""The what-if's prices: a collective's time on a topology by the course's models, and a traced call moved to new
+hardware (whatif.py asks; Pricer answers for one scenario).
+
+    price("all_reduce", 1 << 30, 16, topology.preset("dgx_h100", 2), "multi_ring")   # -> seconds
+    reprice(measured_s, old_model_s, new_model_s)    # the measured time above the model is kept
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import replace
+
+from commlib import cost
+from commlib import topology as topo
+from commlib.profiling.diagnose import P2P
+
+# "ring": one flat ring (topology's flat_ring); "tree": NCCL's double binary tree, within a node or one GPU per node
+ALGORITHMS = ("ring", "multi_ring", "hierarchical", "in_network", "tree")
+COMMLIB_ALGORITHMS = {"ring": "flat_ring", "hierarchical": "hierarchical"}   # a commlib:* call's stated algorithm
+TRADEOFF = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                        "benchmarks", "compression_tradeoff.json")
+
+
+def group_topology(t: topo.Topology, size: int, stride: int = 1) -> topo.Topology:
+    """A group of `size` ranks `stride` apart on t: its nodes and members per node. A group that fills its nodes
+    has their NICs; one that does not shares them with the node's other groups, each member with its GPU's share
+    (k/g NICs: plan.hardware's nic_share, as the planner prices groups)."""
+    per_node = max(1, min(size, t.gpus_per_node // stride)) if stride < t.gpus_per_node else 1
+    nodes = -(-size // per_node)
+    if per_node == t.gpus_per_node or nodes == 1:
+        return topo.Topology(nodes, per_node, t.intra, t.inter, t.nics_per_node)
+    share = replace(t.inter, name=f"{t.inter.name} share", bandwidth=t.inter.bandwidth * t.nics_per_node / t.gpus_per_node)
+    return topo.Topology(nodes, per_node, t.intra, share, per_node)
+
+
+def price(op: str, nbytes, size, t: topo.Topology, algorithm: str, stride: int = 1, gamma: float = 0.0):
+    """Seconds for one call on t (None where no model applies: no bytes, a group of one, an op without one)."""
+    if not nbytes or not size or size < 2 or t is None:
+        return None
+    g = group_topology(t, size, stride)
+    if algorithm == "tree" and op == "all_reduce":
+        return _tree(nbytes, size, g, gamma)
+    if op in topo.PAIRS:
+        alg = algorithm if algorithm in topo.PAIRS[op] else ("bulk" if op == "all_to_all" else "multi_ring")
+        return topo.collective_time(op, nbytes, g, alg, gamma if op in ("all_reduce", "reduce_scatter") else 0.0)
+    link = t.intra if g.nodes == 1 else t.inter
+    if op in ("broadcast", "reduce"):
+        return cost.collective_time(op, nbytes, size, link, "ring")
+    if op in P2P:
+        return cost.collective_time("sendrecv", nbytes, 2, link, "ring")
+    return None
+
+
+def _tree(nbytes, size: int, g: topo.Topology, gamma: float) -> float:
+    """NCCL's double binary tree all-reduce (cost: c + 2h a + 2n b + n g) on the one link its group crosses: the
+    node's, or the rail between nodes of one GPU each. Across nodes of several GPUs NCCL chains the GPUs of a node
+    under a tree of nodes (src/graph/trees.cc), a shape the course's models do not price: refused."""
+    if g.nodes == 1:
+        link = g.intra
+    elif g.gpus_per_node == 1:
+        link = replace(g.inter, name=f"{g.inter.name} rail", bandwidth=g.rail_bandwidth)
+    else:
+        raise ValueError(f"algorithm 'tree' is priced within one node or across nodes of one GPU each; this group "
+                         f"spans {g.nodes} nodes of {g.gpus_per_node} (try multi_ring or hierarchical)")
+    return cost.collective_time("all_reduce", nbytes, size, link, "double_binary_tree", gamma)
+
+
+def reprice(measured_s: float, old_s, new_s) -> float:
+    """The measured transfer moved to new hardware: the model's new time plus what the measurement spent above
+    the model's old time; a transfer faster than its model scales with it (continuous where they are equal)."""
+    if old_s is None or new_s is None or old_s <= 0:
+        return measured_s
+    return new_s + (measured_s - old_s) if measured_s >= old_s else measured_s * new_s / old_s
+
+
+def codec_s_per_byte(ratio: float, path: str = TRADEOFF) -> tuple[float, str]:
+    """Encode + decode seconds per gradient byte for a compression ratio: the committed compression benchmark's
+    hook time above its all-reduce time, for the method whose bytes ratio is nearest -> (s/byte, where from)."""
+    with open(path, "rb") as f:
+        data = json.loads(f.read(1 << 22))
+    rows = [r for r in data["rows"] if r.get("bytes_per_step") and r.get("overhead_s") is not None]
+    base = next(r["bytes_per_step"] for r in rows if r["method"] == "none")
+    best = min((r for r in rows if r["method"] != "none"), key=lambda r: abs(math.log(base / r["bytes_per_step"] / ratio)))
+    return best["overhead_s"] / base, (f"{best['variant']} ({base / best['bytes_per_step']:.0f}x) in "
+                                       "benchmarks/compression_tradeoff.json")
+
+
+class Pricer:
+    """One scenario's price of a call, in us, codec time included."""
+
+    def __init__(self, m_topo, t, factor, dp, strides, gamma, compress, per_byte, algorithm, new_world):
+        self.m, self.t, self.factor, self.dp, self.strides = m_topo, t, factor, dp, strides
+        self.gamma, self.compress, self.per_byte, self.algorithm, self.world = gamma, compress, per_byte, algorithm, new_world
+        self.priced = self.kept = 0   # calls (sets) with a model in the scenario, and without one
+
+    def _models(self, c):
+        """-> (seconds on the measured hardware, seconds in the scenario, codec us)."""
+        p = c.group_size
+        p_new = p * self.factor if c.group in self.dp and p else p
+        if p_new is not None and abs(p_new - round(p_new)) > 1e-9:
+            raise ValueError(f"{self.world} ranks do not divide into data-parallel groups of {p} x {self.factor:g}")
+        stride = self.strides.get(c.group, 1)
+        if c.kernel:   # NCCL: its rings span nodes through every NIC (multi-ring), or the tree its kernel names
+            old_alg = "tree" if c.algorithm == "tree" else "multi_ring"
+        else:          # Gloo's ring, or the algorithm a commlib:* call states
+            old_alg = COMMLIB_ALGORITHMS.get(c.algorithm or "", "flat_ring")
+        new_alg = {"ring": "flat_ring"}.get(self.algorithm, self.algorithm) if self.algorithm else old_alg
+        if new_alg == "tree" and c.op != "all_reduce":   # a tree only for all-reduces: the others keep theirs
+            new_alg = old_alg
+        grad = c.group in self.dp and c.op in ("all_reduce", "reduce_scatter", "all_gather") and self.compress
+        nbytes = c.bytes / self.compress if grad and c.bytes else c.bytes
+        try:
+            old = price(c.op, c.bytes, p, self.m, old_alg, stride, self.gamma)
+        except ValueError:   # a traced tree across nodes of several GPUs: no model, the call keeps its time
+            old = None
+        new = price(c.op, nbytes, round(p_new) if p_new else p_new, self.t, new_alg, stride, self.gamma)
+        return old, new, (self.per_byte * (c.bytes or 0) * 1e6 if grad else 0.0)
+
+    def time(self, c, measured_us: float) -> float:
+        old, new, codec = self._models(c)
+        if new is None:
+            self.kept += 1
+        else:
+            self.priced += 1
+        if self.m is None:   # no model of the traced machine: the scenario's model alone
+            return (new * 1e6 if new is not None else measured_us) + codec
+        return reprice(measured_us * 1e-6, old, new) * 1e6 + codec
+
+    def regrouped(self, c, olds) -> float:
+        """A new bucket: its model plus its share, by bytes, of the time the traced buckets it replaces spent above
+        their model (their excess per byte x its bytes), or scaled by their mean ratio where they ran faster."""
+        _, new, codec = self._models(c)
+        self.priced += new is not None
+        self.kept += new is None
+        new = new or 0.0
+        pairs = [(t * 1e-6, self._models(o)[0], o.bytes) for o, t in olds if t is not None]
+        pairs = [(t, m, b) for t, m, b in pairs if m and b]
+        if self.m is None or not pairs:
+            return new * 1e6 + codec
+        above = sum(t - m for t, m, _ in pairs)
+        if above >= 0:
+            return (new + above / sum(b for _, _, b in pairs) * (c.bytes or 0)) * 1e6 + codec
+        return new * sum(t / m for t, m, _ in pairs) / len(pairs) * 1e6 + codec

@@ -1,0 +1,146 @@
+"""commlib.network without building anything: arguments refused before anything is made, rails and addresses,
+the fallback to the pacer when the kernel network is not available (simulated), names and owners, the CLI's
+one-line errors. The kernel network itself: tests/test_network_kernel.py."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import commlib as cl
+from commlib import network
+from commlib.network import kernel
+from commlib.network import network as netmod
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def nothing_made(monkeypatch):
+    """Any attempt to build, or to run ip/tc, fails the test."""
+    def refuse(*a, **k):
+        raise AssertionError("something was made")
+    monkeypatch.setattr(kernel, "build", refuse)
+    monkeypatch.setattr(kernel, "_run", refuse)
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    (dict(nodes=0), ValueError, "nodes must be an int >= 1 and <= 64, got 0"),
+    (dict(nodes=2.0), TypeError, "nodes must be an int"),
+    (dict(nodes=True), TypeError, "nodes must be an int"),
+    (dict(gpus_per_node=65), ValueError, "gpus_per_node must be an int >= 1 and <= 64"),
+    (dict(nics_per_node=0), ValueError, "nics_per_node must be an int >= 1 and <= 16"),
+    (dict(bandwidth=float("nan")), ValueError, "bandwidth must be a finite number of bytes/s"),
+    (dict(bandwidth=-1), ValueError, "bandwidth must be"),
+    (dict(bandwidth="20M"), TypeError, "bandwidth must be"),
+    (dict(bandwidth=1e12), ValueError, "bandwidth must be"),
+    (dict(latency=-1e-3), ValueError, "latency must be a finite number of seconds >= 0"),
+    (dict(latency=float("inf")), ValueError, "latency must be"),
+    (dict(kind="netem"), ValueError, "kind must be one of ('auto', 'kernel', 'paced'), got 'netem'"),
+    (dict(kind=None), ValueError, "kind must be one of"),
+    (dict(quiet="no"), TypeError, "quiet must be True or False"),
+])
+def test_nonsense_is_refused_before_anything_is_made(kwargs, error, words, nothing_made):
+    before = kernel.namespaces()
+    args = dict(nodes=2, gpus_per_node=1, bandwidth=20e6, kind="paced") | kwargs
+    with pytest.raises(error) as info:
+        network.Network(**args)
+    assert words in str(info.value)
+    assert kernel.namespaces() == before
+
+
+def test_bandwidth_is_keyword_only():
+    with pytest.raises(TypeError):
+        network.Network(2, 1, 1, 20e6)
+
+
+def test_rails_and_addresses():
+    net = network.Network(3, 4, 2, bandwidth=20e6, kind="paced")
+    assert [net.node_of(r) for r in range(12)] == [0] * 4 + [1] * 4 + [2] * 4
+    assert [net.nic_of(r) for r in range(8)] == [0, 1, 0, 1] * 2  # GPU i uses NIC i mod k
+    plan = {**net.plan()}  # as data: a namespace per node, one veth per NIC, an address from 198.18.0.0/15 each
+    addresses = [nic["address"] for node in plan["nodes"] for nic in node["nics"]]
+    assert len(set(addresses)) == 6 and all(a.startswith("198.18.") for a in addresses)
+    assert [len(node["nics"]) for node in plan["nodes"]] == [2, 2, 2]
+    assert all(len(nic["dev"]) <= 15 and len(nic["port"]) <= 15 for node in plan["nodes"] for nic in node["nics"])
+
+
+def test_without_the_kernel_auto_falls_back_to_the_pacer_and_says_so(monkeypatch, capsys, nothing_made):
+    monkeypatch.setattr(netmod, "available", lambda: (False, "simulated: no CAP_NET_ADMIN"))
+    net = network.Network(2, 1, bandwidth=20e6)
+    assert net.kind == "paced" and net.is_up() and net.placement(0) == {}
+    line = capsys.readouterr().out.strip()
+    assert line.count("\n") == 0 and line.startswith("network: paced") and "simulated: no CAP_NET_ADMIN" in line
+    with pytest.raises(RuntimeError, match="kind='kernel' is not available here: simulated"):
+        network.Network(2, 1, bandwidth=20e6, kind="kernel")
+
+
+def _paced_probe(bandwidth=None):
+    """Inside a rank of a Cluster on the pacer: is commlib's pacer active, and do the results stay right?
+    (bandwidth: a keyword of the same name as the pacer's own, which must reach the function untouched)"""
+    from commlib import algorithms as alg
+
+    t = torch.full((1000,), float(dist.get_rank()))
+    alg.ring_all_reduce(t)
+    return alg.network() is not None, float(t[0]), bandwidth
+
+
+def test_a_cluster_on_the_pacer_runs_every_function_inside_emulate(monkeypatch):
+    monkeypatch.setattr(netmod, "available", lambda: (False, "simulated"))
+    net = network.Network(2, 1, bandwidth=1e9, quiet=True)
+    with cl.Cluster(2, network=net, timeout=60) as c:
+        assert c.network is net and net.kind == "paced"
+        assert c.run(_paced_probe, bandwidth=5) == [(True, 1.0, 5), (True, 1.0, 5)]
+
+
+@pytest.mark.parametrize("world_size, backend, words", [
+    (3, "gloo", "needs world_size = nodes x gpus_per_node = 2 x 1 = 2, got 3"),
+])
+def test_a_cluster_that_does_not_fit_the_network_is_refused_before_it_starts(world_size, backend, words, monkeypatch):
+    from commlib.cluster import core
+
+    monkeypatch.setattr(core, "Launcher", None)
+    net = network.Network(2, 1, bandwidth=20e6, kind="paced")
+    with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        cl.Cluster(world_size, backend=backend, network=net)
+    with pytest.raises(TypeError, match="network must be a commlib.network.Network or None, got str"):
+        cl.Cluster(2, network="kernel")
+
+
+def test_names_carry_the_owner_and_a_dead_owner_is_recognised():
+    name = kernel.new_name()
+    assert name.startswith(kernel.PREFIX + f"{os.getpid()}.") and kernel.owner_alive(name + "-n0")
+    assert kernel.owner_alive(kernel.new_name(keep=True) + "-sw")
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = f"{kernel.PREFIX}{proc.stdout.strip()}.12345-1-n0"
+    assert not kernel.owner_alive(dead)
+    reused = f"{kernel.PREFIX}{os.getpid()}.1-1-n0"  # this pid, another start time: a reused pid, not us
+    assert not kernel.owner_alive(reused)
+
+
+def test_without_capabilities_available_says_why_in_one_line(monkeypatch):
+    monkeypatch.setattr(kernel, "_capabilities", lambda: 0)
+    ok, why = network.available()
+    if sys.platform.startswith("linux") and kernel.shutil.which("ip"):
+        assert not ok and "CAP_NET_ADMIN" in why and "\n" not in why
+
+
+@pytest.mark.parametrize("args, words", [
+    (["network", "down"], "network down needs NAME"),
+    (["network", "down", "eth0"], "network down: NAME must be a network made by `network up` (clnet-...), got 'eth0'"),
+    (["network", "down", "clnet-no-such"], "network down: no network named 'clnet-no-such'"),
+    (["network", "clean", "x"], "network clean takes no NAME"),
+    (["network", "up", "--nodes", "0"], "argument --nodes: must be an integer > 0, got '0'"),
+    (["network", "up", "--nodes", "65"], "--nodes must be an int >= 1 and <= 64, got 65"),
+    (["network", "up", "--bandwidth", "5"], "--bandwidth must be a finite number of bytes/s >= 10000"),
+    (["network", "sideways"], "argument action: invalid choice: 'sideways'"),
+])
+def test_the_cli_refuses_nonsense_in_one_line_with_exit_2(args, words):
+    proc = subprocess.run([sys.executable, "-m", "commlib", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "", proc
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], proc.stderr
