@@ -8,8 +8,13 @@ kernels, 5% of kernels NCCL; the same without the arguments; a CPU/Gloo job), wr
 Per case: the CLI end to end (a fresh process: start-up, reading, analysis, report), its peak memory (RSS of
 the process and its reader workers together, sampled every 10 ms), events per second, the growth exponent
 against the case before it (time ~ events^k: 1 is linear), the Python call diagnose() in this process,
-json.load of the same files one after the other, and HTA (TraceAnalysis + get_comm_comp_overlap) where it is
-importable by --hta-python (default: this interpreter), with its peak memory and its time / diagnose's.
+json.load of the same files one after the other, and Holistic Trace Analysis (TraceAnalysis +
+get_comm_comp_overlap) where it is importable by --hta-python (default: this interpreter), with its peak memory
+and its time / diagnose's, run both ways in the same run: its default parser, and the batched ijson backend its
+ParserConfig documents "for best results" on large traces (ParserBackend.IJSON_BATCH_AND_COMPRESS with
+ParserConfig.get_minimum_args(), set through ParserConfig.set_default_cfg; needs ijson). Its version (the
+traceinsight or holistictraceanalysis distribution) is recorded. Every row records the 1-minute load before and
+after it: the machine may be shared.
 --quick (what CI runs): small sizes, no HTA, writes nothing. The full run writes its figures, labelled with the
 machine and its load, to --out; chapter 9's scale figure reads them.
 """
@@ -39,9 +44,29 @@ import logging, sys, time
 logging.disable(logging.WARNING)
 t = time.perf_counter()
 from hta.trace_analysis import TraceAnalysis
+if sys.argv[2] != "default":   # HTA's batched backend, with the minimum args (hta/configs/parser_config.py)
+    from hta.configs.parser_config import ParserBackend, ParserConfig
+    cfg = ParserConfig(ParserConfig.get_minimum_args())
+    cfg.set_parser_backend(ParserBackend(sys.argv[2]))
+    ParserConfig.set_default_cfg(cfg)
 TraceAnalysis(trace_dir=sys.argv[1]).get_comm_comp_overlap(visualize=False)
 print("HTA_SECONDS", time.perf_counter() - t)
 """
+HTA_VERSION = """
+import importlib.metadata as m
+for name in ("traceinsight", "holistictraceanalysis"):
+    try:
+        print(name, m.version(name))
+        break
+    except m.PackageNotFoundError:
+        pass
+"""
+# HTA's two parsers: row key prefix -> (the backend argument of HTA_SCRIPT, what it is)
+HTA_BACKENDS = {"hta": ("default", "default parser (ParserBackend JSON: json.load of the whole file), default args"),
+                "hta_batched": ("ijson_batch_and_compress", "ParserBackend.IJSON_BATCH_AND_COMPRESS with "
+                                "ParserConfig.get_minimum_args(), set through ParserConfig.set_default_cfg")}
+PEAK_NOTE = ("peak RSS of the process and all its child processes (reader workers, HTA's parser pool) summed, "
+             "sampled every 10 ms: a sum over processes, not the largest one")
 # (name, form, kernel args on the NCCL kernels, ranks, events per rank, run HTA)
 FULL = [("gpu", "gpu", True, 2, 10_000, True), ("gpu", "gpu", True, 2, 100_000, True),
         ("gpu", "gpu", True, 2, 1_000_000, True), ("gpu, no kernel args", "gpu", False, 2, 100_000, False),
@@ -89,10 +114,17 @@ def timed(cmd: list[str]) -> dict:
 
 
 def hta_python(arg: str | None) -> str | None:
-    """An interpreter that can import hta, or None."""
+    """An interpreter that can import hta and ijson (HTA's batched backend needs it), or None."""
     py = arg or sys.executable
-    ok = subprocess.run([py, "-c", "import hta.trace_analysis"], capture_output=True, timeout=120).returncode == 0
+    ok = subprocess.run([py, "-c", "import hta.trace_analysis, ijson"], capture_output=True,
+                        timeout=120).returncode == 0
     return py if ok else None
+
+
+def hta_version(py: str) -> str | None:
+    """'traceinsight 0.6.1' (the distribution HTA came from, and its version), or None."""
+    out = subprocess.run([py, "-c", HTA_VERSION], capture_output=True, text=True, timeout=120).stdout.strip()
+    return out or None
 
 
 def interpreter(text: str) -> str:
@@ -100,7 +132,8 @@ def interpreter(text: str) -> str:
     if not (os.path.isfile(text) and os.access(text, os.X_OK)):
         raise argparse.ArgumentTypeError(f"{text!r} is not an executable file")
     if hta_python(text) is None:
-        raise argparse.ArgumentTypeError(f"{text} cannot import hta (pip install holistictraceanalysis there)")
+        raise argparse.ArgumentTypeError(f"{text} cannot import hta and ijson (pip install traceinsight==0.6.1 "
+                                         "ijson there)")
     return text
 
 
@@ -114,6 +147,7 @@ def out_file(text: str) -> str:
 def run_case(folder, name, form, kernel_args, ranks, events, with_hta, hta_py) -> dict:
     d = os.path.join(folder, f"{form}-{int(kernel_args)}-{ranks}x{events}")
     files = synthetic.write_job(d, ranks, events, form, kernel_args)
+    load_before = os.getloadavg()[0]
     cli = timed([sys.executable, "-m", "commlib", "diagnose", d, "--json"])
     if cli["rc"] != 0:
         raise SystemExit(f"diagnose failed on {d}: {cli['err'][-500:]}")
@@ -127,20 +161,21 @@ def run_case(folder, name, form, kernel_args, ranks, events, with_hta, hta_py) -
            "calls": len(report["calls"]), "cli_s": cli["s"], "cli_cpu_s": cli["cpu"], "call_s": call_s,
            "call_cpu_s": call_cpu,
            "peak_rss_bytes": cli["rss"], "bytes_on_disk": sum(os.path.getsize(f) for f in files),
-           "json_load_s": None, "json_load_cpu_s": None, "hta_s": None, "hta_cpu_s": None, "hta_rss_bytes": None,
-           "hta_note": None}
+           "json_load_s": None, "json_load_cpu_s": None,
+           **{f"{k}{x}": None for k in HTA_BACKENDS for x in ("_s", "_cpu_s", "_rss_bytes", "_note")}}
     if ranks <= 2:   # the stdlib alone, the same files one after the other
         t, c0 = time.perf_counter(), time.process_time()
         for f in files:
             with open(f) as fh:
                 json.load(fh)
         row["json_load_s"], row["json_load_cpu_s"] = time.perf_counter() - t, time.process_time() - c0
-    if with_hta and hta_py:
-        h = timed([hta_py, "-c", HTA_SCRIPT, d])
+    for key, (backend, _) in HTA_BACKENDS.items() if with_hta and hta_py else ():
+        h = timed([hta_py, "-c", HTA_SCRIPT, d, backend])
         if h["rc"] == 0:
-            row["hta_s"], row["hta_cpu_s"], row["hta_rss_bytes"] = h["s"], h["cpu"], h["rss"]
+            row[f"{key}_s"], row[f"{key}_cpu_s"], row[f"{key}_rss_bytes"] = h["s"], h["cpu"], h["rss"]
         else:
-            row["hta_note"] = "failed: " + (h["err"].strip().splitlines() or ["?"])[-1][:120]
+            row[f"{key}_note"] = "failed: " + (h["err"].strip().splitlines() or ["?"])[-1][:120]
+    row["load_1min"] = [load_before, os.getloadavg()[0]]   # before the CLI ran, after the last tool
     for f in files:
         os.remove(f)
     return row
@@ -156,7 +191,7 @@ def _s(x):
 
 def table(rows: list[dict]) -> list[str]:
     out = [f"{'case':<20}{'ranks':>6}{'events/rank':>12}{'CLI s':>7}{'cpu s':>7}{'call s':>7}{'events/s':>10}"
-           f"{'exp.':>6}{'RSS MB':>7}{'json.load':>10}{'HTA s':>7}{'cpu s':>7}{'HTA MB':>7}{'HTA/us':>7}"]
+           f"{'exp.':>6}{'RSS MB':>7}{'json.load':>10}{'HTA s':>7}{'HTA MB':>7}{'batched':>8}{'MB':>6}{'load':>6}"]
     prev = None
     for r in rows:
         n = r["ranks"] * r["events_per_rank"]
@@ -165,11 +200,11 @@ def table(rows: list[dict]) -> list[str]:
             grow = r["events_per_rank"] / prev["events_per_rank"]
             k = f"{math.log(r['cli_cpu_s'] / prev['cli_cpu_s']) / math.log(grow):.2f}"
         r["growth_exponent"] = None if k == "-" else float(k)
-        ratio = f"{r['hta_s'] / r['cli_s']:.1f}" if r["hta_s"] else (r["hta_note"] and "fail") or "-"
+        hta = {k: _s(r[f"{k}_s"]) if r[f"{k}_note"] is None else "fail" for k in HTA_BACKENDS}
         out.append(f"{r['case']:<20}{r['ranks']:>6}{r['events_per_rank']:>12,}{r['cli_s']:>7.2f}{r['cli_cpu_s']:>7.2f}"
                    f"{r['call_s']:>7.2f}{n / r['cli_s']:>10,.0f}{k:>6}{_mb(r['peak_rss_bytes']):>7}"
-                   f"{_s(r['json_load_s']):>10}{_s(r['hta_s']):>7}{_s(r['hta_cpu_s']):>7}{_mb(r['hta_rss_bytes']):>7}"
-                   f"{ratio:>7}")
+                   f"{_s(r['json_load_s']):>10}{hta['hta']:>7}{_mb(r['hta_rss_bytes']):>7}{hta['hta_batched']:>8}"
+                   f"{_mb(r['hta_batched_rss_bytes']):>6}{r['load_1min'][0]:>6.1f}")
         prev = r
     return out
 
@@ -185,8 +220,13 @@ def targets(rows: list[dict], cores: int) -> list[str]:
                        f"({x['events_per_rank']:,} -> {y['events_per_rank']:,}) took {y['cli_s'] / x['cli_s']:.1f}x "
                        f"the time, {y['cli_cpu_s'] / x['cli_cpu_s']:.1f}x the CPU time (target <= 12x per 10x)")
         out.append(f"fast: 2 x {b['events_per_rank']:,} events end to end in {b['cli_s']:.2f} s; json.load alone "
-                   f"{_s(b['json_load_s'])} s; HTA {_s(b['hta_s'])} s"
-                   + (f" ({b['hta_s'] / b['cli_s']:.1f}x diagnose)" if b["hta_s"] else ""))
+                   f"{_s(b['json_load_s'])} s"
+                   + (f" (diagnose / json.load = {b['cli_s'] / b['json_load_s']:.2f}, target <= 0.25)"
+                      if b["json_load_s"] else "") + f"; load {b['load_1min'][0]:.1f} to {b['load_1min'][1]:.1f}")
+        for key, (backend, _) in HTA_BACKENDS.items():
+            if b[f"{key}_s"]:
+                out.append(f"  HTA {backend}: {b[f'{key}_s']:.2f} s ({b[f'{key}_s'] / b['cli_s']:.1f}x diagnose), "
+                           f"peak {_mb(b[f'{key}_rss_bytes'])} MB")
         out.append(f"memory: peak RSS {_mb(b['peak_rss_bytes'])} MB for 2 x {b['events_per_rank']:,} events "
                    f"({b['bytes_on_disk'] / 1e6:.0f} MB of JSON)")
     one = next((r for r in rows if r["case"] == "one rank"), None)
@@ -220,7 +260,8 @@ def main() -> None:
     helps = [timed([sys.executable, "-m", "commlib", "diagnose", "--help"])["s"] for _ in range(1 if args.quick else 3)]
     print(f"# {platform.processor() or platform.machine()}, {cores} cores, load {load_before[0]:.1f} before; "
           f"python -m commlib diagnose --help: {min(helps):.2f} s (best of {len(helps)})")
-    print("Holistic Trace Analysis: " + (f"run with {hta_py}" if hta_py else
+    version = hta_version(hta_py) if hta_py else None
+    print("Holistic Trace Analysis: " + (f"{version}, run with {hta_py}, both parsers" if hta_py else
           "not run (--quick)" if args.quick else "not installed here (give --hta-python PATH): column skipped"))
     rows = []
     with tempfile.TemporaryDirectory(prefix="diagnose_scale_") as folder:
@@ -229,14 +270,16 @@ def main() -> None:
             print(f"  done: {case[0]} {case[3]} x {case[4]:,} in {rows[-1]['cli_s']:.2f} s", flush=True)
     print("\n".join(table(rows)))
     print("(events/s: all ranks' events / CLI seconds; cpu s: CPU seconds of the process and its workers; exp.: "
-          "growth exponent of the CLI's CPU time against the row above, 1 = linear; HTA/us: HTA's time / "
-          "diagnose's)")
+          "growth exponent of the CLI's CPU time against the row above, 1 = linear; HTA s / batched: HTA's default "
+          "and batched ijson parsers; MB: " + PEAK_NOTE + "; load: 1-minute load before the row)")
     print("\n".join(targets(rows, cores)))
     meta = {"machine": f"{platform.processor() or platform.machine()}, {cores} cores, "
                        f"{psutil.virtual_memory().total / 2**30:.0f} GiB", "python": platform.python_version(),
             "date": datetime.date.today().isoformat(), "load_before": load_before, "load_after": os.getloadavg(),
-            "help_s": min(helps), "hta": hta_py is not None,
-            "load_note": "1-minute load averages of the whole machine, this benchmark included"}
+            "help_s": min(helps), "hta": hta_py is not None, "hta_version": version,
+            "hta_backends": {k: what for k, (_, what) in HTA_BACKENDS.items()}, "peak_memory_note": PEAK_NOTE,
+            "load_note": "1-minute load averages of the whole machine, this benchmark included; each row's "
+                         "load_1min: before its CLI run and after its last tool"}
     if out:
         with open(out, "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)

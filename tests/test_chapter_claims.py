@@ -240,3 +240,17 @@ def test_chapter_3_sixty_to_fifteen_sentences_hold():
     assert f"one node is {t['2 x 8, 1 NIC'] / one:.1f}x faster: 60% → {topo.share_after(0.6, t['2 x 8, 1 NIC'], one):.0%}" in prose
     assert f"only {t['2 DGX'] / one:.1f}x what\n  one node does (16 nodes: {t['16 DGX'] / one:.1f}x)" in prose
     assert f"at best 60% → {topo.share_after(0.6, t['2 DGX'], one):.0%}" in prose
+
+def test_chapter_9_big_traces_prose_claims_only_what_the_committed_run_shows():
+    """Issue 43: 'linear time and bounded memory' became: memory grows with the largest rank's trace, not with
+    the number of ranks. The committed benchmark must bear it out: 64 ranks of 100k events within twice the
+    memory of 2 such ranks, while 2 ranks of 1M events take more than 2 ranks of 100k."""
+    text = next(source(c) for c in cells("09_profiling") if source(c).startswith("## Reading a big job's traces"))
+    words = " ".join(text.split())
+    assert "bounded memory" not in words and "largest rank's trace, not with the number of ranks" in words
+    assert "both of its parsers" in words and "end to end like the first curve" in words
+    rows = json.loads((NOTEBOOKS.parent / "benchmarks" / "diagnose_scale.json").read_text())["rows"]
+    peak = {(r["ranks"], r["events_per_rank"]): r["peak_rss_bytes"] for r in rows if r["case"] in ("gpu", "64 ranks")}
+    assert peak[(64, 100_000)] < 2 * peak[(2, 100_000)]
+    assert peak[(2, 1_000_000)] > peak[(2, 100_000)]
+    assert all(r.get("hta_batched_s") for r in rows if r["case"] == "gpu")

@@ -155,7 +155,7 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
     mm = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1.0, "dur": 2.0}
     other.write_text(json.dumps({"traceEvents": [mm], "distributedInfo": {"rank": 1, "world_size": 8}}))
     cases = [([str(tmp_path / "notes.json")], "notes.json: not a torch.profiler trace"),
-             ([str(tmp_path / "cut.json.gz")], "cut.json.gz: truncated or damaged gzip"),
+             ([str(tmp_path / "cut.json.gz")], "cut.json.gz: truncated gzip file"),
              ([str(tmp_path / "empty")], "empty: a folder with no trace files"),
              ([str(tmp_path / "missing.json")], "missing.json: no such file"),
              ([REAL, str(other)], "rank1.json: from another job"),
@@ -181,3 +181,26 @@ def test_a_call_twice_as_slow_as_its_identical_twin_is_not_the_link():
     assert td.cause(call, 5.0, m, 8000.0, 3, 0.0, fastest_us=3000.0).startswith("waited 8000 us for rank 3")
     small = tr.Call(0, "all_reduce", "0", 8, 4096, "bfloat16", 0.0, 900.0, None, None, None)
     assert td.cause(small, 50.0, td.model(small, hw), 0.0, None, 0.0).startswith("message too small")
+
+
+def test_a_cpu_job_priced_on_gpu_hardware_gets_no_gpu_words_and_no_advice_to_give_hardware(tmp_path):
+    """Issue 40: `diagnose --hardware dgx_h100` on a Gloo job said compute kernels 'share the GPU's SMs ... with
+    NCCL', and 'no hardware model unless --hardware' though it was given."""
+    from commlib.profiling import synthetic
+
+    paths = synthetic.write_job(str(tmp_path), 2, 3_000, "cpu")
+    priced = td.diagnose(paths, hardware="dgx_h100")
+    text = td.format_report(priced)
+    flags = {c["flag"] for c in priced["calls"] if c["flag"]}
+    assert flags and priced["hardware"] == "dgx_h100"
+    for word in ("GPU", "SMs", "NCCL", "kernel", "unless --hardware", "give --hardware"):
+        assert word not in " ".join(flags) and word not in priced["hardware_why"], word
+    assert "(dgx_h100 (given); the traces are a CPU job's" in text
+    plain = td.diagnose(paths)
+    assert plain["hardware"] is None and plain["hardware_why"].endswith("--hardware PRESET prices the calls")
+    call = tr.Call(0, "all_reduce", "0", 2, 64 << 20, "float32", 0.0, 1000.0, None, None, None)
+    m = {"time_s": 1e-4, "latency_s": 1e-6}
+    assert td.cause(call, 10.0, m, 0.0, None, 900.0).startswith("other CPU ops ran beside it")
+    assert "the backend's transport" in td.cause(call, 10.0, m, 0.0, None, 0.0)
+    gpu = tr.Call(0, "all_reduce", "0", 2, 64 << 20, "float32", 0.0, 1000.0, "ring", None, "ncclDevKernel_x")
+    assert "GPU's SMs" in td.cause(gpu, 10.0, m, 0.0, None, 900.0)

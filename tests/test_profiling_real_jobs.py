@@ -163,3 +163,4 @@ def test_the_readme_profiler_recipe_run_on_two_cpu_ranks_gives_traces_diagnose_r
     # two recorded steps of one all-reduce each, on each rank, with the tensor's bytes
     assert sorted((c["rank"], c["op"], c["bytes"]) for c in report["calls"]) == \
         [(r, "all_reduce", (1 << 12) * 4) for r in (0, 1) for _ in range(2)]
+    assert not [n for n in report["notes"] if n.startswith("group ")], report["notes"]   # a healthy job: no hang

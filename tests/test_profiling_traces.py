@@ -100,7 +100,7 @@ def test_bad_files_name_the_file_and_the_problem(tmp_path):
     (tmp_path / "cut.json.gz").write_bytes(open(REAL, "rb").read()[:5000])
     (tmp_path / "empty").mkdir()
     cases = {"notes.json": "not a torch.profiler trace", "list.json": "no 'traceEvents'",
-             "cut.json.gz": "truncated or damaged gzip", "empty": "folder with no trace files",
+             "cut.json.gz": "truncated gzip file", "empty": "folder with no trace files",
              "missing.json": "no such file"}
     for name, problem in cases.items():
         with pytest.raises(tr.TraceError) as e:

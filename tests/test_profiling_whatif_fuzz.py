@@ -123,7 +123,8 @@ def test_errors_name_the_traces_and_an_impossible_world_size_is_not_a_nodes_erro
         path.write_text(json.dumps(data))
     out = _cli(str(tmp_path), "--hardware", "dgx_h100")   # no --nodes given: no word of nodes
     assert out.returncode == 2 and "nodes must be" not in out.stderr and len(out.stderr.splitlines()) == 1
-    assert f"{tmp_path / 'rank0.json'}: distributedInfo.world_size is 1000000000000, more ranks than whatif prices" \
+    # the reader refuses it first (1 to 2^20 ranks, the most the model prices), naming the file and the field
+    assert f"{tmp_path / 'rank0.json'}: distributedInfo.world_size is 1000000000000, not a number of ranks" \
         in out.stderr
 
 

@@ -36,7 +36,9 @@ from commlib import _validate
 from commlib import columns, cost
 from commlib import plan
 from commlib import topology as topo
-from commlib.profiling.live import length, overlap_length, overlap_lengths, union
+from commlib.profiling import checks
+from commlib.profiling.live import length, overlap_length, overlap_lengths, union, union_array
+from commlib.profiling.reader import printable
 from commlib.profiling.stragglers import P2P, describe, find, matched  # noqa: F401  (matched: graph.py's)
 from commlib.profiling.traces import MAX_BYTES, Call, RankTrace, load
 
@@ -50,14 +52,14 @@ def infer_hardware(ranks: list[RankTrace]) -> tuple[str | None, str]:
     """-> (preset or None, why): the GPU's name in deviceProperties, if it says which node it is."""
     names = {r.device for r in ranks if r.device}
     if not names and any(r.backend == "nccl" for r in ranks):
-        return None, "no GPU named in the traces (no deviceProperties): give --hardware for a model"
+        return None, "no GPU named in the traces (no deviceProperties): no preset inferred"
     if not names:
-        return None, "no GPU in the traces (CPU/Gloo): no hardware model unless --hardware"
+        return None, "no GPU in the traces (CPU/Gloo): no preset inferred"
     name = sorted(names)[0]
     for pattern, preset in GPU_PRESETS:
         if re.search(pattern, name, re.IGNORECASE):
             return preset, f"{name} in the trace: an SXM board, priced as {preset} (its NVLink generation)"
-    return None, f"{name} in the trace: no preset matches its links; give --hardware"
+    return None, f"{name} in the trace: no preset matches its links"
 
 
 def model(call: Call, hw: plan.Hardware) -> dict | None:
@@ -88,9 +90,11 @@ def cause(call: Call, ratio: float, m: dict, wait_us: float, waited_for, beside_
                 "waiting or contention, not the link")
     if call.protocol == "ll":
         return "LL (small-message protocol) on a large message: half the bandwidth; check NCCL_PROTO"
+    cpu = call.kernel is None   # Gloo (or NCCL seen from the CPU only): no GPU words for it
     if beside_compute_us > 0.5 * call.duration_us:
-        return "compute kernels ran beside it: they share the GPU's SMs and memory with NCCL"
-    return "busbw far below the link's: check the link, NCCL's transport, other traffic"
+        return ("other CPU ops ran beside it: they share the cores and memory bandwidth with the backend's threads"
+                if cpu else "compute kernels ran beside it: they share the GPU's SMs and memory with NCCL")
+    return f"busbw far below the link's: check the link, {'the backend' if cpu else 'NCCL'}'s transport, other traffic"
 
 
 # ------------------------------------------------------------------------------------- step 3
@@ -98,9 +102,9 @@ def overlap(rank: RankTrace) -> dict:
     """Per rank, in us: comm_us (union of its calls), hidden_us (under compute), exposed_us, compute_us,
     idle_us (no kernel, memcpy or memset: busy as Holistic Trace Analysis and Nsight count it), wall_us."""
     comm = union((c.start_us, c.end_us) for c in rank.calls)
-    compute = union(rank.compute)
+    compute = union_array(rank.compute)   # arrays: 200k spans a rank, never a list of tuples
     spans = [np.asarray(x, dtype=float).reshape(-1, 2) for x in (rank.compute, rank.copies) if x is not None]
-    busy = union(np.concatenate(spans))   # kernels, memcpy and memset
+    busy = union_array(np.concatenate(spans))   # kernels, memcpy and memset
     hidden = overlap_length(comm, compute)
     wall = rank.wall[1] - rank.wall[0]
     # busy or communicating: |comm| + |busy| - |comm and busy| (a union of a few calls and many kernels)
@@ -132,9 +136,11 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
     if hardware is not None:
         if hardware not in topo.PRESETS:
             raise ValueError(f"hardware must be one of {tuple(topo.PRESETS)}, got {hardware!r}")
-        why = f"{hardware} (given)"
+        why = f"{hardware} (given)" + ("; the traces are a CPU job's: the model prices the calls on that hardware"
+                                       if not any(r.device for r in ranks) and ranks[0].backend == "gloo" else "")
     else:
         hardware, why = infer_hardware(ranks)
+        why += "" if hardware else ": --hardware PRESET prices the calls"
     hw = plan.hardware(hardware, max(1, -(-world // 8)), achievable) if hardware else None
     if len(ranks) < world:
         notes.append(f"{len(ranks)} of {world} ranks' traces: stragglers are found only among these")
@@ -144,7 +150,7 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
     calls, overlaps, models = [], {}, {}
     for r in ranks:
         # the compute that ran during each call (by bisect and prefix sums: linear in all)
-        beside = overlap_lengths([(c.start_us, c.end_us) for c in r.calls], union(r.compute)).tolist()
+        beside = overlap_lengths([(c.start_us, c.end_us) for c in r.calls], union_array(r.compute)).tolist()
         fastest = {}
         for c in r.calls:
             key = (c.op, c.bytes, c.group)
@@ -171,12 +177,14 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
     if unknown:
         notes.append(f"the process group of {unknown} call(s) is not known (the trace names none, or Gloo's "
                      "worker threads did not settle it): they are matched with no peer and charged no wait")
+    groups = _groups(ranks)
+    notes += checks.unmatched(ranks, groups) + [n for n in [checks.too_fast(calls)] if n]
     if any(c["dtype"] is None and c["bytes"] for c in calls):
         notes.append("some dtypes are not in the trace (Gloo, tensor lists): their bytes assume 4-byte elements")
     return {"world_size": world, "ranks": [r.rank for r in ranks], "backend": ranks[0].backend,
             "hardware": hardware, "hardware_why": why, "calls": calls, "overlap": overlaps,
             "stragglers": late, "noise": {"spread_us": found["spread_us"], "unnamed": found["unnamed"]},
-            "groups": _groups(ranks), "notes": notes}
+            "groups": groups, "notes": notes}
 
 
 def _straggler_notes(found: dict) -> list[str]:
@@ -307,4 +315,4 @@ def format_report(report: dict, limit: int = 12) -> str:
         out += textwrap.wrap(_noise_line(report), 98, subsequent_indent="  ")
     for n in report["notes"]:
         out += textwrap.wrap(n, 98, initial_indent="note: ", subsequent_indent="      ")
-    return "\n".join(out)
+    return "\n".join(printable(line) for line in out)   # names from a file: escaped, never a line break

@@ -37,15 +37,20 @@ class OddField(ValueError):
         self.field, self.value = name, value
 
 
-def count(name: str, value, low: int = 0):
-    """A count as a trace writes it: an int, or an int written as a string or a whole float ("8", 8.0);
-    None stays None; anything else (text, NaN, a list, below low) is an OddField."""
+MAX_COUNT = 2**63 - 1   # torch writes counts as int64: a larger one is not from torch (2**80 elements, 10**400)
+MAX_RANKS = 1 << 20     # the most ranks the model prices (plan's MAX_NODES x 8): more is no job's world_size
+
+
+def count(name: str, value, low: int = 0, high: int = MAX_COUNT):
+    """A count as a trace writes it: an int, or an int written as a string of ASCII digits or a whole float
+    ("8", 8.0); None stays None; anything else (text, "²", NaN, a list, outside low..high) is an OddField."""
     if value is None:
         return None
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        value = int(value.strip())
+    text = value.strip() if isinstance(value, str) else None
+    if text is not None and text.isascii() and text.lstrip("-").isdigit() and len(text) <= 20:
+        value = int(text)   # ASCII and short: never "²" (isdigit, not int) nor past int()'s 4300-digit limit
     elif isinstance(value, float) and value.is_integer():
         value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         raise OddField(name, value)
     return value

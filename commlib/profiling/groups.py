@@ -26,6 +26,7 @@ group is found from its thread, in two steps:
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 from dataclasses import dataclass, replace
@@ -51,15 +52,20 @@ class Group:
 def parse_ranks(value) -> tuple | None:
     """pg_config's / the kernel's ranks: a list of ints, or that list written as a string ("[0, 1]")."""
     if isinstance(value, str):
-        text = value.strip().strip("[]").strip()
-        try:
-            value = [int(x) for x in text.split(",")] if text else []
-        except ValueError:
-            return None
+        return _ranks_text(value)   # every kernel of a job repeats a few such strings: parsed once each
     if not isinstance(value, (list, tuple)) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
                                                        for x in value):
         return None
     return tuple(sorted(set(value)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _ranks_text(value: str) -> tuple | None:
+    text = value.strip().strip("[]").strip()
+    try:
+        return parse_ranks([int(x) for x in text.split(",")] if text else [])
+    except ValueError:
+        return None
 
 
 def configured(info: dict) -> list[Group]:

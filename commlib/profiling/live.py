@@ -45,22 +45,29 @@ def union(spans) -> list[tuple[float, float]]:
 
 
 def _union_array(a) -> list[tuple[float, float]]:
-    """union() in numpy: sorted by start, a new span begins where a start passes every earlier end."""
+    return list(map(tuple, union_array(a).tolist()))
+
+
+def union_array(a):
+    """union() of an (n, 2) array, as an (m, 2) array (no list of tuples to build for 200k spans): sorted by
+    start, a new span begins where a start passes every earlier end."""
     import numpy as np
 
+    a = np.asarray(a, dtype=float).reshape(-1, 2)
     a = a[a[:, 1] > a[:, 0]]
     if not len(a):
-        return []
+        return a
     order = np.argsort(a[:, 0], kind="stable")
     s, run = a[order, 0], np.maximum.accumulate(a[order, 1])
     new = np.empty(len(s), dtype=bool)
     new[0], new[1:] = True, s[1:] > run[:-1]
     first = np.flatnonzero(new)
-    ends = run[np.append(first[1:] - 1, len(s) - 1)]
-    return list(zip(s[first].tolist(), ends.tolist()))
+    return np.stack([s[first], run[np.append(first[1:] - 1, len(s) - 1)]], axis=1)
 
 
 def length(spans) -> float:
+    if hasattr(spans, "shape"):
+        return float((spans[:, 1] - spans[:, 0]).sum()) if len(spans) else 0.0
     return sum(e - s for s, e in spans)
 
 

@@ -46,7 +46,10 @@ def read_all(files: list[str], read, *args, workers: int | None = None, timeout_
     small = workers is None and sum(_size(f) for f in files) < SERIAL_BYTES
     workers = min(len(files), workers or _cores())
     if workers <= 1 or small or os.name == "nt":   # Windows' select() takes sockets only, not pipes
-        return [read(f, *args) for f in files]
+        from commlib.profiling import reader
+
+        with reader.time_limit(timeout_s):   # here the deadline is the reader's own, checked block by block
+            return [read(f, *args) for f in files]
     return _Pool(workers).map(files, read, args, timeout_s)
 
 
@@ -82,8 +85,8 @@ class _Pool:
                         raise TraceError(files[i], f"the reader process died (exit code {p.wait()})")
                     if kind == "error":
                         raise TraceError(*value)
-                    if kind == "crash":
-                        raise RuntimeError(f"reading {files[i]}: {value}")
+                    if kind == "crash":   # a bug, still one line naming the file (the CLI's promise)
+                        raise TraceError(files[i], f"the reader failed ({value})")
                     out[i] = value
                     self._give(p, todo, busy, files, (read, args), timeout_s)
             return out

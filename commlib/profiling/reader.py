@@ -3,13 +3,16 @@
     rec = read_records("rank0.json.gz", max_bytes=4 << 30)   # -> Records; TraceError naming the file if not
 
 Streaming and bounded: the file (gzip or plain) is decompressed BLOCK bytes at a time and a file whose
-decompressed size passes max_bytes stops there, so memory never holds the whole file. Each block's complete
+decompressed size passes max_bytes stops there (or past a deadline, time_limit()). Each block's complete
 events are decoded at once by msgspec into the typed Event below (fields no analysis reads are skipped by the
 decoder, never built), then sorted into Records; what no analysis needs (flow events, Python frames, CUDA
 runtime calls other than the launches' times, ...) is dropped there. Splitting a block at an event boundary:
 the last `}, {` in it whose prefix decodes as a list of events (a `}, {` inside a string or a nested list does
-not decode, so the decoder proves the cut). A file whose layout is not torch's (traceEvents not a top-level
-key near the start) is decoded whole, still under max_bytes.
+not decode, so the decoder proves the cut). Linear on any input: each byte is searched for a cut once (in C),
+a failed decode is retried only once the pending bytes have doubled, and past SPLIT_LIMIT pending bytes (no
+cut decoded for many blocks) the rest is decoded whole, in place. A file whose layout is not torch's
+(traceEvents not a top-level key near the start) is decoded whole too: then memory holds the file, up to
+max_bytes, and no copy of it.
 
 Why msgspec (0.22.0, BSD): measured on a 100k-event synthetic trace (24 MB, benchmarks/diagnose_scale.py), the
 stdlib's json.loads took 0.93 s, orjson.loads 0.55 s, msgspec decoding into these structs 0.26 s (2 loaded
@@ -20,11 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import gzip
-import os
 import re
-import stat
-import zlib
+import sys
+import time
 from array import array
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,25 +33,18 @@ from typing import Any
 import msgspec
 
 from commlib import _validate
+from commlib.profiling.files import TraceError, blocks, printable  # noqa: F401  (TraceError, printable: from here too)
 
 MAX_BYTES = 4 << 30   # default decompressed-size limit per file (python -m commlib diagnose --max-bytes)
 BLOCK = 8 << 20       # bytes decompressed and decoded at a time
 HEAD = 64 << 20       # traceEvents must start within this many bytes to be streamed; else the file is decoded whole
+SPLIT_LIMIT = 8 * BLOCK   # bytes pending past which no more cuts are tried (a copy of them is made per try)
+TIME_LIMIT = 1e17     # |ts| and dur in us past this (3,000 years) are not a clock's: no trace writes them
 COMM_PREFIXES = ("gloo:", "nccl:", "c10d::", "record_param_comms", "commlib:")
 COPIES = ("gpu_memcpy", "gpu_memset")
 # CpuOps.kinds bits
 CPU_OP, C10D_OR_PARAM_COMMS, PROFILER_STEP = 1, 2, 4
-
-
-class TraceError(ValueError):
-    """A file that cannot be read as one rank of the job: str() is one line, 'PATH: problem'."""
-
-    def __init__(self, path: str, problem: str):
-        super().__init__(f"{path}: {problem}")
-        self.path, self.problem = path, problem
-
-    def __reduce__(self):  # raised in a worker process, re-raised in the parent
-        return TraceError, (self.path, self.problem)
+COMM = 8   # (not stored) a name starting with COMM_PREFIXES
 
 
 class Args(msgspec.Struct, gc=False):
@@ -144,48 +138,72 @@ class Records:
     nbytes: int = 0                                 # decompressed size read
     seen: int = 0                                   # events decoded so far, of any kind
     _names: dict = field(default_factory=dict, repr=False)
+    _kinds: dict = field(default_factory=dict, repr=False)   # CPU op name -> _name_kinds(name)
 
     def add(self, events: list) -> None:
-        """Sort one block's decoded events into the records; drop the rest."""
-        kernels, copies, launches, comm_ops = self.kernels, self.copies, self.launches, self.comm_ops
-        cpu, names = self.cpu, self._names
-        n = 0
+        """Sort one block's decoded events into the records; drop the rest. The per-event work is the reader's
+        largest cost after the decode (1M events): CPU ops, the commonest, come first, and what their name
+        says (a collective? c10d? a step marker?) is worked out once per distinct name."""
+        kernels, copies, launches, comm_ops, syncs = self.kernels, self.copies, self.launches, self.comm_ops, self.syncs
+        names, kinds_of = self._names, self._kinds
+        cpu = self.cpu
+        start, end, tids, kinds = cpu.start.append, cpu.end.append, cpu.tid.append, cpu.kinds.append
+        seen, n = self.seen, 0
         for i, e in enumerate(events):
-            if e.ph != "X" or e.ts is None:
+            ts = e.ts
+            if e.ph != "X" or ts is None:
                 continue
-            e.index = self.seen + i
-            if e.dur < 0 or e.dur != e.dur:
-                raise TraceError(self.path, f"traceEvents[{e.index}] ({e.name[:40]}): field 'dur' is {e.dur!r}, "
-                                            "not a duration (>= 0)")
+            dur = e.dur
+            if not (0.0 <= dur < TIME_LIMIT and -TIME_LIMIT < ts < TIME_LIMIT):   # NaN fails too
+                self._refuse(e, seen + i)
             n += 1
-            cat, name = e.cat, e.name
-            if cat == "kernel" or cat in COPIES:
-                e.name = names.setdefault(name, name)   # one string per distinct kernel name, not per kernel
+            cat = e.cat
+            if cat == "cpu_op" or cat == "user_annotation":
+                name = e.name
+                k = kinds_of.get(name)
+                if k is None:
+                    k = kinds_of[name] = _name_kinds(name)
+                if k & COMM:
+                    e.index = seen + i
+                    _decode_shapes(e)
+                    comm_ops.append(e)
+                start(ts)
+                end(ts + dur)
+                tids(e.tid)
+                kinds((cat == "cpu_op") | (k & (C10D_OR_PARAM_COMMS | PROFILER_STEP)))
+            elif cat == "kernel" or cat in COPIES:
+                e.index = seen + i
+                e.name = names.setdefault(e.name, e.name)   # one string per distinct kernel name, not per kernel
                 a = e.args
                 if a is not None and (a.input_dims is not None or a.input_type is not None):
                     a.input_dims = a.input_type = None   # a Raw would keep the whole block alive
                 (kernels if cat == "kernel" else copies).append(e)
-                continue
-            if cat == "cuda_runtime":
+            elif cat == "cuda_runtime":
                 if e.args is not None and e.args.correlation is not None:
-                    launches[e.args.correlation] = (e.ts, e.tid)
-                continue
-            if cat == "cuda_sync":
-                if name == "Stream Wait Event" and e.args is not None:
-                    self.syncs.append(e)
-                continue
-            comm = name.startswith(COMM_PREFIXES)
-            if comm:
+                    launches[e.args.correlation] = (ts, e.tid)
+            elif cat == "cuda_sync":
+                if e.name == "Stream Wait Event" and e.args is not None:
+                    e.index = seen + i
+                    e.args.input_dims = e.args.input_type = None   # a Raw keeps the bytes it came from alive
+                    syncs.append(e)
+            elif e.name.startswith(COMM_PREFIXES):
+                e.index = seen + i
                 _decode_shapes(e)
                 comm_ops.append(e)
-            if cat == "cpu_op" or cat == "user_annotation":
-                cpu.start.append(e.ts)
-                cpu.end.append(e.ts + e.dur)
-                cpu.tid.append(e.tid)
-                cpu.kinds.append((cat == "cpu_op") | (2 if name.startswith(("c10d::", "record_param_comms")) else 0)
-                                 | (4 if name.startswith("ProfilerStep") else 0))
         self.events += n
         self.seen += len(events)
+
+    def _refuse(self, e: Event, index: int):
+        key, what = ("dur", "a duration (>= 0)") if not 0.0 <= e.dur < TIME_LIMIT else ("ts", "a time")
+        raise TraceError(self.path, f"traceEvents[{index}] ({printable(e.name[:40])}): field '{key}' is "
+                                    f"{getattr(e, key)!r}, not {what} in us a profiler writes")
+
+
+def _name_kinds(name: str) -> int:
+    """What a CPU op's name says, as CpuOps.kinds bits (and COMM: a collective's, kept as an event)."""
+    return ((COMM if name.startswith(COMM_PREFIXES) else 0)
+            | (C10D_OR_PARAM_COMMS if name.startswith(("c10d::", "record_param_comms")) else 0)
+            | (PROFILER_STEP if name.startswith("ProfilerStep") else 0))
 
 
 def _decode_shapes(e: Event) -> None:
@@ -195,72 +213,18 @@ def _decode_shapes(e: Event) -> None:
         a.input_type = None if a.input_type is None else _ANY.decode(a.input_type)
 
 
-# ------------------------------------------------------------------------------------------ the file
-def _kind(mode: int) -> str | None:
-    if stat.S_ISREG(mode):
-        return None
-    return ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
-            "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-            else "not a regular file")
+_CUT = re.compile(rb"\{\s*,\s*\}")   # '}, {' as it reads backwards
+_SPACE = re.compile(rb"\S")
 
 
-def _open_regular(path: str):
-    """The file, refused unless it is a regular file (a FIFO, socket, device or folder would hang the read or
-    never end): checked before opening, and again on what was opened (without blocking), in case it changed."""
-    try:
-        kind = _kind(os.stat(path).st_mode)
-        if kind is None:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-            kind = _kind(os.fstat(fd).st_mode)
-            if kind is not None:
-                os.close(fd)
-    except OSError as e:
-        raise TraceError(path, f"cannot read it ({e.strerror or e})") from None
-    if kind is not None:
-        raise TraceError(path, f"{kind}, not a trace file (only regular files are read)")
-    return os.fdopen(fd, "rb")
-
-
-def blocks(path: str, max_bytes: int = MAX_BYTES):
-    """The file's decompressed bytes, BLOCK at a time; TraceError past max_bytes, or where a gzip stream ends
-    early (naming the byte offset)."""
-    with _open_regular(path) as f:
-        gz = f.read(2) == b"\x1f\x8b"
-        f.seek(0)
-        src = gzip.GzipFile(fileobj=f, mode="rb") if gz else f
-        total = 0
-        while True:
-            try:
-                block = src.read(min(BLOCK, max_bytes - total + 1))
-            except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-                raise TraceError(path, f"truncated or damaged gzip file: it ends at byte {f.tell()} "
-                                       f"({total} bytes decompressed; {e})") from None
-            except OSError as e:
-                raise TraceError(path, f"cannot read it ({e.strerror or e})") from None
-            if not block:
-                return
-            total += len(block)
-            if total > max_bytes:
-                raise TraceError(path, f"more than {max_bytes} bytes{' once decompressed' if gz else ''}: the "
-                                       "limit (--max-bytes to raise it)")
-            yield block
-
-
-def _last_cut(buf, end: int) -> int:
-    """Index of the '}' of the last '}, {' (whitespace allowed) before end, or -1."""
-    i = buf.rfind(b"{", 0, end)
-    while i > 0:
-        j = i - 1
-        while j >= 0 and buf[j] in b" \t\r\n":
-            j -= 1
-        if j >= 0 and buf[j] == 0x2C:  # ','
-            j -= 1
-            while j >= 0 and buf[j] in b" \t\r\n":
-                j -= 1
-            if j >= 0 and buf[j] == 0x7D:  # '}'
-                return j
-        i = buf.rfind(b"{", 0, i)
-    return -1
+def _cuts(buf, start: int, end: int):
+    """The index of the '}' of each '}, {' (whitespace allowed) in buf[start:end], last first. One C search
+    over a reversed copy of that window: linear however many '{' or '}' it holds."""
+    if end <= start:
+        return
+    rev = buf[end - 1:start - 1 if start else None:-1]
+    for m in _CUT.finditer(rev):
+        yield end - 1 - (m.end() - 1)
 
 
 def _problem(e: Exception, offset: int, total: int, prefix: int = 0, first: int = 0) -> str:
@@ -301,27 +265,50 @@ def no_gc():
             gc.enable()
 
 
-def read_records(path: str, max_bytes: int = MAX_BYTES) -> Records:
-    """One rank's trace -> Records (TraceError naming the file when it cannot be read as a trace)."""
+_TIME_LIMIT_S = [None]   # set by time_limit(): the serial path's per-file deadline (a worker process has its own)
+
+
+@contextlib.contextmanager
+def time_limit(timeout_s: float | None):
+    """Within it, read_records refuses a file it has not read within timeout_s of its start."""
+    was, _TIME_LIMIT_S[0] = _TIME_LIMIT_S[0], timeout_s
+    try:
+        yield
+    finally:
+        _TIME_LIMIT_S[0] = was
+
+
+def read_records(path: str, max_bytes: int = MAX_BYTES, timeout_s: float | None = None) -> Records:
+    """One rank's trace -> Records (TraceError naming the file when it cannot be read as a trace, or is not
+    read within timeout_s, default time_limit()'s)."""
     max_bytes = _validate.integer("max_bytes", max_bytes, low=1)
-    with no_gc():
-        return _read_records(path, max_bytes)
+    timeout_s = _TIME_LIMIT_S[0] if timeout_s is None else timeout_s
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    try:
+        with no_gc():
+            return _read_records(path, max_bytes, deadline)
+    except RecursionError:   # msgspec's own depth limit (Python's recursion limit): no trace nests so deep
+        raise TraceError(path, f"not a torch.profiler trace (JSON nested more than {sys.getrecursionlimit()} "
+                               "levels deep)") from None
+    except UnicodeDecodeError as e:
+        raise TraceError(path, f"not a torch.profiler trace (not UTF-8 text: byte {e.object[e.start:e.end]!r} "
+                               "in a string)") from None
 
 
-def _read_records(path: str, max_bytes: int) -> Records:
+def _read_records(path: str, max_bytes: int, deadline: float | None) -> Records:
     rec = Records(path)
     buf, offset, streaming, done = bytearray(), 0, None, 0   # offset: file position of buf[0]
-    head = {}
-    for block in blocks(path, max_bytes):
+    head, split = {}, {"scanned": 0, "tried": 0}
+    for block in blocks(path, max_bytes, deadline, BLOCK):
         buf += block
         done += len(block)
         if streaming is None:
-            first = buf.lstrip()[:1]
-            if first and first != b"{":   # refused now, not after reading up to max_bytes of it
-                at = len(buf) - len(buf.lstrip())
+            first = _SPACE.search(buf)   # no copy of buf (a file of spaces would be copied block after block)
+            if first and buf[first.start()] != 0x7B:   # refused now, not after reading up to max_bytes of it
                 raise TraceError(path, f"not a torch.profiler trace (no 'traceEvents' list: it starts with "
-                                       f"{bytes(first)!r} at byte {at}, not a JSON object)")
-            m = _ARRAY.search(buf)
+                                       f"{bytes(buf[first.start():first.start() + 1])!r} at byte {first.start()}, "
+                                       "not a JSON object)")
+            m = _ARRAY.search(buf, max(0, len(buf) - len(block) - 64))   # the new bytes only (and a key cut in two)
             if m is None:
                 if len(buf) > HEAD:
                     streaming = False   # an unusual layout: decode it whole
@@ -335,10 +322,11 @@ def _read_records(path: str, max_bytes: int) -> Records:
             del buf[:m.end()]
             offset, streaming = m.end(), True
         if streaming:
-            offset += _take_events(rec, buf, path, offset, done)
+            offset += _take_events(rec, buf, path, offset, done, split)
     prefix = b'{"traceEvents":[' if streaming else b""
+    buf[:0] = prefix   # decoded in place: a copy of what is left would double the peak (a file of spaces)
     try:
-        whole = (_HEAD if streaming else _WHOLE).decode(prefix + bytes(buf))
+        whole = (_HEAD if streaming else _WHOLE).decode(buf)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         if isinstance(e, msgspec.ValidationError) and not streaming:
             raise TraceError(path, "not a torch.profiler trace (no 'traceEvents' list)") from None
@@ -353,13 +341,18 @@ def _read_records(path: str, max_bytes: int) -> Records:
     return rec
 
 
-def _take_events(rec: Records, buf: bytearray, path: str, offset: int, done: int) -> int:
-    """Decode the complete events at the front of buf into rec and remove them; returns the bytes removed."""
-    end = len(buf)
-    for _ in range(8):  # a cut inside a string or a nested list does not decode: try the one before it
-        cut = _last_cut(buf, end)
-        if cut < 0:
-            return 0
+def _take_events(rec: Records, buf: bytearray, path: str, offset: int, done: int, split: dict) -> int:
+    """Decode the complete events at the front of buf into rec and remove them; returns the bytes removed.
+    split: where the search for a cut stopped and the size at the last failed decode, so that no byte is
+    searched twice and a failed decode is retried only once buf has doubled: linear work on any input (an
+    event bigger than a block, a string full of '}, {')."""
+    if (split["tried"] and len(buf) < 2 * split["tried"]) or len(buf) > SPLIT_LIMIT:
+        return 0   # past SPLIT_LIMIT no cut has decoded for many blocks: the rest is decoded whole, in place
+    tries = 0
+    for cut in _cuts(buf, max(0, split["scanned"] - 64), len(buf)):
+        if tries == 8:   # a cut inside a string or a nested list does not decode: try a few before it
+            break
+        tries += 1
         try:
             with memoryview(buf) as view:   # one copy of the block, and no view left to block del buf[...]
                 piece = b"".join((b"[", view[:cut + 1], b"]"))
@@ -367,12 +360,15 @@ def _take_events(rec: Records, buf: bytearray, path: str, offset: int, done: int
         except msgspec.ValidationError as e:   # a real event with a field of the wrong type
             raise TraceError(path, _problem(e, offset, done, 1, rec.seen)) from None
         except msgspec.DecodeError:
-            end = cut
             continue
         rec.add(events)
         j = cut + 1
         while buf[j] != 0x2C:   # past the ',' to the next event
             j += 1
         del buf[:j + 1]
+        split["scanned"] = split["tried"] = 0
         return j + 1
-    return 0   # no provable cut in this block: wait for more bytes
+    split["scanned"] = len(buf)
+    if tries:
+        split["tried"] = len(buf)
+    return 0   # no provable cut in these bytes: wait for more

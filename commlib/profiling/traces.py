@@ -39,15 +39,16 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from commlib.profiling.fields import OddField, count, dims_numel, numel
+from commlib import _validate
+from commlib.profiling.fields import MAX_RANKS, OddField, count, dims_numel, numel
 from commlib.profiling.groups import configured, file_calls, parse_ranks
 from commlib.profiling.kernels import kernel_info
-from commlib.profiling import streams
+from commlib.profiling import checks, streams
 from commlib.profiling.annotations import commlib_calls
 from commlib.profiling.parallel import read_all
 from commlib.profiling.recording import record  # noqa: F401  (traces.record, as chapters 9 and 10 call it)
 from commlib.profiling.reader import (C10D_OR_PARAM_COMMS, CPU_OP, MAX_BYTES, PROFILER_STEP, Records,  # noqa: F401
-                                      TraceError, no_gc, read_records)
+                                      TraceError, no_gc, printable, read_records)
 
 # the real GPU trace that ships with the course (assets/traces/README.md: its source, licence and trimming)
 SAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -136,8 +137,10 @@ def nccl_bytes(op: str, in_nelems, out_nelems, itemsize) -> int | None:
 
 # ------------------------------------------------------------------------------------------ calls
 def _rank_of(path: str, info: dict) -> int | None:
-    if isinstance(info.get("rank"), (int, str)) and str(info["rank"]).strip().isdigit():
-        return int(info["rank"])   # an int, or one written as a string
+    try:   # an int, or one written as a string of ASCII digits; else the file's name says it
+        return int(count("rank", info["rank"], high=MAX_RANKS - 1))
+    except (KeyError, TypeError, OddField):
+        pass
     m = re.search(r"(?:rank|worker)[-_]?(\d+)", os.path.basename(path), re.IGNORECASE)
     return int(m.group(1)) if m else None
 
@@ -147,9 +150,8 @@ def _checked(rec: Records, e, fn, *args):
     try:
         return fn(*args)
     except OddField as x:
-        shown = repr(x.value) if len(repr(x.value)) < 60 else repr(x.value)[:50] + "..."
-        raise TraceError(rec.path, f"traceEvents[{e.index}] ({e.name[:40]}): field '{x.field}' is {shown}, not "
-                                   "a count torch would write") from None
+        raise TraceError(rec.path, f"traceEvents[{e.index}] ({printable(e.name[:40])}): field '{x.field}' is "
+                                   f"{_validate.shown_safely(x.value)}, not a count torch would write") from None
 
 
 def _from_args(args) -> dict | None:
@@ -298,6 +300,7 @@ def _read(path: str, max_bytes: int) -> RankTrace:
     if any(is_nccl) or (rec.kernels and not comm_threads):
         nccl = sorted((k for k, n in zip(rec.kernels, is_nccl) if n), key=lambda k: k.ts)
         calls = _cuda_calls(rank, rec, nccl, shards)
+        notes += [n for n in [checks.stream_overlaps(path, nccl)] if n]
         issued, waits = streams.edges(rec.kernels, nccl, rec.syncs)
         compute = _spans([(k.ts, k.ts + k.dur) for k, n in zip(rec.kernels, is_nccl) if not n])
         timeline = _spans([(k.ts, k.ts + k.dur) for k in [*rec.kernels, *rec.copies]])
@@ -331,9 +334,13 @@ def _read(path: str, max_bytes: int) -> RankTrace:
         device = props[0]["name"]
     groups = configured(info)
     try:
-        info["world_size"] = count("world_size", info.get("world_size"), low=1)
+        info["world_size"] = count("world_size", info.get("world_size"), low=1, high=MAX_RANKS)
     except OddField as x:
-        raise TraceError(path, f"distributedInfo.world_size is {x.value!r}, not a number of ranks") from None
+        raise TraceError(path, f"distributedInfo.world_size is {_validate.shown_safely(x.value)}, not a number of "
+                               f"ranks (1 to {MAX_RANKS})") from None
+    if rank is not None and info["world_size"] is not None and rank >= info["world_size"]:
+        raise TraceError(path, f"rank {rank} (distributedInfo.rank, or the file's name) is not a rank of its "
+                               f"{info['world_size']}-rank job (distributedInfo.world_size): 0 to {info['world_size'] - 1}")
     job = (info.get("world_size"), info.get("backend"), info.get("nccl_version"))
     size = {g.name: g.size for g in groups}
     if not groups and info.get("world_size"):   # no pg_config: a call the trace does not size is taken as the
@@ -416,7 +423,7 @@ def load(paths, max_bytes: int = MAX_BYTES, workers: int | None = None, timeout_
     ranks = read_all(files, read, max_bytes, workers=workers, timeout_s=timeout_s)
     if not any(r.calls for r in ranks):   # nothing to diagnose: say what each file holds
         raise TraceError(ranks[0].path, "nothing to diagnose: " + ranks[0].holds + "".join(
-            f"\n{r.path}: nothing to diagnose: {r.holds}" for r in ranks[1:]))
+            f"\n{printable(r.path)}: nothing to diagnose: {r.holds}" for r in ranks[1:]))
     unnamed = [r for r in ranks if r.rank is None]
     if len(ranks) == 1 and unnamed:   # a single-GPU run, or one file of a job: rank 0 of a one-rank job
         unnamed[0].rank = 0
@@ -426,13 +433,13 @@ def load(paths, max_bytes: int = MAX_BYTES, workers: int | None = None, timeout_
     elif unnamed:
         raise TraceError(unnamed[0].path, f"no rank in {len(unnamed)} of {len(ranks)} files (no distributedInfo.rank,"
                                           " nor rank3 / rank-3 / rank_3 / worker3 in the name): "
-                                          + ", ".join(os.path.basename(r.path) for r in unnamed))
+                                          + ", ".join(printable(os.path.basename(r.path)) for r in unnamed))
     first = ranks[0]
     for r in ranks[1:]:
         keys = ("world size", "backend", "NCCL version")
         for key, a, b in zip(keys, first.job, r.job):
             if a is not None and b is not None and a != b:
-                raise TraceError(r.path, f"from another job than {first.path}: {key} {b} here, {a} there")
+                raise TraceError(r.path, f"from another job than {printable(first.path)}: {key} {b} here, {a} there")
     seen = {}
     for r in ranks:
         if r.rank in seen:

@@ -1,0 +1,101 @@
+"""What a job's traces cannot all be, said in a note instead of reported as if it were fine.
+
+    notes = unmatched(ranks)            # calls of a group that have no match on a peer: a hung job's trace
+    note = stream_overlaps(path, nccl)  # NCCL kernels overlapping on one stream: no GPU runs them so
+    note = too_fast(calls)              # bytes moved faster than any link: a size field that is wrong
+
+unmatched is chapter 10's question asked of a trace: every rank of a process group calls its collectives in
+the same order with the same op and size (torch's ProcessGroupWrapper checks exactly this under
+TORCH_DISTRIBUTED_DEBUG=DETAIL: op type, sequence number, dtypes, devices and shapes), so a rank with fewer calls
+than its peers stopped, and a call whose op or size differs from its peers' is one NCCL would wait on forever.
+"""
+
+from __future__ import annotations
+
+import os
+
+from commlib.profiling.reader import printable
+
+P2P = ("send", "recv", "send_recv")
+UNEVEN = ("all_to_all", "gather", "scatter")   # sizes that may differ by rank (all_to_allv's splits, the root's)
+MAX_BUSBW_GBPS = 1e5   # 100 TB/s: over 50x any link built (NVLink 5 moves 1.8 TB/s per GPU)
+OVERLAP_US = 1.0       # kernels on one stream that overlap by more than this (trace rounding is sub-us)
+
+
+def _call(c) -> str:
+    return f"{c.op} {c.bytes if c.bytes is not None else '?'} B"
+
+
+def unmatched(ranks, members: dict | None = None) -> list[str]:
+    """One note per process group whose ranks' call sequences differ: a rank with no calls or fewer calls than
+    its peers (which calls have no match, on which ranks), or the first call whose op or bytes differ across
+    ranks. members: {group: ranks} as the traces' pg_config lists them (a listed rank with no call is missing)."""
+    per = {}
+    for r in ranks:
+        for c in r.calls:
+            if c.op not in P2P and c.group is not None:
+                per.setdefault(c.group, {}).setdefault(r.rank, []).append(c)
+    loaded = {r.rank for r in ranks}
+    notes = []
+    for group, by_rank in per.items():
+        listed = set((members or {}).get(group) or ()) & loaded
+        for rank in sorted(listed - set(by_rank)):
+            by_rank[rank] = []
+        if len(by_rank) < 2:
+            continue
+        n = {rank: len(cs) for rank, cs in by_rank.items()}
+        short = min(n.values())
+        for i in range(short):   # the first call whose op or size differs
+            seen = {rank: cs[i] for rank, cs in by_rank.items()}
+            sizes = {c.bytes for c in seen.values() if c.bytes is not None and c.op not in UNEVEN}
+            if len({c.op for c in seen.values()}) > 1 or len(sizes) > 1:
+                shown = "; ".join(f"rank {rank}: {_call(c)}" for rank, c in sorted(seen.items()))
+                notes.append(f"group {printable(group)}: call {i} differs across ranks ({shown}): every rank of a "
+                             "group calls the same collectives with the same sizes, so either the job hung there "
+                             "(NCCL waits forever on such calls) or the traces do not start at the same call")
+                break
+        if len(set(n.values())) > 1:
+            most = max(n.values())
+            longest = min(rank for rank, k in n.items() if k == most)
+            extra = by_rank[longest][short:]
+            behind = ", ".join(f"rank {rank} ({k})" for rank, k in sorted(n.items()) if k < most)
+            notes.append(f"group {printable(group)}: calls {short} to {most - 1} (from {_call(extra[0])}) have no match "
+                         f"on {behind}: {most} calls on rank {longest}, fewer there. A rank that stopped calling "
+                         "(a hung or crashed job) or a profiler window that ended at another call")
+    return notes
+
+
+def stream_overlaps(path: str, kernels) -> str | None:
+    """A note when NCCL kernels overlap on one CUDA stream (a GPU runs a stream's kernels one after another, so
+    the trace's times are not a GPU's: merged, shifted or edited); kernels: reader Events with args.stream."""
+    by_stream = {}
+    for k in kernels:
+        s = k.args.stream if k.args is not None else None
+        if s is not None:
+            by_stream.setdefault(str(s), []).append((k.ts, k.ts + k.dur))
+    bad, where = 0, None
+    for s, spans in by_stream.items():
+        spans.sort()
+        end = spans[0][1]
+        for start, stop in spans[1:]:
+            if start < end - OVERLAP_US:
+                bad += 1
+                where = where or s
+            end = max(end, stop)
+    if not bad:
+        return None
+    return (f"{printable(os.path.basename(path))}: {bad} NCCL kernel(s) start before the one before them on the "
+            f"same stream ended (stream {printable(where)}), which no GPU does: the trace's times are edited or "
+            "merged, and durations, waits and any replay of them are not a GPU's")
+
+
+def too_fast(calls) -> str | None:
+    """A note when a call's busbw is past MAX_BUSBW_GBPS: its size field (In msg nelems, Input Dims) or its
+    duration is not what the job did. calls: report rows (rank, op, bytes, duration_us, busbw_GBps)."""
+    fast = [c for c in calls if (c["busbw_GBps"] or 0.0) > MAX_BUSBW_GBPS]
+    if not fast:
+        return None
+    c = max(fast, key=lambda c: c["busbw_GBps"])
+    return (f"{len(fast)} call(s) move bytes faster than any link ({MAX_BUSBW_GBPS:g} GB/s), e.g. rank {c['rank']} "
+            f"{printable(c['op'])} of {c['bytes']} B in {c['duration_us']:.1f} us ({c['busbw_GBps']:.3g} GB/s): "
+            "its size field ('In msg nelems' or 'Input Dims') or its 'dur' is not what the job did")
