@@ -20,8 +20,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRAD_BYTES = 2 * (1024 * 1024 + 1024) * 4   # two Linear(1024, 1024): weights and biases, float32
 
 
-def _recipe(folder, active):
-    """The README's recipe, in a rank: torch DDP, one warm-up step, `active` recorded, repeat=1."""
+def _recipe(folder, active, marks=True):
+    """The README's recipe, in a rank: torch DDP, one warm-up step, `active` recorded, repeat=1. marks=False: the
+    profiler without a schedule, around the active steps only (a trace with no ProfilerStep#N)."""
     import torch
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, schedule
@@ -40,6 +41,13 @@ def _recipe(folder, active):
         opt.step()
 
     os.makedirs(folder, exist_ok=True)
+    if not marks:
+        train_step()   # the warm-up, unrecorded
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            for _ in range(active):
+                train_step()
+        prof.export_chrome_trace(f"{folder}/rank{rank}.json")
+        return rank
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
                  schedule=schedule(wait=0, warmup=1, active=active, repeat=1),
                  on_trace_ready=lambda p: p.export_chrome_trace(f"{folder}/rank{rank}.json")) as prof:
@@ -55,7 +63,22 @@ def recorded(tmp_path_factory):
     with cl.Cluster(world_size=2, timeout=120) as c:
         for active in (2, 3):
             c.run(_recipe, str(folder / f"steps{active}"), active)
-    return {active: str(folder / f"steps{active}") for active in (2, 3)}
+        c.run(_recipe, str(folder / "nomarks"), 3, False)
+    return {active: str(folder / f"steps{active}") for active in (2, 3)} | {"nomarks": str(folder / "nomarks")}
+
+
+def test_without_profiler_step_marks_the_optimizer_steps_split_the_trace(recorded):
+    """No schedule, so no ProfilerStep#N: each step ends where torch.optim's step ends (issue 41, section 4)."""
+    ranks = tr.load(recorded["nomarks"])
+    assert [len(r.steps) for r in ranks] == [3, 3]
+    for r in ranks:   # contiguous, in order, each holding its step's two DDP buckets
+        assert all(a[1] == b[0] for a, b in zip(r.steps, r.steps[1:]))
+        for start, end in r.steps:
+            assert sum(c.bytes for c in r.calls if c.op == "all_reduce" and start <= c.start_us < end) == GRAD_BYTES
+    report = whatif.whatif(recorded["nomarks"], [whatif.Scenario(topology="dgx_h100", bucket_mb=1)])
+    assert report["steps"] == 3
+    assert f"regrouped into {math.ceil(GRAD_BYTES / 2**20)} bucket(s) of 1 MiB per step" in \
+        report["scenarios"][-1]["assumptions"][0]
 
 
 @pytest.mark.parametrize("active", [2, 3])

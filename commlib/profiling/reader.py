@@ -45,6 +45,7 @@ COPIES = ("gpu_memcpy", "gpu_memset")
 # CpuOps.kinds bits
 CPU_OP, C10D_OR_PARAM_COMMS, PROFILER_STEP = 1, 2, 4
 COMM = 8   # (not stored) a name starting with COMM_PREFIXES
+OPTIMIZER_STEP = 16   # torch.optim's "Optimizer.step#SGD.step": where a step ends in a trace without ProfilerStep#N
 
 
 class Args(msgspec.Struct, gc=False):
@@ -170,7 +171,7 @@ class Records:
                 start(ts)
                 end(ts + dur)
                 tids(e.tid)
-                kinds((cat == "cpu_op") | (k & (C10D_OR_PARAM_COMMS | PROFILER_STEP)))
+                kinds((cat == "cpu_op") | (k & (C10D_OR_PARAM_COMMS | PROFILER_STEP | OPTIMIZER_STEP)))
             elif cat == "kernel" or cat in COPIES:
                 e.index = seen + i
                 e.name = names.setdefault(e.name, e.name)   # one string per distinct kernel name, not per kernel
@@ -203,7 +204,8 @@ def _name_kinds(name: str) -> int:
     """What a CPU op's name says, as CpuOps.kinds bits (and COMM: a collective's, kept as an event)."""
     return ((COMM if name.startswith(COMM_PREFIXES) else 0)
             | (C10D_OR_PARAM_COMMS if name.startswith(("c10d::", "record_param_comms")) else 0)
-            | (PROFILER_STEP if name.startswith("ProfilerStep") else 0))
+            | (PROFILER_STEP if name.startswith("ProfilerStep") else 0)
+            | (OPTIMIZER_STEP if name.startswith("Optimizer.step#") else 0))
 
 
 def _decode_shapes(e: Event) -> None:

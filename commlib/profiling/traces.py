@@ -47,6 +47,7 @@ from commlib.profiling import checks, streams
 from commlib.profiling.annotations import commlib_calls
 from commlib.profiling.parallel import read_all
 from commlib.profiling.recording import record  # noqa: F401  (traces.record, as chapters 9 and 10 call it)
+from commlib.profiling.steps import step_spans
 from commlib.profiling.reader import (C10D_OR_PARAM_COMMS, CPU_OP, MAX_BYTES, PROFILER_STEP, Records,  # noqa: F401
                                       TraceError, no_gc, printable, read_records)
 
@@ -327,7 +328,7 @@ def _read(path: str, max_bytes: int) -> RankTrace:
         timeline = _spans([(s, e) for s, e, kind in zip(cpu.start, cpu.end, cpu.kinds) if not kind & PROFILER_STEP])
         backend = "gloo"
     wall = (float(timeline[:, 0].min()), float(timeline[:, 1].max())) if len(timeline) else (0.0, 0.0)
-    steps = sorted({(s, e) for s, e, kind in zip(cpu.start, cpu.end, cpu.kinds) if kind & PROFILER_STEP})
+    steps = step_spans(cpu, wall)
     device = None
     props = rec.devices
     if props and isinstance(props[0], dict) and backend == "nccl" and isinstance(props[0].get("name"), str):
