@@ -11,14 +11,16 @@ and COMMLIB_FAKE_CUDA). The branches, each held entered by the fake's call count
   and, after the task, CUDA results handed back as CPU tensors (_results_to_cpu)
 - cluster/torchrun.py init_from_env: the same for torchrun's processes
 - cluster/envinfo.py report: GPU count and names; cluster/demos.py hello: its tensor on the GPU
-- overlap.py _CudaClock: BucketedDDP's communication stream and CUDA events, in a real training step
+- parallel/ddp.py _CudaClock: BucketedDDP's communication stream and CUDA events, in a real training step
 - profiling/live.py profile and time_async, profiling/recording.py record: CUDA activity and synchronisation
 - compression/comm.py HookComm._clock: collectives bracketed by torch.cuda.synchronize
 - algorithms/p2p.py _grouped: CUDA tensors send in grouped point-to-point (batch_isend_irecv)
-- bench/sweep.py sweep and _sync: buffers on the current GPU, synchronised around each timed call
+- bench/sweeps.py sweep and _sync: buffers on the current GPU, synchronised around each timed call
 - parallel/zero.py torch_fsdp2: a CUDA device mesh for CUDA parameters
 
-Each check also holds values: the CUDA path's results equal the CPU path's (or torch's built-in).
+Each check also holds values: the CUDA path's results equal the CPU path's (or torch's built-in). This module
+is CI's one run of these branches on the fake: tools/gpu_check.sh's dry run only collects tests/test_gpu.py,
+whose tests reach the same branches (they run on a lent GPU).
 """
 
 import os
@@ -49,15 +51,15 @@ BRANCHES = {
     ("commlib/cluster/torchrun.py", "init_from_env", "dist.init_process_group"),
     ("commlib/cluster/envinfo.py", "report", "cuda.get_device_name"),
     ("commlib/cluster/demos.py", "hello", "device='cuda'"),
-    ("commlib/overlap.py", "BucketedDDP.__init__", "Tensor.device"),
-    ("commlib/overlap.py", "_CudaClock.__init__", "cuda.Stream"),
-    ("commlib/overlap.py", "_CudaClock.mark", "cuda.Event"),
-    ("commlib/overlap.py", "_CudaClock.mark", "Event.record"),
-    ("commlib/overlap.py", "_CudaClock.all_reduce", "Stream.wait_stream"),
-    ("commlib/overlap.py", "_CudaClock.all_reduce", "cuda.stream"),
-    ("commlib/overlap.py", "_CudaClock.wait_all", "Stream.wait_stream"),
-    ("commlib/overlap.py", "_CudaClock.timeline", "Event.synchronize"),
-    ("commlib/overlap.py", "_CudaClock.timeline.<locals>.<lambda>", "Event.elapsed_time"),
+    ("commlib/parallel/ddp.py", "BucketedDDP.__init__", "Tensor.device"),
+    ("commlib/parallel/ddp.py", "_CudaClock.__init__", "cuda.Stream"),
+    ("commlib/parallel/ddp.py", "_CudaClock.mark", "cuda.Event"),
+    ("commlib/parallel/ddp.py", "_CudaClock.mark", "Event.record"),
+    ("commlib/parallel/ddp.py", "_CudaClock.all_reduce", "Stream.wait_stream"),
+    ("commlib/parallel/ddp.py", "_CudaClock.all_reduce", "cuda.stream"),
+    ("commlib/parallel/ddp.py", "_CudaClock.wait_all", "Stream.wait_stream"),
+    ("commlib/parallel/ddp.py", "_CudaClock.timeline", "Event.synchronize"),
+    ("commlib/parallel/ddp.py", "_CudaClock.timeline.<locals>.<lambda>", "Event.elapsed_time"),
     ("commlib/profiling/live.py", "profile", "cuda.is_initialized"),
     ("commlib/profiling/live.py", "profile", "cuda.synchronize"),
     ("commlib/profiling/live.py", "profile", "profiler CUDA"),
@@ -66,8 +68,8 @@ BRANCHES = {
     ("commlib/profiling/recording.py", "record", "cuda.synchronize"),
     ("commlib/compression/comm.py", "HookComm._clock", "cuda.synchronize"),
     ("commlib/algorithms/p2p.py", "_grouped", "Tensor.is_cuda"),
-    ("commlib/bench/sweep.py", "sweep", "cuda.current_device"),
-    ("commlib/bench/sweep.py", "_sync", "cuda.synchronize"),
+    ("commlib/bench/sweeps.py", "sweep", "cuda.current_device"),
+    ("commlib/bench/sweeps.py", "_sync", "cuda.synchronize"),
     ("commlib/parallel/zero.py", "torch_fsdp2", "Tensor.is_cuda"),
 }
 

@@ -294,7 +294,6 @@ def test_bad_inputs_are_named(call, words):
 
 
 # ------------------------------------------------------------------------ pricing on the topology
-from commlib.plan import hardware as machine  # noqa: E402
 from commlib import topology as topo  # noqa: E402
 
 

@@ -13,7 +13,8 @@
 #   2. python -m commlib bench on NCCL: all_reduce built-in and commlib's ring (busbw as nccl-tests)
 #   3. benchmarks/ddp_overlap.py on CUDA: BucketedDDP vs torch DDP vs no overlap
 #   4. nbval of every notebook: they must run unchanged on a GPU machine (with fewer GPUs than a notebook's
-#      ranks, its cluster uses Gloo); the dry run only collects them (CI runs them all anyway)
+#      ranks, its cluster uses Gloo); the dry run only collects them (CI runs them all anyway), and step 1's
+#      tests too (tests/test_gpu_path.py runs their CUDA branches on the fake)
 # Exit status: 0 when every step exited 0, else 1 (the summary says which); 2 for a bad argument.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -38,9 +39,9 @@ if (( DRY )); then
     # the fake's sitecustomize goes first (it shadows gpu_compat's, which torch 2.13 does not need); every
     # Python started below, the ranks of each Cluster included, installs the fake
     export COMMLIB_FAKE_CUDA="${COMMLIB_FAKE_CUDA:-2}" PYTHONPATH="$PWD/tests/fake_cuda_site:$PYTHONPATH"
-    # two ranks only (one rank is the same code, less of it); not diagnose (the fake runs no NCCL kernels for
-    # it to read), not the bench command line (the next two steps run it)
-    TEST_ARGS=(-k "p2 and not diagnose_reads_the_nccl_kernels and not bench_command_line")
+    # tests/test_gpu.py only collected (imports, fixtures, parameters): tests/test_gpu_path.py runs the CUDA
+    # branches its tests reach, on the fake with values, and CI runs them once
+    TEST_ARGS=(--collect-only)
     BENCH_SIZES=(--min-bytes 8K --max-bytes 32K --factor 4 --iters 2 --warmup 1)
     DDP_SIZES=(--layers 2 --width 64 --batch 16 --steps 3 --rounds 1)
     NOTEBOOK_ARGS=(--collect-only)

@@ -23,7 +23,7 @@ from commlib.compression.closed_form import (METHODS, bytes_per_rank, collective
                                              crossover_bandwidth, topk_count)
 from commlib.compression.comm import Bucket, HookComm, HookState, allreduce_hook
 from commlib.compression.powersgd import PowerSGDState, orthogonalize_, powersgd_hook
-from commlib.compression.quantize import QuantState, dequantize, fp16_hook, int8_ring_sum, quantize, quantize_hook
+from commlib.compression.quantization import QuantState, dequantize, fp16_hook, int8_ring_sum, quantize, quantize_hook
 from commlib.compression.sparse import TopKState, topk, topk_hook
 from commlib.compression.tradeoff import VARIANTS, hook_for
 

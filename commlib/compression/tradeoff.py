@@ -44,7 +44,7 @@ from commlib import columns, cost, network
 from commlib.compression import closed_form
 from commlib.compression.comm import HookComm, HookState, allreduce_hook
 from commlib.compression.powersgd import PowerSGDState, powersgd_hook
-from commlib.compression.quantize import QuantState, fp16_hook, quantize_hook
+from commlib.compression.quantization import QuantState, fp16_hook, quantize_hook
 from commlib.compression.sparse import TopKState, topk_hook
 
 VARIANTS = {  # name -> (method, parameters of its hook)

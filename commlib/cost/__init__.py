@@ -4,6 +4,7 @@
     registry.py   the one registry of algorithms: which op each runs, who implements it, what it costs
     schedules.py  who sends to whom in each algorithm (shared with the code that runs them)
     links.py      link presets with their sources, and published measurements (Published)
+    timeline.py   the overlap timeline model: DDP's buckets, one backward and one communication stream
 Across nodes and NICs: commlib.topology. Planning whole jobs: commlib.plan.
 """
 

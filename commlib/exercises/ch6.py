@@ -13,12 +13,12 @@ from commlib.exercises.answers import _choice, close, _number, Verdict
 def ch6_overlapped_step(answer, compute_s: float = 0.100, comm_s: float = 0.080, buckets: int = 10) -> Verdict:
     """Step time (s) when backward (compute_s) and gradient all-reduce (comm_s) are split into `buckets`
     equal buckets and overlapped on one communication stream."""
-    from commlib import overlap
+    from commlib.cost.timeline import simulate
 
     buckets = check.integer("buckets", buckets, 1, 10**4)  # the simulated timeline has one event per bucket
     compute_s = check.number("compute_s", compute_s, low=0, unit="seconds")
     comm_s = check.number("comm_s", comm_s, low=0, unit="seconds")
-    tl = overlap.simulate([compute_s / buckets] * buckets, [comm_s / buckets] * buckets)
+    tl = simulate([compute_s / buckets] * buckets, [comm_s / buckets] * buckets)
     answer, bad = _number(answer, "the step time in seconds")
     if bad is not None:
         return bad
@@ -38,7 +38,7 @@ def ch6_overlapped_step(answer, compute_s: float = 0.100, comm_s: float = 0.080,
 def ch6_best_bucket(answer, params: float = 1e8, layers: int = 96, backward_s: float = 0.1, world_size: int = 256,
                     link: str = "ib_ndr", options=(1, 4, 25, 100, 400, 1600), bytes_per_param: int = 4) -> Verdict:
     """Which bucket cap (MiB) among `options` gives the shortest overlapped step for this model and cluster?"""
-    from commlib import overlap
+    from commlib.cost.timeline import buckets_from_layers, simulate
 
     layers = check.integer("layers", layers, 1, 10**4)
     world_size = check.integer("world_size", world_size, 1, check.MAX_RANKS)
@@ -51,9 +51,9 @@ def ch6_best_bucket(answer, params: float = 1e8, layers: int = 96, backward_s: f
     backward_s = check.number("backward_s", backward_s, low=0, unit="seconds")
 
     def step(cap):
-        c, m, _ = overlap.buckets_from_layers([per_layer] * layers, [backward_s / layers] * layers, world_size, link,
-                                              bucket_cap_mb=cap)
-        return overlap.simulate(c, m).total_s
+        c, m, _ = buckets_from_layers([per_layer] * layers, [backward_s / layers] * layers, world_size, link,
+                                      bucket_cap_mb=cap)
+        return simulate(c, m).total_s
 
     times = {cap: step(cap) for cap in options}
     best = min(times, key=times.get)

@@ -187,7 +187,7 @@ def ch9_replay_blind(answer) -> Verdict:
 def ch9_bucket_count(answer, param_mb, bucket_cap_mb: float) -> Verdict:
     """All-reduces one step queues by DDP's bucket rule (overlap.make_buckets: gradients ready in reverse forward
     order, a bucket closed once it holds at least its cap, no parameter split), the rule the what-if regroups by."""
-    from commlib.overlap import make_buckets
+    from commlib.cost.timeline import make_buckets
 
     sizes = check.numbers("param_mb", param_mb, low=0, unit="MiB", item="parameter")
     cap = check.number("bucket_cap_mb", bucket_cap_mb, low=0, strict=True, unit="MiB")

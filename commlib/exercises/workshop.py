@@ -32,8 +32,9 @@ import math
 import torch
 
 from commlib import _validate as check
-from commlib import overlap, plan, precision
+from commlib import plan, precision
 from commlib import topology as topo
+from commlib.cost.timeline import Timeline, make_buckets, simulate
 from commlib.exercises.answers import Verdict, _choice, _is, _missing, _number
 
 MODEL = plan.MODELS["llama2_7b"]
@@ -130,7 +131,7 @@ def buckets(cluster: str, bucket_cap_mb: float | None = None,
     sizes = [n * grad_bytes for n in tensors()]
     back, total = backward_s(cluster), sum(sizes)
     compute, comm, out = [], [], []
-    for b in overlap.make_buckets(sizes, bucket_cap_mb):
+    for b in make_buckets(sizes, bucket_cap_mb):
         nbytes = sum(sizes[i] for i in b)
         compute.append(back * nbytes / total)
         comm.append(topo.collective_time("reduce_scatter", nbytes, hw.topology, "multi_ring"))
@@ -138,10 +139,10 @@ def buckets(cluster: str, bucket_cap_mb: float | None = None,
     return compute, comm, out
 
 
-def timeline(cluster: str, bucket_cap_mb: float | None = None, grad_bytes: float = GRAD_BYTES) -> overlap.Timeline:
+def timeline(cluster: str, bucket_cap_mb: float | None = None, grad_bytes: float = GRAD_BYTES) -> Timeline:
     """The last micro-batch's backward with its bucketed reduce-scatters (overlap.simulate)."""
     compute, comm, _ = buckets(cluster, bucket_cap_mb, grad_bytes)
-    return overlap.simulate(compute, comm)
+    return simulate(compute, comm)
 
 
 def param_gather_s(cluster: str) -> float:

@@ -2,6 +2,7 @@
 
     comm.py      Comm: collectives on a group that count the bytes this rank sends, per kind
     zero.py      DDP, ZeRO-1/2/3 (FSDP) with Adam; what DDP broadcasts at start
+    ddp.py       BucketedDDP: DDP's buckets, all-reduced while backward runs, and the measured timeline
     tensor.py    Megatron tensor parallelism (f/g operators), and its sequence-parallel variant
     pipeline.py  GPipe and 1F1B over point-to-point; live activations; the measured bubble
     experts.py   a mixture-of-experts layer: top-k routing, all-to-all dispatch and combine

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from commlib.algorithms import p2p
-from commlib.overlap import Span, Timeline
+from commlib.cost.timeline import Span, Timeline
 
 
 class RingPass:

@@ -2,7 +2,7 @@
 and a search over configurations. Pure Python (no torch); sizes in bytes, times in seconds.
 
     planner.py    the formulas (ZeRO, Megatron, GPipe/1F1B, MoE), Config/Estimate, estimate() and search()
-    hardware.py   the machine: a commlib.topology.Topology of GPUs with their memory and FLOP/s, and what a
+    hardware_model.py  the machine: a commlib.topology.Topology of GPUs with their memory and FLOP/s, and what a
                   parallel group's collectives cost on it
     models.py     the model: a decoder's shape, its parameter count, published presets
     flops.py      FLOPs of a step: 6 x params x tokens and the causal attention scores
@@ -10,7 +10,7 @@ and a search over configurations. Pure Python (no torch); sizes in bytes, times 
     summary.py    a cluster as people read it: one line (describe_topology) and its sources
 """
 
-from commlib.plan.hardware import (ALGORITHM, ALL_TO_ALL, GPU, GPUS, PRESET_GPU, Hardware, clear_cache,  # noqa: F401
+from commlib.plan.hardware_model import (ALGORITHM, ALL_TO_ALL, GPU, GPUS, PRESET_GPU, Hardware, clear_cache,  # noqa: F401
                                    collective_s, group_shape, group_topology, hardware, p2p_s)
 from commlib.plan.models import MODELS, SOURCES, Model  # noqa: F401
 from commlib.plan.planner import (BLOCKS, DP_COLLECTIVES, RECOMPUTE, SCHEDULES, STATE_BYTES, Assumptions,  # noqa: F401

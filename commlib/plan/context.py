@@ -17,7 +17,7 @@ counts these FLOPs (plan.attention_flops), so the window that hides the ring is 
 from __future__ import annotations
 
 from commlib import _validate as check
-from commlib.plan.hardware import Hardware, group_shape, p2p_s
+from commlib.plan.hardware_model import Hardware, group_shape, p2p_s
 
 
 _int = check.count

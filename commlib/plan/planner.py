@@ -9,7 +9,7 @@ Sources, each formula beside its function:
   GPipe     Huang et al. 2019;  MoE: Shazeer et al. 2017, Lepikhin et al. 2020 (GShard)
 Ranks are laid out as Megatron does: tensor-parallel ranks adjacent (inside a node), then data-parallel,
 then pipeline stages; expert parallelism splits the data-parallel ranks (ep divides dp). Collectives are
-priced on the machine's topology.Topology by commlib.plan.hardware: each group where its ranks sit (TP inside
+priced on the machine's topology.Topology by commlib.plan.hardware_model: each group where its ranks sit (TP inside
 a node; DP, EP and PP across nodes once they span them), all-reduce and its halves as NCCL's multi-ring,
 all-to-all limited by each GPU's NIC. The model's shape and published presets live in commlib.plan.models.
 """
@@ -24,7 +24,7 @@ from commlib import cost
 from commlib.plan.context import cp_backward_bytes_per_rank, cp_bytes_per_rank, cp_layer_times  # noqa: F401
 from commlib.plan.divisors import divisors as _divisors
 from commlib.plan.flops import RECOMPUTE, attention_flops, step_flops
-from commlib.plan.hardware import Hardware, collective_s, group_shape, p2p_s
+from commlib.plan.hardware_model import Hardware, collective_s, group_shape, p2p_s
 from commlib.plan.models import Model
 
 STATE_BYTES = (2, 2, 12)   # ZeRO paper, mixed-precision Adam: fp16 params, fp16 grads, fp32 params+m+v (K = 12)

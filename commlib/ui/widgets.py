@@ -139,7 +139,8 @@ def reduction_explorer(numel: int = 4096) -> W.VBox:
 
 def overlap_explorer() -> W.VBox:
     """A model of `layers` equal layers on `p` ranks over a link: pick the bucket cap and see the timeline."""
-    from commlib import cost, overlap
+    from commlib import cost
+    from commlib.cost.timeline import buckets_from_layers, simulate
 
     params = W.FloatLogSlider(value=1e9, base=10, min=7, max=11, step=0.25, description="parameters", readout_format=".2g")
     layers = W.IntSlider(value=24, min=1, max=96, description="layers")
@@ -156,11 +157,11 @@ def overlap_explorer() -> W.VBox:
 
     def update(_=None):
         per_layer = params.value * grad_bytes.value / layers.value
-        compute, comm, sizes = overlap.buckets_from_layers([per_layer] * layers.value,
-                                                           [backward.value / 1e3 / layers.value] * layers.value,
-                                                           p.value, link.value, bucket_cap_mb=cap.value)
-        with_overlap = overlap.simulate(compute, comm, overlap=True)
-        without = overlap.simulate(compute, comm, overlap=False)
+        compute, comm, sizes = buckets_from_layers([per_layer] * layers.value,
+                                                   [backward.value / 1e3 / layers.value] * layers.value,
+                                                   p.value, link.value, bucket_cap_mb=cap.value)
+        with_overlap = simulate(compute, comm, overlap=True)
+        without = simulate(compute, comm, overlap=False)
         text.value = (f"{len(sizes)} buckets; communication {with_overlap.comm_s * 1e3:.1f} ms, backward "
                       f"{with_overlap.compute_s * 1e3:.0f} ms.<br>Without overlap: step {without.total_s * 1e3:.1f} ms. "
                       f"<b>With overlap: step {with_overlap.total_s * 1e3:.1f} ms</b>, exposed "

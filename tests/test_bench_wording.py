@@ -1,4 +1,4 @@
-"""bench.agreement: the words a chapter prints about a measurement follow from its numbers."""
+"""bench.agreement (commlib/bench/wording.py): the words a chapter prints about a measurement follow from its numbers."""
 
 import re
 
