@@ -173,3 +173,17 @@ def test_the_host_clock_is_placed_by_the_marks_ends_never_late():
     marks = [{"ts": t * 1e6 + true - g - 150.0, "dur": 150.0} for t, g in zip(after, gaps)]
     offset = _trace_offset(marks, after)
     assert offset == pytest.approx(true - 3.0) and offset <= true
+
+
+def test_the_emulated_jobs_recorded_steps_are_marked_and_regrouped_per_step(cluster, tmp_path):
+    """Its recorded steps share one ProfilerStep: each is marked commlib:step, and whatif splits at the marks. Cut
+    at waits instead, one rank's steps came out 4 and the other's 5, and chapter 9's bucket what-if was refused."""
+    from commlib.profiling import emulated_job as ej
+    from commlib.profiling import whatif
+
+    cluster.run(ej.train, str(tmp_path), bandwidth=400e6, latency=1e-4, layers=4, width=128, layer_s=5e-4,
+                bucket_mb=0.05, steps=1, recorded=3)
+    assert [len(r.steps) for r in tr.load(str(tmp_path))] == [3, 3]
+    report = whatif.whatif(str(tmp_path), [whatif.Scenario(topology="dgx_h100", bucket_mb=0.1)], steps=3)
+    said = report["scenarios"][-1]["assumptions"][0]
+    assert report["steps"] == 3 and "regrouped into 3 bucket(s) of 0.1 MiB per step" in said, said

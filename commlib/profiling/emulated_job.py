@@ -112,7 +112,7 @@ def train(folder: str, bandwidth: float, latency: float = 5e-4, gpus_per_node: i
             t = time.perf_counter()
             step()
             times.append(time.perf_counter() - t)
-        path = record(lambda: [step() for _ in range(recorded)], folder + "/rank{rank}.json", warmup=1)
+        path = record(lambda: [_marked(step) for _ in range(recorded)], folder + "/rank{rank}.json", warmup=1)
     return {"step_s": times, "path": path, "recorded": recorded}
 
 
@@ -198,3 +198,10 @@ def load_accuracy(path=ACCURACY) -> dict:
 def median_error(result: dict) -> float:
     """The median |error| over the what-ifs that were run (the measured row left out)."""
     return statistics.median(abs(r["error"]) for r in result["rows"] if r["name"] != "measured" and r["error"] is not None)
+
+
+def _marked(step) -> None:
+    """One training step, marked commlib:step in the trace: the recorded steps share one ProfilerStep, and whatif
+    splits the trace at these marks (profiling/steps.py)."""
+    with torch.profiler.record_function("commlib:step"):
+        step()

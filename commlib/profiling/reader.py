@@ -46,6 +46,7 @@ COPIES = ("gpu_memcpy", "gpu_memset")
 CPU_OP, C10D_OR_PARAM_COMMS, PROFILER_STEP = 1, 2, 4
 COMM = 8   # (not stored) a name starting with COMM_PREFIXES
 OPTIMIZER_STEP = 16   # torch.optim's "Optimizer.step#SGD.step": where a step ends in a trace without ProfilerStep#N
+COMMLIB_STEP = 32     # "commlib:step": one training step, marked by commlib's own jobs (several in one ProfilerStep)
 
 
 class Args(msgspec.Struct, gc=False):
@@ -171,7 +172,7 @@ class Records:
                 start(ts)
                 end(ts + dur)
                 tids(e.tid)
-                kinds((cat == "cpu_op") | (k & (C10D_OR_PARAM_COMMS | PROFILER_STEP | OPTIMIZER_STEP)))
+                kinds((cat == "cpu_op") | (k & (C10D_OR_PARAM_COMMS | PROFILER_STEP | OPTIMIZER_STEP | COMMLIB_STEP)))
             elif cat == "kernel" or cat in COPIES:
                 e.index = seen + i
                 e.name = names.setdefault(e.name, e.name)   # one string per distinct kernel name, not per kernel
@@ -205,7 +206,8 @@ def _name_kinds(name: str) -> int:
     return ((COMM if name.startswith(COMM_PREFIXES) else 0)
             | (C10D_OR_PARAM_COMMS if name.startswith(("c10d::", "record_param_comms")) else 0)
             | (PROFILER_STEP if name.startswith("ProfilerStep") else 0)
-            | (OPTIMIZER_STEP if name.startswith("Optimizer.step#") else 0))
+            | (OPTIMIZER_STEP if name.startswith("Optimizer.step#") else 0)
+            | (COMMLIB_STEP if name == "commlib:step" else 0))
 
 
 def _decode_shapes(e: Event) -> None:

@@ -1,18 +1,20 @@
-"""Where a rank's training steps begin and end in its trace: the profiler's ProfilerStep#N marks, or, in a trace
-recorded without a schedule (no marks), the ends of torch.optim's optimizer steps."""
+"""Where a rank's training steps begin and end in its trace: commlib's own commlib:step marks (its jobs record
+several steps in one profiler step), else the profiler's ProfilerStep#N marks, else, in a trace recorded without a
+schedule (no marks), the ends of torch.optim's optimizer steps."""
 
 import math
 
-from commlib.profiling.reader import OPTIMIZER_STEP, PROFILER_STEP
+from commlib.profiling.reader import COMMLIB_STEP, OPTIMIZER_STEP, PROFILER_STEP
 
 
 def step_spans(cpu, wall: tuple[float, float]) -> list[tuple[float, float]]:
-    """The training steps (start, end) us: each ProfilerStep#N; in a trace without them (a profiler run with no
+    """The training steps (start, end) us: each commlib:step, else each ProfilerStep#N; in a trace without them (a profiler run with no
     schedule), each step ends where an optimizer step (torch.optim's Optimizer.step#...) ends, the first from
     the trace's start. Outermost spans only (an optimizer's step may call another's)."""
-    steps = sorted({(s, e) for s, e, kind in zip(cpu.start, cpu.end, cpu.kinds) if kind & PROFILER_STEP})
-    if steps:
-        return steps
+    for mark in (COMMLIB_STEP, PROFILER_STEP):
+        steps = sorted({(s, e) for s, e, kind in zip(cpu.start, cpu.end, cpu.kinds) if kind & mark})
+        if steps:
+            return steps
     ends, last = [], -math.inf
     for s, e in sorted((s, e) for s, e, kind in zip(cpu.start, cpu.end, cpu.kinds) if kind & OPTIMIZER_STEP):
         if s >= last:   # not nested in the one before
