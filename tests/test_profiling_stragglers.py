@@ -191,3 +191,16 @@ def test_the_json_report_holds_own_us_and_behind_in_strict_json():
     assert set(rows[2]) == {"rank", "group", "group_size", "delay_us", "own_us", "behind", "calls"}
     assert rows[2]["behind"] == [{"rank": 1, "group": "2", "us": pytest.approx(51.1e3)}]
     assert [s["rank"] for s in out["stragglers"]][0] == 0
+
+
+def test_a_late_rank_is_measured_against_its_peers_not_against_a_mean_it_raises_itself():
+    """Chapter 10's case: rank 1 slept 50 ms before 8 all-reduces of 4 ranks, its peers waited 180 ms for it in
+    all, and the calls' own spread was 4 ms. With rank 1 inside the mean it was measured against, the excess per
+    peer (43.5 ms) fell under the bar (4 x 4 ms x sqrt(8) = 45.3 ms) and no straggler was named."""
+    from commlib.profiling.stragglers import _above_noise
+
+    rows = {(1, "0"): (180e3, 180e3, 3, []), (0, "0"): (10e3, 10e3, 3, []), (3, "0"): (8e3, 8e3, 2, [])}
+    size = {key: 4 for key in rows}
+    skews = {"0": [(r, 4000.0) for r in (0, 3, 2, 0, 3, 2, 0, 3)]}
+    assert _above_noise((1, "0"), rows, size, skews, 4.0)
+    assert not _above_noise((0, "0"), rows, size, skews, 4.0)
