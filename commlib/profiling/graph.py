@@ -36,7 +36,7 @@ import numpy as np
 
 from commlib.profiling.critical import critical_path
 from commlib.profiling.diagnose import matched
-from commlib.profiling.live import overlap_lengths, union
+from commlib.profiling.intervals import overlap_lengths, union
 
 SLACK_US, SLACK_SHARE = 100.0, 0.02   # a gap ending this close after a call's end (us + share of the gap) waited for it
 MIN_GAP_US = 5.0                      # shorter gaps are launch gaps, never waits
