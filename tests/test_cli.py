@@ -63,7 +63,9 @@ def test_a_reader_that_stops_reading_gets_no_traceback(tmp_path):
     filter does, not with a BrokenPipeError traceback (issue 41's red team)."""
     from commlib.profiling import synthetic
 
-    synthetic.write_job(str(tmp_path), ranks=2, events=4000)
+    # 16 ranks: ~360 KB of JSON, well past a 64 KiB pipe buffer, so the writer is still writing when the reader
+    # goes (2 ranks gave 45 KB: it could all fit in the pipe and exit 0 first, a race)
+    synthetic.write_job(str(tmp_path), ranks=16, events=4000)
     proc = subprocess.Popen([sys.executable, "-m", "commlib", "diagnose", str(tmp_path), "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout.read(100)   # then the reader goes away, with most of the output unread
