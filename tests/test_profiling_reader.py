@@ -1,4 +1,4 @@
-"""commlib.profiling.reader / parallel: the streaming reader gives the old reader's calls field by field (pinned as
+"""commlib.profiling.read.reader / parallel: the streaming reader gives the old reader's calls field by field (pinned as
 digests once the old reader was deleted), on every trace the repository holds and on synthetic ones of each
 form; bad files are refused in one line, bounded, and nothing hangs; parallel reading equals serial reading and
 leaves no process behind."""
@@ -13,9 +13,10 @@ import numpy as np
 import psutil
 import pytest
 
-from commlib.profiling import reader, synthetic
+from commlib.profiling import synthetic
+from commlib.profiling.read import reader
 from commlib.profiling import traces as tr
-from commlib.profiling.parallel import read_all
+from commlib.profiling.read.parallel import read_all
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from commlib.profiling.reader import printable
+from commlib.profiling.read.reader import printable
 
 P2P = ("send", "recv", "send_recv")
 UNEVEN = ("all_to_all", "gather", "scatter")   # sizes that may differ by rank (all_to_allv's splits, the root's)

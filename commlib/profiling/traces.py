@@ -40,15 +40,16 @@ import re
 from dataclasses import dataclass, field
 
 from commlib import _validate
-from commlib.profiling.fields import MAX_RANKS, OddField, count, dims_numel, numel
+from commlib.profiling.read.fields import MAX_RANKS, OddField, count, dims_numel, numel
 from commlib.profiling.groups import configured, file_calls, parse_ranks
-from commlib.profiling.kernels import kernel_info
-from commlib.profiling import checks, streams
-from commlib.profiling.annotations import commlib_calls
-from commlib.profiling.parallel import read_all
+from commlib.profiling.read.kernels import kernel_info
+from commlib.profiling import checks
+from commlib.profiling.read import streams
+from commlib.profiling.read.annotations import commlib_calls
+from commlib.profiling.read.parallel import read_all
 from commlib.profiling.recording import record  # noqa: F401  (traces.record, as chapters 9 and 10 call it)
-from commlib.profiling.steps import step_spans
-from commlib.profiling.reader import (C10D_OR_PARAM_COMMS, CPU_OP, MAX_BYTES, PROFILER_STEP, Records,  # noqa: F401
+from commlib.profiling.read.steps import step_spans
+from commlib.profiling.read.reader import (C10D_OR_PARAM_COMMS, CPU_OP, MAX_BYTES, PROFILER_STEP, Records,  # noqa: F401
                                       TraceError, no_gc, printable, read_records)
 
 # the real GPU trace that ships with the course (assets/traces/README.md: its source, licence and trimming)

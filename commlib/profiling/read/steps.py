@@ -3,7 +3,7 @@ recorded without a schedule (no marks), the ends of torch.optim's optimizer step
 
 import math
 
-from commlib.profiling.reader import OPTIMIZER_STEP, PROFILER_STEP
+from commlib.profiling.read.reader import OPTIMIZER_STEP, PROFILER_STEP
 
 
 def step_spans(cpu, wall: tuple[float, float]) -> list[tuple[float, float]]:
