@@ -155,7 +155,7 @@ def _diagnose(args) -> int:
 
 def _whatif(args) -> int:
     from commlib.profiling.traces import TraceError
-    from commlib.profiling.whatif import format_report, json_report, scenario_from_args, whatif
+    from commlib.profiling.replay.whatif import format_report, json_report, scenario_from_args, whatif
 
     scenario = scenario_from_args(args.hardware, args.nodes, args.gpus_per_node, args.algorithm, args.bucket_mb,
                                   args.compress)

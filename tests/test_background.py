@@ -13,7 +13,7 @@ import torch.distributed as dist
 import commlib as cl
 from conftest import timeout_of
 from commlib.profiling import diagnose as dg
-from commlib.profiling import graph
+from commlib.profiling.replay import graph
 from commlib.profiling import traces as tr
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

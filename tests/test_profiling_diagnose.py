@@ -14,6 +14,7 @@ from commlib import cost
 from commlib import plan
 from commlib import topology as topo
 from commlib.profiling import diagnose as td
+from commlib.profiling import stragglers
 from commlib.profiling import traces as tr
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -52,7 +53,7 @@ def test_matching_is_per_group_and_in_order_and_leaves_point_to_point_out():
     b = rank_trace(1, [10.0, 20.0])
     p2p = tr.Call(0, "send", "0", 2, 8, "float32", 5000.0, 99.0, None, None, None)
     a.calls.append(p2p)
-    groups = td.matched([a, b])
+    groups = stragglers.matched([a, b])
     assert [[c.duration_us for c in g] for g in groups] == [[10.0, 10.0], [50.0, 20.0]]
 
 

@@ -11,6 +11,7 @@ import pytest
 import commlib as cl
 from commlib.profiling import diagnose as td
 from commlib.profiling import groups as pg
+from commlib.profiling import stragglers
 from commlib.profiling import traces as tr
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -32,13 +33,13 @@ def test_calls_are_matched_within_their_group_and_the_straggler_is_named_with_it
     # group "1" = ranks 0, 1 and group "2" = ranks 2, 3 run their own all-reduces; only group "2" has a late rank
     ranks = [_rank(0, [_call(0, "1", 100.0)]), _rank(1, [_call(1, "1", 100.0)]),
              _rank(2, [_call(2, "2", 900.0)]), _rank(3, [_call(3, "2", 100.0)])]
-    assert sorted([c.rank for c in m] for m in td.matched(ranks)) == [[0, 1], [2, 3]]
+    assert sorted([c.rank for c in m] for m in stragglers.matched(ranks)) == [[0, 1], [2, 3]]
     late, waits = td.stragglers(ranks)
     assert late == [{"rank": 3, "group": "2", "group_size": 2, "delay_us": 800.0, "own_us": 800.0, "behind": [],
                      "calls": 1}]
     assert waits[(2, 0.0)] == (800.0, 3) and waits[(0, 0.0)] == (0.0, 0)
     # a call whose group is unknown has no peers: it is never matched
-    assert td.matched([_rank(0, [_call(0, None, 5.0)]), _rank(1, [_call(1, None, 9.0)])]) == []
+    assert stragglers.matched([_rank(0, [_call(0, None, 5.0)]), _rank(1, [_call(1, None, 9.0)])]) == []
 
 
 def test_pg_configs_merge_and_a_real_conflict_names_both_files():

@@ -1,4 +1,4 @@
-"""commlib.profiling.graph, regroup and whatif: the replay of hand-made jobs whose answers are computed by hand,
+"""commlib.profiling.replay.graph, regroup and whatif: the replay of hand-made jobs whose answers are computed by hand,
 the identity replay of every repository trace, the re-pricing rule, bucket regrouping, and the CLI."""
 
 import json
@@ -10,7 +10,7 @@ import pytest
 
 from commlib import cost
 from commlib import topology as topo
-from commlib.profiling import graph, regroup, whatif
+from commlib.profiling.replay import graph, regroup, whatif
 from commlib.profiling import traces as tr
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from commlib import topology as topo
-from commlib.profiling import graph, whatif
+from commlib.profiling.replay import graph, whatif
 from commlib.profiling import synthetic
 from commlib.profiling import traces as tr
 

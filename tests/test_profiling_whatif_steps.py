@@ -12,7 +12,7 @@ import cloudpickle
 import pytest
 
 import commlib as cl
-from commlib.profiling import graph, regroup, whatif
+from commlib.profiling.replay import graph, regroup, whatif
 from commlib.profiling import traces as tr
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -39,7 +39,7 @@ from commlib import topology as topo
 from commlib.profiling import checks
 from commlib.profiling.intervals import length, overlap_length, overlap_lengths, union, union_array
 from commlib.profiling.read.reader import printable
-from commlib.profiling.stragglers import P2P, describe, find, matched  # noqa: F401  (matched: graph.py's)
+from commlib.profiling.stragglers import P2P, describe, find
 from commlib.profiling.traces import MAX_BYTES, Call, RankTrace, load
 
 # GPU names (deviceProperties) -> the preset whose intra-node link they have; PCIe boards have none

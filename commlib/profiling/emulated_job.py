@@ -164,7 +164,7 @@ def predict_and_run(small, large, folder: str, bandwidth: float = 100e6, latency
 
     from commlib import bench, cost
     from commlib import topology as topo
-    from commlib.profiling import whatif as wi
+    from commlib.profiling.replay import whatif as wi
 
     kw = {"latency": latency, "steps": steps, "recorded": recorded}
     alpha, beta = small.run(fit_nic, bandwidth, latency)[0]

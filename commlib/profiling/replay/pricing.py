@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from commlib import cost
 from commlib import topology as topo
-from commlib.profiling.diagnose import P2P
+from commlib.profiling.stragglers import P2P
 
 # "ring": one flat ring (topology's flat_ring); "tree": NCCL's double binary tree, within a node or one GPU per node
 ALGORITHMS = ("ring", "multi_ring", "hierarchical", "in_network", "tree")
