@@ -61,7 +61,7 @@ def test_diagnose_does_not_import_torch(tmp_path):
 def test_a_reader_that_stops_reading_gets_no_traceback(tmp_path):
     """`python -m commlib diagnose ... --json | head`: the pipe closes early; the command ends quietly, as any Unix
     filter does, not with a BrokenPipeError traceback (issue 41's red team)."""
-    from commlib.profiling import synthetic
+    from commlib.profiling.jobs import synthetic
 
     # 16 ranks: ~360 KB of JSON, well past a 64 KiB pipe buffer, so the writer is still writing when the reader
     # goes (2 ranks gave 45 KB: it could all fit in the pipe and exit 0 first, a race)

@@ -101,7 +101,7 @@ def test_small_chunks_cost_more_and_async_without_wait_times_nothing():
 def test_profiler_chatter_is_dropped_and_other_stderr_kept(capfd):
     import os
 
-    with pf.live._without_profiler_chatter():
+    with pf.jobs.live._without_profiler_chatter():
         os.write(2, b"USDT:2026-12-02 16:53:31 19494:19494 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
         os.write(2, b"a real warning\n")
     err = capfd.readouterr().err

@@ -187,7 +187,7 @@ def test_a_call_twice_as_slow_as_its_identical_twin_is_not_the_link():
 def test_a_cpu_job_priced_on_gpu_hardware_gets_no_gpu_words_and_no_advice_to_give_hardware(tmp_path):
     """Issue 40: `diagnose --hardware dgx_h100` on a Gloo job said compute kernels 'share the GPU's SMs ... with
     NCCL', and 'no hardware model unless --hardware' though it was given."""
-    from commlib.profiling import synthetic
+    from commlib.profiling.jobs import synthetic
 
     paths = synthetic.write_job(str(tmp_path), 2, 3_000, "cpu")
     priced = td.diagnose(paths, hardware="dgx_h100")

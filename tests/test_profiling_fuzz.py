@@ -146,7 +146,7 @@ def test_cli_json_is_strict_and_odd_input_is_one_line_exit_2(tmp_path):
 def _gloo_base():
     import tempfile
 
-    from commlib.profiling import synthetic
+    from commlib.profiling.jobs import synthetic
     with tempfile.TemporaryDirectory() as d:
         data = json.load(open(synthetic.write_rank(os.path.join(d, "rank0.json"), 0, 2, 300, form="cpu")))
     return data

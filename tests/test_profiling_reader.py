@@ -13,7 +13,7 @@ import numpy as np
 import psutil
 import pytest
 
-from commlib.profiling import synthetic
+from commlib.profiling.jobs import synthetic
 from commlib.profiling.read import reader
 from commlib.profiling import traces as tr
 from commlib.profiling.read.parallel import read_all

@@ -12,7 +12,7 @@ import pytest
 import commlib as cl
 from commlib.profiling import diagnose as td
 from commlib.profiling import stragglers as st
-from commlib.profiling import synthetic as sy
+from commlib.profiling.jobs import synthetic as sy
 from commlib.profiling import traces as tr
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from commlib import topology as topo
 from commlib.profiling.replay import graph, whatif
-from commlib.profiling import synthetic
+from commlib.profiling.jobs import synthetic
 from commlib.profiling import traces as tr
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

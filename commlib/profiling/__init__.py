@@ -7,7 +7,7 @@ follows the wait chain to the root); graph.py, regroup.py, pricing.py and whatif
 synthetic.py writes traces of any size and scale.py holds how diagnose scales (benchmarks/diagnose_scale.py)."""
 
 from commlib.profiling.intervals import intersect, length, union  # noqa: F401
-from commlib.profiling.live import (COMM_KERNEL_WORDS, COMM_PREFIXES, Interval, breakdown,  # noqa: F401
+from commlib.profiling.jobs.live import (COMM_KERNEL_WORDS, COMM_PREFIXES, Interval, breakdown,  # noqa: F401
                                     intervals_from_events, profile, time_async, time_in_chunks,
                                     time_ring_segments)
 from commlib.profiling.traces import TraceError  # noqa: F401  (the modules: profiling.traces, profiling.diagnose)

@@ -60,7 +60,7 @@ class _Pool:
     def map(self, files: list[str], read, args: tuple, timeout_s: float) -> list:
         from commlib.profiling.read.reader import TraceError
 
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))   # the clone
         env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
         procs, sel = [], selectors.DefaultSelector()
         out, todo, busy = [None] * len(files), list(range(len(files)))[::-1], {}   # busy: proc -> (i, deadline)
