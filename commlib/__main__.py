@@ -142,7 +142,8 @@ def _trace_limit(text: str) -> int:
 
 
 def _diagnose(args) -> int:
-    from commlib.profiling.diagnose import diagnose, format_report, json_report
+    from commlib.profiling.diagnosis import diagnose
+    from commlib.profiling.report import format_report, json_report
     from commlib.profiling.traces import TraceError
 
     try:

@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 import commlib as cl
 from conftest import timeout_of
-from commlib.profiling import diagnose as dg
+from commlib.profiling import diagnosis as dg
 from commlib.profiling.replay import graph
 from commlib.profiling import traces as tr
 

@@ -4,7 +4,7 @@ report's notes, naming the calls, ranks and fields; a consistent job gets none o
 import json
 
 from commlib.profiling import checks
-from commlib.profiling import diagnose as td
+from commlib.profiling import diagnosis as td
 from commlib.profiling import traces as tr
 
 K = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"

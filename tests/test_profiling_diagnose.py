@@ -13,7 +13,8 @@ import commlib as cl
 from commlib import cost
 from commlib import plan
 from commlib import topology as topo
-from commlib.profiling import diagnose as td
+from commlib.profiling import diagnosis as td
+from commlib.profiling import report as rp
 from commlib.profiling import stragglers
 from commlib.profiling import traces as tr
 
@@ -84,7 +85,7 @@ def test_real_trace_report_busbw_model_and_flags():
     o = report["overlap"][0]
     assert o["comm_us"] == pytest.approx(sum(c["duration_us"] for c in report["calls"]))   # never two at once
     assert o["hidden_us"] + o["exposed_us"] == pytest.approx(o["comm_us"])
-    text = td.format_report(report)
+    text = rp.format_report(report)
     assert max(len(line) for line in text.splitlines()) < 100 and "all_reduce" in text
 
 
@@ -191,7 +192,7 @@ def test_a_cpu_job_priced_on_gpu_hardware_gets_no_gpu_words_and_no_advice_to_giv
 
     paths = synthetic.write_job(str(tmp_path), 2, 3_000, "cpu")
     priced = td.diagnose(paths, hardware="dgx_h100")
-    text = td.format_report(priced)
+    text = rp.format_report(priced)
     flags = {c["flag"] for c in priced["calls"] if c["flag"]}
     assert flags and priced["hardware"] == "dgx_h100"
     for word in ("GPU", "SMs", "NCCL", "kernel", "unless --hardware", "give --hardware"):

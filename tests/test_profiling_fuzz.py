@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from commlib.profiling import diagnose as td
+from commlib.profiling import diagnosis as td
+from commlib.profiling import report as rp
 from commlib.profiling import traces as tr
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,10 +59,10 @@ def _check(path):
     except tr.TraceError as e:
         assert "\n" not in str(e) and str(e).startswith(str(path)), str(e)
         return
-    out = td.json_report(report)
+    out = rp.json_report(report)
     json.dumps(out, allow_nan=False)   # strict JSON
     _numbers({k: v for k, v in out.items() if k != "ranks"})
-    td.format_report(report)
+    rp.format_report(report)
 
 
 @settings(max_examples=60, deadline=None, derandomize=True,   # the same examples every run: never flaky

@@ -9,7 +9,8 @@ import cloudpickle
 import pytest
 
 import commlib as cl
-from commlib.profiling import diagnose as td
+from commlib.profiling import diagnosis as td
+from commlib.profiling import report as rp
 from commlib.profiling import groups as pg
 from commlib.profiling import stragglers
 from commlib.profiling import traces as tr
@@ -116,7 +117,7 @@ def test_live_2x2_mesh_files_each_call_under_its_group_and_names_the_slow_rank_i
     for rank, o in report["overlap"].items():   # one story: the waiting is part of the communication time
         assert 0.0 <= o["waiting_us"] <= o["comm_us"]
     assert top["delay_us"] <= report["overlap"][1]["waiting_us"] + 1e-6   # rank 1 is its only peer
-    text = td.format_report(report)
+    text = rp.format_report(report)
     assert "straggler: rank 3 late in [1, 3] (group 4) by" in text
     assert max(len(line) for line in text.splitlines()) < 100
     assert os.path.exists(tmp_path / "rank3.json")

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from commlib import _validate, columns
 from commlib import topology as topo
 from commlib.profiling.replay import graph
-from commlib.profiling.diagnose import infer_hardware
+from commlib.profiling.diagnosis import infer_hardware
 from commlib.profiling.replay.pricing import (ALGORITHMS, COMMLIB_ALGORITHMS, TRADEOFF, Pricer,  # noqa: F401  (the API)
                                        codec_s_per_byte, group_topology, price, reprice)
 from commlib.profiling.replay.regroup import regroup
