@@ -84,7 +84,7 @@ ALGORITHM_ANSWERS = ("ring", "tree", "unknown")
 
 def ch9_kernel_algorithm(answer, kernel: str) -> Verdict:
     """Which algorithm does this NCCL kernel name prove NCCL ran: 'ring', 'tree' or 'unknown'?"""
-    from commlib.profiling.traces import kernel_info
+    from commlib.profiling.read.kernels import kernel_info
 
     if not isinstance(kernel, str):
         raise TypeError(f"kernel must be an NCCL kernel name (str), got {type(kernel).__name__}")
