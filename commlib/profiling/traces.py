@@ -42,7 +42,6 @@ from commlib import _validate
 from commlib.profiling.read.fields import MAX_RANKS, OddField, count
 from commlib.profiling.calls import Call, _cpu_nccl_calls, _cuda_calls, _gloo_calls
 from commlib.profiling.groups import configured, file_calls
-from commlib.profiling import checks
 from commlib.profiling.read import streams
 from commlib.profiling.read.annotations import commlib_calls
 from commlib.profiling.read.parallel import read_all
@@ -107,7 +106,7 @@ def _read(path: str, max_bytes: int) -> RankTrace:
     if any(is_nccl) or (rec.kernels and not comm_threads):
         nccl = sorted((k for k, n in zip(rec.kernels, is_nccl) if n), key=lambda k: k.ts)
         calls = _cuda_calls(rank, rec, nccl, shards)
-        notes += [n for n in [checks.stream_overlaps(path, nccl)] if n]
+        notes += [n for n in [streams.stream_overlaps(path, nccl)] if n]
         issued, waits = streams.edges(rec.kernels, nccl, rec.syncs)
         compute = _spans([(k.ts, k.ts + k.dur) for k, n in zip(rec.kernels, is_nccl) if not n])
         timeline = _spans([(k.ts, k.ts + k.dur) for k in [*rec.kernels, *rec.copies]])
