@@ -143,7 +143,7 @@ def _trace_limit(text: str) -> int:
 
 def _diagnose(args) -> int:
     from commlib.profiling.diagnosis import diagnose
-    from commlib.profiling.report import format_report, json_report
+    from commlib.profiling.report.diagnosis import format_report, json_report
     from commlib.profiling.traces import TraceError
 
     try:
@@ -156,7 +156,8 @@ def _diagnose(args) -> int:
 
 def _whatif(args) -> int:
     from commlib.profiling.traces import TraceError
-    from commlib.profiling.replay.whatif import format_report, json_report, scenario_from_args, whatif
+    from commlib.profiling.replay.whatif import scenario_from_args, whatif
+    from commlib.profiling.report.whatif import format_report, json_report
 
     scenario = scenario_from_args(args.hardware, args.nodes, args.gpus_per_node, args.algorithm, args.bucket_mb,
                                   args.compress)

@@ -7,7 +7,7 @@ import pytest
 
 from commlib import columns
 from commlib.profiling import diagnosis as td
-from commlib.profiling import report as rp
+from commlib.profiling.report import diagnosis as rp
 from commlib.profiling import traces as tr
 
 

@@ -14,7 +14,7 @@ from commlib import cost
 from commlib import plan
 from commlib import topology as topo
 from commlib.profiling import diagnosis as td
-from commlib.profiling import report as rp
+from commlib.profiling.report import diagnosis as rp
 from commlib.profiling import stragglers
 from commlib.profiling import traces as tr
 

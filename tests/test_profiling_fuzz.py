@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from commlib.profiling import diagnosis as td
-from commlib.profiling import report as rp
+from commlib.profiling.report import diagnosis as rp
 from commlib.profiling import traces as tr
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

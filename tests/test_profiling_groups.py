@@ -10,7 +10,7 @@ import pytest
 
 import commlib as cl
 from commlib.profiling import diagnosis as td
-from commlib.profiling import report as rp
+from commlib.profiling.report import diagnosis as rp
 from commlib.profiling import groups as pg
 from commlib.profiling import stragglers
 from commlib.profiling import traces as tr

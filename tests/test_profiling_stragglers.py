@@ -11,7 +11,7 @@ import pytest
 
 import commlib as cl
 from commlib.profiling import diagnosis as td
-from commlib.profiling import report as rp
+from commlib.profiling.report import diagnosis as rp
 from commlib.profiling import stragglers as st
 from commlib.profiling.jobs import synthetic as sy
 from commlib.profiling import traces as tr

@@ -6,7 +6,7 @@
     intervals.py union, intersect, length, overlap of spans (live profiling, diagnosis and the replay use it)
     checks.py, stragglers.py, diagnosis.py   the analyses (`python -m commlib diagnose`); they never format
     replay/      graph, critical, regroup, pricing, whatif: the job replayed with new prices
-    report.py    diagnose's report as text and JSON; it computes nothing
+    report/      diagnosis's and the what-if's reports as text and JSON; it computes nothing
     jobs/        the live side, apart: live (torch.profiler in ranks), recording, synthetic, emulated_job, scale
 
 diagnose.py, graph.py, whatif.py, emulated_job.py, scale.py and synthetic.py are the import paths the chapters,

@@ -1,7 +1,7 @@
 """The source chapter's three steps on a job's own traces, plus stragglers.
 
     report = diagnose(["rank0.json", "rank1.json"], hardware="dgx_h100")   # or a folder; -> a dict
-    print(report.format_report(report))     # profiling/report.py: the text and the JSON
+    print(format_report(report))     # profiling/report/diagnosis.py: the text and the JSON
 
 1. Profile: every collective call on every rank (traces.py), with algbw = bytes / duration and
    busbw = algbw x nccl-tests' bus factor (cost.bus_factor).

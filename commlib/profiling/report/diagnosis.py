@@ -1,4 +1,4 @@
-"""The report stage: diagnose()'s report as strict JSON (json_report), as rows grouped by call (summary) and as
+"""diagnose()'s report as strict JSON (json_report), as rows grouped by call (summary) and as
 text under 100 characters a line (format_report). It formats what diagnosis.py found; it finds nothing."""
 
 from __future__ import annotations
