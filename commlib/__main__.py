@@ -28,7 +28,7 @@ def _fail(message: str, every_rank: bool = False):
     """Exit 2 with one line on stderr; under torchrun every rank exits, rank 0 alone says why (every_rank: each).
     Without all of torchrun's variables this is no torchrun job, so no rank 0 may be there to say it: each says it."""
     if every_rank or os.environ.get("RANK", "0") == "0" or any(k not in os.environ for k in TORCHRUN_VARS):
-        from commlib.profiling.reader import printable   # a file's or an event's name: escaped, one line each
+        from commlib.profiling.read.reader import printable   # a file's or an event's name: escaped, one line each
 
         message = "\n".join(printable(line) for line in str(message).split("\n"))
         print(f"python -m commlib: error: {message}", file=sys.stderr)
@@ -133,7 +133,7 @@ def _presets():
 
 
 def _trace_limit(text: str) -> int:
-    from commlib.profiling.reader import parse_max_bytes
+    from commlib.profiling.read.reader import parse_max_bytes
 
     try:
         return parse_max_bytes(text)
@@ -142,7 +142,8 @@ def _trace_limit(text: str) -> int:
 
 
 def _diagnose(args) -> int:
-    from commlib.profiling.diagnose import diagnose, format_report, json_report
+    from commlib.profiling.diagnosis import diagnose
+    from commlib.profiling.report.diagnosis import format_report, json_report
     from commlib.profiling.traces import TraceError
 
     try:
@@ -155,7 +156,8 @@ def _diagnose(args) -> int:
 
 def _whatif(args) -> int:
     from commlib.profiling.traces import TraceError
-    from commlib.profiling.whatif import format_report, json_report, scenario_from_args, whatif
+    from commlib.profiling.replay.whatif import scenario_from_args, whatif
+    from commlib.profiling.report.whatif import format_report, json_report
 
     scenario = scenario_from_args(args.hardware, args.nodes, args.gpus_per_node, args.algorithm, args.bucket_mb,
                                   args.compress)

@@ -12,8 +12,8 @@ import torch.distributed as dist
 
 import commlib as cl
 from conftest import timeout_of
-from commlib.profiling import diagnose as dg
-from commlib.profiling import graph
+from commlib.profiling import diagnosis as dg
+from commlib.profiling.replay import graph
 from commlib.profiling import traces as tr
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -88,7 +88,7 @@ def test_bad_arguments_are_refused_by_name(cluster):
 
 
 def test_a_recorded_jobs_trace_holds_its_background_calls_and_their_marks(cluster, tmp_path):
-    from commlib.profiling import emulated_job as ej
+    from commlib.profiling.jobs import emulated_job as ej
 
     out = cluster.run(ej.train, str(tmp_path), bandwidth=400e6, latency=1e-4, layers=4, width=128, layer_s=5e-4,
                       bucket_mb=0.05, steps=1, recorded=1)   # a bucket per layer
@@ -165,7 +165,7 @@ def test_the_host_clock_is_placed_by_the_marks_ends_never_late():
     """Each commlib:clock mark's end is stamped just before the host clock is read after it: a lower bound of the
     offset, the largest the tightest. A mark whose start came late (the profiler's entry work, a preemption) no
     longer shifts background work past the wait that saw it finish (issue 40's race, 318 us under load)."""
-    from commlib.profiling.recording import _trace_offset
+    from commlib.profiling.jobs.recording import _trace_offset
 
     true = 5_000_000.0   # trace us = host s * 1e6 + true
     after = [1.0, 1.001, 1.002]

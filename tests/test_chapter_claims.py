@@ -135,7 +135,8 @@ def test_chapter_9_buffer_verdict_follows_the_printed_numbers():
 def test_chapter_9_sample_trace_claims_hold():
     """Section 4's prose on the shipped A100 trace: every all-reduce 10x to 1000x the model, the smallest bucket
     about as long as the largest, and one bucket more than twice as long in one step as in another."""
-    from commlib.profiling import diagnose as dg, traces
+    from commlib.profiling import diagnosis as dg
+    from commlib.profiling import traces
 
     calls = [r for r in dg.diagnose([traces.SAMPLE])["calls"] if r["op"] == "all_reduce"]
     assert calls and all(10 <= r["model_ratio"] <= 1000 for r in calls)

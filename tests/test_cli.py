@@ -61,7 +61,7 @@ def test_diagnose_does_not_import_torch(tmp_path):
 def test_a_reader_that_stops_reading_gets_no_traceback(tmp_path):
     """`python -m commlib diagnose ... --json | head`: the pipe closes early; the command ends quietly, as any Unix
     filter does, not with a BrokenPipeError traceback (issue 41's red team)."""
-    from commlib.profiling import synthetic
+    from commlib.profiling.jobs import synthetic
 
     synthetic.write_job(str(tmp_path), ranks=2, events=20_000)   # ~230 KB of JSON: more than a pipe holds (64 KiB)
     proc = subprocess.Popen([sys.executable, "-m", "commlib", "diagnose", str(tmp_path), "--json"],

@@ -6,7 +6,8 @@ import re
 import pytest
 
 from commlib import columns
-from commlib.profiling import diagnose as td
+from commlib.profiling import diagnosis as td
+from commlib.profiling.report import diagnosis as rp
 from commlib.profiling import traces as tr
 
 
@@ -24,7 +25,7 @@ def test_diagnose_table_parts_a_huge_message_from_a_group_of_1000_ranks():
     report = copy.deepcopy(td.diagnose([tr.SAMPLE]))
     for c in report["calls"]:
         c["bytes"], c["group"], c["group_size"] = 10**12, "default_pg", 1000   # both wider than their columns
-    row = next(line for line in td.format_report(report).splitlines() if line.startswith("all_reduce"))
+    row = next(line for line in rp.format_report(report).splitlines() if line.startswith("all_reduce"))
     assert re.search(r" 1000000000000 +default_pg \(1000\) ", row), row   # bytes, then the group: name (size)
 
 

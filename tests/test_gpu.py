@@ -17,7 +17,8 @@ import torch.distributed as dist
 import commlib as cl
 from commlib import algorithms as alg
 from commlib import bench, overlap, profiling
-from commlib.profiling import diagnose, traces
+from commlib.profiling import diagnosis as diagnose
+from commlib.profiling import traces
 from commlib.cluster import demos
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

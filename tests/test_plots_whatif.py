@@ -6,7 +6,7 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 
-from commlib.profiling import whatif  # noqa: E402
+from commlib.profiling.replay import whatif  # noqa: E402
 from commlib.ui import whatif as ui  # noqa: E402
 from tests.test_profiling_whatif import job  # noqa: E402
 

@@ -101,25 +101,8 @@ def test_small_chunks_cost_more_and_async_without_wait_times_nothing():
 def test_profiler_chatter_is_dropped_and_other_stderr_kept(capfd):
     import os
 
-    with pf.live._without_profiler_chatter():
+    with pf.jobs.live._without_profiler_chatter():
         os.write(2, b"USDT:2026-12-02 16:53:31 19494:19494 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
         os.write(2, b"a real warning\n")
     err = capfd.readouterr().err
     assert "profiler_start" not in err and "a real warning" in err
-
-
-def test_overlap_length_equals_the_length_of_the_intersection():
-    """overlap_length (numpy, bisect and prefix sums: diagnose's overlap per rank) against the plain merge, on
-    random disjoint span lists that touch, nest in and run past each other, and empty ones."""
-    import random
-
-    from commlib.profiling.live import intersect, length, overlap_length, overlap_lengths, union
-
-    rng = random.Random(3)
-    for _ in range(300):
-        a = union((s, s + rng.uniform(0, 30)) for s in (rng.uniform(0, 500) for _ in range(rng.randint(0, 40))))
-        b = union((s, s + rng.uniform(0, 5)) for s in (rng.uniform(0, 500) for _ in range(rng.randint(0, 200))))
-        assert abs(overlap_length(a, b) - length(intersect(a, b))) < 1e-9
-        assert abs(overlap_length(b, a) - length(intersect(a, b))) < 1e-9
-        each = overlap_lengths(a, b)   # per span of a: what diagnose reads as the compute beside each call
-        assert len(each) == len(a) and all(abs(x - length(intersect([s], b))) < 1e-9 for x, s in zip(each, a))

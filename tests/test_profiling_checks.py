@@ -4,8 +4,9 @@ report's notes, naming the calls, ranks and fields; a consistent job gets none o
 import json
 
 from commlib.profiling import checks
-from commlib.profiling import diagnose as td
+from commlib.profiling import diagnosis as td
 from commlib.profiling import traces as tr
+from commlib.profiling.read import streams
 
 K = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 
@@ -73,7 +74,7 @@ def test_nccl_kernels_overlapping_on_one_stream_are_said_to_be_no_gpus(tmp_path)
     [note] = [n for n in td.diagnose(paths)["notes"] if "same stream" in n]
     assert note.startswith("rank0.json: 3 NCCL kernel(s) start before the one before them on the same stream "
                            "ended (stream 7), which no GPU does")
-    assert checks.stream_overlaps("x", [r for r in tr.read_records(paths[1]).kernels]) is None
+    assert streams.stream_overlaps("x", [r for r in tr.read_records(paths[1]).kernels]) is None
 
 
 def test_bytes_moved_faster_than_any_link_name_the_size_field(tmp_path):

@@ -13,7 +13,9 @@ import commlib as cl
 from commlib import cost
 from commlib import plan
 from commlib import topology as topo
-from commlib.profiling import diagnose as td
+from commlib.profiling import diagnosis as td
+from commlib.profiling.report import diagnosis as rp
+from commlib.profiling import stragglers
 from commlib.profiling import traces as tr
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -52,7 +54,7 @@ def test_matching_is_per_group_and_in_order_and_leaves_point_to_point_out():
     b = rank_trace(1, [10.0, 20.0])
     p2p = tr.Call(0, "send", "0", 2, 8, "float32", 5000.0, 99.0, None, None, None)
     a.calls.append(p2p)
-    groups = td.matched([a, b])
+    groups = stragglers.matched([a, b])
     assert [[c.duration_us for c in g] for g in groups] == [[10.0, 10.0], [50.0, 20.0]]
 
 
@@ -83,7 +85,7 @@ def test_real_trace_report_busbw_model_and_flags():
     o = report["overlap"][0]
     assert o["comm_us"] == pytest.approx(sum(c["duration_us"] for c in report["calls"]))   # never two at once
     assert o["hidden_us"] + o["exposed_us"] == pytest.approx(o["comm_us"])
-    text = td.format_report(report)
+    text = rp.format_report(report)
     assert max(len(line) for line in text.splitlines()) < 100 and "all_reduce" in text
 
 
@@ -186,11 +188,11 @@ def test_a_call_twice_as_slow_as_its_identical_twin_is_not_the_link():
 def test_a_cpu_job_priced_on_gpu_hardware_gets_no_gpu_words_and_no_advice_to_give_hardware(tmp_path):
     """Issue 40: `diagnose --hardware dgx_h100` on a Gloo job said compute kernels 'share the GPU's SMs ... with
     NCCL', and 'no hardware model unless --hardware' though it was given."""
-    from commlib.profiling import synthetic
+    from commlib.profiling.jobs import synthetic
 
     paths = synthetic.write_job(str(tmp_path), 2, 3_000, "cpu")
     priced = td.diagnose(paths, hardware="dgx_h100")
-    text = td.format_report(priced)
+    text = rp.format_report(priced)
     flags = {c["flag"] for c in priced["calls"] if c["flag"]}
     assert flags and priced["hardware"] == "dgx_h100"
     for word in ("GPU", "SMs", "NCCL", "kernel", "unless --hardware", "give --hardware"):

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from commlib.profiling import diagnose as td
+from commlib.profiling import diagnosis as td
+from commlib.profiling.report import diagnosis as rp
 from commlib.profiling import traces as tr
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,10 +59,10 @@ def _check(path):
     except tr.TraceError as e:
         assert "\n" not in str(e) and str(e).startswith(str(path)), str(e)
         return
-    out = td.json_report(report)
+    out = rp.json_report(report)
     json.dumps(out, allow_nan=False)   # strict JSON
     _numbers({k: v for k, v in out.items() if k != "ranks"})
-    td.format_report(report)
+    rp.format_report(report)
 
 
 @settings(max_examples=60, deadline=None, derandomize=True,   # the same examples every run: never flaky
@@ -146,7 +147,7 @@ def test_cli_json_is_strict_and_odd_input_is_one_line_exit_2(tmp_path):
 def _gloo_base():
     import tempfile
 
-    from commlib.profiling import synthetic
+    from commlib.profiling.jobs import synthetic
     with tempfile.TemporaryDirectory() as d:
         data = json.load(open(synthetic.write_rank(os.path.join(d, "rank0.json"), 0, 2, 300, form="cpu")))
     return data

@@ -9,8 +9,10 @@ import cloudpickle
 import pytest
 
 import commlib as cl
-from commlib.profiling import diagnose as td
+from commlib.profiling import diagnosis as td
+from commlib.profiling.report import diagnosis as rp
 from commlib.profiling import groups as pg
+from commlib.profiling import stragglers
 from commlib.profiling import traces as tr
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -32,13 +34,13 @@ def test_calls_are_matched_within_their_group_and_the_straggler_is_named_with_it
     # group "1" = ranks 0, 1 and group "2" = ranks 2, 3 run their own all-reduces; only group "2" has a late rank
     ranks = [_rank(0, [_call(0, "1", 100.0)]), _rank(1, [_call(1, "1", 100.0)]),
              _rank(2, [_call(2, "2", 900.0)]), _rank(3, [_call(3, "2", 100.0)])]
-    assert sorted([c.rank for c in m] for m in td.matched(ranks)) == [[0, 1], [2, 3]]
+    assert sorted([c.rank for c in m] for m in stragglers.matched(ranks)) == [[0, 1], [2, 3]]
     late, waits = td.stragglers(ranks)
     assert late == [{"rank": 3, "group": "2", "group_size": 2, "delay_us": 800.0, "own_us": 800.0, "behind": [],
                      "calls": 1}]
     assert waits[(2, 0.0)] == (800.0, 3) and waits[(0, 0.0)] == (0.0, 0)
     # a call whose group is unknown has no peers: it is never matched
-    assert td.matched([_rank(0, [_call(0, None, 5.0)]), _rank(1, [_call(1, None, 9.0)])]) == []
+    assert stragglers.matched([_rank(0, [_call(0, None, 5.0)]), _rank(1, [_call(1, None, 9.0)])]) == []
 
 
 def test_pg_configs_merge_and_a_real_conflict_names_both_files():
@@ -115,7 +117,7 @@ def test_live_2x2_mesh_files_each_call_under_its_group_and_names_the_slow_rank_i
     for rank, o in report["overlap"].items():   # one story: the waiting is part of the communication time
         assert 0.0 <= o["waiting_us"] <= o["comm_us"]
     assert top["delay_us"] <= report["overlap"][1]["waiting_us"] + 1e-6   # rank 1 is its only peer
-    text = td.format_report(report)
+    text = rp.format_report(report)
     assert "straggler: rank 3 late in [1, 3] (group 4) by" in text
     assert max(len(line) for line in text.splitlines()) < 100
     assert os.path.exists(tmp_path / "rank3.json")

@@ -1,4 +1,4 @@
-"""commlib.profiling.reader / parallel: the streaming reader gives the old reader's calls field by field (pinned as
+"""commlib.profiling.read.reader / parallel: the streaming reader gives the old reader's calls field by field (pinned as
 digests once the old reader was deleted), on every trace the repository holds and on synthetic ones of each
 form; bad files are refused in one line, bounded, and nothing hangs; parallel reading equals serial reading and
 leaves no process behind."""
@@ -13,9 +13,10 @@ import numpy as np
 import psutil
 import pytest
 
-from commlib.profiling import live, reader, synthetic
+from commlib.profiling.jobs import synthetic
+from commlib.profiling.read import reader
 from commlib.profiling import traces as tr
-from commlib.profiling.parallel import read_all
+from commlib.profiling.read.parallel import read_all
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -112,13 +113,6 @@ def test_a_cut_between_blocks_is_proven_by_the_decoder_even_inside_strings(tmp_p
     cut = tr.read(str(path))
     assert [c.__dict__ for c in cut.calls] == [c.__dict__ for c in whole.calls] and len(cut.calls) > 20
     assert np.array_equal(cut.compute, whole.compute)
-
-
-def test_numpy_union_equals_the_python_union():
-    rng = np.random.default_rng(0)
-    starts = rng.integers(0, 20000, 500).astype(float)
-    spans = np.stack([starts, starts + rng.integers(-5, 30, 500)], axis=1)
-    assert live.union(spans) == live.union(spans.tolist()) and len(live.union(spans)) > 5
 
 
 def _one_line(path, match, **kw):

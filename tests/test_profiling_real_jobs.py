@@ -12,7 +12,8 @@ import warnings
 
 import pytest
 
-from commlib.profiling import diagnose as td
+from commlib.profiling import diagnosis as td
+from commlib.profiling.report import diagnosis as rp
 from commlib.profiling import traces as tr
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -63,7 +64,7 @@ def test_every_collective_has_its_arguments_bytes_and_an_older_all_gather_is_the
     # 5 matched calls: rank 1 came last 4 times (3 to 30 ms late), rank 0 once (27 ms late): which rank comes
     # last changes from call to call by as much as either is late, so neither is named (stragglers.py's noise)
     assert sampled["stragglers"] == [] and sampled["noise"]["unnamed"][0]["delay_us"] == 83000.0
-    assert "rank 1's 83.00 ms over 4 call(s), is within it" in td.format_report(sampled).replace("\n  ", " ")
+    assert "rank 1's 83.00 ms over 4 call(s), is within it" in rp.format_report(sampled).replace("\n  ", " ")
     # no pg_config: the other calls' group is a guess (the whole job), so nothing is priced or flagged on it
     priced = td.diagnose(SAMPLED, hardware="dgx_h100")
     assert all(c["model_ratio"] is None for c in priced["calls"])

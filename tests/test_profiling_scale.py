@@ -1,9 +1,9 @@
-"""commlib.profiling.scale and synthetic: the committed benchmark figures read back as the chapter prints them,
+"""commlib.profiling.jobs.scale and synthetic: the committed benchmark figures read back as the chapter prints them,
 a live point counts what it read, and synthetic traces have the size and shape asked for."""
 
 import json
 
-from commlib.profiling import scale, synthetic
+from commlib.profiling.jobs import scale, synthetic
 from commlib.profiling import traces as tr
 
 

@@ -10,9 +10,10 @@ import cloudpickle
 import pytest
 
 import commlib as cl
-from commlib.profiling import diagnose as td
+from commlib.profiling import diagnosis as td
+from commlib.profiling.report import diagnosis as rp
 from commlib.profiling import stragglers as st
-from commlib.profiling import synthetic as sy
+from commlib.profiling.jobs import synthetic as sy
 from commlib.profiling import traces as tr
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -69,7 +70,7 @@ def test_a_three_hop_chain_follows_each_wait_back_to_rank_0():
     assert late[2]["delay_us"] == pytest.approx(52.2e3) and late[2]["own_us"] == pytest.approx(1.1e3)
     report = td.diagnose(ranks)
     assert report["stragglers"][0]["rank"] == 0
-    text = td.format_report(report)
+    text = rp.format_report(report)
     assert "rank 2 late in [2, 3] (group 3) by 52.20 ms over 1 call(s), because it waited 51.10 ms for rank 1 in " \
         "[1, 2] (group 2); its own delay 1.10 ms" in text.replace("\n  ", " ")
     assert max(len(line) for line in text.splitlines()) < 100
@@ -96,7 +97,7 @@ def test_a_symmetric_job_within_its_own_spread_names_no_straggler_and_says_the_s
     assert found["stragglers"] == [] and found["unnamed"] and found["spread_us"]["0"] > 50
     report = td.diagnose(ranks)
     assert report["stragglers"] == [] and report["noise"]["unnamed"] and not report["notes"]
-    text = td.format_report(report).replace("\n  ", " ")
+    text = rp.format_report(report).replace("\n  ", " ")
     assert "stragglers: none above the noise: the last rank to arrive changes from call to call, late by" in text
     assert "ms (median) in group 0" in text
     # one rank 30 ms late once in the same noise is named
@@ -177,7 +178,7 @@ def test_live_mesh_names_the_slow_rank_first_and_its_dp_peer_as_inherited(live):
     inherited = [s for s in mesh["stragglers"] if s["delay_us"] >= 0.5 * SLOW_S * 1e6 and s["rank"] != 3]
     assert [(s["rank"], s["group"], s["behind"][0]["rank"], s["behind"][0]["group"]) for s in inherited] == [
         (1, named[(0, 1)], 3, named[(1, 3)])]
-    text = td.format_report(mesh).replace("\n  ", " ")
+    text = rp.format_report(mesh).replace("\n  ", " ")
     assert "rank 1 late in [0, 1]" in text and "because it waited" in text and "for rank 3 in [1, 3]" in text
     assert os.path.exists(live / "mesh" / "rank3.json")
 
@@ -186,7 +187,7 @@ def test_the_json_report_holds_own_us_and_behind_in_strict_json():
     import json
 
     report = td.diagnose(sy.group_job(CHAIN_PROGRAM, CHAIN, steps=1, slow={0: 50e3}, transfer_us=100.0))
-    out = json.loads(json.dumps(td.json_report(report), allow_nan=False))
+    out = json.loads(json.dumps(rp.json_report(report), allow_nan=False))
     rows = {s["rank"]: s for s in out["stragglers"]}
     assert set(rows[2]) == {"rank", "group", "group_size", "delay_us", "own_us", "behind", "calls"}
     assert rows[2]["behind"] == [{"rank": 1, "group": "2", "us": pytest.approx(51.1e3)}]

@@ -7,6 +7,8 @@ import os
 
 import pytest
 
+from commlib.profiling import calls
+from commlib.profiling.read import kernels
 from commlib.profiling import traces as tr
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -30,18 +32,18 @@ assert REAL == tr.SAMPLE
     ("void at::native::vectorized_elementwise_kernel<4>", None, None, None),
 ])
 def test_kernel_names_prove_the_algorithm_only_where_nccl_specialises_it(name, op, algorithm, form):
-    assert tr.kernel_info(name) == {"op": op, "algorithm": algorithm, "form": form}
+    assert kernels.kernel_info(name) == {"op": op, "algorithm": algorithm, "form": form}
 
 
 def test_dtypes_and_nccl_tests_bytes():
-    assert tr.dtype_of("Float") == ("float32", 4) and tr.dtype_of("BFloat16") == ("bfloat16", 2)
-    assert tr.dtype_of("Long") == ("int64", 8) and tr.dtype_of("unsigned char") == ("uint8", 1)
-    assert tr.dtype_of("what") == (None, None) and tr.dtype_of(None) == (None, None)
+    assert calls.dtype_of("Float") == ("float32", 4) and calls.dtype_of("BFloat16") == ("bfloat16", 2)
+    assert calls.dtype_of("Long") == ("int64", 8) and calls.dtype_of("unsigned char") == ("uint8", 1)
+    assert calls.dtype_of("what") == (None, None) and calls.dtype_of(None) == (None, None)
     # all_gather: the gathered output; reduce_scatter: the full input; all_reduce: the tensor
-    assert tr.nccl_bytes("all_gather", 1024, 4096, 2) == 8192
-    assert tr.nccl_bytes("reduce_scatter", 4096, 1024, 2) == 8192
-    assert tr.nccl_bytes("all_reduce", 1000, 1000, 4) == 4000
-    assert tr.nccl_bytes("all_reduce", 1000, 1000, None) is None
+    assert calls.nccl_bytes("all_gather", 1024, 4096, 2) == 8192
+    assert calls.nccl_bytes("reduce_scatter", 4096, 1024, 2) == 8192
+    assert calls.nccl_bytes("all_reduce", 1000, 1000, 4) == 4000
+    assert calls.nccl_bytes("all_reduce", 1000, 1000, None) is None
 
 
 def test_real_trace_against_a_hand_count_of_its_raw_events():

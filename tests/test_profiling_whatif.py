@@ -1,4 +1,4 @@
-"""commlib.profiling.graph, regroup and whatif: the replay of hand-made jobs whose answers are computed by hand,
+"""commlib.profiling.replay.graph, regroup and whatif: the replay of hand-made jobs whose answers are computed by hand,
 the identity replay of every repository trace, the re-pricing rule, bucket regrouping, and the CLI."""
 
 import json
@@ -10,7 +10,7 @@ import pytest
 
 from commlib import cost
 from commlib import topology as topo
-from commlib.profiling import graph, regroup, whatif
+from commlib.profiling.replay import graph, regroup, whatif
 from commlib.profiling import traces as tr
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -68,7 +68,7 @@ def test_the_identity_replay_reproduces_every_ranks_step(case, tmp_path):
     elif case == "hta":
         paths = HTA
     else:
-        from commlib.profiling import synthetic
+        from commlib.profiling.jobs import synthetic
 
         paths = synthetic.write_job(str(tmp_path), ranks=3, events=3000, form=case.split(",")[0],
                                     kernel_args=case == "gpu")
@@ -299,3 +299,11 @@ def test_a_wait_that_takes_no_time_in_the_replay_does_not_stop_the_critical_path
     out = graph.replay(g.priced([], {(0, 0): 5.0}))
     assert out["step_us"] == pytest.approx(88.0)   # the 12 us wait gone
     assert not out["critical_path"]["truncated"] and out["critical_path"]["compute_us"] == pytest.approx(88.0)
+
+
+def test_the_committed_compression_benchmark_is_found_where_pricing_looks():
+    """pricing.TRADEOFF is found from the module's own path (it moved to profiling/replay/ in issue 44)."""
+    from commlib.profiling.replay import pricing
+
+    per_byte, where = pricing.codec_s_per_byte(4.0)
+    assert os.path.isfile(pricing.TRADEOFF) and per_byte > 0 and "compression_tradeoff.json" in where

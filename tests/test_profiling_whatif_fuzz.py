@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from commlib import topology as topo
-from commlib.profiling import graph, whatif
-from commlib.profiling import synthetic
+from commlib.profiling.replay import graph, whatif
+from commlib.profiling.report import whatif as whatif_report
+from commlib.profiling.jobs import synthetic
 from commlib.profiling import traces as tr
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -139,7 +140,7 @@ def test_any_scenario_on_a_small_job_gives_finite_non_negative_figures(mb, compr
     except ValueError as e:   # too many buckets, said in one line naming the traces
         assert "\n" not in str(e) and "rank0.json" in str(e) and "more than the" in str(e)
         return
-    out = whatif.json_report(report)
+    out = whatif_report.json_report(report)
     json.dumps(out, allow_nan=False)
     for s in out["scenarios"]:
         assert math.isfinite(s["step_us"]) and s["step_us"] >= 0

@@ -12,7 +12,8 @@ import cloudpickle
 import pytest
 
 import commlib as cl
-from commlib.profiling import graph, regroup, whatif
+from commlib.profiling.replay import graph, regroup, whatif
+from commlib.profiling.report import whatif as whatif_report
 from commlib.profiling import traces as tr
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -99,7 +100,7 @@ def test_the_recipes_trace_is_split_into_its_steps_and_regrouped_per_step_by_ddp
     assert measured["step_us"] == pytest.approx(max(walls) / active)   # per step: the window over its steps
     for s in report["scenarios"]:   # the path lies within the step it explains
         assert s["critical_path"]["compute_us"] + s["critical_path"]["comm_us"] <= s["step_us"] * (1 + 1e-9)
-    assert f"averaged over {active} steps" in whatif.format_report(report)
+    assert f"averaged over {active} steps" in whatif_report.format_report(report)
 
 
 def test_the_cli_says_how_many_steps_it_averaged_and_regroups_each(recorded):
@@ -118,5 +119,5 @@ def test_smaller_buckets_wait_more_on_the_comm_lane_but_hidden_and_the_output_sa
         for o in s["ranks"].values():   # waiting is part of the communication time, hidden or exposed
             assert o["waiting_us"] <= o["comm_us"] + 1e-6
             assert o["hidden_us"] + o["exposed_us"] == pytest.approx(o["comm_us"])
-    text = whatif.format_report(report)
+    text = whatif_report.format_report(report)
     assert "it adds to the step only through exposed" in text.replace("\n", " ")

@@ -1,6 +1,6 @@
 """The what-if against runs (issue 34's test): a data-parallel job on the emulated 2-node cluster is recorded,
 its step predicted at 1/4x and 4x the NIC's bandwidth and on twice the nodes, then each is run and measured
-(commlib.profiling.emulated_job.predict_and_run, what benchmarks/whatif_accuracy.py prints). The benchmark holds
+(commlib.profiling.jobs.emulated_job.predict_and_run, what benchmarks/whatif_accuracy.py prints). The benchmark holds
 the issue's goal (median error <= 10% on a quiet machine); this test a bound that a loaded CI machine cannot
 break, and the direction of every change."""
 
@@ -9,7 +9,7 @@ import sys
 import cloudpickle
 
 import commlib as cl
-from commlib.profiling import emulated_job as ej
+from commlib.profiling.jobs import emulated_job as ej
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

@@ -84,7 +84,7 @@ ALGORITHM_ANSWERS = ("ring", "tree", "unknown")
 
 def ch9_kernel_algorithm(answer, kernel: str) -> Verdict:
     """Which algorithm does this NCCL kernel name prove NCCL ran: 'ring', 'tree' or 'unknown'?"""
-    from commlib.profiling.traces import kernel_info
+    from commlib.profiling.read.kernels import kernel_info
 
     if not isinstance(kernel, str):
         raise TypeError(f"kernel must be an NCCL kernel name (str), got {type(kernel).__name__}")
@@ -129,7 +129,7 @@ def ch9_straggler(answer, durations_us) -> Verdict:
 
 def ch9_reprice(answer, measured_s: float, model_old_s: float, model_new_s: float) -> Verdict:
     """The replay's price of one transfer on new hardware (profiling.whatif.reprice), seconds."""
-    from commlib.profiling.whatif import reprice
+    from commlib.profiling.replay.whatif import reprice
 
     measured_s, model_old_s, model_new_s = (check.number(name, v, low=0, strict=True, unit="seconds") for name, v in
                                             (("measured_s", measured_s), ("model_old_s", model_old_s),

@@ -1,12 +1,19 @@
-"""Where does a step's time go? live.py profiles a run of this course's ranks under torch.profiler and splits it
-into compute, communication, their overlap, exposed communication and idle time, and times collectives the
-ways chapter 9 compares (chunked, segmented, asynchronous). reader.py opens a torch.profiler trace (streaming,
-bounded, typed), parallel.py reads many in worker processes, traces.py turns them into collective calls (CPU/Gloo
-and CUDA/NCCL); diagnose.py applies the three steps to them and finds stragglers (`python -m commlib diagnose`; stragglers.py
-follows the wait chain to the root); graph.py, regroup.py, pricing.py and whatif.py replay them with new prices;
-synthetic.py writes traces of any size and scale.py holds how diagnose scales (benchmarks/diagnose_scale.py)."""
+"""Where does a step's time go? A trace is read one way, in stages; no stage imports a later one:
 
-from commlib.profiling.live import (COMM_KERNEL_WORDS, COMM_PREFIXES, Interval, breakdown, intersect,  # noqa: F401
-                                    intervals_from_events, length, profile, time_async, time_in_chunks,
-                                    time_ring_segments, union)
-from commlib.profiling.traces import TraceError  # noqa: F401  (the modules: profiling.traces, profiling.diagnose)
+    read/        the only code that opens a trace: files, reader (streaming, bounded, typed), parallel
+                 (many files in worker processes), fields, kernels, annotations, streams, steps
+    groups.py    process groups; calls.py: a rank's records -> collective Calls; traces.py: -> RankTrace, load
+    intervals.py union, intersect, length, overlap of spans (live profiling, diagnosis and the replay use it)
+    checks.py, stragglers.py, diagnosis.py   the analyses (`python -m commlib diagnose`); they never format
+    replay/      graph, critical, regroup, pricing, whatif: the job replayed with new prices
+    report/      diagnosis's and the what-if's reports as text and JSON; it computes nothing
+    jobs/        the live side, apart: live (torch.profiler in ranks), recording, synthetic, emulated_job, scale
+
+diagnose.py, graph.py, whatif.py, emulated_job.py, scale.py and synthetic.py are the import paths the chapters,
+README and benchmarks use, re-exporting from the modules above."""
+
+from commlib.profiling.intervals import intersect, length, union  # noqa: F401
+from commlib.profiling.jobs.live import (COMM_KERNEL_WORDS, COMM_PREFIXES, Interval, breakdown,  # noqa: F401
+                                         intervals_from_events, profile, time_async, time_in_chunks,
+                                         time_ring_segments)
+from commlib.profiling.traces import TraceError  # noqa: F401  (the modules: profiling.traces, profiling.diagnosis)

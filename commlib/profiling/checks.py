@@ -1,8 +1,9 @@
 """What a job's traces cannot all be, said in a note instead of reported as if it were fine.
 
     notes = unmatched(ranks)            # calls of a group that have no match on a peer: a hung job's trace
-    note = stream_overlaps(path, nccl)  # NCCL kernels overlapping on one stream: no GPU runs them so
     note = too_fast(calls)              # bytes moved faster than any link: a size field that is wrong
+
+(NCCL kernels overlapping on one stream, which no GPU runs so, are read/streams.py's stream_overlaps.)
 
 unmatched is chapter 10's question asked of a trace: every rank of a process group calls its collectives in
 the same order with the same op and size (torch's ProcessGroupWrapper checks exactly this under
@@ -12,14 +13,11 @@ than its peers stopped, and a call whose op or size differs from its peers' is o
 
 from __future__ import annotations
 
-import os
-
-from commlib.profiling.reader import printable
+from commlib.profiling.read.reader import printable
 
 P2P = ("send", "recv", "send_recv")
 UNEVEN = ("all_to_all", "gather", "scatter")   # sizes that may differ by rank (all_to_allv's splits, the root's)
 MAX_BUSBW_GBPS = 1e5   # 100 TB/s: over 50x any link built (NVLink 5 moves 1.8 TB/s per GPU)
-OVERLAP_US = 1.0       # kernels on one stream that overlap by more than this (trace rounding is sub-us)
 
 
 def _call(c) -> str:
@@ -63,30 +61,6 @@ def unmatched(ranks, members: dict | None = None) -> list[str]:
                          f"on {behind}: {most} calls on rank {longest}, fewer there. A rank that stopped calling "
                          "(a hung or crashed job) or a profiler window that ended at another call")
     return notes
-
-
-def stream_overlaps(path: str, kernels) -> str | None:
-    """A note when NCCL kernels overlap on one CUDA stream (a GPU runs a stream's kernels one after another, so
-    the trace's times are not a GPU's: merged, shifted or edited); kernels: reader Events with args.stream."""
-    by_stream = {}
-    for k in kernels:
-        s = k.args.stream if k.args is not None else None
-        if s is not None:
-            by_stream.setdefault(str(s), []).append((k.ts, k.ts + k.dur))
-    bad, where = 0, None
-    for s, spans in by_stream.items():
-        spans.sort()
-        end = spans[0][1]
-        for start, stop in spans[1:]:
-            if start < end - OVERLAP_US:
-                bad += 1
-                where = where or s
-            end = max(end, stop)
-    if not bad:
-        return None
-    return (f"{printable(os.path.basename(path))}: {bad} NCCL kernel(s) start before the one before them on the "
-            f"same stream ended (stream {printable(where)}), which no GPU does: the trace's times are edited or "
-            "merged, and durations, waits and any replay of them are not a GPU's")
 
 
 def too_fast(calls) -> str | None:

@@ -31,7 +31,7 @@ import itertools
 import os
 from dataclasses import dataclass, replace
 
-from commlib.profiling.reader import TraceError
+from commlib.profiling.read.reader import TraceError
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
 """Chapter 9's scale figure: diagnose's time against the events in a job's traces, log-log, beside Holistic
-Trace Analysis' where the benchmark measured it. A thin drawing over commlib.profiling.scale."""
+Trace Analysis' where the benchmark measured it. A thin drawing over commlib.profiling.jobs.scale."""
 
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-from commlib.profiling.scale import hta_label, series
+from commlib.profiling.jobs.scale import hta_label, series
 
 
 def diagnose_scale(data: dict, live: dict | None = None, ax=None):

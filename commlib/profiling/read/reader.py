@@ -33,7 +33,7 @@ from typing import Any
 import msgspec
 
 from commlib import _validate
-from commlib.profiling.files import TraceError, blocks, printable  # noqa: F401  (TraceError, printable: from here too)
+from commlib.profiling.read.files import TraceError, blocks, printable  # noqa: F401  (TraceError, printable: from here too)
 
 MAX_BYTES = 4 << 30   # default decompressed-size limit per file (python -m commlib diagnose --max-bytes)
 BLOCK = 8 << 20       # bytes decompressed and decoded at a time

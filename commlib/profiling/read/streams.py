@@ -22,6 +22,11 @@ Without these events (the default) graph.py infers both from the timeline's gaps
 from __future__ import annotations
 
 import bisect
+import os
+
+from commlib.profiling.read.reader import printable
+
+OVERLAP_US = 1.0       # kernels on one stream that overlap by more than this (trace rounding is sub-us)
 
 
 def _corr(x):
@@ -75,3 +80,27 @@ def edges(kernels, nccl, syncs) -> tuple[dict, dict]:
             if n not in waits or waits[n][1] > used.ts:   # the first kernel that needed it
                 waits[n] = (start, used.ts)
     return issued, waits
+
+
+def stream_overlaps(path: str, kernels) -> str | None:
+    """A note when NCCL kernels overlap on one CUDA stream (a GPU runs a stream's kernels one after another, so
+    the trace's times are not a GPU's: merged, shifted or edited); kernels: reader Events with args.stream."""
+    by_stream = {}
+    for k in kernels:
+        s = k.args.stream if k.args is not None else None
+        if s is not None:
+            by_stream.setdefault(str(s), []).append((k.ts, k.ts + k.dur))
+    bad, where = 0, None
+    for s, spans in by_stream.items():
+        spans.sort()
+        end = spans[0][1]
+        for start, stop in spans[1:]:
+            if start < end - OVERLAP_US:
+                bad += 1
+                where = where or s
+            end = max(end, stop)
+    if not bad:
+        return None
+    return (f"{printable(os.path.basename(path))}: {bad} NCCL kernel(s) start before the one before them on the "
+            f"same stream ended (stream {printable(where)}), which no GPU does: the trace's times are edited or "
+            "merged, and durations, waits and any replay of them are not a GPU's")

@@ -22,7 +22,7 @@ import time
 
 SERIAL_BYTES = 16 << 20   # below this much trace in all, starting workers (~0.3 s) costs more than it saves
 _HEADER = struct.Struct("<Q")
-_WORKER = "from commlib.profiling.parallel import _serve; _serve()"
+_WORKER = "from commlib.profiling.read.parallel import _serve; _serve()"
 
 
 def _size(path: str) -> int:
@@ -46,7 +46,7 @@ def read_all(files: list[str], read, *args, workers: int | None = None, timeout_
     small = workers is None and sum(_size(f) for f in files) < SERIAL_BYTES
     workers = min(len(files), workers or _cores())
     if workers <= 1 or small or os.name == "nt":   # Windows' select() takes sockets only, not pipes
-        from commlib.profiling import reader
+        from commlib.profiling.read import reader
 
         with reader.time_limit(timeout_s):   # here the deadline is the reader's own, checked block by block
             return [read(f, *args) for f in files]
@@ -58,9 +58,9 @@ class _Pool:
         self.n = n
 
     def map(self, files: list[str], read, args: tuple, timeout_s: float) -> list:
-        from commlib.profiling.reader import TraceError
+        from commlib.profiling.read.reader import TraceError
 
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))   # the clone
         env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
         procs, sel = [], selectors.DefaultSelector()
         out, todo, busy = [None] * len(files), list(range(len(files)))[::-1], {}   # busy: proc -> (i, deadline)
@@ -120,7 +120,7 @@ class _Pool:
 def _serve() -> None:
     """Worker: for each line on stdin (a hex pickle of (read, path, args), written by _Pool) answer one
     length-prefixed pickle on stdout: ("ok", RankTrace) | ("error", (path, problem)) | ("crash", text)."""
-    from commlib.profiling.reader import TraceError
+    from commlib.profiling.read.reader import TraceError
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle: it kills the workers
     out = sys.stdout.buffer

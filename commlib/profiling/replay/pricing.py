@@ -14,12 +14,12 @@ from dataclasses import replace
 
 from commlib import cost
 from commlib import topology as topo
-from commlib.profiling.diagnose import P2P
+from commlib.profiling.stragglers import P2P
 
 # "ring": one flat ring (topology's flat_ring); "tree": NCCL's double binary tree, within a node or one GPU per node
 ALGORITHMS = ("ring", "multi_ring", "hierarchical", "in_network", "tree")
 COMMLIB_ALGORITHMS = {"ring": "flat_ring", "hierarchical": "hierarchical"}   # a commlib:* call's stated algorithm
-TRADEOFF = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+TRADEOFF = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),
                         "benchmarks", "compression_tradeoff.json")
 
 

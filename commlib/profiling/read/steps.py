@@ -4,13 +4,13 @@ schedule (no marks), the ends of torch.optim's optimizer steps."""
 
 import math
 
-from commlib.profiling.reader import COMMLIB_STEP, OPTIMIZER_STEP, PROFILER_STEP
+from commlib.profiling.read.reader import COMMLIB_STEP, OPTIMIZER_STEP, PROFILER_STEP
 
 
 def step_spans(cpu, wall: tuple[float, float]) -> list[tuple[float, float]]:
-    """The training steps (start, end) us: each commlib:step, else each ProfilerStep#N; in a trace without them (a profiler run with no
-    schedule), each step ends where an optimizer step (torch.optim's Optimizer.step#...) ends, the first from
-    the trace's start. Outermost spans only (an optimizer's step may call another's)."""
+    """The training steps (start, end) us: each commlib:step, else each ProfilerStep#N; in a trace without them
+    (a profiler run with no schedule), each step ends where an optimizer step (torch.optim's Optimizer.step#...)
+    ends, the first from the trace's start. Outermost spans only (an optimizer's step may call another's)."""
     for mark in (COMMLIB_STEP, PROFILER_STEP):
         steps = sorted({(s, e) for s, e, kind in zip(cpu.start, cpu.end, cpu.kinds) if kind & mark})
         if steps:

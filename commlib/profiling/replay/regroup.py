@@ -21,7 +21,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from commlib.profiling.graph import Graph, RankGraph, Wait
+from commlib.profiling.replay.graph import Graph, RankGraph, Wait
 from commlib.profiling.traces import Call
 
 LANE = ("regrouped",)   # the comm lane of the new buckets: one, in order, as DDP issues them

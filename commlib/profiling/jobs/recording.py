@@ -22,7 +22,7 @@ def record(step, path: str, *args, warmup: int = 1, late_rank: int | None = None
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    from commlib.profiling.live import _without_profiler_chatter
+    from commlib.profiling.jobs.live import _without_profiler_chatter
 
     rank = dist.get_rank() if dist.is_initialized() else 0
     out = path.replace("{rank}", str(rank))

@@ -1,0 +1,356 @@
+"""A job's per-rank traces as one dependency graph, replayed with new collective times (the what-if's engine).
+
+    g = build(ranks)                  # ranks: traces.load(...) -> Graph
+    out = replay(g)                   # as measured: reproduces every rank's step (the identity replay)
+    out = replay(g.priced(transfer_us))   # each matched collective's transfer re-priced -> per rank results
+
+The idea is Daydream's (Zhu et al., USENIX ATC 2020): the trace becomes a graph of tasks and dependencies, each
+task keeps its measured duration unless the question changes it, and the graph is simulated again. Here:
+
+- compute lane: a rank's compute spans (kernels, or the CPU ops off Gloo's threads), merged, in order. Between
+  two waits the lane is rigid: compute and the gaps between it (launches, Python, data loading) as measured.
+- comm lanes: a rank's collective calls in the order of the thread (Gloo worker) or process group (NCCL's
+  stream) that ran them. A call starts at the later of its lane predecessor's end and its queue point (when the
+  program issued it: the op that queued it where the trace says, else its own start), a point on the compute
+  lane that moves with the lane.
+- waits: the compute lane stops at t_from and goes on at t_to only once a call has ended. Stated ones (commlib's
+  `commlib:wait` marks: traces.py's RankTrace.waits) and inferred ones: a gap in the compute lane that ends
+  within `slack` of a call's end was waiting for it (the latest such call; the thread woke when it ended).
+- across ranks: a collective matched across its group (stragglers.matched) ends for every member together, at the
+  last member's arrival (on one clock: each rank's offset is the median difference of matched calls' ends) plus
+  its transfer, the shortest member's duration (diagnose's straggler rule), unless re-priced.
+
+Lags make the identity replay exact: a task starts at the max over its edges of (source time + lag), where the
+edge that bound it in the trace carries the measured gap as its lag and the others none (a call's end keeps its
+rank's residual against the common end: clock error and the ring's own spread). What a replay cannot know: a
+wait the trace does not show (a call that had ended before the program needed it: no gap, no edge; the step's
+end still waits for every call); a CPU that waits for the GPU on CUDA traces (the compute lane is the GPU's).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from commlib.profiling.replay.critical import critical_path
+from commlib.profiling.stragglers import matched
+from commlib.profiling.intervals import overlap_lengths, union
+
+SLACK_US, SLACK_SHARE = 100.0, 0.02   # a gap ending this close after a call's end (us + share of the gap) waited for it
+MIN_GAP_US = 5.0                      # shorter gaps are launch gaps, never waits
+
+
+@dataclass
+class Wait:
+    t_from: float      # the lane stops here (rank's clock, us)
+    t_to: float        # and goes on here
+    call: int          # once this call (index in the rank's calls) has ended
+    lag_lane: float    # lags (see the module docstring): the binding edge carries the measured gap
+    lag_call: float
+    stated: bool       # a commlib:wait mark (else inferred from a gap)
+
+
+@dataclass
+class RankGraph:
+    rank: int
+    start: float                 # the rank's first and last event, its clock (us)
+    end: float
+    spans: np.ndarray            # merged compute spans, (n, 2)
+    calls: list                  # traces.Call, in start order
+    lane: list                   # per call: its comm lane's key
+    pred: list                   # per call: index of its lane predecessor, -1 for none
+    queue: list                  # per call: its queue point (rank's clock)
+    lag_pred: list
+    lag_queue: list
+    waits: list                  # Wait, in order of t_to
+    member: list                 # per call: its matched set, -1 for none
+    resid: list                  # per call: measured end - the modelled end (0 for unmatched calls)
+    solo: list                   # per call: its duration where unmatched (re-priced like transfers)
+    offset: float = 0.0          # this rank's clock - the common clock
+    tail: float = 0.0            # end - the last task's end
+    steps: list = field(default_factory=list)   # (start, end) of each ProfilerStep#N, its clock (traces.RankTrace)
+
+
+@dataclass
+class Graph:
+    ranks: list                                  # RankGraph, in rank order
+    sets: list                                   # per matched set: [(rank position, call index)]
+    transfer: list                               # per set: its transfer (us)
+    notes: list = field(default_factory=list)
+
+    def priced(self, transfer, solo=None) -> Graph:
+        """A copy with each set's transfer (and each unmatched call's duration: {(rank position, call): us})
+        replaced."""
+        ranks = self.ranks
+        if solo:
+            ranks = [replace(r, solo=[solo.get((p, i), d) for i, d in enumerate(r.solo)]) for p, r in enumerate(ranks)]
+        return replace(self, ranks=ranks, transfer=list(transfer))
+
+
+# ------------------------------------------------------------------------------------------ build
+def build(ranks) -> Graph:
+    """RankTraces (traces.load) -> the job's graph (see the module docstring)."""
+    sets, where = [], {}
+    pos = {r.rank: p for p, r in enumerate(ranks)}
+    index = [{id(c): i for i, c in enumerate(r.calls)} for r in ranks]   # matched() returns the ranks' own Calls
+    for calls in matched(ranks):
+        members = [(pos[c.rank], index[pos[c.rank]][id(c)]) for c in calls]
+        for m in members:
+            where[m] = len(sets)
+        sets.append(members)
+    transfer = [min(ranks[p].calls[i].duration_us for p, i in m) for m in sets]
+    offsets, unplaced = _offsets(ranks, sets)
+    graphs = [_rank_graph(p, r, where, offsets[p]) for p, r in enumerate(ranks)]
+    notes = [f"rank {ranks[p].rank} shares no collective, directly or through others, with rank {ranks[0].rank}: "
+             "their clocks are taken as equal" for p in unplaced]
+    for s, members in enumerate(sets):   # residuals: measured end against max(arrival) + transfer, one clock
+        last = max(ranks[p].calls[i].start_us - offsets[p] for p, i in members)
+        for p, i in members:
+            graphs[p].resid[i] = ranks[p].calls[i].end_us - (last + transfer[s] + offsets[p])
+    return Graph(graphs, sets, transfer, notes)
+
+
+def _offsets(ranks, sets) -> tuple[list[float], list[int]]:
+    """Each rank's clock minus rank ranks[0]'s: medians of matched calls' end differences, along the groups ->
+    (offsets, the positions of ranks in some matched call that no chain of groups links to ranks[0])."""
+    diffs = {}
+    for members in sets:
+        p0, i0 = members[0]
+        e0 = ranks[p0].calls[i0].end_us
+        for p, i in members[1:]:
+            diffs.setdefault((p0, p), []).append(ranks[p].calls[i].end_us - e0)
+    off = {0: 0.0}
+    todo = [0]
+    while todo:
+        a = todo.pop()
+        for (x, y), d in diffs.items():
+            for src, dst, sign in ((x, y, 1.0), (y, x, -1.0)):
+                if src == a and dst not in off:
+                    off[dst] = off[a] + sign * float(np.median(d))
+                    todo.append(dst)
+    matched_ranks = {p for members in sets for p, _ in members}
+    return [off.get(p, 0.0) for p in range(len(ranks))], sorted(matched_ranks - set(off))
+
+
+def _rank_graph(p: int, r, where: dict, offset: float) -> RankGraph:
+    calls = r.calls
+    n = len(calls)
+    spans = np.asarray(union(np.asarray(r.compute, dtype=float).reshape(-1, 2)) or np.empty((0, 2)), dtype=float)
+    spans = spans.reshape(-1, 2)
+    threads = getattr(r, "threads", None) or []
+    lanes = [threads[i][0] for i in range(n)] if len(threads) == n else [c.group for c in calls]
+    issued = getattr(r, "issued", None) or {}
+    guess = _queue_guess(spans, calls)
+    last, pred, queue, lag_pred, lag_queue = {}, [], [], [], []
+    for i, c in enumerate(calls):
+        j = last.get(lanes[i], -1)
+        last[lanes[i]] = i
+        q = min(issued.get(i, guess[i]), c.start_us)
+        e = calls[j].end_us if j >= 0 else -np.inf
+        pred.append(j)
+        queue.append(q)
+        if e >= q:   # the lane bound it: it had been queued before the previous call ended
+            lag_pred.append(max(0.0, c.start_us - e))
+            lag_queue.append(0.0)
+        else:
+            lag_pred.append(0.0)
+            lag_queue.append(c.start_us - q)
+    waits = _stated_waits(r) + _inferred_waits(spans, calls, getattr(r, "waits", None) or {})
+    waits.sort(key=lambda w: max(w.t_to, calls[w.call].start_us))
+    ends = [c.end_us for c in calls]
+    done = max(([spans[-1, 1]] if len(spans) else []) + [w.t_to for w in waits] + ends + [r.wall[0]])
+    return RankGraph(r.rank, r.wall[0], max(r.wall[1], done), spans, calls, lanes, pred, queue, lag_pred, lag_queue,
+                     waits, [where.get((p, i), -1) for i in range(n)], [0.0] * n, [c.duration_us for c in calls],
+                     offset, max(0.0, r.wall[1] - done), list(getattr(r, "steps", None) or []))
+
+
+def _queue_guess(spans, calls) -> list[float]:
+    """Where the trace does not say when a call was queued: its start, or, if it started in a gap of the compute
+    lane (the program idle: it was queued before and waited behind another call), the end of the compute before."""
+    if not calls:
+        return []
+    starts = np.array([c.start_us for c in calls])
+    if not len(spans):
+        return starts.tolist()
+    k = np.searchsorted(spans[:, 0], starts, side="right") - 1   # the last span starting at or before it
+    ok = k >= 0
+    before = np.where(ok, spans[np.maximum(k, 0), 1], starts)
+    return np.where(ok & (before < starts), before, starts).tolist()
+
+
+def _stated_waits(r) -> list[Wait]:
+    out = []
+    for i, (w0, w1) in sorted((getattr(r, "waits", None) or {}).items(), key=lambda kv: kv[1]):
+        e = r.calls[i].end_us
+        # the binding edge carries the gap: the call (it ended after the wait began) or the lane
+        out.append(Wait(w0, w1, i, 0.0, max(0.0, w1 - e), True) if e >= w0 else Wait(w0, w1, i, w1 - w0, 0.0, True))
+    return out
+
+
+def _inferred_waits(spans, calls, stated: dict) -> list[Wait]:
+    """Gaps of the compute lane that end within the slack after a call's end: the latest such call, per gap."""
+    if len(spans) < 2 or not calls:
+        return []
+    ends = np.array([c.end_us for c in calls])
+    k = np.searchsorted(spans[:, 0], ends, side="right")   # the first span starting after each call's end
+    ok = (k > 0) & (k < len(spans))
+    k = np.where(ok, k, 1)
+    gap = spans[k, 0] - spans[k - 1, 1]
+    slack = spans[k, 0] - ends
+    ok &= (spans[k - 1, 1] <= ends) & (gap >= MIN_GAP_US) & (slack <= SLACK_US + SLACK_SHARE * gap)
+    taken = [(w0, w1) for w0, w1 in stated.values()]
+    best = {}
+    for i in np.flatnonzero(ok).tolist():
+        if ends[i] > best.get(int(k[i]), (-np.inf, -1))[0]:
+            best[int(k[i])] = (ends[i], i)
+    out = []
+    for kk, (_, i) in best.items():
+        t0, t1 = float(spans[kk - 1, 1]), float(spans[kk, 0])
+        if any(w0 < t1 and w1 > t0 for w0, w1 in taken):   # a stated wait covers this gap already
+            continue
+        out.append(Wait(t0, t1, i, 0.0, t1 - float(ends[i]), False))
+    return out
+
+
+# ----------------------------------------------------------------------------------------- replay
+class _Rank:
+    """A rank's replay state: its cursor through its tasks, the compute lane's shift history, call times."""
+
+    def __init__(self, g: RankGraph):
+        self.g = g
+        n = len(g.calls)
+        items = [(c.start_us, 1, i) for i, c in enumerate(g.calls)]
+        # a wait in lane order, after its call's own item: a wait that ended before its call began (a regrouped
+        # bucket queued after the wait on the traced one it holds) sorts after the call (kind 2), not before it
+        items += [(max(w.t_to, g.calls[w.call].start_us), 0 if w.t_to > g.calls[w.call].start_us else 2, k)
+                  for k, w in enumerate(g.waits)]
+        self.items = sorted(items)
+        self.at, self.shift = 0, 0.0
+        self.hist_t, self.hist_shift, self.hist_to, self.hist_w = [], [], [], []   # per wait resolved, in order
+        self.arrival, self.end, self.last = [None] * n, [None] * n, [None] * n   # last: the set's last arrival
+        self.bound = [None] * n          # per call: ("pred", j) or ("queue", t) that set its arrival
+        self.wait_bound = [None] * len(g.waits)
+        self.wait_to = [None] * len(g.waits)
+        self.lane_end = self.finish = None   # set by _result
+
+    def shift_at(self, t: float) -> float:
+        k = bisect.bisect_right(self.hist_t, t)
+        return self.hist_shift[k - 1] if k else 0.0
+
+
+def replay(g: Graph) -> dict:
+    """Simulate the graph -> {"ranks": {rank: per-rank result}, "step_us" (the longest rank's), "critical_path",
+    "forced"}. Per rank: step_us, compute_us, comm_us, hidden_us, exposed_us, waiting_us, idle_us, and spans for
+    a timeline (us from the rank's start): compute, comm, waiting."""
+    rs = [_Rank(r) for r in g.ranks]
+    arrived = [0] * len(g.sets)
+    set_end = [None] * len(g.sets)
+    last_in = [None] * len(g.sets)
+    forced = 0
+    while True:
+        progress = False
+        for p, st in enumerate(rs):
+            while st.at < len(st.items) and _step(p, st, rs, g, arrived, set_end, last_in):
+                st.at += 1
+                progress = True
+        if all(st.at == len(st.items) for st in rs):
+            break
+        if not progress:   # calls matched across ranks in an order no replay can follow: end one set now
+            open_sets = [s for s in range(len(g.sets)) if set_end[s] is None and arrived[s]]
+            if not open_sets:   # every rank waits for a call no rank can start: no order replays these traces
+                stuck = [g.ranks[p].rank for p, st in enumerate(rs) if st.at < len(st.items)]
+                raise ValueError(f"the replay cannot go on: rank(s) {stuck} wait for calls that never start "
+                                 "(the traces' calls and waits do not fit one order)")
+            s = max(open_sets, key=lambda s: arrived[s])
+            _close(s, rs, g, set_end, last_in, force=True)
+            forced += 1
+    out = {g.ranks[p].rank: _result(st) for p, st in enumerate(rs)}
+    step = max((o["step_us"] for o in out.values()), default=0.0)
+    return {"ranks": out, "step_us": step, "critical_path": critical_path(rs, g, set_end, last_in), "forced": forced}
+
+
+def _step(p, st: _Rank, rs, g: Graph, arrived, set_end, last_in) -> bool:
+    """Resolve st's next task if its inputs are known -> whether it did."""
+    _, kind, k = st.items[st.at]
+    r = st.g
+    if kind != 1:   # a wait
+        w = r.waits[k]
+        e = st.end[w.call]
+        if e is None:
+            return False
+        lane = w.t_from + st.shift + w.lag_lane
+        to = max(lane, e + w.lag_call)
+        st.wait_bound[k] = "call" if e + w.lag_call >= lane else "lane"
+        st.wait_to[k] = to
+        st.shift = to - w.t_to
+        at = bisect.bisect_right(st.hist_t, w.t_to)   # in lane order (a wait's call may end after a later wait)
+        for hist, value in ((st.hist_t, w.t_to), (st.hist_shift, st.shift), (st.hist_to, to), (st.hist_w, k)):
+            hist.insert(at, value)
+        return True
+    j = r.pred[k]
+    if j >= 0 and st.end[j] is None:
+        return False
+    q = r.queue[k] + st.shift_at(r.queue[k]) + r.lag_queue[k]
+    a = q if j < 0 else max(q, st.end[j] + r.lag_pred[k])
+    st.bound[k] = ("queue", r.queue[k]) if j < 0 or q >= st.end[j] + r.lag_pred[k] else ("pred", j)
+    st.arrival[k] = a
+    s = r.member[k]
+    if s < 0:
+        st.end[k] = a + r.solo[k]
+        return True
+    arrived[s] += 1
+    if arrived[s] == len(g.sets[s]):
+        _close(s, rs, g, set_end, last_in)
+    return True
+
+
+def _close(s, rs, g: Graph, set_end, last_in, force: bool = False) -> None:
+    """A matched set ends for every member: the last arrival (one clock) + its transfer."""
+    arr = []
+    for p, i in g.sets[s]:
+        a = rs[p].arrival[i]
+        if a is None:   # forced: a member the replay could not reach arrives as measured
+            a = rs[p].g.calls[i].start_us + rs[p].shift
+        arr.append((a - rs[p].g.offset, p, i))
+    last = max(arr)
+    last_in[s] = (last[1], last[2])
+    set_end[s] = last[0] + g.transfer[s]
+    for _, p, i in arr:
+        st = rs[p]
+        a = st.arrival[i] if st.arrival[i] is not None else st.g.calls[i].start_us
+        st.end[i] = max(a, set_end[s] + st.g.offset + st.g.resid[i])
+        st.last[i] = min(st.end[i], last[0] + st.g.offset)
+        if force and st.arrival[i] is None:
+            st.arrival[i] = a
+
+
+def _result(st: _Rank) -> dict:
+    r = st.g
+    spans = r.spans
+    if len(spans) and st.hist_t:   # each span moves with the lane's shift at its start
+        k = np.searchsorted(np.asarray(st.hist_t), spans[:, 0], side="right")
+        spans = spans + np.concatenate(([0.0], np.asarray(st.hist_shift)))[k][:, None]
+    lane_end = float(spans[-1, 1]) if len(spans) else r.start
+    lane_end = max([lane_end] + [t for t in st.wait_to if t is not None])
+    end = max([lane_end] + [e for e in st.end if e is not None]) + r.tail
+    st.lane_end, st.finish = lane_end, end   # where the critical path starts walking back (critical.py)
+    comm = _array(union((a, e) for a, e in zip(st.arrival, st.end) if a is not None))
+    waiting = _array(union((a, max(a, st.last[i])) for i, a in enumerate(st.arrival)   # to the last arrival
+                           if a is not None and r.member[i] >= 0))
+    hidden = float(overlap_lengths(comm, spans).sum()) if len(spans) else 0.0
+    busy = _span_sum(_array(union(np.concatenate((spans, comm)))))
+    t0 = r.start
+    return {"step_us": end - t0, "compute_us": _span_sum(spans), "comm_us": _span_sum(comm), "hidden_us": hidden,
+            "exposed_us": _span_sum(comm) - hidden, "waiting_us": _span_sum(waiting),
+            "idle_us": max(0.0, end - t0 - busy), "spans": {"compute": spans - t0, "comm": comm - t0,
+                                                            "waiting": waiting - t0}}
+
+
+def _array(spans) -> np.ndarray:
+    return np.asarray(spans, dtype=float).reshape(-1, 2)
+
+
+def _span_sum(a: np.ndarray) -> float:
+    return float((a[:, 1] - a[:, 0]).sum())

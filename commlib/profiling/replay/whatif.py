@@ -1,0 +1,250 @@
+"""What if this job ran on other links, on more nodes, with other buckets or compressed gradients? Its own
+traces, replayed (graph.py) with every collective re-priced by the course's cost model.
+
+    report = whatif("traces/", [Scenario("IB", topology="dgx_h100", nodes=8)], measured="dgx_a100")
+    print(format_report(report))        # measured, identity replay, each scenario: step, compute, exposed, waiting
+
+Each compute duration stays as measured. Each collective's transfer (graph.py: the shortest member's duration of
+a matched call) is re-priced: new = model(new) + max(0, measured - model(measured)), the measured time above the
+model (software, contention, a protocol's inefficiency) kept per call; a transfer faster than its model scales
+with the model instead. The model is topology's (multi-ring across nodes as NCCL's, hierarchical, in-network;
+`algorithm` swaps it) on the group's own shape: its members per node from its ranks' stride. Scaling out
+(`nodes`, `gpus_per_node`) keeps every rank's compute and grows the data-parallel group (the world group, or
+the largest one that all-reduces) by the new world size over the old; other groups keep their sizes.
+Figures are per training step: the traces' ProfilerStep#N marks count the steps (or `steps=`), and the
+output says how many it averaged. `bucket_mb` regroups each step's data-parallel all-reduces by DDP's rule
+(regroup.py); `compress` divides their bytes
+and adds the encode/decode time per byte (`codec_s_per_byte`; default: what benchmarks/compression_tradeoff.py
+measured on this course's machine for the method whose ratio is nearest).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+from commlib import _validate
+from commlib import topology as topo
+from commlib.profiling.replay import graph
+from commlib.profiling.diagnosis import infer_hardware
+from commlib.profiling.replay.pricing import (ALGORITHMS, COMMLIB_ALGORITHMS, TRADEOFF, Pricer,  # noqa: F401  (the API)
+                                       codec_s_per_byte, group_topology, price, reprice)
+from commlib.profiling.replay.regroup import regroup
+from commlib.profiling.traces import MAX_BYTES, RankTrace, load
+
+MIN_BUCKET_MB = 1 / 1024   # 1 KiB: below it a bucket is a few floats and pays only latency
+MAX_BUCKETS = 100_000      # regrouped buckets in all (every step, every rank): the replay's work stays bounded
+MAX_WORLD = 1 << 20        # ranks: topology's largest (nodes x GPUs per node)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One question. None keeps what was measured. topology: a topology.Topology or a preset name (priced at
+    the link speeds NCCL reaches, topology.ACHIEVABLE); nodes, gpus_per_node: the job's new shape."""
+    name: str | None = None
+    topology: object = None
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    algorithm: str | None = None
+    bucket_mb: float | None = None
+    compress: float | None = None
+
+    def label(self, t=None) -> str:
+        """Its name, or what it changes: 'dgx_h100, 8 x 8 GPUs, hierarchical, 50 MiB buckets, 4x compressed'."""
+        if self.name:
+            return self.name
+        parts = []
+        if self.topology is not None:
+            parts.append(self.topology if isinstance(self.topology, str) else self.topology.name or "topology")
+        if (self.nodes or self.gpus_per_node) and t is not None:
+            parts.append(f"{t.nodes} x {t.gpus_per_node} GPUs")
+        parts += [self.algorithm or "", f"{self.bucket_mb:g} MiB buckets" if self.bucket_mb else "",
+                  f"{self.compress:g}x compressed" if self.compress else ""]
+        return ", ".join(p for p in parts if p) or "as measured"
+
+
+# ------------------------------------------------------------------------------------- the what-if
+def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: str | None = None,
+           codec: float | None = None, steps: int | None = None, max_bytes: int = MAX_BYTES) -> dict:
+    """Traces (files, a folder, or RankTraces) -> {"scenarios": [measured, identity replay, each Scenario],
+    "measured_on", "dp_group", "world_size", "notes"}. measured: the topology the traces ran on (a Topology or a
+    preset; default: the GPU named in the traces, else unknown: transfers then keep their measured time unless a
+    scenario prices them, by the model alone). codec: encode+decode s/byte for `compress` (default: measured,
+    codec_s_per_byte). steps: the training steps the traces hold (default: their ProfilerStep#N marks, else 1);
+    every figure is per step, their mean."""
+    ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces, max_bytes)
+    gamma = _validate.number("gamma", gamma, low=0.0)
+    try:   # what goes wrong from here on is about these traces: the message names them
+        return _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps)
+    except (ValueError, ZeroDivisionError, OverflowError) as e:
+        named = any(str(e).startswith(str(r.path)) for r in ranks)
+        raise ValueError(str(e) if named else f"{_where(ranks)}: {e}") from None
+
+
+def _where(ranks) -> str:
+    """The traces, for a message: the file, or the folder and its files."""
+    paths = [str(r.path) for r in ranks]
+    if len(paths) == 1:
+        return paths[0]
+    names = [os.path.basename(p) for p in paths]
+    return f"{os.path.dirname(paths[0]) or '.'}/ ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''})"
+
+
+def _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps) -> dict:
+    marks = min(len(getattr(r, "steps", None) or []) for r in ranks) if ranks else 0
+    steps = _validate.integer("steps", steps, low=1) if steps is not None else max(1, marks)
+    world = next((r.world_size for r in ranks if r.world_size), None) or len(ranks)
+    if world > MAX_WORLD:   # before any topology is built from it (its error would speak of nodes)
+        path = next((r.path for r in ranks if r.world_size == world), ranks[0].path)
+        raise ValueError(f"{path}: distributedInfo.world_size is {world}, more ranks than whatif prices (at most "
+                         f"{MAX_WORLD})")
+    notes = []
+    m_topo = _topology("measured", measured, world) if measured is not None else None
+    if m_topo is None:
+        preset, why = infer_hardware(ranks)
+        notes.append(f"measured on: {why}")
+        m_topo = topo.preset(preset, -(-world // topo.preset_gpus(preset)), achievable=True) if preset else None
+    g = graph.build(ranks)
+    if steps != marks:   # the marks are not the training steps (a ProfilerStep holding several): regroup at waits
+        g = replace(g, ranks=[replace(r, steps=[]) for r in g.ranks])
+    strides = {grp.name: (grp.ranks[1] - grp.ranks[0] if grp.ranks and len(grp.ranks) > 1 else 1)
+               for r in ranks for grp in r.groups}
+    dp = frozenset([dp_group] if isinstance(dp_group, str) else dp_group) if dp_group is not None else \
+        _dp_groups(ranks, world, strides)
+    base = graph.replay(g)
+    rows = [_row("measured", _measured(ranks, base), steps=steps), _row("identity replay", base, steps=steps)]
+    for sc in scenarios:
+        if not isinstance(sc, Scenario):
+            raise TypeError(f"scenarios must be Scenario objects, got {type(sc).__name__}")
+        priced, said, t = _scenario(g, sc, m_topo, world, dp, strides, gamma, codec)
+        rows.append(_row(sc.label(t), graph.replay(priced), said, steps))
+    return {"world_size": world, "ranks": [r.rank for r in ranks], "backend": ranks[0].backend, "steps": steps,
+            "measured_on": _describe(m_topo), "dp_groups": sorted(dp), "scenarios": rows, "notes": notes + g.notes}
+
+
+def _topology(name: str, value, world: int) -> topo.Topology:
+    if isinstance(value, topo.Topology):
+        return value
+    if isinstance(value, str) and value in topo.PRESETS:
+        return topo.preset(value, -(-world // topo.preset_gpus(value)), achievable=True)
+    raise ValueError(f"{name} must be a topology.Topology or one of {tuple(topo.PRESETS)}, got {value!r}")
+
+
+def _dp_groups(ranks, world: int, strides: dict) -> frozenset:
+    """The data-parallel groups: the world group if it all-reduces (or reduce-scatters), else the largest groups
+    that do, of one stride (a mesh's data-parallel dimension is its outer one: the largest stride)."""
+    sizes = {}
+    for r in ranks:
+        for c in r.calls:
+            if c.op in ("all_reduce", "reduce_scatter") and c.group is not None:
+                sizes[c.group] = max(sizes.get(c.group, 0), c.group_size or 0)
+    if not sizes:
+        return frozenset()
+    world_groups = [n for n, s in sizes.items() if s == world]
+    if world_groups:
+        return frozenset(world_groups[:1])
+    size, stride = max((s, strides.get(n, 1)) for n, s in sizes.items())
+    return frozenset(n for n, s in sizes.items() if s == size and strides.get(n, 1) == stride)
+
+
+def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gamma, codec):
+    """The graph with this scenario's calls and transfers -> (graph, the assumptions it made, as lines)."""
+    said = []
+    if sc.algorithm is not None and sc.algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {sc.algorithm!r}")
+    base = _topology("topology", sc.topology, world) if sc.topology is not None else m_topo
+    if base is None:
+        raise ValueError("the traces do not say which hardware they ran on (no GPU named in them): give measured= "
+                         "(python -m commlib whatif --measured-on), or a topology in the scenario")
+    nodes = _validate.integer("nodes", sc.nodes, low=1) if sc.nodes is not None else None
+    gpn = _validate.integer("gpus_per_node", sc.gpus_per_node, low=1) if sc.gpus_per_node is not None else None
+    if nodes or gpn:
+        gpn = gpn or base.gpus_per_node
+        if not nodes and world % gpn:
+            raise ValueError(f"gpus_per_node: the traced {world} ranks do not fill nodes of {gpn} GPUs; give nodes too")
+        nodes = nodes or world // gpn   # GPUs per node alone: as many nodes as the traced ranks fill
+        new_world = nodes * gpn
+        base = topo.Topology(nodes, gpn, base.intra, base.inter, base.nics_per_node, name=base.name)
+    else:
+        new_world = world
+    factor = new_world / world
+    if factor != 1:
+        if not dp:
+            raise ValueError("scaling out needs a data-parallel group, and these traces have no all-reduce")
+        said.append(f"{world} -> {new_world} ranks: data-parallel group(s) {', '.join(sorted(dp))} "
+                    f"{'grow' if factor > 1 else 'shrink'} x{factor:g}; compute per rank as measured"
+                    + (", the new ranks as fast as the traced ones" if factor > 1 else ""))
+    compress = _validate.number("compress", sc.compress, low=1.0) if sc.compress is not None else None
+    per_byte = 0.0
+    if compress == 1:   # no compression: no codec runs, nothing is charged
+        said.append("compress 1: no compression, so no codec time: the calls as without --compress")
+        compress = None
+    if compress:
+        per_byte, src = (codec, "given") if codec is not None else codec_s_per_byte(compress)
+        said.append(f"gradients compressed {compress:g}x: encode + decode {per_byte * 1e9:.2f} ns/byte ({src})")
+    g0, origin = g, {}
+    if sc.bucket_mb is not None:
+        if isinstance(sc.bucket_mb, (int, float)) and not sc.bucket_mb >= MIN_BUCKET_MB:   # NaN too
+            raise ValueError(f"bucket_mb must be a number >= 1/1024 (1 KiB), got {sc.bucket_mb!r}")
+        cap = _validate.number("bucket_mb", sc.bucket_mb, low=MIN_BUCKET_MB) * 2**20
+        g, made, origin = regroup(g0, dp, cap, MAX_BUCKETS)
+        said.append(f"data-parallel all-reduces regrouped into {made} bucket(s) of {sc.bucket_mb:g} MiB per step "
+                    "(gradients taken as ready at an even rate between the traced buckets)")
+
+    pricer = Pricer(m_topo, base, factor, dp, strides, gamma, compress, per_byte, sc.algorithm, new_world)
+    transfer, solo = [], {}
+    for s, members in enumerate(g.sets):
+        p, i = members[0]
+        c = g.ranks[p].calls[i]
+        if g.transfer[s] is not None:
+            transfer.append(pricer.time(c, g.transfer[s]))
+        else:   # a regrouped bucket: the traced buckets it replaces say how far above the model the job runs
+            olds = []
+            for q, j in origin[s]:   # each traced call with its transfer: its set's, or its own duration
+                r0 = g0.ranks[q]
+                olds.append((r0.calls[j], g0.transfer[r0.member[j]] if r0.member[j] >= 0 else r0.solo[j]))
+            transfer.append(pricer.regrouped(c, olds))
+    for p, r in enumerate(g.ranks):
+        for i, c in enumerate(r.calls):
+            if r.member[i] < 0:
+                solo[(p, i)] = pricer.time(c, r.solo[i])
+    if pricer.kept:
+        said.append(f"{pricer.kept} of {pricer.kept + pricer.priced} call(s) have no model (no size in the trace, "
+                    "a group of one rank, or an op without one): they keep their measured time")
+    if world == 1 and factor != 1:
+        said.append("a one-rank job: its calls moved no data between ranks, so nothing measured says how far "
+                    "above the model the job runs: the new group's calls are the model's alone")
+    if m_topo is None and pricer.priced:
+        said.append("the traces' own hardware is unknown: each call with a model priced by the model alone")
+    return g.priced(transfer, solo), said, base
+
+
+def _measured(ranks, base: dict) -> dict:
+    """The measured row: each rank's wall as its step; the split as the identity replay (which reproduces it)."""
+    out = {"ranks": {}, "critical_path": base["critical_path"], "forced": 0}
+    for r in ranks:
+        out["ranks"][r.rank] = {**base["ranks"][r.rank], "step_us": r.wall[1] - r.wall[0]}
+    out["step_us"] = max(o["step_us"] for o in out["ranks"].values())
+    return out
+
+
+def _row(name: str, result: dict, said=(), steps: int = 1) -> dict:
+    """One scenario: step_us and the critical path per training step (the mean of `steps`); ranks: each rank's
+    whole traced window (its timeline's spans and sums, as the timelines draw them)."""
+    path = {k: v / steps if k in ("compute_us", "comm_us") else v for k, v in result["critical_path"].items()}
+    return {"name": name, "step_us": result["step_us"] / steps, "ranks": result["ranks"], "critical_path": path,
+            "assumptions": list(said), "forced": result["forced"]}
+
+
+def _describe(t) -> str | None:
+    if t is None:
+        return None
+    return (f"{t.name or 'topology'}: {t.nodes} node(s) x {t.gpus_per_node}, intra {t.intra.name}, inter "
+            f"{t.inter.name} x {t.nics_per_node}")
+
+
+def scenario_from_args(hardware=None, nodes=None, gpus_per_node=None, algorithm=None, bucket_mb=None,
+                       compress=None) -> Scenario:
+    """The CLI's flags as one Scenario."""
+    return replace(Scenario(), topology=hardware, nodes=nodes, gpus_per_node=gpus_per_node, algorithm=algorithm,
+                   bucket_mb=bucket_mb, compress=compress)

@@ -1,0 +1,106 @@
+"""diagnose()'s report as strict JSON (json_report), as rows grouped by call (summary) and as
+text under 100 characters a line (format_report). It formats what diagnosis.py found; it finds nothing."""
+
+from __future__ import annotations
+
+import math
+import re
+import textwrap
+
+from commlib import columns
+from commlib.profiling.read.reader import printable
+from commlib.profiling.stragglers import describe
+
+
+def _noise_line(report: dict) -> str:
+    """The straggler line of a job whose delays all lie within its own call-to-call spread."""
+    noise = report.get("noise") or {}
+    if not noise.get("unnamed"):
+        return "stragglers: none found"
+    s = noise["unnamed"][0]
+    return (f"stragglers: none above the noise: the last rank to arrive changes from call to call, late by "
+            f"{noise['spread_us'].get(s['group'], 0.0) / 1e3:.2f} ms (median) in group {s['group']}; the largest "
+            f"delay, rank {s['rank']}'s {s['delay_us'] / 1e3:.2f} ms over {s['calls']} call(s), is within it")
+
+
+def json_report(report: dict) -> dict:
+    """The --json object: the report with start_us relative to the earliest call of the job; strict JSON
+    (null for a value that is unknown or not finite: json.dumps(..., allow_nan=False) accepts it)."""
+    t0 = min((c["start_us"] for c in report["calls"]), default=0.0)
+    calls = [{k: _finite(v) for k, v in c.items()} for c in report["calls"]]   # rows are flat: no recursion
+    for c in calls:
+        c["start_us"] -= t0
+    rest = _finite({k: v for k, v in report.items() if k != "calls"})
+    rest["overlap"] = {str(k): v for k, v in rest["overlap"].items()}
+    return {k: calls if k == "calls" else rest[k] for k in report}
+
+
+def _finite(x):
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
+def _f(x, fmt=".1f", none="-"):
+    return none if x is None else format(x, fmt)
+
+
+def summary(report: dict) -> list[dict]:
+    """Calls grouped by (op, bytes, process group, its size, algorithm): count, mean duration, busbw, model
+    ratio."""
+    groups = {}
+    for c in report["calls"]:
+        key = (c["op"], c["bytes"], c["group"], c["group_size"], c["algorithm"])
+        groups.setdefault(key, []).append(c)
+    rows = []
+    for (op, nbytes, group, p, algo), cs in groups.items():
+        mean = sum(c["duration_us"] for c in cs) / len(cs)
+        bus = [c["busbw_GBps"] for c in cs if c["busbw_GBps"] is not None]
+        ratios = [c["model_ratio"] for c in cs if c["model_ratio"] is not None]
+        rows.append({"op": op, "bytes": nbytes, "group": group, "group_size": p, "algorithm": algo, "calls": len(cs),
+                     "mean_us": mean, "busbw_GBps": sum(bus) / len(bus) if bus else None,
+                     "model_ratio": sum(ratios) / len(ratios) if ratios else None,
+                     "flagged": sum(1 for c in cs if c["flag"])})
+    return sorted(rows, key=lambda r: -r["mean_us"] * r["calls"])
+
+
+def group_label(name, size) -> str:
+    """'4 (2)': a process group's name and size; '?' where the group is not known."""
+    return f"{'?' if name is None else name} ({_f(size, 'd', '?')})" if name is not None or size else "?"
+
+
+def format_report(report: dict, limit: int = 12) -> str:
+    """The report as text, under 100 characters a line: calls grouped, flags, overlap, stragglers."""
+    out = [f"# {len(report['ranks'])} rank(s) of a {report['world_size']}-rank {report['backend']} job; "
+           f"hardware: {report['hardware'] or 'none'}", f"#   ({report['hardware_why']})"]
+    calls = [["op", "bytes", "group (size)", "algo", "calls", "mean us", "busbw GB/s", "x model", "flagged"]]
+    calls += [[r["op"], _f(r["bytes"], "d"), group_label(r["group"], r["group_size"]), r["algorithm"] or "?",
+               str(r["calls"]), f"{r['mean_us']:.1f}", _f(r["busbw_GBps"], ".2f"), _f(r["model_ratio"]),
+               str(r["flagged"])] for r in summary(report)[:limit]]
+    out += columns.fit(calls, [15, 11, 13, 7, 6, 10, 11, 9, 8], "<>>>>>>>>")  # widths grow with the values
+    flags = {}
+    for c in report["calls"]:
+        if c["flag"]:
+            flags.setdefault(re.sub(r"\d+(\.\d+)?", "N", c["flag"]), []).append(c)   # one line per kind
+    for cs in flags.values():
+        c = cs[0]
+        out.append(f"! {len(cs)} call(s) flagged, e.g. rank {c['rank']} {c['op']} {_f(c['bytes'], 'd')} B "
+                   f"{c['duration_us']:.0f} us:")
+        out += textwrap.wrap(c["flag"], 96, initial_indent="!   ", subsequent_indent="!   ")
+    out.append("overlap per rank (ms): comm = waiting for peers + moving data; hidden + exposed = comm")
+    overlap = [["rank", "comm ms", "waiting ms", "hidden ms", "exposed ms", "idle ms"]]
+    overlap += [[str(rank)] + [f"{o.get(k, 0.0) / 1e3:.2f}" for k in ("comm_us", "waiting_us", "hidden_us",
+                                                                       "exposed_us", "idle_us")]
+                for rank, o in report["overlap"].items()]
+    out += columns.fit(overlap, [4, 9, 12, 11, 12, 9], ">>>>>>")
+    for s in report["stragglers"]:
+        out += textwrap.wrap("straggler: " + describe(s, groups=report.get("groups")), 98, subsequent_indent="  ")
+    if not report["stragglers"]:
+        out += textwrap.wrap(_noise_line(report), 98, subsequent_indent="  ")
+    for n in report["notes"]:
+        out += textwrap.wrap(n, 98, initial_indent="note: ", subsequent_indent="      ")
+    return "\n".join(printable(line) for line in out)   # names from a file: escaped, never a line break

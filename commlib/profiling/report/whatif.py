@@ -1,0 +1,50 @@
+"""The what-if's report (replay/whatif.py's whatif()) as strict JSON and as text under 100 columns; it
+formats, it computes nothing."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+
+from commlib import columns
+
+
+def json_report(report: dict) -> dict:
+    """Strict JSON (null, never NaN), without the timelines' spans."""
+    def clean(x):
+        if isinstance(x, float):
+            return x if math.isfinite(x) else None
+        if isinstance(x, dict):
+            return {str(k): clean(v) for k, v in x.items() if k != "spans"}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        return x
+    return clean(report)
+
+
+def format_report(report: dict) -> str:
+    """The scenarios side by side (the slowest rank's split), then each one's assumptions, under 100 columns."""
+    first = report["scenarios"][0]["step_us"]   # 0 where every event is at one instant: no ratio
+    out = textwrap.wrap(f"# {len(report['ranks'])} rank(s) of a {report['world_size']}-rank {report['backend']} job, "
+                        f"measured on {report['measured_on'] or 'unknown hardware'}", 98, subsequent_indent="#   ")
+    k = report.get("steps", 1)
+    if k > 1:
+        out.append(f"# per training step, averaged over {k} steps (the traces hold {k})")
+    rows = [["scenario", "step ms", "x meas.", "compute ms", "exposed ms", "waiting ms", "comm path"]]
+    for s in report["scenarios"]:
+        slow = max(s["ranks"].values(), key=lambda o: o["step_us"])
+        rows.append([s["name"][:37], f"{s['step_us'] / 1e3:.2f}", f"{s['step_us'] / first:.2f}" if first > 0 else "-",
+                     f"{slow['compute_us'] / k / 1e3:.2f}", f"{slow['exposed_us'] / k / 1e3:.2f}",
+                     f"{slow['waiting_us'] / k / 1e3:.2f}", f"{s['critical_path']['comm_share']:.0%}"])
+    out += columns.fit(rows, [38, 9, 8, 11, 11, 11, 10], "<>>>>>>")
+    out += textwrap.wrap("step: the slowest rank's; compute, exposed, waiting: that rank's; comm path: the share of "
+                         "transfers on the critical path (cut at that rank's start, so never longer than its step); "
+                         "waiting: the part of its communication spent waiting for a later peer, on the "
+                         "communication lane: hidden under compute or exposed, it adds to the step only through "
+                         "exposed (more, smaller buckets wait more, mostly hidden)", 98)
+    for s in report["scenarios"][2:]:
+        for line in s["assumptions"]:
+            out += textwrap.wrap(f"{s['name']}: {line}", 98, subsequent_indent="  ")
+    for n in report["notes"]:
+        out += textwrap.wrap(n, 98, initial_indent="note: ", subsequent_indent="      ")
+    return "\n".join(out)
