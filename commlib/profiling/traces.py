@@ -46,6 +46,7 @@ from commlib.profiling.read import streams
 from commlib.profiling.read.annotations import commlib_calls
 from commlib.profiling.read.parallel import read_all
 from commlib.profiling.jobs.recording import record  # noqa: F401  (traces.record, as chapters 9 and 10 call it)
+from commlib.profiling.read.kernels import kernel_info  # noqa: F401  (traces.kernel_info, as chapter 9 calls it)
 from commlib.profiling.read.steps import step_spans
 from commlib.profiling.read.reader import (C10D_OR_PARAM_COMMS, CPU_OP, MAX_BYTES, PROFILER_STEP, Records,  # noqa: F401
                                       TraceError, no_gc, printable, read_records)
