@@ -12,7 +12,7 @@ and COMMLIB_FAKE_CUDA). The branches, each held entered by the fake's call count
 - cluster/torchrun.py init_from_env: the same for torchrun's processes
 - cluster/envinfo.py report: GPU count and names; cluster/demos.py hello: its tensor on the GPU
 - parallel/ddp.py _CudaClock: BucketedDDP's communication stream and CUDA events, in a real training step
-- profiling/live.py profile and time_async, profiling/recording.py record: CUDA activity and synchronisation
+- profiling/jobs/live.py profile and time_async, profiling/jobs/recording.py record: CUDA activity and synchronisation
 - compression/comm.py HookComm._clock: collectives bracketed by torch.cuda.synchronize
 - algorithms/p2p.py _grouped: CUDA tensors send in grouped point-to-point (batch_isend_irecv)
 - bench/sweeps.py sweep and _sync: buffers on the current GPU, synchronised around each timed call
@@ -60,12 +60,12 @@ BRANCHES = {
     ("commlib/parallel/ddp.py", "_CudaClock.wait_all", "Stream.wait_stream"),
     ("commlib/parallel/ddp.py", "_CudaClock.timeline", "Event.synchronize"),
     ("commlib/parallel/ddp.py", "_CudaClock.timeline.<locals>.<lambda>", "Event.elapsed_time"),
-    ("commlib/profiling/live.py", "profile", "cuda.is_initialized"),
-    ("commlib/profiling/live.py", "profile", "cuda.synchronize"),
-    ("commlib/profiling/live.py", "profile", "profiler CUDA"),
-    ("commlib/profiling/recording.py", "record", "profiler CUDA"),
-    ("commlib/profiling/live.py", "time_async", "cuda.synchronize"),
-    ("commlib/profiling/recording.py", "record", "cuda.synchronize"),
+    ("commlib/profiling/jobs/live.py", "profile", "cuda.is_initialized"),
+    ("commlib/profiling/jobs/live.py", "profile", "cuda.synchronize"),
+    ("commlib/profiling/jobs/live.py", "profile", "profiler CUDA"),
+    ("commlib/profiling/jobs/recording.py", "record", "profiler CUDA"),
+    ("commlib/profiling/jobs/live.py", "time_async", "cuda.synchronize"),
+    ("commlib/profiling/jobs/recording.py", "record", "cuda.synchronize"),
     ("commlib/compression/comm.py", "HookComm._clock", "cuda.synchronize"),
     ("commlib/algorithms/p2p.py", "_grouped", "Tensor.is_cuda"),
     ("commlib/bench/sweeps.py", "sweep", "cuda.current_device"),

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import atexit
 import functools
-import textwrap
 import threading
 import weakref
 
@@ -71,14 +70,12 @@ class Network:
         return self.nodes * self.gpus_per_node
 
     def summary(self) -> str:
-        """Which network carries the traffic, and why: a sentence in lines that fit the book's column."""
+        """One line: which network carries the traffic, and why (the kernel's fits the book's column)."""
         shape = (f"{self.nodes} node(s) x {self.gpus_per_node} GPU(s), {self.nics_per_node} NIC(s) per node of "
                  f"{self.bandwidth / 1e6:g} MB/s")
         if self.kind == "kernel":
-            said = f"network: kernel ({shape}, shaped by tc HTB in Linux network namespaces)"
-        else:
-            said = f"network: paced ({shape}; commlib's Python pacer: {self.reason})"
-        return textwrap.fill(said, 98, subsequent_indent="  ", break_on_hyphens=False)
+            return f"network: kernel ({shape}; Linux namespaces, tc HTB)"
+        return f"network: paced ({shape}; commlib's Python pacer: {self.reason})"
 
     def node_of(self, rank: int) -> int:
         return rank // self.gpus_per_node
