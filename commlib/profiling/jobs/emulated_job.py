@@ -16,12 +16,13 @@ reads it as compute. The steps are timed without the profiler; one more step is 
 from __future__ import annotations
 
 import contextlib
-import json
 import statistics
 import time
 from pathlib import Path
 
 import torch
+
+from commlib.profiling.jobs.committed import load_committed
 
 STEPS, RECORDED = 6, 4   # steps timed, steps in the trace
 ACCURACY = Path(__file__).resolve().parents[3] / "benchmarks" / "whatif_accuracy.json"
@@ -188,11 +189,7 @@ def predict_and_run(small, large, folder: str, bandwidth: float = 100e6, latency
 
 def load_accuracy(path=ACCURACY) -> dict:
     """The committed run of benchmarks/whatif_accuracy.py (--json): its rows, the machine, the median error."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: run benchmarks/whatif_accuracy.py from a clone of the course")
-    with open(path) as f:
-        return json.load(f)
+    return load_committed(path, "benchmarks/whatif_accuracy.py")
 
 
 def median_error(result: dict) -> float:

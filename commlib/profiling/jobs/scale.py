@@ -14,16 +14,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from commlib.profiling.jobs.committed import load_committed
+
 SCALE = Path(__file__).resolve().parents[3] / "benchmarks" / "diagnose_scale.json"
 
 
 def load_scale(path=SCALE) -> dict:
     """The committed figures of benchmarks/diagnose_scale.py (its docstring says what each row measures)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: run benchmarks/diagnose_scale.py from a clone of the course")
-    with open(path) as f:
-        return json.load(f)
+    return load_committed(path, "benchmarks/diagnose_scale.py")
 
 
 def series(data: dict, case: str = "gpu") -> dict:
