@@ -40,3 +40,9 @@ html_theme_options = {
     "announcement": ("Run this page live: <code>python3 course.py lab</code> &nbsp;·&nbsp; "
                      "run every test: <code>python3 course.py test</code>"),
 }
+
+# Editions in other languages (book/i18n.py): one catalog per chapter, without source locations that would churn;
+# book/build.py --lang stages locales/ into the sources and sets `language`.
+gettext_compact = False
+gettext_location = False
+locale_dirs = ["locales/"]

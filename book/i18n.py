@@ -1,0 +1,286 @@
+"""Editions in other languages: gettext catalogs of the chapters' prose, by Sphinx's own workflow, and the
+notebooks translated from them.
+
+    python book/i18n.py extract   [--lang zh_CN]   # build/gettext/*.pot from the chapters; locales/<lang>/ updated
+    python book/i18n.py check     [--lang zh_CN] [--only 03 ...]   # what tests/test_translation.py holds
+    python book/i18n.py notebooks [--lang zh_CN] [--out DIR]       # build/notebooks-<lang>/*.ipynb
+
+`extract` stages the book's sources as book/build.py does (the notebooks as they are in notebooks/), runs
+`sphinx-build -b gettext` (one catalog per chapter: gettext_compact = False in book/conf.py), and merges the
+templates into locales/<lang>/LC_MESSAGES/ with sphinx-intl: a changed English message becomes fuzzy, a new
+one untranslated, and `check` fails until a translator has seen it.
+
+A message is what Sphinx extracts from MyST: a paragraph, list item, heading or table cell as written in
+Markdown, its lines joined by spaces. `notebooks` parses each markdown cell with the same MyST parser, looks
+each block up in the chapter's catalog and writes the translation in its place; code cells and their outputs are
+copied unchanged, so nbval of the English notebooks covers them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCALES = ROOT / "locales"
+POT = ROOT / "build" / "gettext"
+LANGS = ("zh_CN",)
+
+
+def check_lang(lang: str) -> str:
+    if lang not in LANGS:
+        raise ValueError(f"lang: {lang!r} has no catalogs; choose one of {', '.join(LANGS)}")
+    return lang
+
+
+def extract(pot: Path = POT, work: Path = ROOT / "build" / "gettext-src") -> list[Path]:
+    """The message templates (pot/index.pot, pot/notebooks/NN_*.pot) of the chapters as they are in notebooks/."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import build  # book/build.py: the same staging as the book
+
+    build.stage(work, solutions=True, working_tree=True)
+    cmd = [sys.executable, "-m", "sphinx", "-b", "gettext", "-c", str(ROOT / "book"), "-d",
+           str(work.parent / "gettext-doctrees"), "-q", "-T", str(work), str(pot)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"sphinx-build -b gettext failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return sorted(pot.rglob("*.pot"))
+
+
+def update(lang: str, pot: Path = POT, locales: Path = LOCALES) -> None:
+    """Merge the templates into locales/<lang>/LC_MESSAGES/*.po (sphinx-intl update): new messages untranslated,
+    changed ones fuzzy, gone ones dropped."""
+    cmd = [sys.executable, "-m", "sphinx_intl", "update", "-p", str(pot), "-d", str(locales), "-l", check_lang(lang),
+           "-w", "0"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"sphinx-intl update failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+
+
+def catalog_path(lang: str, domain: str, locales: Path = LOCALES) -> Path:
+    """domain: "index" or "notebooks/NN_name" (the document's name, as Sphinx names its catalog)."""
+    return locales / check_lang(lang) / "LC_MESSAGES" / f"{domain}.po"
+
+
+def read_catalog(path: Path):
+    """A babel Catalog of the .po file (bounded: a catalog is text of a few hundred KiB)."""
+    from babel.messages.pofile import read_po
+
+    if path.stat().st_size > 8 * 2**20:
+        raise ValueError(f"{path}: {path.stat().st_size} bytes is not a catalog")
+    with open(path, "rb") as f:
+        return read_po(f, abort_invalid=True)
+
+
+def translations(path: Path) -> dict[str, str]:
+    """msgid -> msgstr of the catalog's translated, non-fuzzy messages."""
+    return {m.id: m.string for m in read_catalog(path) if m.id and m.string and not m.fuzzy}
+
+
+# ----- the notebooks: each markdown block replaced by its translation -----
+
+def _parser():
+    from markdown_it.renderer import RendererHTML
+    from myst_parser.config.main import MdParserConfig
+    from myst_parser.parsers.mdit import create_md_parser
+
+    return create_md_parser(MdParserConfig(enable_extensions={"dollarmath", "amsmath"}), RendererHTML)
+
+
+def message(text: str) -> str:
+    """The message Sphinx extracts from a block's Markdown source (sphinx.util.nodes._clean_extracted_message)."""
+    text = re.sub(r"[ \t]*\\[ \t]*$", "", text, flags=re.MULTILINE)
+    return text.replace("\n", " ").strip()
+
+
+def translate_markdown(source: str, table: dict[str, str], missing: list[str], md=None) -> str:
+    """source with every block (paragraph, list item, heading, table cell) that the catalog translates replaced
+    by its translation, on one line, behind the block's own prefix (list marker, "> ", "## ", indent). A block
+    the catalog lacks stays English and is appended to missing."""
+    md = md or _parser()
+    lines = source.split("\n")
+    edits: dict[int, tuple[int, list[str]]] = {}  # first line -> (end line, new lines)
+    tokens = md.parse(source)
+    for i, tok in enumerate(tokens):
+        if tok.type != "inline" or tok.map is None:
+            continue
+        start, end = tok.map
+        msg = message(tok.content)
+        if not msg:
+            continue
+        new = table.get(msg)
+        if new is None:
+            missing.append(msg)
+        if tokens[i - 1].type in ("th_open", "td_open"):  # a table row: rebuilt cell by cell
+            cells = edits.get(start, (end, [None]))[1][0] or []
+            cells.append(msg if new is None else new)
+            edits[start] = (end, [cells])
+            continue
+        if new is None:
+            continue
+        first = tok.content.split("\n", 1)[0].strip()
+        at = lines[start].find(first)
+        prefix = lines[start][:at] if at >= 0 else lines[start][:len(lines[start]) - len(lines[start].lstrip())]
+        edits[start] = (end, [prefix + new])
+    for start in sorted(edits, reverse=True):
+        end, new = edits[start]
+        if isinstance(new[0], list):  # table row
+            new = ["| " + " | ".join(c.replace("|", "\\|") for c in new[0]) + " |"]
+        lines[start:end] = new
+    return "\n".join(lines)
+
+
+def rebase_links(text: str, src_dir: Path, out_dir: Path) -> str:
+    """Relative link targets that leave src_dir (../assets/x.svg) made relative to out_dir instead."""
+    def fix(m: re.Match) -> str:
+        target = (src_dir / m.group(2)).resolve()
+        return f"{m.group(1)}{Path(os.path.relpath(target, out_dir.resolve())).as_posix()}"
+
+    return re.sub(r"(\]\()(\.\./[^)\s]+)", fix, text)
+
+
+def translate_notebook(nb: dict, table: dict[str, str], src_dir: Path, out_dir: Path) -> tuple[dict, list[str]]:
+    """(the notebook with its markdown cells translated and links rebased, the messages the catalog lacks)."""
+    md, missing = _parser(), []
+    out = json.loads(json.dumps(nb))
+    for cell in out["cells"]:
+        if cell["cell_type"] == "markdown":
+            text = translate_markdown("".join(cell["source"]), table, missing, md)
+            text = rebase_links(text, src_dir, out_dir)
+            cell["source"] = text.splitlines(keepends=True)
+    return out, missing
+
+
+def write_notebooks(lang: str, out: Path | None = None, src: Path = ROOT / "notebooks",
+                    locales: Path = LOCALES) -> tuple[list[Path], dict[str, list[str]]]:
+    """build/notebooks-<lang>/NN_*.ipynb from notebooks/ and the catalogs; -> (paths, {chapter: missing})."""
+    out = Path(out or ROOT / "build" / f"notebooks-{check_lang(lang)}")
+    out.mkdir(parents=True, exist_ok=True)
+    written, lacking = [], {}
+    for path in sorted(src.glob("[0-9]*.ipynb")):
+        po = catalog_path(lang, f"notebooks/{path.stem}", locales)
+        table = translations(po) if po.exists() else {}
+        nb, missing = translate_notebook(json.loads(path.read_text(encoding="utf-8")), table, src, out)
+        nb.setdefault("metadata", {})["commlib"] = {"lang": lang, "from": f"notebooks/{path.name}"}
+        target = out / path.name
+        target.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        written.append(target)
+        if missing:
+            lacking[path.stem] = missing
+    return written, lacking
+
+
+# ----- the checks a translation must pass -----
+
+_CODE = re.compile(r"``?[^`]+``?")
+_MATH = re.compile(r"\$\$?[^$]+\$\$?")
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?![\w])")
+
+
+def kept(msgid: str, msgstr: str) -> list[str]:
+    """What a translation dropped or changed of what it must keep exactly: code spans, math, link targets,
+    numbers (outside code and math). -> one line per problem."""
+    problems = []
+    for what, pattern in (("code", _CODE), ("math", _MATH), ("link", _LINK)):
+        for item in pattern.findall(msgid):
+            if item not in msgstr:
+                problems.append(f"{what} {item!r} is missing")
+    plain_en = _MATH.sub(" ", _CODE.sub(" ", msgid))
+    plain_zh = _MATH.sub(" ", _CODE.sub(" ", msgstr))
+    for n in _NUMBER.findall(_LINK.sub(" ", plain_en)):
+        if not re.search(rf"(?<![\d.,]){re.escape(n)}(?![\d])", plain_zh):
+            problems.append(f"number {n} is missing")
+    return problems
+
+
+def glossary(lang: str, locales: Path = LOCALES) -> tuple[list[str], dict[str, str]]:
+    """(names kept in English, {English term: rendering} of the terms marked "must") from glossary.md."""
+    text = (locales / check_lang(lang) / "glossary.md").read_text(encoding="utf-8")
+    names, terms, section = [], {}, None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            section = line[3:].strip()
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if not cells or set(cells[0]) <= set("-") or cells[0] in ("name", "English"):
+            continue
+        if section == "Names kept in English":
+            names.append(cells[0])
+        elif section == "Terms" and len(cells) >= 3 and cells[2] == "yes":
+            terms[cells[0]] = cells[1]
+    return names, terms
+
+
+def check(lang: str, only: tuple[str, ...] = (), pot: Path = POT, locales: Path = LOCALES) -> list[str]:
+    """Every message of every template translated, not fuzzy, keeping its code, math, links and numbers, with the
+    glossary's names and terms; -> one line per problem ("" when extract has not run)."""
+    from babel.messages.pofile import read_po
+
+    names, terms = glossary(lang, locales)
+    problems = []
+    templates = sorted(pot.rglob("*.pot"))
+    if not templates:
+        return [f"{pot}: no templates; run python book/i18n.py extract"]
+    for template in templates:
+        domain = template.relative_to(pot).with_suffix("").as_posix()
+        if only and not any(Path(domain).name.startswith(o) for o in only):
+            continue
+        po = catalog_path(lang, domain, locales)
+        if not po.exists():
+            problems.append(f"{domain}: no catalog {po.relative_to(locales.parent)}")
+            continue
+        with open(template, "rb") as f:
+            ids = [m.id for m in read_po(f) if m.id]
+        have = {m.id: m for m in read_catalog(po) if m.id}
+        for msgid in ids:
+            m = have.get(msgid)
+            where = f"{domain}: {msgid[:70]!r}"
+            if m is None or not m.string:
+                problems.append(f"{where}: untranslated")
+                continue
+            if m.fuzzy:
+                problems.append(f"{where}: fuzzy (the English changed; check the translation, then drop the flag)")
+            for p in kept(msgid, m.string):
+                problems.append(f"{where}: {p}")
+            for name in names:
+                if re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", msgid) and name not in m.string:
+                    problems.append(f"{where}: the name {name} is not kept")
+            for term, zh in terms.items():
+                if re.search(rf"\b{re.escape(term)}", msgid, re.IGNORECASE) and zh not in m.string:
+                    problems.append(f"{where}: {term!r} is not rendered {zh} (glossary)")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("command", choices=("extract", "check", "notebooks"))
+    ap.add_argument("--lang", default="zh_CN", choices=LANGS)
+    ap.add_argument("--only", nargs="*", default=(), help="chapters' number prefixes, for check (e.g. 03 09)")
+    ap.add_argument("--out", type=Path, help="for notebooks: the folder (default build/notebooks-<lang>)")
+    args = ap.parse_args(argv)
+    if args.command == "extract":
+        templates = extract()
+        update(args.lang)
+        print(f"i18n: {len(templates)} templates in {POT.relative_to(ROOT)}; catalogs in "
+              f"{(LOCALES / args.lang).relative_to(ROOT)} updated")
+        return 0
+    if args.command == "check":
+        problems = check(args.lang, tuple(args.only))
+        for p in problems:
+            print(p)
+        print(f"i18n: {len(problems)} problem(s)" if problems else "i18n: the catalogs are complete")
+        return 1 if problems else 0
+    written, lacking = write_notebooks(args.lang, args.out)
+    for chapter, missing in lacking.items():
+        print(f"i18n: {chapter}: {len(missing)} block(s) untranslated, left in English")
+    print(f"i18n: {len(written)} notebooks in {written[0].parent if written else args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
