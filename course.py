@@ -6,6 +6,10 @@ with venv and pip (the book also needs npm once, to fetch MathJax and the widget
     python3 course.py test    # create .venv, install, run the unit tests and nbval of every notebook
     python3 course.py book    # create .venv, install, build the book into build/book (--no-solutions: without them)
 
+    python3 course.py lab --lang zh_CN         # the Chinese edition's notebooks (written first), in JupyterLab
+    python3 course.py book --lang zh_CN        # the Chinese edition of the book, into build/book-zh_CN
+    python3 course.py notebooks --lang zh_CN   # only write build/notebooks-zh_CN/ from notebooks/ and locales/
+
 Extra arguments are passed on (to jupyter lab, to pytest, or to book/build.py). The environment is rebuilt
 only when requirements.txt or pyproject.toml change.
 """
@@ -53,7 +57,7 @@ def running_as_root() -> bool:
     return getattr(os, "geteuid", lambda: -1)() == 0
 
 
-def lab_command(python, root: Path = ROOT, extra=()) -> list[str]:
+def lab_command(python, root: Path = ROOT, extra=(), folder: str = "notebooks") -> list[str]:
     """The JupyterLab command line of `course.py lab` (tests/test_browser.py starts the same one on a copy).
 
     Serves root (the notebooks link ../assets/) and opens its first numbered notebook: the URL JupyterLab prints
@@ -62,8 +66,9 @@ def lab_command(python, root: Path = ROOT, extra=()) -> list[str]:
     the notification settings, so no "Jupyter news" pop-up covers the chapters (a learner may still opt in);
     as root it adds --allow-root (containers and cloud VMs often run as root). Kernels talk to JupyterLab over
     Unix sockets (ipc) where there are some: no TCP port for a kernel, and none of ipykernel's "Kernel is running
-    over TCP without encryption" warnings, one per kernel started, which a learner can do nothing about."""
-    first = min(Path(root).glob("notebooks/[0-9]*.ipynb"), default=None)
+    over TCP without encryption" warnings, one per kernel started, which a learner can do nothing about.
+    folder: where the chapters are, under root (build/notebooks-zh_CN for the Chinese edition)."""
+    first = min(course_notebooks(root, folder), default=None)
     opens = [f"--LabApp.default_url=/lab/tree/{first.relative_to(root).as_posix()}"] if first else []
     return [str(python), "-m", "jupyter", "lab", "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={root}", *opens,
             "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
@@ -115,16 +120,34 @@ def bring_to_front(notebook: str, folder: Path | None = None) -> bool:
     return False
 
 
-def course_notebooks(root: Path = ROOT) -> list[Path]:
-    return sorted(Path(root).glob("notebooks/[0-9]*.ipynb"))
+def course_notebooks(root: Path = ROOT, folder: str = "notebooks") -> list[Path]:
+    return sorted((Path(root) / folder).glob("[0-9]*.ipynb"))
 
 
-def trust_notebooks(python, root: Path = ROOT) -> str | None:
+def languages(root: Path = ROOT) -> list[str]:
+    """The editions besides English: the folders of locales/ (book/i18n.py writes and checks their catalogs)."""
+    return sorted(p.name for p in (Path(root) / "locales").glob("*") if (p / "LC_MESSAGES").is_dir())
+
+
+def take_lang(args: list[str], root: Path = ROOT) -> tuple[str | None, list[str]]:
+    """(--lang's value, the other arguments); ValueError naming --lang and the editions there are."""
+    lang, rest, it = None, [], iter(args)
+    for a in it:
+        if a == "--lang" or a.startswith("--lang="):
+            lang = a.partition("=")[2] if "=" in a else next(it, "")
+        else:
+            rest.append(a)
+    if lang is not None and lang not in languages(root):
+        raise ValueError(f"--lang {lang!r}: no such edition; choose one of {', '.join(languages(root)) or 'none'}")
+    return lang, rest
+
+
+def trust_notebooks(python, root: Path = ROOT, folder: str = "notebooks") -> str | None:
     """Mark the course's own notebooks trusted (`jupyter trust`: signed with this user's Jupyter key), so that
     JupyterLab runs their saved JavaScript: chapter 1's animation steps as soon as it opens, before any cell runs,
     and the server logs no "Notebook ... is not trusted" for them. A notebook the learner saves stays trusted
     (JupyterLab re-signs what it saves from a trusted one). -> None, or one line saying why it could not."""
-    paths = course_notebooks(root)
+    paths = course_notebooks(root, folder)
     if not paths:
         return None
     try:  # quiet: it prints a line per notebook signed
@@ -179,7 +202,7 @@ def run(cmd: list[str], stop: int = signal.SIGTERM, grace_s: float = 30.0, cwd: 
     return 128 + got[0] if got else code
 
 
-COMMANDS = ("lab", "test", "book")
+COMMANDS = ("lab", "test", "book", "notebooks")
 
 
 def main(argv: list[str]) -> int:
@@ -188,18 +211,32 @@ def main(argv: list[str]) -> int:
         said = f"unknown subcommand {argv[0]!r}" if argv else "no subcommand"
         print(f"course.py: error: {said}; choose one of {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
+    try:
+        lang, rest = take_lang(argv[1:]) if argv[0] in ("lab", "notebooks") else (None, argv[1:])
+    except ValueError as e:
+        print(f"course.py: error: {e}", file=sys.stderr)
+        return 2
+    if argv[0] == "notebooks" and lang is None:
+        print(f"course.py: error: notebooks needs --lang, one of {', '.join(languages())}", file=sys.stderr)
+        return 2
     ensure_env()
+    folder = "notebooks"
+    if lang is not None:  # the edition's notebooks, written afresh from notebooks/ and the catalogs
+        folder = f"build/notebooks-{lang}"
+        made = subprocess.run([str(PY), str(ROOT / "book" / "i18n.py"), "notebooks", "--lang", lang], cwd=ROOT)
+        if made.returncode or argv[0] == "notebooks":
+            return made.returncode
     if argv[0] == "lab":
         if running_as_root():
             print("course.py: running as root, so JupyterLab starts with --allow-root; it still listens only on "
                   "127.0.0.1 and asks for its token", flush=True)
-        first = min(course_notebooks(ROOT), default=None)
+        first = min(course_notebooks(ROOT, folder), default=None)
         if first is not None:
             bring_to_front(first.relative_to(ROOT).as_posix())
-        problem = trust_notebooks(PY, ROOT)
+        problem = trust_notebooks(PY, ROOT, folder)
         if problem:
             print(f"course.py: {problem}", flush=True)
-        cmd = lab_command(PY, ROOT, argv[1:])
+        cmd = lab_command(PY, ROOT, rest, folder)
     elif argv[0] == "book":
         cmd = [str(PY), str(ROOT / "book" / "build.py"), *argv[1:]]
     else:

@@ -1,6 +1,7 @@
 """Build the course as a static book from the committed notebooks, never running them.
 
-    python book/build.py [--no-solutions] [--out DIR] [--working-tree]   # default out: build/book (git-ignored)
+    python book/build.py [--no-solutions] [--out DIR] [--working-tree] [--lang zh_CN]
+                         # default out: build/book, or build/book-zh_CN (git-ignored)
 
 In a git checkout a notebook that differs from the last commit (a lab session's autosaved run) is taken as
 committed (git show HEAD:...), and the build says which; --working-tree builds from notebooks/ as it is.
@@ -9,6 +10,10 @@ Steps: fetch the pinned JavaScript the pages load (MathJax, the ipywidgets HTML 
 into build/book-vendor/ (checked against pinned sha512 hashes); stage index.md, the numbered
 notebooks (in file-name order, solutions dropped with --no-solutions, by commlib.exercises.learner_copies's rule) and
 assets/ into build/book-src/; run Sphinx with MyST-NB (book/conf.py, execution off).
+
+--lang zh_CN builds the Chinese edition from the same sources and the catalogs in locales/zh_CN/ (book/i18n.py),
+staged into build/book-src-zh_CN/ with its preface; each edition links to the same page of the other, which
+lives beside it (build/book and build/book-zh_CN).
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
+sys.path.insert(0, str(BOOK))  # book/i18n.py, also when this module is imported as book.build
+import i18n  # noqa: E402
 WORK = ROOT / "build"  # staged sources (book-src/) and Sphinx's cache (book-doctrees/)
 VENDOR = ROOT / "build" / "book-vendor"
 DEFAULT_OUT = ROOT / "build" / "book"
@@ -132,22 +139,30 @@ def notebook_sources(root: Path = ROOT, working_tree: bool = False) -> tuple[dic
                   f"session saves its runs there) and are taken as committed; --working-tree builds yours")
 
 
-def stage(src: Path, solutions: bool = True, working_tree: bool = False) -> tuple[list[str], str]:
-    """Lay out the book's sources in src/: index.md, notebooks/NN_*.ipynb, assets/; -> the chapters' names, and
-    notebook_sources' line saying which notebooks."""
+def stage(src: Path, solutions: bool = True, working_tree: bool = False, lang: str | None = None
+          ) -> tuple[list[str], str]:
+    """Lay out the book's sources in src/: index.md, notebooks/NN_*.ipynb, assets/, and with lang its catalogs
+    (locales/<lang>/LC_MESSAGES/) and preface; -> the chapters' names, and notebook_sources' line saying which
+    notebooks."""
     from commlib.exercises import learner_copies as teaching
 
     sources, said = notebook_sources(ROOT, working_tree)
     notebooks = list(sources)
     if not notebooks:
         raise RuntimeError("no numbered notebooks in notebooks/")
-    wanted = {src / "index.md": (BOOK / "index.md").read_bytes()}
-    for path in notebooks:
+    index = (BOOK / "index.md").read_text(encoding="utf-8")
+    wanted = {src / "index.md": (i18n.with_preface(index, lang) if lang else index).encode()}
+    for i, path in enumerate(notebooks):
         data = sources[path]
-        if not solutions:
-            nb = teaching.drop_solutions(json.loads(data))
+        if not solutions or (lang and i == 0):
+            nb = json.loads(data)
+            nb = teaching.drop_solutions(nb) if not solutions else nb
+            nb = i18n.with_preface_cell(nb, lang) if lang and i == 0 else nb
             data = (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode()
         wanted[src / "notebooks" / path.name] = data
+    if lang:
+        for po in sorted((i18n.LOCALES / lang / "LC_MESSAGES").rglob("*.po")):
+            wanted[src / "locales" / lang / po.relative_to(i18n.LOCALES / lang)] = po.read_bytes()
     for path in sorted((ROOT / "assets").glob("*")):
         if path.is_file() and path.suffix != ".py":
             wanted[src / "assets" / path.name] = path.read_bytes()
@@ -172,19 +187,23 @@ def check_out(out) -> Path:
     return out
 
 
-def build(out: Path = DEFAULT_OUT, solutions: bool = True, work: Path = WORK, strict: bool = False,
-          working_tree: bool = False) -> Path:
+def build(out: Path | None = None, solutions: bool = True, work: Path = WORK, strict: bool = False,
+          working_tree: bool = False, lang: str | None = None) -> Path:
     """Build the book into out/ (-> out/index.html); strict: Sphinx's warnings are errors (the tests build so).
     Raises RuntimeError with Sphinx's output if it fails. Sphinx writes into work/book-html/ (MyST-NB puts its
     jupyter_execute/ beside the folder it builds, so beside that one, not beside out), then out/ gets a copy.
-    Prints which notebooks it was built from (notebook_sources)."""
-    out = check_out(out)
+    Prints which notebooks it was built from (notebook_sources). lang: an edition of book/i18n.LANGS, into
+    build/book-<lang> by default."""
+    suffix = f"-{i18n.check_lang(lang)}" if lang else ""
+    out = check_out(out or Path(f"{DEFAULT_OUT}{suffix}"))
     fetch_vendor()
-    _, said = stage(Path(work) / "book-src", solutions, working_tree)
+    src = Path(work) / f"book-src{suffix}"
+    _, said = stage(src, solutions, working_tree, lang)
     print(f"book: {said}", flush=True)
-    html = Path(work).absolute() / "book-html" / "html"
-    cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-c", str(BOOK), "-d", str(Path(work) / "book-doctrees"),
-           "--keep-going", "-T", "-q", *(["-W"] if strict else []), str(Path(work) / "book-src"), str(html)]
+    html = Path(work).absolute() / f"book-html{suffix}" / "html"
+    language = ["-D", f"language={lang}"] if lang else []
+    cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-c", str(BOOK), "-d", str(Path(work) / f"book-doctrees{suffix}"),
+           *language, "--keep-going", "-T", "-q", *(["-W"] if strict else []), str(src), str(html)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"sphinx-build failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
@@ -199,14 +218,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-solutions", action="store_true",
                     help="leave out the cells tagged 'solution' (as learner copies do)")
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                    help=f"output folder (default {DEFAULT_OUT.relative_to(ROOT)})")
+    ap.add_argument("--out", type=Path, default=None,
+                    help=f"output folder (default {DEFAULT_OUT.relative_to(ROOT)}, or ...-<lang> with --lang)")
+    ap.add_argument("--lang", choices=("zh_CN",), default=None,
+                    help="build the edition in that language, from the catalogs in locales/ (book/i18n.py)")
     ap.add_argument("--working-tree", action="store_true",
                     help="build from notebooks/ as it is, with changes not committed (a lab session's runs)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     try:
-        index = build(args.out, solutions=not args.no_solutions, working_tree=args.working_tree)
+        index = build(args.out, solutions=not args.no_solutions, working_tree=args.working_tree, lang=args.lang)
     except RuntimeError as e:
         print(f"book: {e}", file=sys.stderr)
         return 1

@@ -46,3 +46,27 @@ html_theme_options = {
 gettext_compact = False
 gettext_location = False
 locale_dirs = ["locales/"]
+
+# Each edition links to the same page of the other, published beside it: build/book/ and build/book-zh_CN/.
+templates_path = ["_templates"]
+html_sidebars = {"**": ["navbar-logo.html", "icon-links.html", "search-button-field.html", "sbt-sidebar-nav.html",
+                        "edition.html"]}
+EDITIONS = {None: ("book", "en", "English edition", "English"), "zh_CN": ("book-zh_CN", "zh-CN", "中文版", "中文版")}
+
+
+def _edition(app, pagename, templatename, context, doctree):
+    here = app.config.language if app.config.language in EDITIONS else None
+    folder, hreflang, aria, label = EDITIONS["zh_CN" if here is None else None]
+    up = "../" * pagename.count("/")
+    context["commlib_edition"] = {"href": f"{up}../{folder}/{pagename}.html", "hreflang": hreflang, "aria": aria,
+                                  "label": label}
+
+
+def setup(app):
+    app.connect("html-page-context", _edition)
+    if app.config.language == "zh_CN":
+        import logging
+
+        import jieba  # Sphinx's Chinese search splits words with it; quiet its "Building prefix dict" lines
+
+        jieba.setLogLevel(logging.WARNING)

@@ -30,6 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 LOCALES = ROOT / "locales"
 POT = ROOT / "build" / "gettext"
 LANGS = ("zh_CN",)
+if str(Path(__file__).parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).parent))
 
 
 def check_lang(lang: str) -> str:
@@ -40,8 +42,7 @@ def check_lang(lang: str) -> str:
 
 def extract(pot: Path = POT, work: Path = ROOT / "build" / "gettext-src") -> list[Path]:
     """The message templates (pot/index.pot, pot/notebooks/NN_*.pot) of the chapters as they are in notebooks/."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    import build  # book/build.py: the same staging as the book
+    import build  # book/build.py, beside this file: the same staging as the book
 
     build.stage(work, solutions=True, working_tree=True)
     cmd = [sys.executable, "-m", "sphinx", "-b", "gettext", "-c", str(ROOT / "book"), "-d",
@@ -80,6 +81,26 @@ def read_catalog(path: Path):
 def translations(path: Path) -> dict[str, str]:
     """msgid -> msgstr of the catalog's translated, non-fuzzy messages."""
     return {m.id: m.string for m in read_catalog(path) if m.id and m.string and not m.fuzzy}
+
+
+def preface(lang: str, locales: Path = LOCALES) -> str:
+    """The edition's own note to its reader (locales/<lang>/preface.md): what is translated and what is not."""
+    return (locales / check_lang(lang) / "preface.md").read_text(encoding="utf-8").strip()
+
+
+def with_preface(markdown: str, lang: str) -> str:
+    """markdown with the preface after its first heading line."""
+    head, _, rest = markdown.partition("\n")
+    return f"{head}\n\n{preface(lang)}\n{rest}"
+
+
+def with_preface_cell(nb: dict, lang: str) -> dict:
+    """The notebook with the preface as a markdown cell after its first cell (the chapter's title)."""
+    out = dict(nb)
+    cell = {"cell_type": "markdown", "id": f"preface-{lang}", "metadata": {},
+            "source": preface(lang).splitlines(keepends=True)}
+    out["cells"] = nb["cells"][:1] + [cell] + nb["cells"][1:]
+    return out
 
 
 # ----- the notebooks: each markdown block replaced by its translation -----
@@ -156,23 +177,41 @@ def translate_notebook(nb: dict, table: dict[str, str], src_dir: Path, out_dir: 
     return out, missing
 
 
-def write_notebooks(lang: str, out: Path | None = None, src: Path = ROOT / "notebooks",
-                    locales: Path = LOCALES) -> tuple[list[Path], dict[str, list[str]]]:
-    """build/notebooks-<lang>/NN_*.ipynb from notebooks/ and the catalogs; -> (paths, {chapter: missing})."""
+def write_notebooks(lang: str, out: Path | None = None, src: Path = ROOT / "notebooks", locales: Path = LOCALES,
+                    force: bool = False) -> tuple[list[Path], dict[str, list[str]], list[Path]]:
+    """build/notebooks-<lang>/NN_*.ipynb from notebooks/ and the catalogs; -> (paths written, {chapter: blocks the
+    catalog lacks}, paths kept). A notebook the learner has changed since it was written (run, edited: its bytes
+    differ from those recorded in .written.json) is kept, unless force."""
+    import hashlib
+
     out = Path(out or ROOT / "build" / f"notebooks-{check_lang(lang)}")
     out.mkdir(parents=True, exist_ok=True)
-    written, lacking = [], {}
-    for path in sorted(src.glob("[0-9]*.ipynb")):
+    record = out / ".written.json"
+    try:
+        before = json.loads(record.read_text(encoding="utf-8")) if record.is_file() else {}
+    except ValueError:
+        before = {}
+    written, lacking, kept_ = [], {}, []
+    for i, path in enumerate(sorted(src.glob("[0-9]*.ipynb"))):
+        target = out / path.name
+        if target.exists() and not force:
+            sha = hashlib.sha256(target.read_bytes()).hexdigest()
+            if before.get(path.name) != sha:
+                kept_.append(target)
+                continue
         po = catalog_path(lang, f"notebooks/{path.stem}", locales)
         table = translations(po) if po.exists() else {}
         nb, missing = translate_notebook(json.loads(path.read_text(encoding="utf-8")), table, src, out)
+        nb = with_preface_cell(nb, lang) if i == 0 else nb
         nb.setdefault("metadata", {})["commlib"] = {"lang": lang, "from": f"notebooks/{path.name}"}
-        target = out / path.name
-        target.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        data = (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
+        target.write_bytes(data)
+        before[path.name] = hashlib.sha256(data).hexdigest()
         written.append(target)
         if missing:
             lacking[path.stem] = missing
-    return written, lacking
+    record.write_text(json.dumps(before, indent=1), encoding="utf-8")
+    return written, lacking, kept_
 
 
 # ----- the checks a translation must pass -----
@@ -262,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lang", default="zh_CN", choices=LANGS)
     ap.add_argument("--only", nargs="*", default=(), help="chapters' number prefixes, for check (e.g. 03 09)")
     ap.add_argument("--out", type=Path, help="for notebooks: the folder (default build/notebooks-<lang>)")
+    ap.add_argument("--force", action="store_true", help="for notebooks: also replace those you ran or edited")
     args = ap.parse_args(argv)
     if args.command == "extract":
         templates = extract()
@@ -275,10 +315,14 @@ def main(argv: list[str] | None = None) -> int:
             print(p)
         print(f"i18n: {len(problems)} problem(s)" if problems else "i18n: the catalogs are complete")
         return 1 if problems else 0
-    written, lacking = write_notebooks(args.lang, args.out)
+    written, lacking, kept_ = write_notebooks(args.lang, args.out, force=args.force)
     for chapter, missing in lacking.items():
-        print(f"i18n: {chapter}: {len(missing)} block(s) untranslated, left in English")
-    print(f"i18n: {len(written)} notebooks in {written[0].parent if written else args.out}")
+        print(f"i18n: {chapter}: {len(missing)} block(s) not translated yet, left in English")
+    if kept_:
+        print(f"i18n: kept {len(kept_)} notebook(s) you ran or edited ({', '.join(p.name for p in kept_)}); "
+              f"--force replaces them with the current translation")
+    folder = (written or kept_)[0].parent if written or kept_ else args.out
+    print(f"i18n: {len(written)} notebook(s) written in {folder}")
     return 0
 
 
