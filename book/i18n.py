@@ -222,13 +222,19 @@ _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?![\w])")
 
 
-def kept(msgid: str, msgstr: str) -> list[str]:
-    """What a translation dropped or changed of what it must keep exactly: code spans, math, link targets,
-    numbers (outside code and math). -> one line per problem."""
+def localized(target: str, lang: str) -> str:
+    """The edition's own version of a linked file: ../assets/map.svg -> ../assets/map.zh_CN.svg."""
+    path, dot, ext = target.rpartition(".")
+    return f"{path}.{lang}.{ext}" if dot and "/" not in ext else target
+
+
+def kept(msgid: str, msgstr: str, lang: str | None = None) -> list[str]:
+    """What a translation dropped or changed of what it must keep exactly: code spans, math, link targets (or the
+    edition's localized file, assets/x.<lang>.svg), numbers (outside code and math). -> one line per problem."""
     problems = []
     for what, pattern in (("code", _CODE), ("math", _MATH), ("link", _LINK)):
         for item in pattern.findall(msgid):
-            if item not in msgstr:
+            if item not in msgstr and not (what == "link" and lang and localized(item, lang) in msgstr):
                 problems.append(f"{what} {item!r} is missing")
     plain_en = _MATH.sub(" ", _CODE.sub(" ", msgid))
     plain_zh = _MATH.sub(" ", _CODE.sub(" ", msgstr))
@@ -284,7 +290,7 @@ def check(lang: str, only: tuple[str, ...] = (), pot: Path = POT, locales: Path 
                 continue
             if m.fuzzy:
                 problems.append(f"{where}: fuzzy (the English changed; check the translation, then drop the flag)")
-            for p in kept(msgid, m.string):
+            for p in kept(msgid, m.string, lang):
                 problems.append(f"{where}: {p}")
             for name in names:
                 if re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", msgid) and name not in m.string:

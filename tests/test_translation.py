@@ -1,0 +1,196 @@
+"""The zh_CN edition (book/i18n.py, locales/zh_CN/): the catalogs are complete for the chapters as they are, every
+translation keeps its code, math, links, numbers and the glossary's names and terms, and the zh_CN notebooks hold
+the English code cells unchanged, so nbval of the English notebooks covers their code.
+
+A change to English prose makes its messages new or fuzzy: `python book/i18n.py extract`, translate them in
+locales/zh_CN/LC_MESSAGES/, and `python book/i18n.py check` says when the catalogs are complete again. The book in
+zh_CN is built and opened in a browser by tests/test_book.py.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from book import i18n
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
+LANG = "zh_CN"
+
+
+@pytest.fixture(scope="module")
+def templates(tmp_path_factory):
+    """The message templates extracted afresh from the chapters as they are (Sphinx's gettext builder)."""
+    work = tmp_path_factory.mktemp("gettext")
+    i18n.extract(work / "pot", work / "src")
+    return work / "pot"
+
+
+def test_the_catalogs_are_complete_and_keep_what_they_must(templates):
+    problems = i18n.check(LANG, pot=templates)
+    assert problems == [], f"{len(problems)} problem(s); python book/i18n.py check lists them:\n" + "\n".join(
+        problems[:30])
+
+
+def test_one_catalog_per_chapter_and_one_for_the_front_page(templates):
+    domains = sorted(p.relative_to(templates).with_suffix("").as_posix() for p in templates.rglob("*.pot"))
+    assert domains == ["index", *(f"notebooks/{p.stem}" for p in NOTEBOOKS)]
+    for domain in domains:
+        assert i18n.catalog_path(LANG, domain).is_file()
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    out = tmp_path_factory.mktemp("nb") / "build" / f"notebooks-{LANG}"
+    paths, lacking, kept = i18n.write_notebooks(LANG, out)
+    return out, paths, lacking, kept
+
+
+def test_every_markdown_block_of_every_chapter_is_translated(written):
+    _, paths, lacking, kept = written
+    assert [p.name for p in paths] == [p.name for p in NOTEBOOKS] and kept == []
+    assert lacking == {}, {k: v[:3] for k, v in lacking.items()}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_the_zh_CN_notebook_holds_the_english_code_cells_unchanged(written, path):
+    out = written[0]
+    en = json.loads(path.read_text(encoding="utf-8"))
+    zh = json.loads((out / path.name).read_text(encoding="utf-8"))
+    code = lambda nb: [c for c in nb["cells"] if c["cell_type"] != "markdown"]  # noqa: E731
+    assert code(zh) == code(en)
+    assert {k: v for k, v in zh["metadata"].items() if k != "commlib"} == en["metadata"]
+    markdown = [c for c in zh["cells"] if c["cell_type"] == "markdown"]
+    extra = 1 if path == NOTEBOOKS[0] else 0  # chapter 0 opens with the edition's preface
+    assert len(markdown) == sum(c["cell_type"] == "markdown" for c in en["cells"]) + extra
+    text = "".join("".join(c["source"]) for c in markdown)
+    cjk = sum("\u3400" <= ch <= "\u9fff" for ch in text)
+    assert cjk > 0.3 * len(text.split()), "the chapter's prose is not in Chinese"
+
+
+def test_the_preface_says_what_stays_english_and_links_resolve_from_the_new_folder(written):
+    out = written[0]
+    zh = json.loads((out / NOTEBOOKS[0].name).read_text(encoding="utf-8"))
+    preface = "".join(zh["cells"][1]["source"])
+    assert "英文" in preface and "commlib" in preface
+    for cell in zh["cells"]:
+        for target in i18n._LINK.findall("".join(cell["source"])) if cell["cell_type"] == "markdown" else []:
+            path = target.split("#")[0]
+            if path and "://" not in path:
+                assert (out / path).resolve().is_file() or (ROOT / "notebooks" / path).is_file(), target
+
+
+def test_the_source_chapters_terms_appear():
+    text = " ".join(" ".join(i18n.translations(p).values()) for p in (ROOT / "locales" / LANG).rglob("*.po"))
+    for term in ("通信开销", "规约", "收集", "带宽", "延迟", "溢出", "计算与通信重叠", "梯度压缩", "拓扑"):
+        assert term in text, term
+
+
+# ------------------------------------------------------------------ the parts, on small inputs
+
+TABLE = {"Title here": "标题", "Para line one continues $x$.": "第一段 $x$。", "item **one** continues": "第 **一** 项",
+         "nested": "嵌套", "quote more": "引文", "a": "甲", "b": "乙", "c `x`": "丙 `x`"}
+SOURCE = """## Title here
+
+Para line one
+continues $x$.
+
+- item **one**
+  continues
+  - nested
+> quote
+> more
+
+| a | b |
+|---|---|
+| c `x` | d |
+
+$$
+t = 1
+$$
+"""
+
+
+def test_each_block_is_replaced_behind_its_own_prefix_and_a_missing_one_is_reported():
+    missing = []
+    out = i18n.translate_markdown(SOURCE, TABLE, missing)
+    assert out.split("\n")[:9] == ["## 标题", "", "第一段 $x$。", "", "- 第 **一** 项", "  - 嵌套", "> 引文", "",
+                                   "| 甲 | 乙 |"]
+    assert "| 丙 `x` | d |" in out and "$$\nt = 1\n$$" in out
+    assert missing == ["d"]
+
+
+def test_links_that_leave_the_notebooks_folder_are_rebased(tmp_path):
+    out = i18n.rebase_links("![map](../assets/m.svg) and [ch 1](01_x.ipynb)", ROOT / "notebooks",
+                            ROOT / "build" / "notebooks-zh_CN")
+    assert out == "![map](../../assets/m.svg) and [ch 1](01_x.ipynb)"
+
+
+@pytest.mark.parametrize("msgstr, problem", [
+    ("发送 `x` 共 $2n$ 字节，3 次，见[第 1 章](01_x.ipynb)", None),
+    ("发送 x 共 $2n$ 字节，3 次，见[第 1 章](01_x.ipynb)", "code '`x`' is missing"),
+    ("发送 `x` 共 2n 字节，3 次，见[第 1 章](01_x.ipynb)", "math '$2n$' is missing"),
+    ("发送 `x` 共 $2n$ 字节，三次，见[第 1 章](01_x.ipynb)", "number 3 is missing"),
+    ("发送 `x` 共 $2n$ 字节，3 次，见第 1 章", "link '01_x.ipynb' is missing"),
+])
+def test_a_translation_that_drops_code_math_numbers_or_links_is_caught(msgstr, problem):
+    got = i18n.kept("Send `x`, $2n$ bytes, 3 times; see [chapter 1](01_x.ipynb)", msgstr)
+    assert got == ([] if problem is None else [problem])
+
+
+def test_a_localized_image_counts_as_the_link_kept():
+    assert i18n.kept("![map](../assets/knowledge_map.svg)", "![图](../assets/knowledge_map.zh_CN.svg)",
+                     lang=LANG) == []
+
+
+def test_the_glossary_is_read_and_holds_the_source_chapters_words():
+    names, terms = i18n.glossary(LANG)
+    assert {"AllReduce", "NCCL", "NVLink", "InfiniBand", "ZeRO", "FSDP", "busbw"} <= set(names)
+    assert terms["communication overhead"] == "通信开销" and terms["bandwidth"] == "带宽"
+    assert terms["latency"] == "延迟" and terms["overlap"] == "重叠" and terms["topology"] == "拓扑"
+
+
+def test_the_knowledge_map_has_every_label_in_chinese():
+    sys.path.insert(0, str(ROOT / "assets"))
+    import make_knowledge_map as km
+
+    seen = []
+    km.plt.close(km.draw(lambda s: seen.append(s) or s))
+    assert set(seen) <= set(km.ZH_CN) and all(km.ZH_CN[s] for s in seen)
+    svg = (ROOT / "assets" / "knowledge_map.zh_CN.svg").read_text(encoding="utf-8")
+    assert km.ZH_CN[km.ROOT_TITLE] in svg and "拓扑" in svg
+
+
+@pytest.mark.parametrize("args, said", [(["notebooks"], "notebooks needs --lang"),
+                                        (["lab", "--lang", "xx"], "--lang 'xx': no such edition")])
+def test_course_py_refuses_an_edition_it_lacks_in_one_line(args, said):
+    done = subprocess.run([sys.executable, str(ROOT / "course.py"), *args], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
+
+
+def test_lab_opens_the_editions_first_chapter(tmp_path):
+    import course
+
+    folder = tmp_path / "build" / "notebooks-zh_CN"
+    folder.mkdir(parents=True)
+    (folder / "00_start_here.ipynb").write_text("{}")
+    cmd = course.lab_command(sys.executable, tmp_path, folder="build/notebooks-zh_CN")
+    assert "--LabApp.default_url=/lab/tree/build/notebooks-zh_CN/00_start_here.ipynb" in cmd
+
+
+def test_a_notebook_the_learner_ran_is_kept_unless_forced(tmp_path):
+    out = tmp_path / "zh"
+    i18n.write_notebooks(LANG, out)
+    ran = out / NOTEBOOKS[1].name
+    nb = json.loads(ran.read_text(encoding="utf-8"))
+    nb["cells"][-1]["metadata"]["learner"] = "ran it"
+    ran.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    mine = ran.read_bytes()
+    written, _, kept = i18n.write_notebooks(LANG, out)
+    assert kept == [ran] and ran.read_bytes() == mine and len(written) == len(NOTEBOOKS) - 1
+    written, _, kept = i18n.write_notebooks(LANG, out, force=True)
+    assert kept == [] and ran.read_bytes() != mine
