@@ -244,6 +244,22 @@ def kept(msgid: str, msgstr: str, lang: str | None = None) -> list[str]:
     return problems
 
 
+_MARKUP = ("strong_open", "em_open", "image")  # code, math and links: kept() holds each one
+
+
+def markup(text: str, md=None) -> dict[str, int]:
+    """How many of each inline element (bold, italic, image) the text renders to: a translation must render the
+    same ones (CommonMark leaves `**保留：**每个` unbolded: emphasis that closes after full-width
+    punctuation needs a space or punctuation after it)."""
+    md = md or _parser()
+    counts = dict.fromkeys(_MARKUP, 0)
+    for tok in md.parseInline(text):
+        for child in tok.children or []:
+            if child.type in counts:
+                counts[child.type] += 1
+    return counts
+
+
 def glossary(lang: str, locales: Path = LOCALES) -> tuple[list[str], dict[str, str]]:
     """(names kept in English, {English term: rendering} of the terms marked "must") from glossary.md."""
     text = (locales / check_lang(lang) / "glossary.md").read_text(encoding="utf-8")
@@ -267,7 +283,7 @@ def check(lang: str, only: tuple[str, ...] = (), pot: Path = POT, locales: Path 
     from babel.messages.pofile import read_po
 
     names, terms = glossary(lang, locales)
-    problems = []
+    md, problems = _parser(), []
     templates = sorted(pot.rglob("*.pot"))
     if not templates:
         return [f"{pot}: no templates; run python book/i18n.py extract"]
@@ -292,11 +308,16 @@ def check(lang: str, only: tuple[str, ...] = (), pot: Path = POT, locales: Path 
                 problems.append(f"{where}: fuzzy (the English changed; check the translation, then drop the flag)")
             for p in kept(msgid, m.string, lang):
                 problems.append(f"{where}: {p}")
+            en, zh = markup(msgid, md), markup(m.string, md)
+            if en != zh:
+                diff = ", ".join(f"{k.removesuffix('_open')} {en[k]} -> {zh[k]}" for k in en if en[k] != zh[k])
+                problems.append(f"{where}: renders different markup ({diff})")
+            prose = _LINK.sub("]", _MATH.sub(" ", _CODE.sub(" ", msgid)))  # names and terms outside code
             for name in names:
-                if re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", msgid) and name not in m.string:
+                if re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", prose) and name not in m.string:
                     problems.append(f"{where}: the name {name} is not kept")
             for term, zh in terms.items():
-                if re.search(rf"\b{re.escape(term)}", msgid, re.IGNORECASE) and zh not in m.string:
+                if re.search(rf"\b{re.escape(term)}", prose, re.IGNORECASE) and zh not in m.string:
                     problems.append(f"{where}: {term!r} is not rendered {zh} (glossary)")
     return problems
 
