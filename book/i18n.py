@@ -128,6 +128,12 @@ def translate_markdown(source: str, table: dict[str, str], missing: list[str], m
     edits: dict[int, tuple[int, list[str]]] = {}  # first line -> (end line, new lines)
     tokens = md.parse(source)
     for i, tok in enumerate(tokens):
+        if tok.type == "math_block" and tok.map and lines[tok.map[0]].lstrip().startswith("$$"):
+            new = table.get(message(tok.content))  # display math: its \text{} labels may be translated
+            if new is not None:
+                at = lines[tok.map[0]].index("$$")
+                edits[tok.map[0]] = (tok.map[1], [f"{lines[tok.map[0]][:at]}$${new}$$"])
+            continue
         if tok.type != "inline" or tok.map is None:
             continue
         start, end = tok.map
@@ -260,6 +266,19 @@ def markup(text: str, md=None) -> dict[str, int]:
     return counts
 
 
+_TEXT = re.compile(r"\\text\{[^}]*\}")
+
+
+def math_messages(src: Path = ROOT / "notebooks", md=None) -> set[str]:
+    """The messages that are display math ($$...$$ blocks) in the chapters."""
+    md, found = md or _parser(), set()
+    for path in sorted(src.glob("[0-9]*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            if cell["cell_type"] == "markdown":
+                found.update(message(t.content) for t in md.parse("".join(cell["source"])) if t.type == "math_block")
+    return found
+
+
 def glossary(lang: str, locales: Path = LOCALES) -> tuple[list[str], dict[str, str]]:
     """(names kept in English, {English term: rendering} of the terms marked "must") from glossary.md."""
     text = (locales / check_lang(lang) / "glossary.md").read_text(encoding="utf-8")
@@ -284,6 +303,7 @@ def check(lang: str, only: tuple[str, ...] = (), pot: Path = POT, locales: Path 
 
     names, terms = glossary(lang, locales)
     md, problems = _parser(), []
+    maths = math_messages(md=md)
     templates = sorted(pot.rglob("*.pot"))
     if not templates:
         return [f"{pot}: no templates; run python book/i18n.py extract"]
@@ -306,6 +326,10 @@ def check(lang: str, only: tuple[str, ...] = (), pot: Path = POT, locales: Path 
                 continue
             if m.fuzzy:
                 problems.append(f"{where}: fuzzy (the English changed; check the translation, then drop the flag)")
+            if msgid in maths:  # display math: the same formula, only its \text{} labels translated
+                if _TEXT.sub("", msgid) != _TEXT.sub("", m.string):
+                    problems.append(f"{where}: the formula changed outside its \\text{{}} labels")
+                continue
             for p in kept(msgid, m.string, lang):
                 problems.append(f"{where}: {p}")
             en, zh = markup(msgid, md), markup(m.string, md)

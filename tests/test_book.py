@@ -117,7 +117,8 @@ def test_no_page_says_author_name_not_set(built):
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """The book built once for this module, warnings as errors. -> its folder."""
+    """Both editions built once for this module, side by side as they are published (book/, book-zh_CN/),
+    warnings as errors. -> the English one's folder."""
     try:
         book.fetch_vendor()
     except RuntimeError as e:  # no npm, or no network on a first build: a laptop may lack them, CI may not
@@ -125,8 +126,9 @@ def built(tmp_path_factory):
             raise
         pytest.skip(f"the book cannot fetch its JavaScript: {e}")
     work = tmp_path_factory.mktemp("book")
-    book.build(work / "html", work=work, strict=True)
-    return work / "html"
+    book.build(work / "book", work=work, strict=True)
+    book.build(work / "book-zh_CN", work=work, strict=True, lang="zh_CN")
+    return work / "book"
 
 
 @pytest.fixture(scope="module")
@@ -141,11 +143,11 @@ def site(built):
         def handle_error(self, request, client_address):
             pass  # a page closed while a file was still on its way: the browser's business, not an error here
 
-    server = Server(("127.0.0.1", 0), functools.partial(Quiet, directory=str(built)))
+    server = Server(("127.0.0.1", 0), functools.partial(Quiet, directory=str(built.parent)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"http://127.0.0.1:{server.server_address[1]}/{built.name}"
     finally:
         server.shutdown()
         server.server_close()
@@ -280,7 +282,7 @@ _PAGE_STATE = """() => {
   };
 }"""
 
-def _visit(browser, site: str, name: str) -> dict:
+def _visit(browser, site: str, name: str, query: str = "allreduce", tag: str = "") -> dict:
     """Open one page, wait for MathJax and the widgets, record what went wrong and what it shows; screenshot it."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
@@ -292,7 +294,7 @@ def _visit(browser, site: str, name: str) -> dict:
     page.on("response", lambda r: r.status >= 400 and problems.append(f"HTTP {r.status}: {r.url}"))
 
     def local_only(route):
-        if route.request.url.startswith((site, "data:", "blob:")):
+        if route.request.url.startswith((site.rsplit("/", 1)[0] + "/", "data:", "blob:")):  # both editions
             return route.continue_()
         offsite.append(route.request.url)
         return route.abort()
@@ -300,7 +302,7 @@ def _visit(browser, site: str, name: str) -> dict:
     page.route("**/*", local_only)
     try:
         # search.html is opened with a query, once: a second navigation would abort the first one's requests
-        response = page.goto(f"{site}/{name}" + ("?q=allreduce" if name == "search.html" else ""), wait_until="load")
+        response = page.goto(f"{site}/{name}" + (f"?q={query}" if name == "search.html" else ""), wait_until="load")
         if response.status != 200:
             problems.append(f"HTTP {response.status}: {name}")
         found = None
@@ -326,7 +328,7 @@ def _visit(browser, site: str, name: str) -> dict:
         state.update(problems=list(problems), offsite=list(offsite), broken=broken, found=found)
         return state
     finally:
-        page.screenshot(path=str(OUT / (name.replace("/", "_").removesuffix(".html") + ".png")), full_page=True)
+        page.screenshot(path=str(OUT / (tag + name.replace("/", "_").removesuffix(".html") + ".png")), full_page=True)
         page.close()
 
 
@@ -387,6 +389,40 @@ def test_every_internal_link_and_anchor_resolves(seen, site):
             if checked.get(target, 200) != 200:
                 bad.append(f"{name}: {link} ({checked[target]})")
     assert bad == [], bad
+
+
+ZH_PAGES = ["index.html", "notebooks/00_start_here.html", "notebooks/02_latency_bandwidth.html",
+            "notebooks/09_profiling.html", "search.html"]
+
+
+@pytest.fixture(scope="module")
+def seen_zh(site, browser):
+    """A few pages of the zh_CN edition opened once (the front page, chapter 0's preface, math, the longest
+    chapter, and search for a Chinese word). -> (its base URL, page name -> what _visit recorded)."""
+    zh = site.rsplit("/", 1)[0] + "/book-zh_CN"
+    return zh, {name: _visit(browser, zh, name, query="通信开销", tag="zh_CN-") for name in ZH_PAGES}
+
+
+@browser_test
+def test_the_zh_CN_edition_in_the_browser(seen_zh, seen, site):
+    zh, pages = seen_zh
+    for name, state in pages.items():
+        assert state["offsite"] == [] and state["problems"] == [] and state["broken"] == [], (name, state["problems"])
+        assert state["cjkBoxes"] == [], "Chinese text drawn as boxes: no CJK font (apt-get install fonts-noto-cjk)"
+        assert [m for m in state["math"] if m] == [], (name, "math that MathJax did not typeset")
+        assert f"{site}/{name}" in state["links"], f"{name}: no link to the English edition's page"
+        if name.startswith("notebooks/"):
+            prose = state["text"]
+            assert sum("\u3400" <= ch <= "\u9fff" for ch in prose) > 2000, f"{name}: its prose is not in Chinese"
+    assert "本版" in pages["notebooks/00_start_here.html"]["text"], "chapter 0 lacks the edition's preface"
+    assert (pages["search.html"]["found"] or 0) >= 2, "searching the zh_CN book for 通信开销 found fewer than 2 pages"
+    missing = [name for name, state in seen.items() if f"{zh}/{name}" not in state["links"]]
+    assert missing == [], f"English pages without a link to their zh_CN page: {missing}"
+    for name, state in pages.items():  # links between the pages seen, anchors included, resolve in zh_CN too
+        for link in state["links"]:
+            target, _, anchor = link.removeprefix(zh + "/").partition("#")
+            if link.startswith(zh + "/") and target in pages and anchor:
+                assert anchor in pages[target]["ids"], f"{name}: {link} (no such anchor)"
 
 
 @browser_test

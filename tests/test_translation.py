@@ -194,3 +194,11 @@ def test_a_notebook_the_learner_ran_is_kept_unless_forced(tmp_path):
     assert kept == [ran] and ran.read_bytes() == mine and len(written) == len(NOTEBOOKS) - 1
     written, _, kept = i18n.write_notebooks(LANG, out, force=True)
     assert kept == [] and ran.read_bytes() != mine
+
+
+def test_display_math_keeps_its_formula_and_may_translate_its_text_labels():
+    missing = []
+    out = i18n.translate_markdown("$$t = \\text{bytes}/B$$\n", {"t = \\text{bytes}/B": "t = \\text{字节}/B"}, missing)
+    assert out == "$$t = \\text{字节}/B$$\n" and missing == []
+    assert i18n._TEXT.sub("", "t = \\text{bytes}/B") == i18n._TEXT.sub("", "t = \\text{字节}/B")
+    assert "B^* = \\frac{\\text{bytes}_0 - \\text{bytes}_c}{t_c + \\text{extra latency}}" in i18n.math_messages()
