@@ -68,5 +68,11 @@ def setup(app):
         import logging
 
         import jieba  # Sphinx's Chinese search splits words with it; quiet its "Building prefix dict" lines
+        from sphinx.search.zh import SearchChinese
 
         jieba.setLogLevel(logging.WARNING)
+        # Sphinx 9.0.4 ends zh's language_data.js with `window.Stemmer = ChineseStemmer;`, a class it never ships
+        # (zh stems Latin words with the English stemmer), so search stops on a ReferenceError: sphinx-doc/sphinx
+        # issue 14229, fixed by pull request 14416 after 9.0.4. The JS class's name is built from language_name.
+        if SearchChinese.js_stemmer_rawcode == "english-stemmer.js" and SearchChinese.language_name == "Chinese":
+            SearchChinese.language_name = "English"
