@@ -67,6 +67,11 @@ def setup(app):
     if app.config.language == "zh_CN":
         import logging
 
+        app.config.html_title = "commlib：分布式训练中的通信开销"
+        app.config.html_theme_options = {**html_theme_options, "announcement": (
+            "在线运行本页：<code>python3 course.py lab --lang zh_CN</code> &nbsp;·&nbsp; "
+            "运行全部测试：<code>python3 course.py test</code>")}
+
         import jieba  # Sphinx's Chinese search splits words with it; quiet its "Building prefix dict" lines
         from sphinx.search.zh import SearchChinese
 
@@ -76,3 +81,5 @@ def setup(app):
         # issue 14229, fixed by pull request 14416 after 9.0.4. The JS class's name is built from language_name.
         if SearchChinese.js_stemmer_rawcode == "english-stemmer.js" and SearchChinese.language_name == "Chinese":
             SearchChinese.language_name = "English"
+        # and a query in Chinese is cut into the words the index holds (Sphinx's splitter leaves it whole)
+        SearchChinese.js_splitter_code = (Path(__file__).parent / "zh_splitter.js").read_text(encoding="utf-8")
