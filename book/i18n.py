@@ -129,10 +129,10 @@ def translate_markdown(source: str, table: dict[str, str], missing: list[str], m
     tokens = md.parse(source)
     for i, tok in enumerate(tokens):
         if tok.type == "math_block" and tok.map and lines[tok.map[0]].lstrip().startswith("$$"):
-            new = table.get(message(tok.content))  # display math: its \text{} labels may be translated
+            new = table.get(tok.content.strip())  # display math (Sphinx keeps its lines): \text{} may be translated
             if new is not None:
                 at = lines[tok.map[0]].index("$$")
-                edits[tok.map[0]] = (tok.map[1], [f"{lines[tok.map[0]][:at]}$${new}$$"])
+                edits[tok.map[0]] = (tok.map[1], f"{lines[tok.map[0]][:at]}$${new}$$".split("\n"))
             continue
         if tok.type != "inline" or tok.map is None:
             continue
@@ -275,7 +275,7 @@ def math_messages(src: Path = ROOT / "notebooks", md=None) -> set[str]:
     for path in sorted(src.glob("[0-9]*.ipynb")):
         for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
             if cell["cell_type"] == "markdown":
-                found.update(message(t.content) for t in md.parse("".join(cell["source"])) if t.type == "math_block")
+                found.update(t.content.strip() for t in md.parse("".join(cell["source"])) if t.type == "math_block")
     return found
 
 
