@@ -105,7 +105,7 @@ def with_preface_cell(nb: dict, lang: str) -> dict:
 
 # ----- the notebooks: each markdown block replaced by its translation -----
 
-def _parser():
+def markdown_parser():
     from markdown_it.renderer import RendererHTML
     from myst_parser.config.main import MdParserConfig
     from myst_parser.parsers.mdit import create_md_parser
@@ -123,7 +123,7 @@ def translate_markdown(source: str, table: dict[str, str], missing: list[str], m
     """source with every block (paragraph, list item, heading, table cell) that the catalog translates replaced
     by its translation, on one line, behind the block's own prefix (list marker, "> ", "## ", indent). A block
     the catalog lacks stays English and is appended to missing."""
-    md = md or _parser()
+    md = md or markdown_parser()
     lines = source.split("\n")
     edits: dict[int, tuple[int, list[str]]] = {}  # first line -> (end line, new lines)
     tokens = md.parse(source)
@@ -138,17 +138,15 @@ def translate_markdown(source: str, table: dict[str, str], missing: list[str], m
             continue
         start, end = tok.map
         msg = message(tok.content)
-        if not msg:
-            continue
-        new = table.get(msg)
+        new = table.get(msg) if msg else msg
         if new is None:
             missing.append(msg)
-        if tokens[i - 1].type in ("th_open", "td_open"):  # a table row: rebuilt cell by cell
+        if tokens[i - 1].type in ("th_open", "td_open"):  # a table row: rebuilt cell by cell, empty ones too
             cells = edits.get(start, (end, [None]))[1][0] or []
             cells.append(msg if new is None else new)
             edits[start] = (end, [cells])
             continue
-        if new is None:
+        if not new:
             continue
         first = tok.content.split("\n", 1)[0].strip()
         at = lines[start].find(first)
@@ -173,7 +171,7 @@ def rebase_links(text: str, src_dir: Path, out_dir: Path) -> str:
 
 def translate_notebook(nb: dict, table: dict[str, str], src_dir: Path, out_dir: Path) -> tuple[dict, list[str]]:
     """(the notebook with its markdown cells translated and links rebased, the messages the catalog lacks)."""
-    md, missing = _parser(), []
+    md, missing = markdown_parser(), []
     out = json.loads(json.dumps(nb))
     for cell in out["cells"]:
         if cell["cell_type"] == "markdown":
@@ -224,7 +222,7 @@ def write_notebooks(lang: str, out: Path | None = None, src: Path = ROOT / "note
 
 _CODE = re.compile(r"``?[^`]+``?")
 _MATH = re.compile(r"\$\$?[^$]+\$\$?")
-_LINK = re.compile(r"\]\(([^)\s]+)\)")
+LINK = re.compile(r"\]\(([^)\s]+)\)")
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?![\w])")
 
 
@@ -238,13 +236,13 @@ def kept(msgid: str, msgstr: str, lang: str | None = None) -> list[str]:
     """What a translation dropped or changed of what it must keep exactly: code spans, math, link targets (or the
     edition's localized file, assets/x.<lang>.svg), numbers (outside code and math). -> one line per problem."""
     problems = []
-    for what, pattern in (("code", _CODE), ("math", _MATH), ("link", _LINK)):
+    for what, pattern in (("code", _CODE), ("math", _MATH), ("link", LINK)):
         for item in pattern.findall(msgid):
             if item not in msgstr and not (what == "link" and lang and localized(item, lang) in msgstr):
                 problems.append(f"{what} {item!r} is missing")
     plain_en = _MATH.sub(" ", _CODE.sub(" ", msgid))
     plain_zh = _MATH.sub(" ", _CODE.sub(" ", msgstr))
-    for n in _NUMBER.findall(_LINK.sub(" ", plain_en)):
+    for n in _NUMBER.findall(LINK.sub(" ", plain_en)):
         if not re.search(rf"(?<![\d.,]){re.escape(n)}(?![\d])", plain_zh):
             problems.append(f"number {n} is missing")
     return problems
@@ -257,7 +255,7 @@ def markup(text: str, md=None) -> dict[str, int]:
     """How many of each inline element (bold, italic, image) the text renders to: a translation must render the
     same ones (CommonMark leaves `**保留：**每个` unbolded: emphasis that closes after full-width
     punctuation needs a space or punctuation after it)."""
-    md = md or _parser()
+    md = md or markdown_parser()
     counts = dict.fromkeys(_MARKUP, 0)
     for tok in md.parseInline(text):
         for child in tok.children or []:
@@ -266,12 +264,12 @@ def markup(text: str, md=None) -> dict[str, int]:
     return counts
 
 
-_TEXT = re.compile(r"\\text\{[^}]*\}")
+TEXT_LABEL = re.compile(r"\\text\{[^}]*\}")
 
 
 def math_messages(src: Path = ROOT / "notebooks", md=None) -> set[str]:
     """The messages that are display math ($$...$$ blocks) in the chapters."""
-    md, found = md or _parser(), set()
+    md, found = md or markdown_parser(), set()
     for path in sorted(src.glob("[0-9]*.ipynb")):
         for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
             if cell["cell_type"] == "markdown":
@@ -302,7 +300,7 @@ def check(lang: str, only: tuple[str, ...] = (), pot: Path = POT, locales: Path 
     from babel.messages.pofile import read_po
 
     names, terms = glossary(lang, locales)
-    md, problems = _parser(), []
+    md, problems = markdown_parser(), []
     maths = math_messages(md=md)
     templates = sorted(pot.rglob("*.pot"))
     if not templates:
@@ -327,7 +325,7 @@ def check(lang: str, only: tuple[str, ...] = (), pot: Path = POT, locales: Path 
             if m.fuzzy:
                 problems.append(f"{where}: fuzzy (the English changed; check the translation, then drop the flag)")
             if msgid in maths:  # display math: the same formula, only its \text{} labels translated
-                if _TEXT.sub("", msgid) != _TEXT.sub("", m.string):
+                if TEXT_LABEL.sub("", msgid) != TEXT_LABEL.sub("", m.string):
                     problems.append(f"{where}: the formula changed outside its \\text{{}} labels")
                 continue
             for p in kept(msgid, m.string, lang):
@@ -336,7 +334,7 @@ def check(lang: str, only: tuple[str, ...] = (), pot: Path = POT, locales: Path 
             if en != zh:
                 diff = ", ".join(f"{k.removesuffix('_open')} {en[k]} -> {zh[k]}" for k in en if en[k] != zh[k])
                 problems.append(f"{where}: renders different markup ({diff})")
-            prose = _LINK.sub("]", _MATH.sub(" ", _CODE.sub(" ", msgid)))  # names and terms outside code
+            prose = LINK.sub("]", _MATH.sub(" ", _CODE.sub(" ", msgid)))  # names and terms outside code
             for name in names:
                 if re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", prose) and name not in m.string:
                     problems.append(f"{where}: the name {name} is not kept")

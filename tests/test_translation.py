@@ -63,9 +63,14 @@ def test_the_zh_CN_notebook_holds_the_english_code_cells_unchanged(written, path
     code = lambda nb: [c for c in nb["cells"] if c["cell_type"] != "markdown"]  # noqa: E731
     assert code(zh) == code(en)
     assert {k: v for k, v in zh["metadata"].items() if k != "commlib"} == en["metadata"]
-    markdown = [c for c in zh["cells"] if c["cell_type"] == "markdown"]
-    extra = 1 if path == NOTEBOOKS[0] else 0  # chapter 0 opens with the edition's preface
-    assert len(markdown) == sum(c["cell_type"] == "markdown" for c in en["cells"]) + extra
+    markdown = [c for c in zh["cells"] if c["cell_type"] == "markdown" and not c.get("id", "").startswith("preface-")]
+    english = [c for c in en["cells"] if c["cell_type"] == "markdown"]
+    assert len(markdown) == len(english)
+    assert (path == NOTEBOOKS[0]) == any(c.get("id") == f"preface-{LANG}" for c in zh["cells"]), \
+        "chapter 0, and only chapter 0, opens with the edition's preface"
+    md = i18n.markdown_parser()
+    shape = lambda cell: [t.type for t in md.parse("".join(cell["source"]))]  # noqa: E731
+    assert [shape(c) for c in markdown] == [shape(c) for c in english], "blocks that changed their structure"
     text = "".join("".join(c["source"]) for c in markdown)
     cjk = sum("\u3400" <= ch <= "\u9fff" for ch in text)
     assert cjk > 0.3 * len(text.split()), "the chapter's prose is not in Chinese"
@@ -77,7 +82,7 @@ def test_the_preface_says_what_stays_english_and_links_resolve_from_the_new_fold
     preface = "".join(zh["cells"][1]["source"])
     assert "英文" in preface and "commlib" in preface
     for cell in zh["cells"]:
-        for target in i18n._LINK.findall("".join(cell["source"])) if cell["cell_type"] == "markdown" else []:
+        for target in i18n.LINK.findall("".join(cell["source"])) if cell["cell_type"] == "markdown" else []:
             path = target.split("#")[0]
             if path and "://" not in path:
                 assert (out / path).resolve().is_file() or (ROOT / "notebooks" / path).is_file(), target
@@ -121,6 +126,12 @@ def test_each_block_is_replaced_behind_its_own_prefix_and_a_missing_one_is_repor
                                    "| 甲 | 乙 |"]
     assert "| 丙 `x` | d |" in out and "$$\nt = 1\n$$" in out
     assert missing == ["d"]
+
+
+def test_a_table_row_keeps_its_empty_cells_and_escapes_pipes():
+    missing = []
+    out = i18n.translate_markdown("| a | b | c |\n|---|---|---|\n| x \\| y |  | z |\n", {"a": "甲", "z": "Z"}, missing)
+    assert out.split("\n")[2] == "| x \\| y |  | Z |" and missing == ["b", "c", "x | y"]
 
 
 def test_links_that_leave_the_notebooks_folder_are_rebased(tmp_path):
@@ -200,5 +211,5 @@ def test_display_math_keeps_its_formula_and_may_translate_its_text_labels():
     missing = []
     out = i18n.translate_markdown("$$t = \\text{bytes}/B$$\n", {"t = \\text{bytes}/B": "t = \\text{字节}/B"}, missing)
     assert out == "$$t = \\text{字节}/B$$\n" and missing == []
-    assert i18n._TEXT.sub("", "t = \\text{bytes}/B") == i18n._TEXT.sub("", "t = \\text{字节}/B")
+    assert i18n.TEXT_LABEL.sub("", "t = \\text{bytes}/B") == i18n.TEXT_LABEL.sub("", "t = \\text{字节}/B")
     assert "B^* = \\frac{\\text{bytes}_0 - \\text{bytes}_c}{t_c + \\text{extra latency}}" in i18n.math_messages()
