@@ -61,6 +61,13 @@ def update(lang: str, pot: Path = POT, locales: Path = LOCALES) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         raise RuntimeError(f"sphinx-intl update failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    from babel.messages.pofile import write_po
+
+    for po in sorted((locales / lang / "LC_MESSAGES").rglob("*.po")):  # messages gone from the English go too
+        catalog = read_catalog(po)
+        if catalog.obsolete:
+            with open(po, "wb") as f:
+                write_po(f, catalog, width=0, ignore_obsolete=True)
 
 
 def catalog_path(lang: str, domain: str, locales: Path = LOCALES) -> Path:
