@@ -6,7 +6,9 @@ and the widget manager are served by the book); every image loads, and every fig
 on its page; every widget view rendered from its saved state, says it is a saved view, and is not clipped;
 no output is wider than the book's column; the math rendered; both commands that run the course live are on
 it; no footer says "Author name not set"; every internal link and #anchor resolves. The ring animation is on
-a page and steps. Screenshots go to test-output/book/. Without chromium the browser tests skip as
+a page and steps. The zh_CN edition is built beside it (book/build.py --lang zh_CN), as it is published: a few of
+its pages load cleanly, hold Chinese prose and the edition's preface, find a Chinese word in search, and every
+English page links to its zh_CN page and back. Screenshots go to test-output/book/. Without chromium the browser tests skip as
 test_browser.py's do.
 
 Without a browser (from the notebooks themselves): every checker call has its question above it in the same
