@@ -176,14 +176,26 @@ def rebase_links(text: str, src_dir: Path, out_dir: Path) -> str:
     return re.sub(r"(\]\()(\.\./[^)\s]+)", fix, text)
 
 
-def translate_notebook(nb: dict, table: dict[str, str], src_dir: Path, out_dir: Path) -> tuple[dict, list[str]]:
-    """(the notebook with its markdown cells translated and links rebased, the messages the catalog lacks)."""
+def localize_images(text: str, src_dir: Path, lang: str) -> str:
+    """Images that have the edition's own version beside them (map.svg -> map.zh_CN.svg) shown in that version,
+    as Sphinx does in the book (figure_language_filename's default, "{root}.{language}{ext}")."""
+    def fix(m: re.Match) -> str:
+        own = localized(m.group(2), lang)
+        return f"{m.group(1)}{own}" if "://" not in own and (src_dir / own).is_file() else m.group(0)
+
+    return re.sub(r"(!\[[^\]]*\]\()([^)\s]+)", fix, text)
+
+
+def translate_notebook(nb: dict, table: dict[str, str], src_dir: Path, out_dir: Path, lang: str | None = None
+                       ) -> tuple[dict, list[str]]:
+    """(the notebook with its markdown cells translated, its images localized and its links rebased, the messages
+    the catalog lacks)."""
     md, missing = markdown_parser(), []
     out = json.loads(json.dumps(nb))
     for cell in out["cells"]:
         if cell["cell_type"] == "markdown":
             text = translate_markdown("".join(cell["source"]), table, missing, md)
-            text = rebase_links(text, src_dir, out_dir)
+            text = rebase_links(localize_images(text, src_dir, lang) if lang else text, src_dir, out_dir)
             cell["source"] = text.splitlines(keepends=True)
     return out, missing
 
@@ -212,7 +224,7 @@ def write_notebooks(lang: str, out: Path | None = None, src: Path = ROOT / "note
                 continue
         po = catalog_path(lang, f"notebooks/{path.stem}", locales)
         table = translations(po) if po.exists() else {}
-        nb, missing = translate_notebook(json.loads(path.read_text(encoding="utf-8")), table, src, out)
+        nb, missing = translate_notebook(json.loads(path.read_text(encoding="utf-8")), table, src, out, lang)
         nb = with_preface_cell(nb, lang) if i == 0 else nb
         nb.setdefault("metadata", {})["commlib"] = {"lang": lang, "from": f"notebooks/{path.name}"}
         data = (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode("utf-8")

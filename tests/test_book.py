@@ -415,6 +415,10 @@ def test_the_zh_CN_edition_in_the_browser(seen_zh, seen, site):
         if name.startswith("notebooks/"):
             prose = state["text"]
             assert sum("\u3400" <= ch <= "\u9fff" for ch in prose) > 2000, f"{name}: its prose is not in Chinese"
+            outputs, markdown = _figures_in(ROOT / "notebooks" / (Path(name).stem + ".ipynb"))
+            assert (state["outputImages"], state["markdownImages"]) == (outputs, markdown), \
+                f"{name}: the zh_CN page does not show every figure of its notebook"
+            assert [v for v in state["views"] if v] == [], f"{name}: widget views that did not render"
     assert "本版" in pages["notebooks/00_start_here.html"]["text"], "chapter 0 lacks the edition's preface"
     assert (pages["search.html"]["found"] or 0) >= 2, "searching the zh_CN book for 通信开销 found fewer than 2 pages"
     missing = [name for name, state in seen.items() if f"{zh}/{name}" not in state["links"]]

@@ -134,6 +134,12 @@ def test_a_table_row_keeps_its_empty_cells_and_escapes_pipes():
     assert out.split("\n")[2] == "| x \\| y |  | Z |" and missing == ["b", "c", "x | y"]
 
 
+def test_an_image_with_an_editions_version_is_shown_in_it():
+    text = "![map](../assets/knowledge_map.svg) ![x](../assets/none.svg)"
+    assert i18n.localize_images(text, ROOT / "notebooks", LANG) == \
+        "![map](../assets/knowledge_map.zh_CN.svg) ![x](../assets/none.svg)"
+
+
 def test_links_that_leave_the_notebooks_folder_are_rebased(tmp_path):
     out = i18n.rebase_links("![map](../assets/m.svg) and [ch 1](01_x.ipynb)", ROOT / "notebooks",
                             ROOT / "build" / "notebooks-zh_CN")
