@@ -64,7 +64,7 @@ def test_lab_as_root_says_why_it_allows_root(monkeypatch, capsys):
     monkeypatch.setattr(course, "ensure_env", lambda: None)
     monkeypatch.setattr(course, "running_as_root", lambda: True)
     monkeypatch.setattr(course, "run", lambda cmd, stop: ran.append(cmd) or 0)
-    monkeypatch.setattr(course, "trust_notebooks", lambda python, root: None)  # tested below
+    monkeypatch.setattr(course, "trust_notebooks", lambda python, root, folder: None)  # tested below
     assert course.main(["lab", "--no-browser"]) == 0
     assert ran == [course.lab_command(course.PY, ROOT, ["--no-browser"])] and "--allow-root" in ran[0]
     out = capsys.readouterr().out.strip().splitlines()
@@ -118,8 +118,8 @@ import sys
 sys.path.insert(0, sys.argv[1])
 import course
 course.ensure_env = lambda: None  # no venv built: the stub stands in for JupyterLab
-course.trust_notebooks = lambda python, root: None
-course.lab_command = lambda python, root, extra: [sys.executable, "-c", sys.argv[2], sys.argv[3], sys.argv[4]]
+course.trust_notebooks = lambda python, root, folder: None
+course.lab_command = lambda python, root, extra, folder: [sys.executable, "-c", sys.argv[2], sys.argv[3], sys.argv[4]]
 if hasattr(course, "run"):  # a short grace before SIGKILL, for the child that ignores SIGTERM
     run = course.run
     course.run = lambda cmd, stop: run(cmd, stop, grace_s=float(sys.argv[5]))
