@@ -13,8 +13,10 @@ status is -9. The runner reads one JSON request a line on stdin.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -49,6 +51,7 @@ for line in sys.stdin:
         finally:
             sys.stdout.flush(), sys.stderr.flush()
         sys.exit(code)
+    print(json.dumps({"pid": pid}), flush=True)   # its session's id: what to kill if the caller gives up
     deadline = time.monotonic() + req["timeout"]
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
@@ -69,29 +72,55 @@ class Runner:
     """One runner process (see the module docstring); call it to run a script."""
 
     def __init__(self, root, env=None):
-        self.root, self.tmp = str(root), tempfile.mkdtemp(prefix="commlib-scripts-")
-        self.proc = subprocess.Popen([sys.executable, "-c", SERVE], cwd=self.root, env=env, text=True,
+        self.root, self.env, self.tmp = str(root), env, tempfile.mkdtemp(prefix="commlib-scripts-")
+        self.proc, self.pending, self.child = None, False, None
+
+    def _start(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", SERVE], cwd=self.root, env=self.env, text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.pending, self.child = False, None
 
     def __call__(self, script: str, args: list, cwd, timeout: float) -> tuple[int, str, str]:
         """-> (exit status, stdout, stderr) of `python script *args` run in cwd."""
+        if self.pending:   # a call cut short (pytest-timeout): its answer must not be taken for this one's
+            self._stop()
+        if self.proc is None:
+            self._start()
         out, err = os.path.join(self.tmp, "out"), os.path.join(self.tmp, "err")
+        self.pending = True
         self.proc.stdin.write(json.dumps({"script": os.path.join(self.root, script), "args": list(args),
                                           "cwd": str(cwd), "timeout": timeout, "out": out, "err": err}) + "\n")
         self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
+        started = self.proc.stdout.readline()
+        if started:
+            self.child = json.loads(started)["pid"]
+        line = started and self.proc.stdout.readline()
         if not line:
             raise RuntimeError(f"the script runner died (exit status {self.proc.wait()}) running {script}")
+        self.pending = False
         with open(out, errors="replace") as o, open(err, errors="replace") as e:
             return json.loads(line)["code"], o.read(), e.read()
 
-    def close(self) -> None:
+    def _stop(self) -> None:
+        """End the runner: once it has read its last request, or at once, with the script's whole session, if a
+        call was cut short."""
+        if self.proc is None:
+            return
+        if self.pending:
+            if self.child is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.child, signal.SIGKILL)
+            self.proc.kill()
         self.proc.stdin.close()
         try:
             self.proc.wait(30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        self.proc = None
+
+    def close(self) -> None:
+        self._stop()
         for name in ("out", "err"):
             path = os.path.join(self.tmp, name)
             if os.path.exists(path):
