@@ -7,11 +7,11 @@ Each takes well under a minute on 2 loaded cores.
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from script_runner import Runner
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py"))
@@ -43,20 +43,27 @@ def test_every_benchmark_has_a_table_to_check():
     assert SCRIPTS == sorted(TABLES), "a script in benchmarks/ without an entry in TABLES (or the reverse)"
 
 
+@pytest.fixture(scope="module")
+def run_script_process():
+    """Each script in a process of its own, as `python benchmarks/SCRIPT --quick`, forked from one that imported
+    torch and commlib once (tests/script_runner.py): not 17 times."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    with Runner(ROOT, env) as run:
+        yield run
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_benchmark_runs_quick_and_prints_its_table(script, tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--quick"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=170)
-    out = done.stdout + done.stderr
-    assert done.returncode == 0, f"{script} --quick exited {done.returncode}:\n{out[-3000:]}"
+def test_benchmark_runs_quick_and_prints_its_table(script, tmp_path, run_script_process):
+    code, stdout, stderr = run_script_process(f"benchmarks/{script}", ["--quick"], cwd=tmp_path, timeout=170)
+    out = stdout + stderr
+    assert code == 0, f"{script} --quick exited {code}:\n{out[-3000:]}"
     for line in TABLES[script]:
-        assert line in done.stdout, f"{script} --quick did not print {line!r}:\n{out[-3000:]}"
+        assert line in stdout, f"{script} --quick did not print {line!r}:\n{out[-3000:]}"
     assert not list(tmp_path.iterdir()), f"{script} --quick wrote files: {list(tmp_path.iterdir())}"
     if script == "zero_vs_fsdp2.py":  # the one correctness check the script makes: same parameters as FSDP2
-        err = float(re.search(r"max \|difference\| = (\S+)", done.stdout).group(1))
+        err = float(re.search(r"max \|difference\| = (\S+)", stdout).group(1))
         assert err < 1e-5
 
 

@@ -162,23 +162,51 @@ def held_socket(lab):
                                timeout=60)
 
 
+@pytest.fixture(scope="module")
+def lab_page(lab, browser):
+    """-> get(): the one JupyterLab page the notebook tests share, in a workspace of its own, reset, nothing open
+    (JupyterLab's app boots once, not once a chapter: about 3 s each on 2 cores). Each test opens its chapter in it
+    and closes it; a test that fails closes the page, and the next gets a fresh one."""
+    base, token, _, _ = lab
+    held = []
+
+    def get():
+        if held and not held[-1].is_closed():
+            return held[-1]
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{base}/lab/workspaces/notebook-tests?token={token}&reset", wait_until="domcontentloaded")
+        page.wait_for_function("() => window.jupyterapp && window.jupyterapp.restored && true", timeout=90_000)
+        page.evaluate("() => window.jupyterapp.restored.then(() => [...window.jupyterapp.shell.widgets('main')]"
+                      ".forEach(w => w.dispose()))")   # the Launcher: only the chapter under test is open
+        held.append(page)
+        return page
+
+    yield get
+    for page in held:
+        if not page.is_closed():
+            page.close()
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs_in_the_browser(lab, browser, path):
+def test_notebook_runs_in_the_browser(lab, lab_page, path):
     base, token, root, _ = lab
     OUT.mkdir(parents=True, exist_ok=True)
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page = lab_page()
     errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
+    listen = lambda e: errors.append(str(e))  # noqa: E731
+    page.on("pageerror", listen)
+    passed = False
     try:
         served = page.request.get(f"{base}/api/contents/notebooks/{path.name}?content=0&token={token}").status
         assert served == 200, f"JupyterLab does not serve notebooks/{path.name} (HTTP {served}): is its root the repository's?"
-        # a workspace of its own, reset: only this notebook open (a restored workspace would reopen the others)
-        page.goto(f"{base}/lab/workspaces/{path.stem}/tree/notebooks/{path.name}?token={token}&reset",
-                  wait_until="domcontentloaded")
-        page.wait_for_function(f"() => window.jupyterapp && {CURRENT} && {CURRENT}.sessionContext "
+        # opened alone (the chapter before was closed, its kernel shut down), with a kernel of its own
+        page.evaluate("p => window.jupyterapp.commands.execute('docmanager:open', {path: p}).then(() => true)",
+                      f"notebooks/{path.name}")
+        page.wait_for_function(f"p => window.jupyterapp && {CURRENT} && {CURRENT}.context "
+                               f"&& {CURRENT}.context.path === p && {CURRENT}.sessionContext "
                                f"&& {CURRENT}.sessionContext.session && {CURRENT}.sessionContext.session.kernel "
                                f"&& {CURRENT}.sessionContext.session.kernel.status === 'idle' "
-                               f"&& {CURRENT}.context.isReady", timeout=90_000)
+                               f"&& {CURRENT}.context.isReady", arg=f"notebooks/{path.name}", timeout=90_000)
         panel = page.locator("#" + page.evaluate(f"() => {CURRENT}.id"))
         # opened as saved: the kernelspec it was saved with is the one the kernel reports (issue 33, item 1)
         assert page.evaluate(f"() => {CURRENT}.context.model.dirty") is False, \
@@ -239,11 +267,16 @@ def test_notebook_runs_in_the_browser(lab, browser, path):
         # last, so that they hide none of the checks above: what this run printed, and where the checkers sit
         assert wide_output_lines(saved) == [], "printed lines wider than the book's column"
         assert checkers_without_a_question(saved) == [], "checker calls with no question above them"
+        passed = True
     finally:
         page.screenshot(path=str(OUT / f"{path.stem}.png"), full_page=True)
-        # the kernel goes with the page: its Cluster ranks must not outlive this test
+        # the kernel goes with the chapter: its Cluster ranks must not outlive this test
         page.evaluate(f"() => window.jupyterapp && {CURRENT} && {CURRENT}.sessionContext && {CURRENT}.sessionContext.shutdown()")
-        page.close()
+        page.remove_listener("pageerror", listen)
+        if passed:   # saved after its run: closing it asks nothing
+            page.evaluate(f"() => {CURRENT}.dispose()")
+        else:
+            page.close()
 
 
 def _learners_workspace(chapters: list[str]) -> dict:

@@ -14,7 +14,10 @@ import commlib as cl
 from commlib.cluster import diagnosis, flight_recorder
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-TIMEOUT = 3.0
+# what a run may take before it is a hang: each function's own work is one all-reduce of 4 floats on ranks already
+# started (milliseconds; starting ranks is under start_timeout, not this), and a hang waits all of it (test_cluster's
+# deadlock tests use 1.5 s too)
+TIMEOUT = 1.5
 
 
 @pytest.fixture(scope="module")

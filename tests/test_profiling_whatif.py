@@ -307,3 +307,63 @@ def test_the_committed_compression_benchmark_is_found_where_pricing_looks():
 
     per_byte, where = pricing.codec_s_per_byte(4.0)
     assert os.path.isfile(pricing.TRADEOFF) and per_byte > 0 and "compression_tradeoff.json" in where
+
+
+def clock_job(late):
+    """Two ranks, three all-reduces: the first two end together on both (the clocks agree: offset 0); the third
+    runs [100, 150] on rank 0, which waits for it until 152 and computes to 400, and starts at `late` on rank 1
+    (60 us long, its transfer 50: rank 0's). Its last arrival + transfer is after rank 0's end (a residual < 0)."""
+    ranks = []
+    for r in range(2):
+        third = (100.0, 50.0) if r == 0 else (late, 60.0)
+        calls = [tr.Call(r, "all_reduce", "0", 2, 1024, "float32", s, d, None, None, None)
+                 for s, d in ((10.0, 10.0), (30.0, 10.0), third)]
+        spans = [(0.0, 10.0), (22.0, 30.0), (42.0, 100.0 if r == 0 else late)] + ([(152.0, 400.0)] if r == 0 else [])
+        rt = tr.RankTrace(f"rank{r}.json", r, 2, "gloo", None, calls, spans, (0.0, 400.0 if r == 0 else late + 60))
+        rt.issued = {0: 10.0, 1: 30.0, 2: third[0]}
+        rt.waits = {0: (10.0, 22.0), 1: (30.0, 42.0)} | ({2: (100.0, 152.0)} if r == 0 else {})
+        ranks.append(rt)
+    return ranks
+
+
+@pytest.mark.parametrize("late, compute, comm", [(140.0, 248 + 98 + 8 + 10, 10 + 10 + 10),
+                                                 (200.0, 248 + 58 + 8 + 10, 50 + 10 + 10)])
+def test_a_call_that_ended_before_its_last_arrival_plus_transfer_is_charged_only_to_its_end(late, compute, comm):
+    """The CI failure of test_profiling_whatif_steps (path 22,838 us > step 11,704 us): the path charged a matched
+    call its whole transfer from the last arrival, though on the rank it came from the call had ended earlier.
+    late 140: the path takes 140 -> 150 (10 us, not 50) and goes on on rank 1; late 200: rank 1 arrives after
+    rank 0's call ended (the clocks say), so the path stays on rank 0's own call (it went forward to 200 before)."""
+    out = graph.replay(graph.build(clock_job(late)))
+    path = out["critical_path"]
+    assert out["step_us"] == pytest.approx(400.0) and not path["truncated"]
+    assert (path["compute_us"], path["comm_us"]) == pytest.approx((compute, comm))
+    assert path["compute_us"] + path["comm_us"] <= out["step_us"]
+
+
+def test_a_wait_for_a_call_queued_after_it_is_walked_back_once_not_round_and_round():
+    """A wait [20, 25] for a call queued at 40, on the lane after it: the replay resolves the call first (the lane
+    then shifts 20 us). The path went back to the call's queue point shifted by that later shift (60), found the
+    same wait again, and went round until its step limit (410 us of path for a 75 us step, cut)."""
+    call = tr.Call(0, "all_reduce", "0", 2, 1 << 20, "float32", 40.0, 5.0, None, None, None)
+    r = tr.RankTrace("rank0.json", 0, 2, "gloo", None, [call], [(0.0, 20.0), (25.0, 45.0), (60.0, 70.0)], (0.0, 70.0))
+    r.issued, r.waits = {0: 40.0}, {0: (20.0, 25.0)}
+    out = graph.replay(graph.build([r]))
+    path = out["critical_path"]
+    assert out["step_us"] == pytest.approx(75.0) and not path["truncated"]
+    assert (path["compute_us"], path["comm_us"]) == pytest.approx((70.0, 5.0))
+
+
+def test_a_regrouped_bucket_queued_after_a_wait_for_its_traced_one_is_not_waited_for_there():
+    """One ProfilerStep, two 1 MiB buckets queued at 10 and 40; the program waits [20, 25] for the first. In one
+    4 MiB bucket, queued at 40, that wait would wait for gradients computed after it (a cycle: the replay gave 75
+    us, its path 710 us, cut). The wait finds no bucket queued before it ends: the gap stays, as measured."""
+    ranks = dp_job(sizes=(1 << 20,) * 2, queued=(10.0, 40.0))
+    for rt in ranks:
+        rt.compute = [(0.0, 20.0), (25.0, 45.0), (60.0, 70.0)]
+        rt.waits = {0: (20.0, 25.0), 1: (45.0, 60.0)}
+        rt.steps = [(0.0, 70.0)]
+    g2, per_step, _ = regroup.regroup(graph.build(ranks), frozenset({"0"}), 4 * 2**20)
+    assert per_step == 1 and [(w.t_from, w.t_to) for w in g2.ranks[0].waits] == [(45.0, 60.0)]
+    out = graph.replay(g2.priced([5.0]))   # ends at 45: the end of backward waits for it (+ 15 us), 10 us compute
+    assert out["step_us"] == pytest.approx(70.0) and not out["critical_path"]["truncated"]
+    assert out["critical_path"]["compute_us"] + out["critical_path"]["comm_us"] <= out["step_us"]

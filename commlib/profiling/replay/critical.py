@@ -14,7 +14,9 @@ import numpy as np
 def critical_path(rs, g, set_end, last_in) -> dict:
     """Walk back from the job's last end along the edges that bound each task -> the time on that path spent in
     compute (the lane, gaps included) and in transfers, and the calls on it. The path is cut where the ending
-    rank's step began (on one clock): a rank that started earlier must not make it longer than the step."""
+    rank's step began (on one clock): a rank that started earlier must not make it longer than the step. Every
+    move goes back in time (a matched call is charged from its last arrival to this rank's end, at most its
+    transfer), so the path is never longer than the step it explains."""
     p = max(range(len(rs)), key=lambda p: rs[p].finish - rs[p].g.start)
     stop = rs[p].g.start - rs[p].g.offset   # the ending rank's start, on the common clock
     reach = {id(x): np.maximum.accumulate(x.hist_to).tolist() if x.hist_to else [] for x in rs}   # monotone: bisect
@@ -48,20 +50,23 @@ def critical_path(rs, g, set_end, last_in) -> dict:
             i = point[1]
             calls.append((st.g.rank, i))
             s = st.g.member[i]
-            if s >= 0 and last_in[s] is not None:
-                took = min(g.transfer[s], max(0.0, set_end[s] - stop))
+            here = st.end[i] - st.g.offset   # where the path is: this rank's end of the call, on the common clock
+            arrive = set_end[s] - g.transfer[s] if s >= 0 and last_in[s] is not None else None
+            if arrive is not None and arrive <= here:   # from the last arrival, on that rank, to this rank's end
+                full = min(g.transfer[s], here - arrive)   # a rank that ended before set_end (its residual < 0)
+                took = min(full, max(0.0, here - stop))
                 lp, li = last_in[s]
                 st = rs[lp]
                 i = li
-            else:
-                took = min(st.end[i] - st.arrival[i], max(0.0, st.end[i] - floor))
+            else:   # unmatched, or the clocks put the last arrival after this rank's end: this rank's own call
+                full = st.end[i] - st.arrival[i]
+                took = min(full, max(0.0, st.end[i] - floor))
             comm += took
-            if st.bound[i] is None or took < (g.transfer[s] if s >= 0 and last_in[s] is not None
-                                              else st.end[i] - st.arrival[i]):
+            if st.bound[i] is None or took < full:
                 truncated = False   # a member the replay forced, or the cut: the path ends here
                 break
             kind, ref = st.bound[i]
-            point = ("call", ref) if kind == "pred" else ("lane", ref + st.shift_at(ref))
+            point = ("call", ref) if kind == "pred" else ("lane", ref)   # ref: the queue point as replayed
     total = compute + comm
     return {"compute_us": compute, "comm_us": comm, "calls": len(calls),
             "comm_share": comm / total if total > 0 else 0.0, "truncated": truncated}

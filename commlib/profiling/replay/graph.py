@@ -230,7 +230,7 @@ class _Rank:
         self.at, self.shift = 0, 0.0
         self.hist_t, self.hist_shift, self.hist_to, self.hist_w = [], [], [], []   # per wait resolved, in order
         self.arrival, self.end, self.last = [None] * n, [None] * n, [None] * n   # last: the set's last arrival
-        self.bound = [None] * n          # per call: ("pred", j) or ("queue", t) that set its arrival
+        self.bound = [None] * n          # per call: ("pred", j) or ("queue", t as replayed) that set its arrival
         self.wait_bound = [None] * len(g.waits)
         self.wait_to = [None] * len(g.waits)
         self.lane_end = self.finish = None   # set by _result
@@ -294,7 +294,8 @@ def _step(p, st: _Rank, rs, g: Graph, arrived, set_end, last_in) -> bool:
         return False
     q = r.queue[k] + st.shift_at(r.queue[k]) + r.lag_queue[k]
     a = q if j < 0 else max(q, st.end[j] + r.lag_pred[k])
-    st.bound[k] = ("queue", r.queue[k]) if j < 0 or q >= st.end[j] + r.lag_pred[k] else ("pred", j)
+    # the queue point as replayed (the critical path walks back to it, not to a shift learnt later)
+    st.bound[k] = ("queue", q - r.lag_queue[k]) if j < 0 or q >= st.end[j] + r.lag_pred[k] else ("pred", j)
     st.arrival[k] = a
     s = r.member[k]
     if s < 0:

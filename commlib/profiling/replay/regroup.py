@@ -10,7 +10,9 @@ each parameter's gradient was ready, so the gradients of a traced bucket are tak
 between its queue point and the previous one's (the first bucket's all at once), and a parameter may be split
 between buckets: a step of B bytes gets ceil(B / cap) buckets. A step's all-reduces are those queued within one
 ProfilerStep#N (torch.profiler's schedule marks every step), or, in a trace without the marks, between two
-waits of the program (graph.Wait).
+waits of the program (graph.Wait). A wait for a traced bucket waits for the new bucket holding its last byte, or,
+if that one is queued only after the wait (bytes of later traced buckets fill it), for the last one queued
+before the wait ends; with none, the wait stays a gap of the lane, as measured.
 """
 
 from __future__ import annotations
@@ -118,6 +120,7 @@ def _rank(p: int, r: RankGraph, runs, cap: float, new_sets: dict, origin_calls: 
         pred.append(remap[j] if j >= 0 else -1)
         if j != r.pred[i]:
             lag_pred[k] = 0.0
+    keep_n = len(calls)   # the new buckets follow the kept calls
     into = {}   # old call -> the new call holding its last byte
     prev = -1
     for s, run in enumerate(runs):
@@ -151,6 +154,9 @@ def _rank(p: int, r: RankGraph, runs, cap: float, new_sets: dict, origin_calls: 
     waits = []
     for w in r.waits:
         i = into.get(w.call, remap.get(w.call))
+        if w.call in into:   # not a bucket the program queues after this wait: a cycle no replay can follow
+            while i is not None and queue[i] >= w.t_to:
+                i = pred[i] if pred[i] >= keep_n else None
         if i is not None:
             waits.append(Wait(w.t_from, w.t_to, i, w.lag_lane, w.lag_call, w.stated))
     waits.sort(key=lambda w: w.t_to)
