@@ -393,13 +393,13 @@ def test_every_internal_link_and_anchor_resolves(seen, site):
     assert bad == [], bad
 
 
-ZH_PAGES = ["index.html", "notebooks/00_start_here.html", "notebooks/02_latency_bandwidth.html", "search.html"]
+ZH_PAGES = ["index.html", "notebooks/02_latency_bandwidth.html", "search.html"]
 
 
 @pytest.fixture(scope="module")
 def seen_zh(site, browser):
-    """A few pages of the zh_CN edition opened once (the front page, chapter 0's preface, a chapter with math,
-    and search for a Chinese word). -> (its base URL, page name -> what _visit recorded)."""
+    """A few pages of the zh_CN edition opened once (the front page with the edition's preface, a chapter with
+    math, figures and widgets, and search for a Chinese word). -> (its base URL, page name -> what _visit recorded)."""
     zh = site.rsplit("/", 1)[0] + "/book-zh_CN"
     return zh, {name: _visit(browser, zh, name, query="通信开销", tag="zh_CN-") for name in ZH_PAGES}
 
@@ -419,7 +419,7 @@ def test_the_zh_CN_edition_in_the_browser(seen_zh, seen, site):
             assert (state["outputImages"], state["markdownImages"]) == (outputs, markdown), \
                 f"{name}: the zh_CN page does not show every figure of its notebook"
             assert [v for v in state["views"] if v] == [], f"{name}: widget views that did not render"
-    assert "本版" in pages["notebooks/00_start_here.html"]["text"], "chapter 0 lacks the edition's preface"
+    assert "本版" in pages["index.html"]["text"], "the front page lacks the edition's preface"
     assert (pages["search.html"]["found"] or 0) >= 2, "searching the zh_CN book for 通信开销 found fewer than 2 pages"
     missing = [name for name, state in seen.items() if f"{zh}/{name}" not in state["links"]]
     assert missing == [], f"English pages without a link to their zh_CN page: {missing}"
