@@ -2,7 +2,7 @@
 notebooks translated from them.
 
     python book/i18n.py extract   [--lang zh_CN]   # build/gettext/*.pot from the chapters; locales/<lang>/ updated
-    python book/i18n.py check     [--lang zh_CN] [--only 03 ...]   # what tests/test_translation.py holds
+    python book/i18n.py check     [--lang zh_CN] [--only 03 ...]   # extracts afresh, then what the tests hold
     python book/i18n.py notebooks [--lang zh_CN] [--out DIR]       # build/notebooks-<lang>/*.ipynb
 
 `extract` stages the book's sources as book/build.py does (the notebooks as they are in notebooks/), runs
@@ -42,8 +42,11 @@ def check_lang(lang: str) -> str:
 
 def extract(pot: Path = POT, work: Path = ROOT / "build" / "gettext-src") -> list[Path]:
     """The message templates (pot/index.pot, pot/notebooks/NN_*.pot) of the chapters as they are in notebooks/."""
+    import shutil
+
     import build  # book/build.py, beside this file: the same staging as the book
 
+    shutil.rmtree(pot, ignore_errors=True)  # a renamed chapter leaves no template behind
     build.stage(work, solutions=True, working_tree=True)
     cmd = [sys.executable, "-m", "sphinx", "-b", "gettext", "-c", str(ROOT / "book"), "-d",
            str(work.parent / "gettext-doctrees"), "-q", "-T", str(work), str(pot)]
@@ -377,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"i18n: {len(templates)} templates in {POT.relative_to(ROOT)}; catalogs in "
               f"{(LOCALES / args.lang).relative_to(ROOT)} updated")
         return 0
-    if args.command == "check":
+    if args.command == "check":  # against templates extracted now: the English may have changed since
+        extract()
         problems = check(args.lang, tuple(args.only))
         for p in problems:
             print(p)
