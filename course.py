@@ -223,9 +223,15 @@ def main(argv: list[str]) -> int:
     folder = "notebooks"
     if lang is not None:  # the edition's notebooks, written afresh from notebooks/ and the catalogs
         folder = f"build/notebooks-{lang}"
-        made = subprocess.run([str(PY), str(ROOT / "book" / "i18n.py"), "notebooks", "--lang", lang], cwd=ROOT)
-        if made.returncode or argv[0] == "notebooks":
-            return made.returncode
+        cmd = [str(PY), str(ROOT / "book" / "i18n.py"), "notebooks", "--lang", lang,
+               *(rest if argv[0] == "notebooks" else [])]  # --force, --out: book/i18n.py's options
+        try:
+            made = subprocess.run(cmd, cwd=ROOT, timeout=600).returncode
+        except subprocess.TimeoutExpired:
+            print("course.py: error: writing the edition's notebooks took over 600 s; stopped", file=sys.stderr)
+            return 1
+        if made or argv[0] == "notebooks":
+            return made
     if argv[0] == "lab":
         if running_as_root():
             print("course.py: running as root, so JupyterLab starts with --allow-root; it still listens only on "

@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="leave out the cells tagged 'solution' (as learner copies do)")
     ap.add_argument("--out", type=Path, default=None,
                     help=f"output folder (default {DEFAULT_OUT.relative_to(ROOT)}, or ...-<lang> with --lang)")
-    ap.add_argument("--lang", choices=("zh_CN",), default=None,
+    ap.add_argument("--lang", choices=i18n.LANGS, default=None,
                     help="build the edition in that language, from the catalogs in locales/ (book/i18n.py)")
     ap.add_argument("--working-tree", action="store_true",
                     help="build from notebooks/ as it is, with changes not committed (a lab session's runs)")
