@@ -136,6 +136,7 @@ def translate_markdown(source: str, table: dict[str, str], missing: list[str], m
     md = md or markdown_parser()
     lines = source.split("\n")
     edits: dict[int, tuple[int, list[str]]] = {}  # first line -> (end line, new lines)
+    rows: dict[int, list[str]] = {}  # a table row's line -> its cells, rebuilt cell by cell, empty ones too
     tokens = md.parse(source)
     for i, tok in enumerate(tokens):
         if tok.type == "math_block" and tok.map and lines[tok.map[0]].lstrip().startswith("$$"):
@@ -151,10 +152,8 @@ def translate_markdown(source: str, table: dict[str, str], missing: list[str], m
         new = table.get(msg) if msg else msg
         if new is None:
             missing.append(msg)
-        if tokens[i - 1].type in ("th_open", "td_open"):  # a table row: rebuilt cell by cell, empty ones too
-            cells = edits.get(start, (end, [None]))[1][0] or []
-            cells.append(msg if new is None else new)
-            edits[start] = (end, [cells])
+        if tokens[i - 1].type in ("th_open", "td_open"):
+            rows.setdefault(start, []).append(msg if new is None else new)
             continue
         if not new:
             continue
@@ -162,10 +161,10 @@ def translate_markdown(source: str, table: dict[str, str], missing: list[str], m
         at = lines[start].find(first)
         prefix = lines[start][:at] if at >= 0 else lines[start][:len(lines[start]) - len(lines[start].lstrip())]
         edits[start] = (end, [prefix + new])
+    for start, cells in rows.items():
+        edits[start] = (start + 1, ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"])
     for start in sorted(edits, reverse=True):
         end, new = edits[start]
-        if isinstance(new[0], list):  # table row
-            new = ["| " + " | ".join(c.replace("|", "\\|") for c in new[0]) + " |"]
         lines[start:end] = new
     return "\n".join(lines)
 
@@ -318,7 +317,7 @@ def glossary(lang: str, locales: Path = LOCALES) -> tuple[list[str], dict[str, s
 
 def check(lang: str, only: tuple[str, ...] = (), pot: Path = POT, locales: Path = LOCALES) -> list[str]:
     """Every message of every template translated, not fuzzy, keeping its code, math, links and numbers, with the
-    glossary's names and terms; -> one line per problem ("" when extract has not run)."""
+    glossary's names and terms; -> one line per problem (one saying so when extract has not run)."""
     from babel.messages.pofile import read_po
 
     names, terms = glossary(lang, locales)
