@@ -8,6 +8,7 @@
     kernel.py     the kernel kind: namespaces, veths, a bridge, tc HTB; names, sweeping a dead owner's leftovers
     calibrate.py  the link as the course fits it (alpha, beta) from a measured sweep, beside the configured rate
     cli.py        python -m commlib network up | down | clean
+    spec.py       the record a job and its traces carry of the network they ran on (COMMLIB_NETWORK, 2x1@20e6)
 The pacer (kind "paced") is commlib.algorithms.emulation; `emulate(gpus_per_node, bandwidth, latency,
 nics_per_node)`, its entry inside ranks, is here. Importing this package imports no torch.
 """

@@ -20,11 +20,9 @@ import weakref
 
 from commlib import _validate as check
 from commlib.network import kernel
+from commlib.network.spec import BANDWIDTH, MAX_GPUS, MAX_LATENCY, MAX_NICS, MAX_NODES, Spec  # noqa: F401
 
 KINDS = ("auto", "kernel", "paced")
-MAX_NODES, MAX_GPUS, MAX_NICS = 64, 64, 16
-BANDWIDTH = (1e4, 1e11)     # bytes/s: 10 kB/s to 100 GB/s, inside what HTB shapes exactly (64-bit rates)
-MAX_LATENCY = 10.0          # seconds
 _live: "weakref.WeakSet[Network]" = weakref.WeakSet()
 
 
@@ -76,6 +74,10 @@ class Network:
         if self.kind == "kernel":
             return f"network: kernel ({shape}; Linux namespaces, tc HTB)"
         return f"network: paced ({shape}; commlib's Python pacer: {self.reason})"
+
+    def spec(self) -> Spec:
+        """This network as the record a job's environment and traces carry (commlib.network.spec)."""
+        return Spec(self.nodes, self.gpus_per_node, self.nics_per_node, self.bandwidth, self.latency, self.kind)
 
     def node_of(self, rank: int) -> int:
         return rank // self.gpus_per_node
