@@ -165,7 +165,7 @@ PRESETS = {
     "dgx_a100": ("nvlink3", "ib_hdr", "NVIDIA DGX A100 User Guide (DU-09821-001): 8x A100 SXM4 on 6 NVSwitches "
                  "(NVLink3, 600 GB/s per GPU both directions), 8x single-port ConnectX-6 HDR 200 Gb/s for the "
                  "compute fabric ('an Nvidia DGX-A100 system we have 8x200Gbit/s IB cards', D. Addison, NVIDIA, "
-                 "github.com/NVIDIA/nccl/issues/812)"),
+                 "github.com/NVIDIA/nccl/issues/812), 2x AMD EPYC 7742 CPUs: NCCL's net overhead 2 us"),
     "dgx_h100": ("nvlink4", "ib_ndr", "NVIDIA DGX BasePOD reference architecture, core components: DGX H100, 8x H100 "
                  "SXM (NVLink4, 900 GB/s per GPU both directions), four OSFP ports serving eight single-port "
                  "ConnectX-7, up to 400 Gb/s InfiniBand (docs.nvidia.com/dgx-basepod)"),
@@ -186,6 +186,9 @@ PRESETS = {
                     "'CX8' components; NVIDIA ConnectX-8 SuperNIC User Manual)"),
 }
 GPUS_PER_NODE = {"gb200_nvl72": 72, "gb300_nvl72": 72}   # GPUs per NVLink domain; every other preset: 8
+# NCCL's net overhead per ring step across nodes depends on the host CPU (NCCL 2.30.7 src/graph/tuning.cc:228-233,
+# getNetOverhead: 2 us on AMD x86, 1 us on Intel and every other CPU): DGX A100 has AMD EPYC; every other preset 1 us
+NET_OVERHEAD = {"dgx_a100": 2e-6}
 
 
 def preset_gpus(name: str) -> int:
@@ -200,8 +203,9 @@ def preset(name: str, nodes=1, achievable: bool = False) -> Topology:
     instead of line rates."""
     name = check.choice("name", name, tuple(PRESETS))
     intra, inter, _ = PRESETS[name]
-    if achievable:
-        intra, inter = ACHIEVABLE[intra], ACHIEVABLE[inter]
+    intra, inter = (ACHIEVABLE[intra], ACHIEVABLE[inter]) if achievable else (cost.LINKS[intra], cost.LINKS[inter])
+    if name in NET_OVERHEAD:
+        inter = replace(inter, post_overhead=NET_OVERHEAD[name])
     g = preset_gpus(name)
     return Topology(nodes, g, intra, inter, g, name=name + (" (achievable)" if achievable else ""))
 

@@ -1,6 +1,7 @@
 """commlib.topology: the closed forms, the presets, bad input, and the model against published nccl-tests results."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -70,6 +71,10 @@ def test_small_all_reduce_latency_is_nccls_ring_ll_model(achievable):
     assert want == pytest.approx(78.8)
     rs = topo.breakdown("reduce_scatter", 1024, topo.preset("dgx_h100", 4, achievable), "multi_ring")
     assert rs["latency_s"] * 1e6 == pytest.approx(6.6 + 28 * 1.0 + 3 * 2.7)  # nsteps p-1, nInterSteps nNodes-1
+    # DGX A100's AMD EPYC CPUs: NCCL's net overhead is 2 us (getNetOverhead, tuning.cc:228-233): 68.0 us, not 40.0
+    a100 = topo.breakdown("all_reduce", 1024, topo.preset("dgx_a100", 2, achievable), "multi_ring")
+    assert a100["latency_s"] * 1e6 == pytest.approx(6.6 + 28 * 2.0 + 2 * 2.7) == pytest.approx(68.0)
+    assert a100["latency_s"] == pytest.approx(links.nccl_latency("all_reduce", 2, 8, net_overhead=2.0))
 
 
 def test_nccl_latency_per_protocol_and_algorithm():
@@ -224,7 +229,9 @@ def test_presets_are_real_nodes_with_sources():
         node, g = topo.preset(name, nodes=np.int64(2)), 72 if name.endswith("nvl72") else 8
         assert (node.nodes, node.gpus_per_node, node.nics_per_node, node.world_size) == (2, g, g, 2 * g)
         assert topo.preset_gpus(name) == g
-        assert node.intra is cost.LINKS[intra] and node.inter is cost.LINKS[inter] and len(source) > 40
+        overhead = 2e-6 if name == "dgx_a100" else 1e-6  # getNetOverhead: AMD EPYC 2 us, Intel and Grace 1 us
+        assert node.intra is cost.LINKS[intra] and len(source) > 40
+        assert node.inter == replace(cost.LINKS[inter], post_overhead=overhead)
         fast = topo.preset(name, 2, achievable=True)
         assert fast.intra.bandwidth < node.intra.bandwidth and fast.inter.bandwidth < node.inter.bandwidth
     assert topo.preset("dgx_h100").inter.bandwidth == 50e9 and topo.preset("b200_xdr").inter.bandwidth == 100e9
@@ -287,10 +294,10 @@ def test_nonsense_links_never_reach_a_topology(args, words):
 
 
 def test_bad_calls_are_named():
-    c = topo.preset("dgx_a100", 2)
+    c = topo.preset("dgx_h100", 2)
     with pytest.raises(ValueError, match="multiple of gpus_per_node"):
-        topo.Topology.for_world_size(12, 8, "nvlink3", "ib_hdr", 8)
-    assert topo.Topology.for_world_size(np.int32(16), 8, "nvlink3", "ib_hdr", 8) == c
+        topo.Topology.for_world_size(12, 8, "nvlink4", "ib_ndr", 8)
+    assert topo.Topology.for_world_size(np.int32(16), 8, "nvlink4", "ib_ndr", 8) == c
     with pytest.raises(ValueError, match="name must be one of"):
         topo.preset("dgx_z100")
     with pytest.raises(ValueError, match="op must be one of"):
