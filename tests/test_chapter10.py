@@ -103,3 +103,18 @@ def test_the_readme_states_the_committed_counts_of_commlib_and_torch_s_analyser(
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text().replace("\n", " ")
     assert faults.figures(faults.load_benchmark()) in readme
+
+
+def test_detail_s_gaps_and_its_cost_are_said_as_torch_s_wrapper_does_them():
+    # issue 52 item 10: ProcessGroupWrapper.cpp passes no tensors for all_to_all, the coalesced ops and uneven
+    # all_gather/reduce_scatter, and send/recv skip the check; the cost is a monitored barrier + two ring all-gathers
+    flat = TEXT.replace("\n", " ")
+    assert "only the op type and the sequence number are compared" in flat and "unchecked" in flat
+    assert "one monitored barrier" in flat and "each a ring of p - 1 steps" in flat
+    assert "three more round trips" not in flat
+
+
+def test_the_info_excerpt_tells_its_channel_lines_from_the_summary_line():
+    # issue 52 item 14: "2 coll channels, ..." is init.cc's summary, not a channel line
+    flat = TEXT.replace("\n", " ")
+    assert "The third is no channel line but the communicator's summary" in flat and "src/init.cc:1646" in flat
