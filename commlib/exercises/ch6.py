@@ -37,7 +37,8 @@ def ch6_overlapped_step(answer, compute_s: float = 0.100, comm_s: float = 0.080,
 
 def ch6_best_bucket(answer, params: float = 1e8, layers: int = 96, backward_s: float = 0.1, world_size: int = 256,
                     link: str = "ib_ndr", options=(1, 4, 25, 100, 400, 1600), bytes_per_param: int = 4) -> Verdict:
-    """Which bucket cap (MiB) among `options` gives the shortest overlapped step for this model and cluster?"""
+    """Which bucket cap (MiB) among `options` gives the shortest overlapped step for this model and cluster, every
+    bucket priced as a ring (NCCL's tuning model would pick its tree for them at ppn = 1: chapter 6 shows both)?"""
     from commlib.cost.timeline import buckets_from_layers, simulate
 
     layers = check.integer("layers", layers, 1, 10**4)
@@ -59,7 +60,8 @@ def ch6_best_bucket(answer, params: float = 1e8, layers: int = 96, backward_s: f
     best = min(times, key=times.get)
     listing = ", ".join(f"{c} MiB: {t * 1e3:.1f} ms" for c, t in times.items())
     if times[answer] <= times[best] * 1.001:
-        return Verdict(True, f"{listing}.")
+        return Verdict(True, f"{listing}, every bucket a ring. NCCL's tree would make the small caps about as "
+                             f"fast: see \"What NCCL would run\".")
     if answer < best:
         return Verdict(False, f"{answer} MiB makes many small all-reduces, and each pays the latency c + 2(p-1)·α. "
                               f"{listing}.")

@@ -32,8 +32,13 @@ def ch9_chunked_time(answer, total_bytes: float, chunk_bytes: float, world_size:
     if close(answer, whole):
         return Verdict(False, "that is one all-reduce of the whole buffer. Here it goes out in many small ones, "
                               "and each pays its own latency.")
-    if close(answer, count * cost.breakdown("all_reduce", chunk_bytes, world_size, link, "ring")["bandwidth_s"]):
+    b = cost.breakdown("all_reduce", chunk_bytes, world_size, link, "ring")
+    if close(answer, count * b["bandwidth_s"]):
         return Verdict(False, "you have the bandwidth terms; add each all-reduce's latency, c + 2(p-1)·α.")
+    c = cost.model.as_link(link).call_latency
+    if c and close(answer, want - count * c):
+        return Verdict(False, f"add the per-call cost c = {c * 1e6:g} µs (the link's call_latency, NCCL's base "
+                              f"latency) once per all-reduce, on top of the 2(p-1) hops' α.")
     return Verdict(False, "time one ring all-reduce of chunk_bytes (c + 2(p-1)·α + 2(p-1)/p·n·β), then multiply by "
                           "the number of chunks.")
 
@@ -112,15 +117,26 @@ def ch9_straggler(answer, durations_us) -> Verdict:
     if isinstance(durations_us, (str, bytes)) or not hasattr(durations_us, "__len__") or len(durations_us) < 2:
         raise ValueError(f"durations_us must be a list of at least 2 durations, got {durations_us!r}")
     durations = [check.number(f"durations_us[{i}]", d, low=0, unit="microseconds") for i, d in enumerate(durations_us)]
+    last = min(range(len(durations)), key=durations.__getitem__)
+    first = max(range(len(durations)), key=durations.__getitem__)
+    # a 1-based answer (the 2nd rank named 2) is right reasoning with the other count: say so before any other hint
+    value = _number(answer, "a rank")[0]   # None unless a plain number
+    as_int = int(value) if value is not None and float(value).is_integer() else None
+    one_based = as_int == last + 1 and as_int != first
+    counted = (f"ranks count from 0 (here 0 to {len(durations) - 1}): if you counted from 1, your reasoning is "
+               f"right; give the same rank counted from 0.")
+    if one_based and as_int == len(durations):
+        return Verdict(False, counted)
     answer, bad = _choice(answer, tuple(range(len(durations))), "a rank")
     if bad is not None:
         return bad
-    last = min(range(len(durations)), key=durations.__getitem__)
     waits = sum(d - durations[last] for d in durations)
     if answer == last:
         return Verdict(True, f"rank {last}: its call is the shortest because it arrived last, when the data of "
                              f"all the others was ready. The others waited {waits:g} µs in all.")
-    if answer == max(range(len(durations)), key=durations.__getitem__):
+    if one_based:
+        return Verdict(False, counted)
+    if answer == first:
         return Verdict(False, "that rank spent longest in the call: it arrived first and waited. The calls end "
                               "together, so who arrived last?")
     return Verdict(False, "a collective ends on every rank at about the same time: read each duration back "
