@@ -1,7 +1,7 @@
 """python -m commlib network up | down | clean: a kept kernel network for torchrun or a look with `ip netns`.
 
     python -m commlib network up --nodes 2 --gpus-per-node 1 --bandwidth 20e6   # prints its name and addresses
-    ip netns exec NAME-n0 ...                                                 # run anything on node 0
+    ip netns exec NAME-n0g0 ...                                               # run anything on node 0's GPU 0
     python -m commlib network down NAME                                       # removes it
     python -m commlib network clean                                           # what dead owners left
 
@@ -10,7 +10,7 @@ Every failure is one line (the caller prints it and exits 2); nothing half-made 
 
 from __future__ import annotations
 
-from commlib.network import kernel
+from commlib.network import kernel, names
 from commlib.network.network import Network
 
 
@@ -34,8 +34,11 @@ def up(nodes: int, gpus_per_node: int, nics_per_node: int, bandwidth: float) -> 
         raise UsageError(f"network up: {e}") from None
     lines = [f"{net.name}: {net.summary()}"]
     for n in range(net.nodes):
+        gpus = range(n * net.gpus_per_node, (n + 1) * net.gpus_per_node)
         lines.append(f"  node {n}: netns {net.name}-n{n}, NICs "
-                     + ", ".join(f"nic{j} {net.address(n, j)}" for j in range(net.nics_per_node)))
+                     + ", ".join(f"nic{j} {net.address(n, j)}" for j in range(net.nics_per_node))
+                     + "; GPUs " + ", ".join(f"netns {net.name}-n{n}g{r % net.gpus_per_node} {net.gpu_address(r)}"
+                                             for r in gpus))
     lines.append(f"remove it with: python -m commlib network down {net.name}")
     return lines
 
@@ -51,6 +54,9 @@ def down(name: str) -> list[str]:
 
 
 def clean() -> list[str]:
-    """Remove the namespaces of owners that are no longer alive -> the lines to print."""
-    gone = kernel.sweep()
-    return [f"removed {n}" for n in gone] or ["nothing to remove"]
+    """Remove the namespaces the course made whose owner is no longer alive -> the lines to print. Those named
+    like the course's but without its mark are left alone, and said so."""
+    remove, alone = names.leftovers()
+    gone = kernel.remove(remove)
+    return ([f"removed {n}" for n in gone] or ["nothing to remove"]) + \
+        [f"left alone: {n} (named like the course's, but not marked as made by it)" for n in alone]
