@@ -1,14 +1,17 @@
-"""python -m commlib network up | down | clean: a kept kernel network for torchrun or a look with `ip netns`.
+"""python -m commlib network up | down | clean | run: a kept kernel network, or a torchrun job on one (run.py).
 
     python -m commlib network up --nodes 2 --gpus-per-node 1 --bandwidth 20e6   # prints its name and addresses
     ip netns exec NAME-n0g0 ...                                               # run anything on node 0's GPU 0
     python -m commlib network down NAME                                       # removes it
     python -m commlib network clean                                           # what dead owners left
+    python -m commlib network run --nodes 2 --bandwidth 20e6 SCRIPT ARGS...    # torchrun on it (run.py)
 
 Every failure is one line (the caller prints it and exits 2); nothing half-made stays.
 """
 
 from __future__ import annotations
+
+import os
 
 from commlib.network import kernel, names
 from commlib.network.network import Network
@@ -18,15 +21,30 @@ class UsageError(Exception):
     """One line for the command line: a bad argument or a network that could not be made."""
 
 
-def up(nodes: int, gpus_per_node: int, nics_per_node: int, bandwidth: float) -> list[str]:
-    """Build a kept network (it outlives this process until `down`) -> the lines to print."""
-    try:  # the arguments first, whatever this machine allows
+def _check(action: str, nodes: int, gpus_per_node: int, nics_per_node: int, bandwidth: float) -> None:
+    """The arguments first, whatever this machine allows, then whether the kernel network can be built here."""
+    try:
         Network(nodes, gpus_per_node, nics_per_node, bandwidth=bandwidth, kind="paced")
     except (TypeError, ValueError) as e:
-        raise UsageError(f"network up: --{str(e).split(' ', 1)[0].replace('_', '-')} {str(e).split(' ', 1)[1]}") from None
+        first, rest = str(e).split(" ", 1)
+        flag = f"--{first.replace('_', '-')}" if first in ("nodes", "gpus_per_node", "nics_per_node", "bandwidth") \
+            else first
+        raise UsageError(f"network {action}: {flag} {rest}") from None
     ok, why = kernel.available()
     if not ok:
-        raise UsageError(f"network up: {why}")
+        raise UsageError(f"network {action}: {why}")
+
+
+def check_run(script: str, nodes: int, gpus_per_node: int, nics_per_node: int, bandwidth: float) -> None:
+    """`network run`'s arguments, before anything is made: the script exists, the network can be built."""
+    if not os.path.isfile(script):
+        raise UsageError(f"network run: SCRIPT {script!r} is not a file")
+    _check("run", nodes, gpus_per_node, nics_per_node, bandwidth)
+
+
+def up(nodes: int, gpus_per_node: int, nics_per_node: int, bandwidth: float) -> list[str]:
+    """Build a kept network (it outlives this process until `down`) -> the lines to print."""
+    _check("up", nodes, gpus_per_node, nics_per_node, bandwidth)
     net = Network(nodes, gpus_per_node, nics_per_node, bandwidth=bandwidth, kind="kernel")
     try:
         net.up(keep=True)
