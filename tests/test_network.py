@@ -73,6 +73,16 @@ def test_rails_and_addresses():
     assert len({nic["mac"] for node in plan["nodes"] for nic in node["nics"]} | {g["mac"] for g in gpus}) == 18
 
 
+def test_the_kernel_nic_carries_payload_at_the_rate_less_every_segments_headers():
+    """HTB charges the headers of every 1500-byte segment (qdisc_pkt_len_init): 1448 of 1514 bytes are payload;
+    tc's counters confirm it (tests/test_network_kernel.py). The pacer paces payload."""
+    assert kernel.PAYLOAD_FRACTION == pytest.approx(1448 / 1514) == pytest.approx(0.9564, abs=1e-4)
+    net = network.Network(2, 1, bandwidth=20e6, kind="paced")
+    assert net.payload_bandwidth == 20e6
+    net.kind = "kernel"   # the same arguments on the kernel network (nothing is built for this)
+    assert net.payload_bandwidth == pytest.approx(20e6 * 1448 / 1514)
+
+
 @pytest.mark.parametrize("args, words", [
     ((2, 1, 2), "nics_per_node must be <= gpus_per_node (1)"),
     ((2, 2, 4), "nics_per_node must be <= gpus_per_node (2)"),
