@@ -130,6 +130,32 @@ def test_without_the_kernel_auto_falls_back_to_the_pacer_and_says_so(monkeypatch
         network.Network(2, 1, bandwidth=20e6, kind="kernel")
 
 
+def test_one_network_serves_several_clusters_until_the_last_detaches(monkeypatch):
+    """Two Clusters on one Network: the first to close must not take it down under the second (its next run()
+    would time out); the last one does. What up() made is removed exactly once."""
+    made, removed = [], []
+    monkeypatch.setattr(kernel, "sweep", lambda: [])
+    monkeypatch.setattr(kernel, "build", lambda plan: made.append(plan["switch"]) or [plan["switch"]])
+    monkeypatch.setattr(kernel, "remove", lambda names: removed.extend(names) or names)
+    net = network.Network(2, 1, bandwidth=20e6, kind="paced")
+    net.kind = "kernel"   # the kernel kind's bookkeeping, with build and remove recorded instead of run
+    net.attach()
+    net.attach()
+    assert len(made) == 1 and net.is_up()
+    net.detach()
+    assert net.is_up() and removed == []
+    net.detach()
+    assert not net.is_up() and removed == made
+    net.detach()          # one close too many changes nothing
+    assert removed == made
+    kept = network.Network(2, 1, bandwidth=20e6, kind="paced")
+    kept.kind = "kernel"
+    kept.up()             # brought up by its user, not by a Cluster: the user takes it down
+    kept.attach()
+    kept.detach()
+    assert kept.is_up() and removed == made[:1]
+
+
 def _paced_probe(bandwidth=None):
     """Inside a rank of a Cluster on the pacer: is commlib's pacer active, and do the results stay right?
     (bandwidth: a keyword of the same name as the pacer's own, which must reach the function untouched)"""
@@ -144,8 +170,9 @@ def test_a_cluster_on_the_pacer_runs_every_function_inside_emulate(monkeypatch):
     monkeypatch.setattr(netmod, "available", lambda: (False, "simulated"))
     net = network.Network(2, 1, bandwidth=1e9, quiet=True)
     with cl.Cluster(2, network=net, timeout=60) as c:
-        assert c.network is net and net.kind == "paced"
+        assert c.network is net and net.kind == "paced" and net._users == 1
         assert c.run(_paced_probe, bandwidth=5) == [(True, 1.0, 5), (True, 1.0, 5)]
+    assert net._users == 0
 
 
 @pytest.mark.parametrize("world_size, backend, words", [
