@@ -179,9 +179,14 @@ def _network(args) -> int:
             cli.check_run(args.script, args.nodes, args.gpus_per_node, args.nics_per_node, args.bandwidth)
         except cli.UsageError as e:
             _fail(str(e))
+        from commlib.network.kernel import NetworkError
         from commlib.network.run import run
 
-        return run(args.script, args.script_args, args.nodes, args.gpus_per_node, args.nics_per_node, args.bandwidth)
+        try:
+            return run(args.script, args.script_args, args.nodes, args.gpus_per_node, args.nics_per_node,
+                       args.bandwidth)
+        except (NetworkError, OSError) as e:  # the network could not be made, or torchrun not started
+            _fail(f"network run: {e}")
     if (args.name is None) == (args.action == "down"):
         _fail("network down needs NAME" if args.action == "down" else f"network {args.action} takes no NAME")
     try:
