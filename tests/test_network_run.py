@@ -146,3 +146,25 @@ def test_sigterm_while_the_nodes_start_stops_everything_and_removes_the_network(
     assert err.strip().splitlines()[-1] == \
         "network run: SIGTERM received: stopping every process and removing the network"
     assert left_behind(proc.pid, str(script)) == ([], [])
+
+
+def test_a_sigkilled_launcher_leaves_no_process_and_a_network_clean_removes(tmp_path):
+    """SIGKILL cannot be caught: the torchruns die with the launcher (PR_SET_PDEATHSIG), their ranks with them;
+    the network, marked as the dead launcher's, goes at the next start or with `network clean`."""
+    script = tmp_path / "wait.py"
+    script.write_text(WAIT)
+    proc = network_run(script, wait=False)
+    try:
+        assert proc.stderr.readline().startswith("network run: network: kernel")
+        time.sleep(0.5)  # the torchruns are starting
+    finally:
+        proc.kill()
+        proc.communicate(timeout=60)
+    deadline = time.monotonic() + 20
+    while left_behind(proc.pid, str(script))[1] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    spaces, procs = left_behind(proc.pid, str(script))
+    assert procs == [] and len(spaces) == 5
+    clean = subprocess.run([sys.executable, "-m", "commlib", "network", "clean"], capture_output=True, text=True,
+                           timeout=60)
+    assert clean.returncode == 0 and left_behind(proc.pid, str(script)) == ([], [])
