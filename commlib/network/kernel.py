@@ -195,7 +195,8 @@ def build(plan: dict) -> list[str]:
         try:
             _run("ip", None, [f"netns add {n}" for n in planned])
         finally:  # marked at once: a SIGKILL from here on leaves only what the next sweep removes
-            nm.mark([n for n in planned if n in set(namespaces())])
+            exists = set(namespaces())
+            nm.mark([n for n in planned if n in exists])
             nm.journal(name, None)
         nm.in_namespaces(planned, nm.write_sysctls(_QUIET))
         nm.in_namespaces(routers, nm.write_sysctls({"ipv4.ip_forward": "1"}))
@@ -215,7 +216,8 @@ def build(plan: dict) -> list[str]:
         _run("ip", sw, [f"link set {p} master br0" for p in ports] + [f"link set {p} up" for p in ports])
         _run("tc", sw, [x for p in ports for x in _shape(p, bw, 0.0)])
     except BaseException:
-        remove([n for n in planned if n in set(namespaces())])
+        exists = set(namespaces())
+        remove([n for n in planned if n in exists])
         raise
     return planned
 

@@ -95,15 +95,17 @@ def _root_cause(failures: str, tails: dict, node: int) -> tuple[str, int | None]
             notes.append((float(when), int(rank), line.strip()))
         except (OSError, ValueError):
             continue
+    text = "\n".join(tails[node])
+    code = re.search(r"exitcode\s*:\s*(-?\d+)", text)
+    status = None if code is None else int(code.group(1))
+    status = 128 - status if status is not None and status < 0 else status   # killed by signal s: 128 + s
     if notes:
         _, rank, line = min(notes)
-        return f"rank {rank} failed: {line}", 1
-    text = "\n".join(tails[node])
+        return f"rank {rank} failed: {line}", status or 1
     rank = re.search(r"rank\s*:\s*(\d+) \(local_rank", text)
-    code = re.search(r"exitcode\s*:\s*(-?\d+)", text)
     who = f"rank {rank.group(1)}" if rank else f"a rank of node {node}"
     how = f"exit code {code.group(1)}" if code else "torchrun reported a failure"
-    return f"{who} failed ({how})", int(code.group(1)) if code else None
+    return f"{who} failed ({how})", status
 
 
 def _stop(procs: list) -> None:
