@@ -218,6 +218,11 @@ def test_without_capabilities_available_says_why_in_one_line(monkeypatch):
     (["network", "up", "--nodes", "65"], "--nodes must be an int >= 1 and <= 64, got 65"),
     (["network", "up", "--bandwidth", "5"], "--bandwidth must be a finite number of bytes/s >= 10000"),
     (["network", "sideways"], "argument action: invalid choice: 'sideways'"),
+    (["network", "run", "examples/ddp_train.py"], "the following arguments are required: --bandwidth"),
+    (["network", "run", "--bandwidth", "2e7", "--nodes", "33", "--gpus-per-node", "2", "examples/ddp_train.py"],
+     "network run: --nodes x --gpus-per-node must be <= 64"),
+    (["network", "run", "--bandwidth", "2e7", "--nics-per-node", "2", "examples/ddp_train.py"],
+     "network run: --nics-per-node must be <= gpus_per_node (1)"),
 ])
 def test_the_cli_refuses_nonsense_in_one_line_with_exit_2(args, words):
     proc = subprocess.run([sys.executable, "-m", "commlib", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)

@@ -12,6 +12,7 @@ Every failure is one line (the caller prints it and exits 2); nothing half-made 
 from __future__ import annotations
 
 import os
+import re
 
 from commlib.network import kernel, names
 from commlib.network.network import Network
@@ -26,10 +27,9 @@ def _check(action: str, nodes: int, gpus_per_node: int, nics_per_node: int, band
     try:
         Network(nodes, gpus_per_node, nics_per_node, bandwidth=bandwidth, kind="paced")
     except (TypeError, ValueError) as e:
-        first, rest = str(e).split(" ", 1)
-        flag = f"--{first.replace('_', '-')}" if first in ("nodes", "gpus_per_node", "nics_per_node", "bandwidth") \
-            else first
-        raise UsageError(f"network {action}: {flag} {rest}") from None
+        flags = re.sub(r"\b(nodes|gpus_per_node|nics_per_node|bandwidth)\b(?= must| x )",
+                       lambda m: "--" + m.group(1).replace("_", "-"), str(e))   # the names as the command line has them
+        raise UsageError(f"network {action}: {flags}") from None
     ok, why = kernel.available()
     if not ok:
         raise UsageError(f"network {action}: {why}")
