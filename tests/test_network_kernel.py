@@ -28,6 +28,7 @@ if not OK and os.environ.get("COMMLIB_REQUIRE_NETNS") == "1":
 pytestmark = pytest.mark.skipif(not OK, reason=f"kernel network not available: {WHY}")
 
 RATE = 20e6           # bytes/s per NIC direction
+INTRA = 80e6          # bytes/s of the in-node link where a test shapes it (unshaped: several times more)
 MIB = 1 << 20
 
 
@@ -116,8 +117,8 @@ def test_torch_own_all_reduce_crosses_the_shaped_nic(one_nic):
 
 @pytest.fixture(scope="module")
 def two_nics():
-    """2 nodes x 2 GPUs, 2 NICs each: GPU i of a node on NIC i."""
-    net = network.Network(2, 2, 2, bandwidth=RATE, kind="kernel")
+    """2 nodes x 2 GPUs, 2 NICs each: GPU i of a node on NIC i; the GPUs of a node joined at INTRA."""
+    net = network.Network(2, 2, 2, bandwidth=RATE, kind="kernel", intra_bandwidth=INTRA)
     with cl.Cluster(4, network=net, timeout=60) as c:
         yield c
     assert of(net.name) == []
@@ -128,6 +129,11 @@ def test_rails_restore_the_rate(two_nics):
     single = flows(two_nics, [(0, 2)], 4 * MIB)[0]
     both = flows(two_nics, [(0, 2), (1, 3)], 4 * MIB)  # GPU 0 on NIC 0, GPU 1 on NIC 1: one flow each
     assert max(both.values()) / single == pytest.approx(1.0, rel=0.15), (both, single)
+
+
+def test_the_in_node_link_shaped_to_a_set_rate(two_nics):
+    took = flows(two_nics, [(0, 1)], 4 * MIB)[0]
+    assert took == pytest.approx(4 * MIB / (INTRA * kernel.PAYLOAD_FRACTION), rel=0.15), took
 
 
 def test_cross_index_pairs_ride_their_senders_rail_out_and_their_receivers_rail_in(one_nic, two_nics):
