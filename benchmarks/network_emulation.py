@@ -13,7 +13,12 @@ on 2 nodes x 2 GPUs (4 local ranks), each against the alpha-beta model of the co
    - dist.all_reduce (Gloo's own), commlib's ring and hierarchical all-reduce against commlib.topology's model
      (flat_ring for Gloo's and commlib's ring, hierarchical), intra link = the fitted inside-a-node link;
    - the 1-minute load average before and after each part.
-3. Rails (kernel only): the same two flows with 2 NICs per node: expected 1x.
+3. Rails (kernel only): the same two flows with 2 NICs per node: expected 1x. Cross-index pairs (GPU 0 of node 0
+   -> GPU 1 of node 1 while GPU 1 of node 0 -> GPU 0 of node 1) on 1 NIC and on 2 NICs: expected 0.5x on 2, and
+   tc's own byte counters: each NIC carries one flow's bytes each way (payload / kernel.PAYLOAD_FRACTION).
+4. Scale (kernel only): 8 nodes x 2 GPUs x 2 NICs (16 ranks, 25 namespaces) built, a Cluster started on it, one
+   all-reduce, all stopped (target: within a minute on 2 cores); the largest network allowed, 64 GPUs
+   (network.MAX_RANKS), as 64 nodes x 1 GPU: up and down.
 On the pacer only commlib.algorithms' messages are paced: dist.all_reduce runs on plain loopback there.
 """
 
@@ -30,7 +35,7 @@ from commlib import algorithms as alg
 from commlib import cost
 from commlib import topology as topo
 from commlib.bench import arguments
-from commlib.network import Network, available
+from commlib.network import Network, available, kernel
 from commlib.network.calibrate import flows, p2p_times
 
 MIB = 1 << 20
@@ -105,9 +110,46 @@ def measure(kind: str, bandwidth: float, sizes: list, coll_bytes: int, repeats: 
 
 
 def rails(bandwidth: float, nbytes: int, repeats: int) -> dict:
-    with cl.Cluster(4, network=Network(2, 2, 2, bandwidth=bandwidth, kind="kernel"), timeout=600) as c:
-        l0 = load()
-        return {**pair_of_flows(c, nbytes, repeats), "load": [l0, load()]}
+    cross, pairs = {}, [(0, 3), (1, 2)]
+    for k in (1, 2):
+        net = Network(2, 2, k, bandwidth=bandwidth, kind="kernel")
+        with cl.Cluster(4, network=net, timeout=600) as c:
+            l0 = load()
+            if k == 2:
+                out = pair_of_flows(c, nbytes, repeats)
+            before = net.nic_bytes()
+            took = [max(merge(c.run(flows, pairs, nbytes)).values()) for _ in range(repeats)]
+            after = net.nic_bytes()
+            cross[k] = {"seconds": statistics.median(took), "load": [l0, load()],
+                        "nic_bytes": {f"{n}.{j}": [(after[n, j][0] - before[n, j][0]) / repeats,
+                                                   (after[n, j][1] - before[n, j][1]) / repeats] for n, j in after}}
+    out["cross"] = {"pairs": pairs, "nbytes": nbytes, "one_nic": cross[1], "two_nics": cross[2],
+                    "ratio": cross[2]["seconds"] / cross[1]["seconds"],
+                    "expected_nic_bytes": nbytes / kernel.PAYLOAD_FRACTION}
+    out["load"] = cross[2]["load"]
+    return out
+
+
+def _all_reduce_1k() -> float:
+    t = torch.ones(256)
+    dist.all_reduce(t)
+    return float(t[0])
+
+
+def scale() -> dict:
+    t0 = time.perf_counter()
+    net = Network(8, 2, 2, bandwidth=20e6, kind="kernel")
+    with cl.Cluster(16, network=net, timeout=120) as c:
+        started = time.perf_counter() - t0
+        assert set(c.run(_all_reduce_1k)) == {16.0}
+    total = time.perf_counter() - t0
+    big = Network(64, 1, bandwidth=20e6, kind="kernel")
+    t1 = time.perf_counter()
+    big.up()
+    t2 = time.perf_counter()
+    big.down()
+    return {"shape": "8x2x2", "start_s": started, "start_run_stop_s": total, "largest": "64x1",
+            "largest_up_s": t2 - t1, "largest_down_s": time.perf_counter() - t2, "load": load()}
 
 
 def setup_times(repeats: int = 5) -> dict:
@@ -150,6 +192,19 @@ def report(result: dict) -> str:
         f = result["rails"]
         lines.append(f"\nrails, 2 NICs per node: two flows, the later took {f['ratio']:.2f}x one flow (expected 1x; "
                      f"load {f['load'][0]} -> {f['load'][1]})")
+        x = f.get("cross")
+        if x:
+            lines.append(f"cross-index pairs {x['pairs']}, {x['nbytes'] >> 10} KiB each: 2 NICs took {x['ratio']:.2f}x "
+                         f"1 NIC (expected 0.5x); tc's counters per NIC, 2 NICs (expected "
+                         f"{x['expected_nic_bytes'] / 1e6:.3f} MB each way of its flow):")
+            lines += [f"  node {k.split('.')[0]} NIC {k.split('.')[1]}: sent {v[0] / 1e6:.3f} MB, received "
+                      f"{v[1] / 1e6:.3f} MB" for k, v in x["two_nics"]["nic_bytes"].items()]
+    if "scale" in result:
+        s = result["scale"]
+        lines.append(f"\nscale: {s['shape']} (16 ranks) started in {s['start_s']:.1f} s, started + all-reduce + "
+                     f"stopped in {s['start_run_stop_s']:.1f} s (target < 60 s: "
+                     f"{'met' if s['start_run_stop_s'] < 60 else 'MISSED'}); the largest allowed, {s['largest']}: up "
+                     f"{s['largest_up_s']:.2f} s, down {s['largest_down_s']:.2f} s (load {s['load']})")
     return "\n".join(lines)
 
 
@@ -175,6 +230,7 @@ def main() -> None:
     result["kinds"].append(measure("paced", a.bandwidth, sizes, coll, repeats))
     if ok:
         result["rails"] = rails(a.bandwidth, coll, repeats)
+        result["scale"] = scale()
     print(report(result))
     if a.json:
         with open(a.json, "w") as f:

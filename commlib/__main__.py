@@ -7,6 +7,7 @@
                                       [--bucket-mb B] [--compress R] [--measured-on PRESET] [--json]
     python -m commlib learner-copies OUT_DIR [NOTEBOOK ...] [--force]
     python -m commlib network up --nodes N --gpus-per-node G [--nics-per-node K] --bandwidth B | down NAME | clean
+    python -m commlib network run [--nodes N] [--gpus-per-node G] [--nics-per-node K] --bandwidth B SCRIPT [ARGS...]
 
 A bad argument ends it with exit code 2 and one line naming the argument, before anything starts
 (under torchrun, printed by rank 0 only). Help and argument parsing import no torch (answers in well
@@ -173,6 +174,19 @@ def _whatif(args) -> int:
 def _network(args) -> int:
     from commlib.network import cli
 
+    if args.action == "run":
+        try:
+            cli.check_run(args.script, args.nodes, args.gpus_per_node, args.nics_per_node, args.bandwidth)
+        except cli.UsageError as e:
+            _fail(str(e))
+        from commlib.network.kernel import NetworkError
+        from commlib.network.run import run
+
+        try:
+            return run(args.script, args.script_args, args.nodes, args.gpus_per_node, args.nics_per_node,
+                       args.bandwidth)
+        except (NetworkError, OSError) as e:  # the network could not be made, or torchrun not started
+            _fail(f"network run: {e}")
     if (args.name is None) == (args.action == "down"):
         _fail("network down needs NAME" if args.action == "down" else f"network {args.action} takes no NAME")
     try:
@@ -182,6 +196,16 @@ def _network(args) -> int:
         _fail(str(e))
     print("\n".join(lines))
     return 0
+
+
+def _network_shape(p, bandwidth_required: bool) -> None:
+    p.add_argument("--nodes", type=_positive(int), default=2, help="nodes (default 2)")
+    p.add_argument("--gpus-per-node", type=_positive(int), default=1, help="GPUs, one rank each, per node (default 1)")
+    p.add_argument("--nics-per-node", type=_positive(int), default=1, help="NICs per node, at most the GPUs "
+                                                                          "(default 1)")
+    p.add_argument("--bandwidth", type=_positive(float), required=bandwidth_required,
+                   default=None if bandwidth_required else 20e6,
+                   help="bytes/s per NIC direction" + ("" if bandwidth_required else " (default 20e6)"))
 
 
 def _positive(kind):
@@ -256,15 +280,25 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     w.add_argument("--max-bytes", default=4 << 30, type=_trace_limit,
                    help="refuse a trace file larger than this once decompressed, e.g. 512M (default 4G)")
-    n = _command(sub, "network", "the kernel network of emulated nodes: up (kept until down), down NAME, clean",
-                 "python -m commlib network up --nodes 2 --gpus-per-node 1 --bandwidth 20e6")
-    n.add_argument("action", choices=("up", "down", "clean"), help="up: build one; down NAME: remove it; clean: "
-                                                                   "remove what dead owners left")
-    n.add_argument("name", nargs="?", default=None, help="with down: the network's name, as `up` printed it")
-    n.add_argument("--nodes", type=_positive(int), default=2, help="nodes (default 2)")
-    n.add_argument("--gpus-per-node", type=_positive(int), default=1, help="ranks per node (default 1)")
-    n.add_argument("--nics-per-node", type=_positive(int), default=1, help="NICs per node (default 1)")
-    n.add_argument("--bandwidth", type=_positive(float), default=20e6, help="bytes/s per NIC direction (default 20e6)")
+    n = _command(sub, "network", "the kernel network of emulated nodes: up (kept until down), down NAME, clean, "
+                                 "run SCRIPT (a torchrun job on it)",
+                 "python -m commlib network run --nodes 2 --bandwidth 20e6 examples/ddp_train.py --traces traces")
+    actions = n.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    for action, summary in (("up", "build a network, kept until `down`"), ("down", "remove the network NAME"),
+                            ("clean", "remove what dead owners left (only namespaces the course marked)")):
+        a = actions.add_parser(action, help=summary, description=summary)
+        a.add_argument("name", nargs="?", default=None, help="with down: the network's name, as `up` printed it")
+        if action == "up":
+            _network_shape(a, bandwidth_required=False)
+    r = actions.add_parser("run", help="run SCRIPT under torchrun on every emulated node, each rank in its GPU's "
+                                       "namespace, then remove the network",
+                           description="One torchrun per node (--nproc-per-node G, c10d rendezvous); each rank in "
+                                       "its GPU's namespace with COMMLIB_NETWORK (the network as JSON) in its "
+                                       "environment; output lines start with node and rank; exits with the job's "
+                                       "status. Options go before SCRIPT; what follows SCRIPT is its own.")
+    _network_shape(r, bandwidth_required=True)
+    r.add_argument("script", help="the Python script every rank runs (as torchrun would run it)")
+    r.add_argument("script_args", nargs=argparse.REMAINDER, help="the script's own arguments")
     lc = _command(sub, "learner-copies", "copies of the notebooks without the cells tagged 'solution', for learners",
                   "python -m commlib learner-copies /tmp/learners notebooks/01_collectives.ipynb")
     lc.add_argument("out_dir", help="folder to write the copies to")

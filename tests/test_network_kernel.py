@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 import commlib as cl
 from commlib import network
-from commlib.network import calibrate, kernel
+from commlib.network import calibrate, kernel, names
 
 OK, WHY = network.available()
 if not OK and os.environ.get("COMMLIB_REQUIRE_NETNS") == "1":
@@ -28,6 +28,7 @@ if not OK and os.environ.get("COMMLIB_REQUIRE_NETNS") == "1":
 pytestmark = pytest.mark.skipif(not OK, reason=f"kernel network not available: {WHY}")
 
 RATE = 20e6           # bytes/s per NIC direction
+INTRA = 80e6          # bytes/s of the in-node link where a test shapes it (unshaped: several times more)
 MIB = 1 << 20
 
 
@@ -73,7 +74,7 @@ def flows(cluster, pairs, nbytes) -> dict:
 
 
 def test_16_mib_between_nodes_takes_bytes_over_rate(one_nic, host_before):
-    assert one_nic.network.kind == "kernel" and len(of(one_nic.network.name)) == 3  # the switch and two nodes
+    assert one_nic.network.kind == "kernel" and len(of(one_nic.network.name)) == 7  # switch, 2 nodes, 4 GPUs
     assert host_state() == host_before, "the host's links, addresses or routes changed while the network was up"
     took = flows(one_nic, [(0, 2)], 16 * MIB)[0]
     model = 16 * MIB / RATE
@@ -114,15 +115,54 @@ def test_torch_own_all_reduce_crosses_the_shaped_nic(one_nic):
     assert took >= 0.9 * 4 * MIB / RATE, took
 
 
-def test_rails_restore_the_rate():
-    net = network.Network(2, 2, 2, bandwidth=RATE, kind="kernel")
+@pytest.fixture(scope="module")
+def two_nics():
+    """2 nodes x 2 GPUs, 2 NICs each: GPU i of a node on NIC i; the GPUs of a node joined at INTRA."""
+    net = network.Network(2, 2, 2, bandwidth=RATE, kind="kernel", intra_bandwidth=INTRA)
     with cl.Cluster(4, network=net, timeout=60) as c:
-        name = net.name
-        assert len(of(name)) == 3
-        single = flows(c, [(0, 2)], 4 * MIB)[0]
-        both = flows(c, [(0, 2), (1, 3)], 4 * MIB)  # GPU 0 on NIC 0, GPU 1 on NIC 1: one flow each
-        assert max(both.values()) / single == pytest.approx(1.0, rel=0.15), (both, single)
-    assert of(name) == []
+        yield c
+    assert of(net.name) == []
+
+
+def test_rails_restore_the_rate(two_nics):
+    assert len(of(two_nics.network.name)) == 7
+    single = flows(two_nics, [(0, 2)], 4 * MIB)[0]
+    both = flows(two_nics, [(0, 2), (1, 3)], 4 * MIB)  # GPU 0 on NIC 0, GPU 1 on NIC 1: one flow each
+    assert max(both.values()) / single == pytest.approx(1.0, rel=0.15), (both, single)
+
+
+def test_the_in_node_link_shaped_to_a_set_rate(two_nics):
+    took = flows(two_nics, [(0, 1)], 4 * MIB)[0]
+    assert took == pytest.approx(4 * MIB / (INTRA * kernel.PAYLOAD_FRACTION), rel=0.15), took
+
+
+def test_cross_index_pairs_ride_their_senders_rail_out_and_their_receivers_rail_in(one_nic, two_nics):
+    """GPU 0 of node 0 -> GPU 1 of node 1 while GPU 1 of node 0 -> GPU 0 of node 1: on 2 NICs each leaves by its
+    own NIC and enters by its receiver's, so they take half the time they take sharing 1 NIC; tc's own byte
+    counters say each NIC carried one flow each way (payload over kernel.PAYLOAD_FRACTION: the headers)."""
+    pairs, n = [(0, 3), (1, 2)], 4 * MIB
+    shared = max(flows(one_nic, pairs, n).values())
+    before = two_nics.network.nic_bytes()
+    apart = max(flows(two_nics, pairs, n).values())
+    after = two_nics.network.nic_bytes()
+    assert apart / shared == pytest.approx(0.5, rel=0.15), (apart, shared)
+    moved = {k: (after[k][0] - before[k][0], after[k][1] - before[k][1]) for k in after}
+    wire = n / kernel.PAYLOAD_FRACTION
+    # (node, nic): (sent, received); node 0's NIC 0 sends GPU 0's flow, node 1's NIC 1 receives it (GPU 1's rail)
+    for key, (sent, received) in {(0, 0): (wire, 0), (0, 1): (wire, 0), (1, 0): (0, wire), (1, 1): (0, wire)}.items():
+        assert moved[key][0] == pytest.approx(sent, abs=0.02 * wire), (key, moved)
+        assert moved[key][1] == pytest.approx(received, abs=0.02 * wire), (key, moved)
+    # and back: GPU 1 of node 1 -> GPU 0 of node 0 leaves node 1 by NIC 1 and enters node 0 by NIC 0
+    before = after
+    flows(two_nics, [(3, 0)], n)
+    after = two_nics.network.nic_bytes()
+    assert after[(1, 1)][0] - before[(1, 1)][0] == pytest.approx(wire, rel=0.02)
+    assert after[(0, 0)][1] - before[(0, 0)][1] == pytest.approx(wire, rel=0.02)
+    assert after[(1, 0)][0] - before[(1, 0)][0] < 0.02 * wire
+
+
+def _where() -> tuple:
+    return dist.get_rank(), os.environ.get("COMMLIB_NETWORK")
 
 
 def _crash(rank: int):
@@ -137,8 +177,9 @@ def test_a_rank_crash_then_close_leaves_nothing(host_before):
         with pytest.raises(cl.RankError):
             c.run(_crash, 1)
         assert c.run(_crash, 5) == [0, 1]  # the ranks restart inside their nodes, on the same network
+        assert c.run(_where) == [(r, net.spec().to_json()) for r in range(2)]  # COMMLIB_NETWORK in every rank
         name = net.name
-        assert len(of(name)) == 3
+        assert len(of(name)) == 5
     assert of(name) == [] and not net.is_up()
     assert host_state() == host_before
 
@@ -162,7 +203,7 @@ def test_a_sigkilled_owner_leaves_only_what_the_next_start_sweeps(host_before):
         proc.kill()
         proc.wait(timeout=30)
     left = of(name)
-    assert len(left) == 3 and not kernel.owner_alive(left[0])
+    assert len(left) == 5 and not kernel.owner_alive(left[0]) and names.read_mark(left[0]) == names.MADE
     deadline = time.monotonic() + 30
     while any(os.path.exists(f"/proc/{p}") for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)  # the ranks notice their parent died (within WATCH_INTERVAL_S) and kill themselves
@@ -221,13 +262,13 @@ def test_the_cli_builds_a_kept_network_and_removes_it(host_before):
                         capture_output=True, text=True, timeout=60)
     assert up.returncode == 0, up.stderr
     name = up.stdout.split(":", 1)[0]
-    assert len(of(name)) == 3
+    assert len(of(name)) == 5 and {names.read_mark(n) for n in of(name)} == {names.KEPT}
     assert subprocess.run([sys.executable, "-m", "commlib", "network", "clean"], capture_output=True,
                           timeout=60).returncode == 0  # a kept network is not a dead owner's
-    assert len(of(name)) == 3
+    assert len(of(name)) == 5
     down = subprocess.run([sys.executable, "-m", "commlib", "network", "down", name], capture_output=True, text=True,
                           timeout=60)
-    assert down.returncode == 0 and down.stdout.count("removed") == 3, down
+    assert down.returncode == 0 and down.stdout.count("removed") == 5, down
     assert of(name) == []
     assert host_state() == host_before
 
@@ -260,3 +301,81 @@ def test_chapter_8s_ring_runs_unpaced_on_the_kernel_network():
         out = c.run(live.ring_overlap, "matmul", RATE, 0.0, True, rows=8, hidden=16, pace=False)
     for r in out:
         assert r["late_s"] is None and len(r["steps"]) == 4 and r["ring_s"] >= r["compute_s"] > 0
+
+
+def test_clean_removes_only_what_carries_the_course_mark():
+    """A namespace named like the course's, of a dead owner, without the mark (someone else's) stays; the same
+    with the mark goes. One whose owner is alive stays whatever it carries."""
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = f"{kernel.PREFIX}{proc.stdout.strip()}.12345-1"
+    alive = kernel.new_name()
+    made = [f"{dead}-n0", f"{dead}-n1", f"{alive}-n0"]
+    for n in made:
+        subprocess.run(["ip", "netns", "add", n], check=True, timeout=30)
+    try:
+        names.mark([f"{dead}-n1", f"{alive}-n0"])
+        out = subprocess.run([sys.executable, "-m", "commlib", "network", "clean"], capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0 and f"removed {dead}-n1" in out.stdout, out
+        assert f"left alone: {dead}-n0" in out.stdout
+        assert set(of(dead)) == {f"{dead}-n0"} and of(alive) == [f"{alive}-n0"]
+    finally:
+        kernel.remove(made)
+
+
+def test_a_sigkill_during_network_up_leaves_what_clean_removes():
+    """`network up` killed while it builds (its name never printed), as soon as its first namespace exists: what
+    it made carries the mark of a dead owner, not yet KEPT, or is listed in its journal, so `network clean`
+    removes it all."""
+    proc = subprocess.Popen([sys.executable, "-m", "commlib", "network", "up", "--nodes", "8", "--gpus-per-node", "2",
+                             "--bandwidth", "1e6"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    mine = lambda: [n for n in kernel.namespaces() if f"{names.KEEP}.{proc.pid}." in n]  # noqa: E731
+    deadline = time.monotonic() + 30
+    while not mine() and time.monotonic() < deadline:
+        time.sleep(0.002)
+    proc.kill()
+    out = proc.communicate(timeout=30)[0]
+    try:
+        assert out == b"" and 0 < len(mine()) and names.KEPT not in {names.read_mark(n) for n in mine()}
+        clean = subprocess.run([sys.executable, "-m", "commlib", "network", "clean"], capture_output=True, text=True,
+                               timeout=60)
+        assert clean.returncode == 0 and mine() == [], (clean, mine())
+    finally:
+        kernel.remove(mine())
+
+
+def test_the_largest_network_allowed_routes_between_its_farthest_gpus():
+    """64 nodes x 1 GPU (network.MAX_RANKS): built in about a second; a TCP connection from the first GPU to the
+    last and from the last to the second gets through (N(N-1) neighbours, static: none learnt, so the
+    kernel's shared neighbour table, 1024 entries here, cannot overflow as 64 x 63 learnt ones did)."""
+    import socket
+
+    net = network.Network(64, 1, bandwidth=RATE, kind="kernel").up()
+    try:
+        first, second, last = (f"{net.name}-n{n}g0" for n in (0, 1, 63))
+
+        def listen(_name):
+            s = socket.socket()
+            s.bind(("", 0))
+            s.listen(1)
+            return s
+
+        def connect_to(address, port):
+            def work(_name):
+                with socket.create_connection((address, port), timeout=10) as c:
+                    return c.getsockname()[0]
+            return work
+
+        for src, dst, rank in ((first, last, 63), (last, second, 1)):
+            server = names.in_namespaces([dst], listen)[0]
+            try:
+                source = names.in_namespaces([src], connect_to(net.gpu_address(rank), server.getsockname()[1]))[0]
+            finally:
+                server.close()
+            assert source == net.gpu_address(0 if src == first else 63)
+        neigh = subprocess.run(["ip", "-n", f"{net.name}-n0", "neigh", "show", "nud", "permanent"],
+                               capture_output=True, text=True, timeout=30).stdout
+        assert neigh.count("PERMANENT") == 63 + 1  # every other node's NIC, and its own GPU
+    finally:
+        net.down()
+    assert of(net.name) == []

@@ -76,8 +76,8 @@ class Cluster(RunResults):
         self._state: Launcher | None = None
         self._finalizer = None
         try:
-            if self._network is not None and not self._network.is_up():
-                self._network.up()  # nothing of it is left if this fails or is interrupted
+            if self._network is not None:  # up until its last Cluster closes; nothing is left if this fails
+                self._network.attach()
                 self._owns_network = True
             with _interrupts_held():  # once the launcher exists, its finalizer must exist too
                 self._state = Launcher(host)
@@ -165,7 +165,8 @@ class Cluster(RunResults):
             if self._finalizer is not None:
                 self._finalizer()
             if self._owns_network:
-                self._network.down()
+                self._owns_network = False
+                self._network.detach()
 
     def __enter__(self) -> "Cluster":
         return self

@@ -80,7 +80,7 @@ def check_network(network, world_size: int, backend: str):
     (duck-typed: this package imports nothing else from commlib)."""
     if network is None:
         return None
-    if not all(callable(getattr(network, m, None)) for m in ("up", "down", "is_up", "placement", "wrap", "check_cluster")):
+    if not all(callable(getattr(network, m, None)) for m in ("attach", "detach", "placement", "wrap", "check_cluster")):
         raise TypeError(f"network must be a commlib.network.Network or None, got {type(network).__name__}")
     network.check_cluster(world_size, backend)
     return network

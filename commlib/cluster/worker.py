@@ -120,8 +120,9 @@ def rank_main(spec: dict, authkey: bytes) -> None:
         store = dist.TCPStore(spec["host"], spec["store_port"], None, False,
                               datetime.timedelta(seconds=spec["start_timeout"]))
         store = dist.PrefixStore(f"generation{spec['generation']}", store)
-        if spec.get("netns"):  # an emulated node (commlib.network): the store's socket stays on the host's
-            netns.enter(spec["netns"])  # loopback; Gloo's pairs, made from here on, use the node's NIC
+        os.environ.update(spec.get("environment", {}))  # COMMLIB_NETWORK on a commlib.network.Network
+        if spec.get("netns"):  # an emulated GPU (commlib.network): the store's socket stays on the host's
+            netns.enter(spec["netns"])  # loopback; Gloo's pairs, made from here on, use the GPU's own address
             os.environ["GLOO_SOCKET_IFNAME"] = spec["ifname"]
         kwargs = {}
         if backend == "nccl":

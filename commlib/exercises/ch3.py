@@ -84,7 +84,8 @@ def ch3_all_to_all_time(answer, nodes: int = 4, gpus_per_node: int = 8, nics_per
 
 # ------------------------------------------------------------------------------------ 3.3
 def ch3_hierarchical_inter_bytes(answer, nodes: int = 4, gpus_per_node: int = 8, nbytes: float = 1e9) -> Verdict:
-    """Bytes one GPU sends to other nodes in a hierarchical all-reduce of nbytes: 2(N-1)/N x n/g."""
+    """Bytes one GPU sends to other nodes in a hierarchical all-reduce of nbytes whose middle phase is a ring
+    across the nodes (GPU i with GPU i of every node): 2(N-1)/N x n/g."""
     value, bad = _number(answer, "the number of bytes")
     if bad is not None:
         return bad
@@ -93,7 +94,7 @@ def ch3_hierarchical_inter_bytes(answer, nodes: int = 4, gpus_per_node: int = 8,
     nn, g, p, n = t.nodes, t.gpus_per_node, t.world_size, nbytes
     if close(value, want):
         return Verdict(True, f"after the reduce-scatter in the node each GPU holds a shard of n/g = "
-                             f"{n / g / 1e6:g} MB, and all-reduces it across {nn} nodes: 2(N-1)/N x n/g = "
+                             f"{n / g / 1e6:g} MB, and all-reduces it in a ring across {nn} nodes: 2(N-1)/N x n/g = "
                              f"{want / 1e6:g} MB.")
     if close(value, 2 * (nn - 1) / nn * n):
         return Verdict(False, "across nodes each GPU all-reduces only its shard, n/g, not the whole tensor.")

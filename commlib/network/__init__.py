@@ -4,10 +4,12 @@
     available() -> (bool, reason)                        # can the kernel kind be built here?
     with cl.Cluster(world_size=4, network=net) as c: ...  # ranks in their nodes; c.network says what ran
 
-    network.py    Network: arguments, rails and addresses, which kind, up/down, what a rank needs
-    kernel.py     the kernel kind: namespaces, veths, a bridge, tc HTB; names, sweeping a dead owner's leftovers
+    network.py    Network: arguments, rails and addresses, which kind, up/down, users, what a rank needs
+    kernel.py     the kernel kind: a namespace per GPU and per node, veths, bridges, tc HTB, rails by source
+    names.py      whose a namespace is: names, owners, the course's mark inside it, sweeping a dead owner's
     calibrate.py  the link as the course fits it (alpha, beta) from a measured sweep, beside the configured rate
-    cli.py        python -m commlib network up | down | clean
+    cli.py        python -m commlib network up | down | clean | run
+    run.py        network run: a torchrun script on the emulated nodes (rank.py: one rank, in its GPU)
     spec.py       the record a job and its traces carry of the network they ran on (COMMLIB_NETWORK, 2x1@20e6)
 The pacer (kind "paced") is commlib.algorithms.emulation; `emulate(gpus_per_node, bandwidth, latency,
 nics_per_node)`, its entry inside ranks, is here. Importing this package imports no torch.

@@ -1,16 +1,20 @@
-"""python -m commlib network up | down | clean: a kept kernel network for torchrun or a look with `ip netns`.
+"""python -m commlib network up | down | clean | run: a kept kernel network, or a torchrun job on one (run.py).
 
     python -m commlib network up --nodes 2 --gpus-per-node 1 --bandwidth 20e6   # prints its name and addresses
-    ip netns exec NAME-n0 ...                                                 # run anything on node 0
+    ip netns exec NAME-n0g0 ...                                               # run anything on node 0's GPU 0
     python -m commlib network down NAME                                       # removes it
     python -m commlib network clean                                           # what dead owners left
+    python -m commlib network run --nodes 2 --bandwidth 20e6 SCRIPT ARGS...    # torchrun on it (run.py)
 
 Every failure is one line (the caller prints it and exits 2); nothing half-made stays.
 """
 
 from __future__ import annotations
 
-from commlib.network import kernel
+import os
+import re
+
+from commlib.network import kernel, names
 from commlib.network.network import Network
 
 
@@ -18,15 +22,29 @@ class UsageError(Exception):
     """One line for the command line: a bad argument or a network that could not be made."""
 
 
-def up(nodes: int, gpus_per_node: int, nics_per_node: int, bandwidth: float) -> list[str]:
-    """Build a kept network (it outlives this process until `down`) -> the lines to print."""
-    try:  # the arguments first, whatever this machine allows
+def _check(action: str, nodes: int, gpus_per_node: int, nics_per_node: int, bandwidth: float) -> None:
+    """The arguments first, whatever this machine allows, then whether the kernel network can be built here."""
+    try:
         Network(nodes, gpus_per_node, nics_per_node, bandwidth=bandwidth, kind="paced")
     except (TypeError, ValueError) as e:
-        raise UsageError(f"network up: --{str(e).split(' ', 1)[0].replace('_', '-')} {str(e).split(' ', 1)[1]}") from None
+        flags = re.sub(r"\b(nodes|gpus_per_node|nics_per_node|bandwidth)\b(?= must| x )",
+                       lambda m: "--" + m.group(1).replace("_", "-"), str(e))   # the names as the command line has them
+        raise UsageError(f"network {action}: {flags}") from None
     ok, why = kernel.available()
     if not ok:
-        raise UsageError(f"network up: {why}")
+        raise UsageError(f"network {action}: {why}")
+
+
+def check_run(script: str, nodes: int, gpus_per_node: int, nics_per_node: int, bandwidth: float) -> None:
+    """`network run`'s arguments, before anything is made: the script exists, the network can be built."""
+    if not os.path.isfile(script):
+        raise UsageError(f"network run: SCRIPT {script!r} is not a file")
+    _check("run", nodes, gpus_per_node, nics_per_node, bandwidth)
+
+
+def up(nodes: int, gpus_per_node: int, nics_per_node: int, bandwidth: float) -> list[str]:
+    """Build a kept network (it outlives this process until `down`) -> the lines to print."""
+    _check("up", nodes, gpus_per_node, nics_per_node, bandwidth)
     net = Network(nodes, gpus_per_node, nics_per_node, bandwidth=bandwidth, kind="kernel")
     try:
         net.up(keep=True)
@@ -34,8 +52,11 @@ def up(nodes: int, gpus_per_node: int, nics_per_node: int, bandwidth: float) -> 
         raise UsageError(f"network up: {e}") from None
     lines = [f"{net.name}: {net.summary()}"]
     for n in range(net.nodes):
+        gpus = range(n * net.gpus_per_node, (n + 1) * net.gpus_per_node)
         lines.append(f"  node {n}: netns {net.name}-n{n}, NICs "
-                     + ", ".join(f"nic{j} {net.address(n, j)}" for j in range(net.nics_per_node)))
+                     + ", ".join(f"nic{j} {net.address(n, j)}" for j in range(net.nics_per_node))
+                     + "; GPUs " + ", ".join(f"netns {net.name}-n{n}g{r % net.gpus_per_node} {net.gpu_address(r)}"
+                                             for r in gpus))
     lines.append(f"remove it with: python -m commlib network down {net.name}")
     return lines
 
@@ -51,6 +72,9 @@ def down(name: str) -> list[str]:
 
 
 def clean() -> list[str]:
-    """Remove the namespaces of owners that are no longer alive -> the lines to print."""
-    gone = kernel.sweep()
-    return [f"removed {n}" for n in gone] or ["nothing to remove"]
+    """Remove the namespaces the course made whose owner is no longer alive -> the lines to print. Those named
+    like the course's but without its mark are left alone, and said so."""
+    remove, alone = names.leftovers()
+    gone = kernel.remove(remove)
+    return ([f"removed {n}" for n in gone] or ["nothing to remove"]) + \
+        [f"left alone: {n} (named like the course's, but not marked as made by it)" for n in alone]

@@ -1,79 +1,46 @@
-"""The kernel network: each node a Linux network namespace, each NIC a veth pair to a switch (a bridge in a
-namespace of its own), shaped both ways by tc HTB: the node's egress, and the switch port's egress toward
-the node (what the node receives). Built and removed with iproute2 (`ip -batch`, `tc -batch`, one process per
-namespace; pyroute2 was measured against it, see benchmarks/network_emulation.py).
+"""The kernel network: each GPU a Linux network namespace with its own address; each node a namespace that
+routes (its GPUs on a bridge, NVLink's stand-in, unshaped or shaped to `intra_bandwidth`) and holds the node's
+NICs, each a veth pair to a switch (a bridge in a namespace of its own), shaped both ways by tc HTB: the NIC's
+egress, and the switch port's egress toward the node (what the node receives). Built and removed with
+iproute2 batches (`ip -batch`, `tc -batch`, one process per namespace; pyroute2 was measured against it, see
+benchmarks/network_emulation.py).
 
-    names = build(plan)          # plan: kernel_plan(...); -> the namespaces made, all named PREFIX<owner>-...
+    names = build(plan)          # plan: Network.plan(); -> the namespaces made, all named PREFIX<owner>-...
     remove(names)                # deleting a namespace deletes every link in it: nothing else was made
-    sweep()                      # the namespaces of owners that are no longer alive
+    sweep()                      # the marked namespaces of owners that are no longer alive (commlib.network.names)
+    nic_bytes(plan)              # tc's own byte counters of every NIC, both ways
 
-Safety: every link is created inside a namespace this module made (`ip -n NS link add ... peer ... netns SW`),
-never in the host's, so the host's links, addresses and routes never change. Names carry the owner's pid and
-its start time (a reused pid is not mistaken for the owner); addresses come from 198.18.0.0/15 (RFC 2544)
-and exist only inside the namespaces.
+Rails: GPU i of a node leaves it by NIC i mod k and enters it by NIC i mod k, whatever GPU it talks to: the
+node's namespace picks the NIC by the packet's source (`ip rule from GPU lookup RAIL`) and the next hop by its
+destination (the peer GPU's node, on the peer GPU's rail), so each direction of a connection rides its sender's
+rail out and its receiver's rail in, as on a rail-optimised cluster.
+Neighbours are static (`nud permanent`, exempt from the kernel's neighbour-table limit, gc_thresh3, which all
+namespaces share: N nodes would need N(N-1) learnt entries), so no ARP crosses the NICs either.
+
+Safety: every link is created inside a namespace this module made (`ip -n NS link add ... peer ... netns X`),
+never in the host's, so the host's links, addresses and routes never change. Addresses come from 198.18.0.0/15
+(RFC 2544: NICs 198.18.J.(N+1)/16, GPUs 198.19.N.(I+1)/24) and exist only inside the namespaces.
 """
 
 from __future__ import annotations
 
-import os
+import re
 import shutil
 import subprocess
 import sys
-import threading
 
-from commlib.cluster.netns import enter
+from commlib.network import names as nm
+from commlib.network.names import NETNS_DIR, PREFIX, namespaces, new_name, owner_alive  # noqa: F401
 
-PREFIX = "clnet-"
-NETNS_DIR = "/run/netns"
-KEEP = "keep"           # the owner field of a network made by `python -m commlib network up`: kept until `down`
-CAP_NET_ADMIN, CAP_SYS_ADMIN = 12, 21
 _TIMEOUT_S = 30.0       # one ip/tc batch: milliseconds; a hung one is an error, not a hang
-_counter = iter(range(1, 1 << 62))
-_lock = threading.Lock()
+CAP_NET_ADMIN, CAP_SYS_ADMIN = 12, 21
+MTU = 1500
+PAYLOAD_FRACTION = (MTU - 52) / (MTU + 14)   # TCP payload (timestamps on) per frame HTB charges: 1448 / 1514
+_probed: dict = {}
 
 
 class NetworkError(RuntimeError):
     """The kernel network could not be made (one line: what failed and why); nothing of it is left."""
-
-
-def _start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks (field 22 of /proc/pid/stat), or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read(4096).decode(errors="replace")
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[-1].split()[19]
-
-
-def owner_tag(pid: int | None = None) -> str:
-    pid = os.getpid() if pid is None else pid
-    return f"{pid}.{_start_time(pid)}"
-
-
-def new_name(keep: bool = False) -> str:
-    """A fresh network name: PREFIX + owner (pid.starttime, or KEEP) + a counter; a node's namespace adds -nI."""
-    with _lock:
-        n = next(_counter)
-    owner = KEEP + "." + owner_tag() if keep else owner_tag()
-    return f"{PREFIX}{owner}-{n}"
-
-
-def owner_alive(name: str) -> bool:
-    """True for a kept network and for one whose owner still runs (same pid, same start time)."""
-    owner = name[len(PREFIX):].split("-", 1)[0]
-    if owner.startswith(KEEP + "."):
-        return True
-    pid, _, started = owner.partition(".")
-    return pid.isdigit() and _start_time(int(pid)) == started
-
-
-def namespaces() -> list[str]:
-    """The namespaces this module made (any owner), by name."""
-    try:
-        return sorted(n for n in os.listdir(NETNS_DIR) if n.startswith(PREFIX))
-    except OSError:
-        return []
 
 
 def _capabilities() -> int:
@@ -85,7 +52,8 @@ def _capabilities() -> int:
 
 
 def available() -> tuple[bool, str]:
-    """(True, how) where this process may build the kernel network, else (False, why), in one line."""
+    """(True, how) where this process may build the kernel network, else (False, why), in one line. Tries, once
+    per process, what build() needs: a namespace, its mark, a veth pair, an HTB qdisc; nothing of it stays."""
     if not sys.platform.startswith("linux"):
         return False, f"the kernel network needs Linux network namespaces; this is {sys.platform}"
     missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
@@ -95,21 +63,44 @@ def available() -> tuple[bool, str]:
     if not (caps >> CAP_NET_ADMIN & 1 and caps >> CAP_SYS_ADMIN & 1):
         return False, ("the kernel network needs CAP_NET_ADMIN and CAP_SYS_ADMIN: run as root, or inside "
                        "`unshare --user --net --mount --map-root-user` (see the README)")
-    if not os.path.exists("/proc/self/ns/net"):
-        return False, "this kernel has no network namespaces"
+    if "probe" not in _probed:
+        _probed["probe"] = _probe()
+    why = _probed["probe"]
+    if why:
+        return False, f"the kernel network cannot be built here: {why}"
     return True, "Linux network namespaces with CAP_NET_ADMIN, shaped by tc HTB"
 
 
-def _run(tool: str, netns: str | None, lines: list[str]) -> None:
-    """One `ip`/`tc` batch (in namespace `netns`); a failure raises NetworkError with iproute2's own line."""
-    cmd = [tool] + (["-n", netns] if netns else []) + ["-batch", "-"]
+def _probe() -> str | None:
+    """None where a marked namespace with a shaped veth pair can be made here, else iproute2's reason."""
+    name = new_name() + "-probe"
+    try:
+        _run("ip", None, [f"netns add {name}"])
+    except NetworkError as e:
+        return str(e)
+    try:
+        nm.mark([name])
+        _run("ip", name, ["link add name pa type veth peer name pb", "link set pa up"])
+        _run("tc", name, _shape("pa", 1e6, 0.0))
+        return None
+    except (NetworkError, OSError) as e:
+        return str(e)
+    finally:
+        remove([name])
+
+
+def _run(tool: str, netns: str | None, lines: list[str], force: bool = False) -> str:
+    """One `ip`/`tc` batch (in namespace `netns`) -> its output; a failure raises NetworkError with iproute2's
+    own line (force: go on past failing lines, raise nothing)."""
+    cmd = [tool] + (["-n", netns] if netns else []) + (["-force"] if force else []) + ["-batch", "-"]
     try:
         done = subprocess.run(cmd, input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise NetworkError(f"`{' '.join(cmd)}` did not finish within {_TIMEOUT_S:.0f} s") from None
-    if done.returncode != 0:
+    if done.returncode != 0 and not force:
         why = " ".join(done.stderr.split())[:300] or f"exit code {done.returncode}"
         raise NetworkError(f"`{tool}{' -n ' + netns if netns else ''}` failed: {why}")
+    return done.stdout
 
 
 def _rate(bandwidth: float) -> str:
@@ -123,9 +114,12 @@ def _htb_class(verb: str, dev: str, bandwidth: float) -> str:
 
 
 def _shape(dev: str, bandwidth: float, latency: float) -> list[str]:
-    """HTB lines that hold `dev`'s egress to `bandwidth` bytes/s: one class, every packet in it. The burst
-    (bytes sent back to back) is 1 ms of the rate, at least 2 full frames: HTB refills its tokens from a
-    timer, and a burst below one tick's worth would cap the rate below the configured one."""
+    """HTB lines that hold `dev`'s egress to `bandwidth` bytes/s: one class, every packet in it. HTB charges a
+    packet when it dequeues it, with tokens computed from the time elapsed since the last charge
+    (htb_accnt_tokens, net/sched/sch_htb.c), in bytes as the qdisc layer counts them: a GSO packet counts the
+    headers of every segment it will become (qdisc_pkt_len_init, net/core/dev.c), so payload is PAYLOAD_FRACTION
+    of the rate. The burst (bytes sent back to back) is 1 ms of the rate, at least 2 full frames, so the
+    shaper's own timer (its watchdog, of a tick's resolution) does not hold the rate below the configured one."""
     lines = [f"qdisc add dev {dev} root handle 1: htb default 1 r2q {max(1, int(bandwidth // 200_000))}",
              _htb_class("add", dev, bandwidth)]
     if latency > 0:
@@ -141,82 +135,105 @@ def reshape(plan: dict, bandwidth: float) -> None:
         _run("tc", plan["switch"], [_htb_class("change", nic["port"], bandwidth) for nic in node["nics"]])
 
 
-def _set_sysctls(netns: str, values: dict[str, str]) -> None:
-    """Write /proc/sys/net entries inside `netns` from a short-lived thread that entered it (a thread's
-    network namespace is its own; the process and the host stay where they are)."""
-    errors = []
+def _router(plan: dict, n: int) -> list[str]:
+    """Node n's namespace: its GPUs' bridge, its NICs, static neighbours, and the rails (rule by source)."""
+    node, k = plan["nodes"][n], len(plan["nodes"][n]["nics"])
+    lines = ["link set lo up", f"link add br0 address {node['mac']} type bridge",
+             f"addr add {node['lan']}/24 dev br0", "link set br0 up"]
+    for g in node["gpus"]:
+        lines += [f"link add {g['port']} mtu {MTU} type veth peer name eth0 address {g['mac']} netns {g['netns']}",
+                  f"link set {g['port']} master br0", f"link set {g['port']} up",
+                  f"neigh replace {g['address']} lladdr {g['mac']} dev br0 nud permanent"]
+    for nic in node["nics"]:
+        lines += [f"link add {nic['dev']} address {nic['mac']} mtu {MTU} type veth peer name {nic['port']} "
+                  f"netns {plan['switch']}", f"addr add {nic['address']}/16 dev {nic['dev']}",
+                  f"link set {nic['dev']} up"]
+    for g in node["gpus"]:
+        lines.append(f"rule add from {g['address']} lookup {100 + g['nic']} pref {1000 + g['nic']}")
+    for m, peer in enumerate(plan["nodes"]):
+        if m == n:
+            continue
+        for nic in node["nics"]:
+            table = 100 + nic["rail"]
+            for far in peer["nics"]:
+                lines.append(f"neigh replace {far['address']} lladdr {far['mac']} dev {nic['dev']} nud permanent")
+            if k == 1:
+                lines.append(f"route add {peer['lan'].rsplit('.', 1)[0]}.0/24 via {peer['nics'][0]['address']} dev {nic['dev']} "
+                             f"table {table} onlink")
+                continue
+            for g in peer["gpus"]:
+                lines.append(f"route add {g['address']}/32 via {peer['nics'][g['nic']]['address']} "
+                             f"dev {nic['dev']} table {table} onlink")
+    return lines
 
-    def work():
-        try:
-            enter(os.path.join(NETNS_DIR, netns))
-            for key, value in values.items():
-                with open("/proc/sys/net/" + key.replace(".", "/"), "w") as f:
-                    f.write(value)
-        except OSError as e:
-            errors.append(e)
 
-    t = threading.Thread(target=work, name="commlib-netns-sysctl")
-    t.start()
-    t.join()
-    if errors:
-        raise NetworkError(f"could not set {', '.join(values)} in {netns}: {errors[0]}")
+def _gpu(node: dict, g: dict) -> list[str]:
+    """A GPU's namespace: its address on the node's bridge, the node as its gateway, its neighbours static."""
+    lines = ["link set lo up", f"addr add {g['address']}/24 dev eth0", "link set eth0 up",
+             f"route add default via {node['lan']} dev eth0",
+             f"neigh replace {node['lan']} lladdr {node['mac']} dev eth0 nud permanent"]
+    return lines + [f"neigh replace {o['address']} lladdr {o['mac']} dev eth0 nud permanent"
+                    for o in node["gpus"] if o is not g]
+
+
+_QUIET = {"ipv6.conf.all.disable_ipv6": "1", "ipv6.conf.default.disable_ipv6": "1",
+          "ipv4.conf.all.rp_filter": "0", "ipv4.conf.default.rp_filter": "0"}
 
 
 def build(plan: dict) -> list[str]:
-    """Make the namespaces, links, addresses, routes and shapers of `plan` (kernel_plan's dict) -> the names
-    made. Any failure (a name in use, a missing permission, Ctrl-C) removes what was made, then re-raises."""
-    ns = [plan["switch"]] + [node["netns"] for node in plan["nodes"]]
-    taken = sorted(set(ns) & set(namespaces()))
+    """Make the namespaces, links, addresses, routes and shapers of `plan` (Network.plan()) -> the names made.
+    Any failure (a name in use, a missing permission, Ctrl-C) removes what was made, then re-raises."""
+    gpus = [g["netns"] for node in plan["nodes"] for g in node["gpus"]]
+    routers = [node["netns"] for node in plan["nodes"]]
+    planned = [plan["switch"]] + routers + gpus
+    taken = sorted(set(planned) & set(namespaces()))
     if taken:
         raise NetworkError(f"network namespace {taken[0]} already exists: not made again, and not touched")
-    made: list[str] = []
+    name = plan["switch"][:-len("-sw")]
+    nm.journal(name, planned)  # until every namespace carries the mark (see commlib.network.names)
     try:
-        for name in ns:  # one at a time, so that `made` is exactly what exists
-            _run("ip", None, [f"netns add {name}"])
-            made.append(name)
-        sw = plan["switch"]
+        try:
+            _run("ip", None, [f"netns add {n}" for n in planned])
+        finally:  # marked at once: a SIGKILL from here on leaves only what the next sweep removes
+            exists = set(namespaces())
+            nm.mark([n for n in planned if n in exists])
+            nm.journal(name, None)
+        nm.in_namespaces(planned, nm.write_sysctls(_QUIET))
+        nm.in_namespaces(routers, nm.write_sysctls({"ipv4.ip_forward": "1"}))
+        sw, bw, intra = plan["switch"], plan["bandwidth"], plan.get("intra_bandwidth")
         _run("ip", sw, ["link set lo up", "link add br0 type bridge", "link set br0 up"])
-        for node in plan["nodes"]:
-            lines, ports = ["link set lo up"], []
-            for nic in node["nics"]:
-                dev, port, addr = nic["dev"], nic["port"], nic["address"]
-                # rails: NIC j holds rail j's /24, so what is sent to a peer's NIC j leaves by this node's NIC j,
-                # whichever side of the connection sends it (no rule by source: Gloo's connecting side has none)
-                lines += [f"link add {dev} type veth peer name {port} netns {sw}",
-                          f"addr add {addr}/24 dev {dev}", f"link set {dev} up"]
-                ports += [f"link set {port} master br0", f"link set {port} up"]
-            _run("ip", node["netns"], lines)
-            # several NICs on one subnet: each answers ARP only for its own address (no "ARP flux")
-            _set_sysctls(node["netns"], {"ipv4.conf.all.arp_ignore": "1", "ipv4.conf.all.arp_announce": "2",
-                                         "ipv4.conf.all.rp_filter": "0", "ipv4.conf.default.rp_filter": "0"})
-            _run("ip", sw, ports)
-            _run("tc", node["netns"], [x for nic in node["nics"]
-                                       for x in _shape(nic["dev"], plan["bandwidth"], plan["latency"])])
-            _run("tc", sw, [x for nic in node["nics"] for x in _shape(nic["port"], plan["bandwidth"], 0.0)])
+        for n, node in enumerate(plan["nodes"]):
+            _run("ip", node["netns"], _router(plan, n))
+            shapes = [x for nic in node["nics"] for x in _shape(nic["dev"], bw, plan["latency"])]
+            if intra:
+                shapes += [x for g in node["gpus"] for x in _shape(g["port"], intra, 0.0)]
+            _run("tc", node["netns"], shapes)
+            for g in node["gpus"]:
+                _run("ip", g["netns"], _gpu(node, g))
+                if intra:
+                    _run("tc", g["netns"], _shape("eth0", intra, 0.0))
+        ports = [nic["port"] for node in plan["nodes"] for nic in node["nics"]]
+        _run("ip", sw, [f"link set {p} master br0" for p in ports] + [f"link set {p} up" for p in ports])
+        _run("tc", sw, [x for p in ports for x in _shape(p, bw, 0.0)])
     except BaseException:
-        remove(made)
+        exists = set(namespaces())
+        remove([n for n in planned if n in exists])
         raise
-    return made
+    return planned
 
 
 def remove(names: list[str]) -> list[str]:
     """Delete these namespaces (and so every link in them) -> those deleted. Only PREFIX names are touched."""
-    gone = []
-    for name in names:
-        if not name.startswith(PREFIX) or "/" in name:
-            continue
-        try:
-            _run("ip", None, [f"netns delete {name}"])
-        except NetworkError:
-            if os.path.exists(os.path.join(NETNS_DIR, name)):
-                continue
-        gone.append(name)
-    return gone
+    names = [n for n in names if n.startswith(PREFIX) and "/" not in n]
+    if names:
+        _run("ip", None, [f"netns delete {n}" for n in names], force=True)
+    left = set(namespaces())
+    return [n for n in names if n not in left]
 
 
 def sweep() -> list[str]:
-    """Remove the namespaces whose owner is no longer alive (a SIGKILLed owner's leftovers) -> their names."""
-    return remove([n for n in namespaces() if not owner_alive(n)])
+    """Remove the namespaces the course made whose owner is no longer alive -> their names (names.leftovers)."""
+    return remove(nm.leftovers()[0])
 
 
 def netem_available() -> bool:
@@ -227,9 +244,31 @@ def netem_available() -> bool:
     except NetworkError:
         return False
     try:
+        nm.mark([name])
         _run("tc", name, ["qdisc add dev lo root netem delay 1ms"])
         return True
-    except NetworkError:
+    except (NetworkError, OSError):
         return False
     finally:
         remove([name])
+
+
+def nic_bytes(plan: dict) -> dict:
+    """tc's own byte counters (the HTB class of each shaped device) -> {(node, nic): (sent, received)} bytes:
+    sent through the NIC's egress, received through its switch port's egress toward the node."""
+    out = {}
+    for n, node in enumerate(plan["nodes"]):
+        for nic in node["nics"]:
+            out[(n, nic["rail"])] = (_class_bytes(node["netns"], nic["dev"]), _class_bytes(plan["switch"], nic["port"]))
+    return out
+
+
+def _class_bytes(netns: str, dev: str) -> int:
+    """The bytes HTB's class 1:1 on `dev` sent ("Sent N bytes": this tc prints no JSON for HTB classes)."""
+    cmd = ["tc", "-n", netns, "-s", "class", "show", "dev", dev]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=_TIMEOUT_S)
+    text = done.stdout if done.returncode == 0 else ""
+    found = re.search(r"class htb 1:1 .*?Sent (\d+) bytes", text, re.S)
+    if not found:
+        raise NetworkError(f"tc -n {netns}: no HTB class 1:1 on {dev}")
+    return int(found.group(1))

@@ -3,12 +3,14 @@
     net = Network(nodes=2, gpus_per_node=2, nics_per_node=1, bandwidth=20e6, kind="auto")
     with Cluster(world_size=4, network=net) as c: ...     # ranks 0-1 node 0, ranks 2-3 node 1
 
-kind "kernel": each node a Linux network namespace, each NIC a veth pair to a bridge, shaped both ways by tc
-HTB (commlib.network.kernel); the ranks start inside their node's namespace and bind Gloo to their NIC (GPU i
-of a node uses NIC i mod k), so every torch.distributed call between nodes crosses a shaped NIC and traffic
-inside a node stays on the namespace's loopback (NVLink's stand-in). kind "paced": commlib's Python pacer
+kind "kernel": each GPU a Linux network namespace with an address of its own, each node a namespace that joins
+its GPUs (NVLink's stand-in: unshaped, or `intra_bandwidth` bytes/s) and holds its NICs, each NIC a veth pair to
+a switch shaped both ways by tc HTB (commlib.network.kernel). GPU i of a node leaves and enters it through NIC
+i mod k whatever GPU it talks to (rails, routed by source inside the node), so every torch.distributed call
+between nodes crosses the shaped NICs its GPUs' rails say. kind "paced": commlib's Python pacer
 (commlib.algorithms.emulation) around every run(): only commlib.algorithms' messages are paced. kind "auto":
 the kernel where available() says so, the pacer elsewhere; it prints which, in one line.
+Every rank started on a Network has COMMLIB_NETWORK = net.spec().to_json() (commlib.network.spec).
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ import threading
 import weakref
 
 from commlib import _validate as check
-from commlib.network import kernel
-from commlib.network.spec import BANDWIDTH, MAX_GPUS, MAX_LATENCY, MAX_NICS, MAX_NODES, Spec  # noqa: F401
+from commlib.network import kernel, names
+from commlib.network.spec import BANDWIDTH, ENV, MAX_GPUS, MAX_LATENCY, MAX_NICS, MAX_NODES, Spec  # noqa: F401
+
+MAX_RANKS = 64   # GPUs (namespaces) of a kernel network, as many as a Cluster's ranks: 64 x 1 is built in ~10 s
 
 KINDS = ("auto", "kernel", "paced")
 _live: "weakref.WeakSet[Network]" = weakref.WeakSet()
@@ -37,16 +41,25 @@ class Network:
     start after a SIGKILL (kernel.sweep)."""
 
     def __init__(self, nodes, gpus_per_node, nics_per_node=1, *, bandwidth, latency=0.0, kind="auto",
-                 quiet: bool = False):
+                 quiet: bool = False, intra_bandwidth=None):
         self.nodes = check.integer("nodes", nodes, 1, MAX_NODES)
         self.gpus_per_node = check.integer("gpus_per_node", gpus_per_node, 1, MAX_GPUS)
         self.nics_per_node = check.integer("nics_per_node", nics_per_node, 1, MAX_NICS)
+        if self.nics_per_node > self.gpus_per_node:
+            raise ValueError(f"nics_per_node must be <= gpus_per_node ({self.gpus_per_node}): GPU i uses NIC i mod k, "
+                             f"so NICs beyond the GPUs carry nothing; got {self.nics_per_node}")
+        if self.nodes * self.gpus_per_node > MAX_RANKS:
+            raise ValueError(f"nodes x gpus_per_node must be <= {MAX_RANKS} (one rank, and one namespace, per GPU), "
+                             f"got {self.nodes} x {self.gpus_per_node} = {self.nodes * self.gpus_per_node}")
         self.bandwidth = check.number("bandwidth", bandwidth, BANDWIDTH[0], high=BANDWIDTH[1], unit="bytes/s")
+        self.intra_bandwidth = None if intra_bandwidth is None else check.number(
+            "intra_bandwidth", intra_bandwidth, BANDWIDTH[0], high=BANDWIDTH[1], unit="bytes/s")
         self.latency = check.number("latency", latency, 0.0, high=MAX_LATENCY, unit="seconds")
         kind = check.choice("kind", kind, KINDS)
         if not isinstance(quiet, bool):
             raise TypeError(f"quiet must be True or False, got {quiet!r}")
-        ok, why = available()
+        # the pacer asked for by name needs nothing tried (available() builds a throwaway namespace once)
+        ok, why = available() if kind != "paced" else (False, "kind='paced' was asked for")
         if kind == "kernel" and not ok:
             raise RuntimeError(f"kind='kernel' is not available here: {why}")
         if kind != "paced" and ok and self.latency > 0 and not kernel.netem_available():
@@ -60,6 +73,8 @@ class Network:
         self.made: list[str] = []
         self.calibration: dict | None = None
         self._lock = threading.Lock()
+        self._users = 0
+        self._attached_up = False
         if kind == "auto" and not quiet:
             print(self.summary())
 
@@ -87,24 +102,33 @@ class Network:
         return rank % self.gpus_per_node % self.nics_per_node
 
     def address(self, node: int, nic: int) -> str:
-        """Node n's NIC j: 198.18.j.(n+1), one /24 per rail (RFC 2544's block; it exists only inside the
-        namespaces). A message to GPU i of another node leaves by this node's NIC i mod k and arrives at that
-        node's NIC i mod k (routing by destination). Between GPUs of one index (hierarchical, rail-aligned rings)
-        that is GPU i's own NIC on both nodes, as commlib.topology and the pacer price it. Across rails it is not:
-        Gloo connects without binding a source address, so a TCP connection's two ends are the acceptor's NIC
-        and the connecting node's NIC on the acceptor's rail, both directions on one rail (a multi-ring whose
-        rings cross rails does not spread over the NICs here; giving each GPU a namespace of its own, routed by
-        its node, would)."""
+        """Node n's NIC j: 198.18.j.(n+1), on one /16 through the switch (RFC 2544's block; it exists only inside
+        the namespaces)."""
         return f"198.18.{nic}.{node + 1}"
+
+    def gpu_address(self, rank: int) -> str:
+        """GPU i of node n: 198.19.n.(i+1), on its node's bridge; what leaves it goes out by NIC i mod k."""
+        return f"198.19.{self.node_of(rank)}.{rank % self.gpus_per_node + 1}"
+
+    @property
+    def payload_bandwidth(self) -> float:
+        """Bytes/s of TCP payload a NIC carries at `bandwidth` on the kernel network: HTB charges every
+        1500-byte segment's headers too (kernel.PAYLOAD_FRACTION, 1448 of 1514 bytes); the pacer paces payload."""
+        return self.bandwidth * (kernel.PAYLOAD_FRACTION if self.kind == "kernel" else 1.0)
 
     def plan(self) -> dict:
         """What kernel.build makes for this network, as data."""
-        name = self.name
+        name, k = self.name, self.nics_per_node
+        nodes = []
+        for n in range(self.nodes):
+            gpus = [{"netns": f"{name}-n{n}g{i}", "port": f"g{i}", "address": self.gpu_address(n * self.gpus_per_node + i),
+                     "mac": f"02:c1:01:00:{n:02x}:{i:02x}", "nic": i % k} for i in range(self.gpus_per_node)]
+            nics = [{"dev": f"nic{j}", "port": f"p{n}-{j}", "address": self.address(n, j), "rail": j,
+                     "mac": f"02:c1:00:00:{n:02x}:{j:02x}"} for j in range(k)]
+            nodes.append({"netns": f"{name}-n{n}", "lan": f"198.19.{n}.254", "mac": f"02:c1:02:00:{n:02x}:00",
+                          "nics": nics, "gpus": gpus})
         return {"switch": f"{name}-sw", "bandwidth": self.bandwidth, "latency": self.latency,
-                "nodes": [{"netns": f"{name}-n{n}",
-                           "nics": [{"dev": f"nic{j}", "port": f"p{n}-{j}", "address": self.address(n, j)}
-                                    for j in range(self.nics_per_node)]}
-                          for n in range(self.nodes)]}
+                "intra_bandwidth": self.intra_bandwidth, "nodes": nodes}
 
     def up(self, keep: bool = False) -> "Network":
         """Build the kernel network (a no-op for the pacer, or if it is up). Sweeps dead owners' leftovers first."""
@@ -113,9 +137,16 @@ class Network:
                 return self
             kernel.sweep()
             self.name = kernel.new_name(keep)
-            self.made = kernel.build(self.plan())
-            if not keep:  # a kept network (`python -m commlib network up`) outlives this process
+            made = kernel.build(self.plan())
+            if keep:  # complete: from now on `clean` and the next start leave it to `down`
+                try:
+                    names.mark(made, names.KEPT)
+                except BaseException:
+                    kernel.remove(made)
+                    raise
+            else:  # removed at this process's exit; a kept one (`network up`) outlives it until `down`
                 _live.add(self)
+            self.made = made
         return self
 
     def down(self) -> None:
@@ -123,6 +154,36 @@ class Network:
         with self._lock:
             made, self.made = self.made, []
             kernel.remove(made)
+
+    def attach(self) -> None:
+        """A Cluster starts using this network: up() if it is not up (then the last detach() takes it down)."""
+        with self._lock:
+            self._users += 1
+            first = self._users == 1
+        if first and not self.is_up():
+            try:
+                self.up()
+            except BaseException:
+                with self._lock:
+                    self._users -= 1
+                raise
+            self._attached_up = True
+
+    def detach(self) -> None:
+        """A Cluster stops using this network: the last user takes down what attach() brought up, not before
+        (one Network may serve several Clusters, one after another or at once)."""
+        with self._lock:
+            self._users = max(0, self._users - 1)
+            last = self._users == 0 and self._attached_up
+        if last:
+            self._attached_up = False
+            self.down()
+
+    def nic_bytes(self) -> dict:
+        """{(node, nic): (bytes sent, bytes received)} from tc's own counters (kernel kind, while up)."""
+        if self.kind != "kernel" or not self.made:
+            raise RuntimeError("nic_bytes needs a kernel network that is up")
+        return kernel.nic_bytes(self.plan())
 
     def set_bandwidth(self, bandwidth) -> None:
         """Every NIC at `bandwidth` bytes/s from now on (checked as in the constructor). On the kernel network the
@@ -138,14 +199,16 @@ class Network:
         return self.kind != "kernel" or bool(self.made)
 
     def placement(self, rank: int) -> dict:
-        """For a rank of a Cluster on this network: the namespace to enter and the interface Gloo binds to
-        ({} on the pacer: the ranks stay on the host's loopback)."""
+        """For a rank of a Cluster on this network: its environment (COMMLIB_NETWORK), and on the kernel kind the
+        namespace of its GPU and the interface Gloo binds to (on the pacer the ranks stay on the host's loopback)."""
+        env = {"environment": {ENV: self.spec().to_json()}}
         if self.kind != "kernel":
-            return {}
+            return env
         if not self.made:
             raise RuntimeError("the kernel network is not up: call up() first (a Cluster does)")
-        return {"netns": f"{kernel.NETNS_DIR}/{self.name}-n{self.node_of(rank)}", "ifname": f"nic{self.nic_of(rank)}",
-                "address": self.address(self.node_of(rank), self.nic_of(rank))}
+        node, gpu = self.node_of(rank), rank % self.gpus_per_node
+        return env | {"netns": f"{kernel.NETNS_DIR}/{self.name}-n{node}g{gpu}", "ifname": "eth0",
+                      "address": self.gpu_address(rank)}
 
     def wrap(self, fn):
         """fn as a Cluster runs it on this network: on the pacer, inside emulate(); on the kernel, as it is."""

@@ -1,0 +1,206 @@
+"""python -m commlib network run: a learner's torchrun script on the emulated nodes, each rank in its GPU's
+namespace (commlib.network.kernel), then the network removed.
+
+    status = run("examples/ddp_train.py", ["--traces", "traces"], nodes=2, gpus_per_node=1, bandwidth=20e6)
+
+One torchrun per node (`--nproc-per-node G`, c10d rendezvous hosted by node 0's first GPU, no restarts), each
+started inside its node's first GPU namespace; each of its ranks moves into its own GPU's namespace
+(commlib.network.rank) and finds COMMLIB_NETWORK (commlib.network.spec) in its environment. Every output line
+starts with its node and rank (torchrun's own lines with the node). The exit status is the job's: 0, or the
+exit code of the first rank that failed, named in one line as soon as its torchrun reports it; the other
+nodes are then stopped. Ctrl-C or SIGTERM stop every process (torchrun, then its ranks, which die with it)
+and remove the network; so does a SIGKILL of this process (the torchruns die with it, and the next start or
+`network clean` removes its network).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from commlib.network import kernel, names
+from commlib.network.network import Network
+from commlib.network.rank import FAILURES, GPUS, PR_SET_PDEATHSIG
+
+STOP_GRACE_S = 3.0                      # SIGTERM to each torchrun, then SIGKILL (its ranks die with it)
+ROOT_CAUSE_WAIT_S = 0.5                 # after the first failure, how long other notes may still arrive
+
+
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM while the job ran."""
+
+
+def _free_port(netns: str) -> int:
+    """A port nothing listens on inside `netns` (a fresh namespace: any; asked of the kernel, not guessed)."""
+    def work(_name):
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return s.getsockname()[1]
+    return names.in_namespaces([netns], work)[0]
+
+
+def _torchrun(net: Network, node: int, port: int, script: str, args: list[str], logs: str) -> list[str]:
+    first = net.gpu_address(node * net.gpus_per_node)
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(net.nodes),
+            "--nproc-per-node", str(net.gpus_per_node), "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", f"{net.gpu_address(0)}:{port}", "--rdzv-id", net.name,
+            "--rdzv-conf", f"is_host={int(node == 0)}", "--local-addr", first, "--max-restarts", "0",
+            "--monitor-interval", "0.1", "--tee", "3", "--log-dir", os.path.join(logs, f"node{node}"),
+            "-m", "commlib.network.rank", script, *args]
+
+
+def _enter_and_die_with_us(path: str):
+    def preexec():  # in the child, before exec: torchrun starts inside node `path`'s first GPU
+        from commlib.cluster.netns import enter
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        enter(path)
+    return preexec
+
+
+NOISE = "The hostname of the client socket cannot be retrieved"   # c10d's reverse lookup of an emulated address
+
+
+def _forward(stream, node: int, sink, tail: list, stopping: threading.Event) -> None:
+    """Copy a torchrun's lines to `sink`, each with its node (its ranks' lines carry node and rank already).
+    Left out: c10d's warning that no name resolves for the namespaces' addresses (there is none to find), and
+    what the torchruns print once we stop them (their SignalException tracebacks say only that)."""
+    for raw in iter(stream.readline, b""):
+        line = raw.decode(errors="replace").rstrip("\n")
+        tail.append(line)
+        del tail[:-200]
+        if NOISE in line or stopping.is_set():
+            continue
+        sink.write((line if line.startswith(f"node {node} rank ") else f"node {node}: {line}") + "\n")
+        sink.flush()
+
+
+def _root_cause(failures: str, tails: dict, node: int) -> tuple[str, int | None]:
+    """(who failed and how, in words; its exit code) from rank.py's notes (the earliest), else from the summary
+    the failing node's torchrun printed."""
+    notes = []
+    for f in os.listdir(failures):
+        try:
+            with open(os.path.join(failures, f)) as fh:
+                when, rank, line = fh.read(2000).split(" ", 2)
+            notes.append((float(when), int(rank), line.strip()))
+        except (OSError, ValueError):
+            continue
+    text = "\n".join(tails[node])
+    code = re.search(r"exitcode\s*:\s*(-?\d+)", text)
+    status = None if code is None else int(code.group(1))
+    status = 128 - status if status is not None and status < 0 else status   # killed by signal s: 128 + s
+    if notes:
+        _, rank, line = min(notes)
+        return f"rank {rank} failed: {line}", status or 1
+    rank = re.search(r"rank\s*:\s*(\d+) \(local_rank", text)
+    who = f"rank {rank.group(1)}" if rank else f"a rank of node {node}"
+    how = f"exit code {code.group(1)}" if code else "torchrun reported a failure"
+    return f"{who} failed ({how})", status
+
+
+def _stop(procs: list) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + STOP_GRACE_S
+    for p in procs:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+
+
+def run(script: str, args: list[str], nodes: int, gpus_per_node: int, nics_per_node: int, bandwidth: float,
+        out=None, err=None) -> int:
+    """Run SCRIPT ARGS as a torchrun job on a kernel network built for it -> the job's exit status. The caller
+    has checked the arguments (cli.check_run); nothing of the network is left when this returns."""
+    out, err = out or sys.stdout, err or sys.stderr
+    net = Network(nodes, gpus_per_node, nics_per_node, bandwidth=bandwidth, kind="kernel", quiet=True)
+    tmp = tempfile.mkdtemp(prefix="commlib-network-run-")
+    failures = os.path.join(tmp, "failures")
+    os.mkdir(failures)
+    procs: list = []
+    threads: list = []
+    stopping, last = threading.Event(), None
+    tails: dict = {}
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def interrupted(signum, _frame):
+        raise Interrupted(signal.Signals(signum).name)
+
+    for s in previous:
+        signal.signal(s, interrupted)
+    status = 0
+    try:
+        net.up()
+        err.write(f"network run: {net.summary()}; {net.world_size} rank(s) of {script}\n")
+        err.flush()
+        port = _free_port(f"{net.name}-n0g0")
+        env = os.environ | {"COMMLIB_NETWORK": net.spec().to_json(), FAILURES: failures, "OMP_NUM_THREADS": "1",
+                            "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(
+                                p for p in [os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+                                            os.environ.get("PYTHONPATH", "")] if p)}
+        for n in range(net.nodes):
+            prefix = f"{kernel.NETNS_DIR}/{net.name}-n{n}g"
+            node_env = env | {GPUS: prefix, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": f"node {n} rank ${{rank}}: "}
+            procs.append(subprocess.Popen(_torchrun(net, n, port, script, args, tmp), env=node_env,
+                                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          start_new_session=True, preexec_fn=_enter_and_die_with_us(prefix + "0")))
+        for n, p in enumerate(procs):
+            tails[n] = []
+            for stream, sink in ((p.stdout, out), (p.stderr, err)):
+                t = threading.Thread(target=_forward, args=(stream, n, sink, tails[n], stopping), daemon=True)
+                t.start()
+                threads.append(t)
+        while True:
+            codes = [p.poll() for p in procs]
+            failed = [n for n, c in enumerate(codes) if c not in (None, 0)]
+            if failed:
+                time.sleep(ROOT_CAUSE_WAIT_S)
+                for t in threads[2 * failed[0]:2 * failed[0] + 2]:
+                    t.join(timeout=2.0)
+                why, code = _root_cause(failures, tails, failed[0])
+                last = f"network run: {why}; stopping the job and removing the network"
+                status = code if code not in (None, 0) else codes[failed[0]]
+                break
+            if all(c == 0 for c in codes):
+                break
+            time.sleep(0.05)
+    except Interrupted as e:
+        last = f"network run: {e} received: stopping every process and removing the network"
+        status = 130 if str(e) == "SIGINT" else 143
+    finally:
+        for s in previous:  # stopping takes seconds at most: a second Ctrl-C must not cut it short
+            signal.signal(s, signal.SIG_IGN)
+        if last or any(p.poll() is None for p in procs):
+            stopping.set()  # what the torchruns say as they are stopped is noise; a finished job's lines are not
+        try:
+            _stop(procs)
+            for t in threads:
+                t.join(timeout=2.0)
+            if last:
+                err.write(last + "\n")
+            net.down()
+            shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+    err.flush()
+    return status

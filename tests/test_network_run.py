@@ -1,0 +1,170 @@
+"""python -m commlib network run: the example and an unseen script (torch DDP and FSDP2) on 2 emulated nodes, a
+failing rank, a missing script, Ctrl-C and SIGTERM: each ends with one clear line, and nothing is left (no
+process, no namespace). Skipped where the kernel network cannot be built (COMMLIB_REQUIRE_NETNS=1: a failure)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from commlib import network
+from commlib.network import kernel, spec
+
+ROOT = Path(__file__).resolve().parents[1]
+OK, WHY = network.available()
+if not OK and os.environ.get("COMMLIB_REQUIRE_NETNS") == "1":
+    raise RuntimeError(f"COMMLIB_REQUIRE_NETNS=1 but the kernel network is not available: {WHY}")
+pytestmark = pytest.mark.skipif(not OK, reason=f"kernel network not available: {WHY}")
+
+UNSEEN = """
+import torch, torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+ddp = DDP(torch.nn.Linear(8, 8))
+ddp(torch.ones(2, 8)).sum().backward()
+fsdp = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))
+for layer in fsdp:
+    fully_shard(layer)
+fully_shard(fsdp)
+fsdp(torch.ones(2, 8)).sum().backward()
+g = ddp.module.weight.grad
+print("ok", dist.get_rank(), float(g.sum()), fsdp[0].weight.full_tensor().shape[0], flush=True)
+import os; print("env", os.environ["COMMLIB_NETWORK"], flush=True)
+"""
+FAIL = """
+if dist.get_rank() == 1:
+    raise ValueError("rank one fails on purpose")
+dist.all_reduce(torch.ones(4))
+"""
+WAIT = """
+import time, torch.distributed as dist
+dist.init_process_group("gloo")
+print("ready", flush=True)
+time.sleep(300)
+"""
+
+
+def network_run(script, *args, nodes=2, wait=True):
+    cmd = [sys.executable, "-m", "commlib", "network", "run", "--nodes", str(nodes), "--bandwidth", "50e6",
+           str(script), *args]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=os.environ | {"PYTHONPATH": str(ROOT)})
+    if not wait:
+        return proc
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, out, err, proc.pid
+
+
+def left_behind(pid: int, marker: str) -> tuple[list, list]:
+    """The namespaces the launcher `pid` made that still exist, and processes whose command line has `marker`."""
+    spaces = [n for n in kernel.namespaces() if n.startswith(f"{kernel.PREFIX}{pid}.")]
+    procs = []
+    for p in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    procs.append(p)
+        except OSError:
+            continue
+    return spaces, procs
+
+
+def our_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("network run: ")]
+
+
+def test_the_example_runs_profiled_and_its_traces_say_which_network(tmp_path):
+    code, out, err, pid = network_run(ROOT / "examples" / "ddp_train.py", "--traces", tmp_path / "traces")
+    assert code == 0, err
+    assert sorted(line.split(":", 1)[0] for line in out.splitlines()) == ["node 0 rank 0", "node 1 rank 1"], out
+    for rank in range(2):
+        doc = json.loads((tmp_path / "traces" / f"rank{rank}.json").read_text())
+        assert spec.from_trace(doc) == spec.Spec(2, 1, 1, 50e6, kind="kernel")
+        assert any(e.get("name", "").startswith("gloo:all_reduce") for e in doc["traceEvents"])
+    assert left_behind(pid, "examples/ddp_train.py") == ([], [])
+
+
+def test_an_unseen_ddp_and_fsdp2_script_runs_then_its_failing_rank_is_named_in_one_line(tmp_path):
+    """A script commlib never saw: torch DDP and FSDP2 run across the nodes with the network in each rank's
+    environment; then its rank 1 raises: the job stops within seconds, named in one line, with rank 1's status."""
+    script = tmp_path / "unseen.py"
+    script.write_text(UNSEEN + FAIL)
+    t0 = time.monotonic()
+    code, out, err, pid = network_run(script)
+    assert code == 1 and time.monotonic() - t0 < 60, (code, err)
+    ok = sorted(line for line in out.splitlines() if ": ok " in line)
+    assert ok == ["node 0 rank 0: ok 0 128.0 8", "node 1 rank 1: ok 1 128.0 8"], out  # 2 samples x 64 weights
+    envs = {line.split(" env ", 1)[1] for line in out.splitlines() if ": env " in line}
+    assert [spec.Spec.from_json(e) for e in envs] == [spec.Spec(2, 1, 1, 50e6, kind="kernel")]
+    assert our_lines(err)[-1] == ("network run: rank 1 failed: ValueError: rank one fails on purpose; stopping the "
+                                  "job and removing the network"), err
+    assert any(line.startswith("node 1 rank 1: ") and "ValueError" in line for line in err.splitlines())
+    assert left_behind(pid, str(script)) == ([], [])
+
+
+def test_a_missing_script_is_one_line_and_exit_2():
+    code, out, err, pid = network_run("no/such/script.py")
+    assert code == 2 and out == "" and err.strip().splitlines() == [
+        "python -m commlib: error: network run: SCRIPT 'no/such/script.py' is not a file"]
+
+
+def test_ctrl_c_stops_every_process_and_removes_the_network(tmp_path):
+    script = tmp_path / "wait.py"
+    script.write_text(WAIT)
+    proc = network_run(script, wait=False)
+    try:
+        ready = [proc.stdout.readline() for _ in range(2)]
+        assert all(": ready" in line for line in ready), ready
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert err.strip().splitlines()[-1] == \
+        "network run: SIGINT received: stopping every process and removing the network"
+    assert left_behind(proc.pid, str(script)) == ([], [])
+
+
+def test_sigterm_while_the_nodes_start_stops_everything_and_removes_the_network(tmp_path):
+    script = tmp_path / "wait.py"
+    script.write_text(WAIT)
+    proc = network_run(script, wait=False)
+    try:
+        assert proc.stderr.readline().startswith("network run: network: kernel")  # built; torchruns starting
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143 and "ready" not in out
+    assert err.strip().splitlines()[-1] == \
+        "network run: SIGTERM received: stopping every process and removing the network"
+    assert left_behind(proc.pid, str(script)) == ([], [])
+
+
+def test_a_sigkilled_launcher_leaves_no_process_and_a_network_clean_removes(tmp_path):
+    """SIGKILL cannot be caught: the torchruns die with the launcher (PR_SET_PDEATHSIG), their ranks with them;
+    the network, marked as the dead launcher's, goes at the next start or with `network clean`."""
+    script = tmp_path / "wait.py"
+    script.write_text(WAIT)
+    proc = network_run(script, wait=False)
+    try:
+        assert proc.stderr.readline().startswith("network run: network: kernel")
+        time.sleep(0.5)  # the torchruns are starting
+    finally:
+        proc.kill()
+        proc.communicate(timeout=60)
+    deadline = time.monotonic() + 20
+    while left_behind(proc.pid, str(script))[1] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    spaces, procs = left_behind(proc.pid, str(script))
+    assert procs == [] and len(spaces) == 5
+    clean = subprocess.run([sys.executable, "-m", "commlib", "network", "clean"], capture_output=True, text=True,
+                           timeout=60)
+    assert clean.returncode == 0 and left_behind(proc.pid, str(script)) == ([], [])
