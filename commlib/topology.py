@@ -15,7 +15,7 @@ in total (the ring's volume, Thakur et al. 2005); they differ in *which* links c
     in_network    NVLS (NVSwitch reduces) inside the node, SHARP (the IB switch reduces) across nodes. Each
                   GPU reads every shard through the switch (multimem ld_reduce: n) and multicasts its reduced
                   shard (n/g): n(1+1/g) per direction (S. Jeaugey, NVIDIA: NVLS "algobw = busbw * n / (n+1)",
-                  nccl-tests #239, 2024-09-02; the factor 1+1/n of nccl #2140), a bound:
+                  nccl-tests pull request #239, 2024-09-02; the factor 1+1/n of nccl #2140), a bound:
                   algbw <= min(B_intra g/(g+1), k B_net). The switch accumulates fp16/bf16 in fp32.
                   On 8x H100 (370 GB/s achievable) 329 GB/s algbw; measured ~275 algbw, ~480 busbw (nccl-tests
                   #212). NVLS is NCCL's default single-node all-reduce on H100 for large sizes, not the ring.
