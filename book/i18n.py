@@ -26,18 +26,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-LOCALES = ROOT / "locales"
-POT = ROOT / "build" / "gettext"
-LANGS = ("zh_CN",)
 if str(Path(__file__).parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).parent))
+from editions import (LANGS, LOCALES, ROOT, book_catalogs, check_lang, preface, with_preface,  # noqa: E402,F401
+                      with_preface_cell)
 
-
-def check_lang(lang: str) -> str:
-    if lang not in LANGS:
-        raise ValueError(f"lang: {lang!r} has no catalogs; choose one of {', '.join(LANGS)}")
-    return lang
+POT = ROOT / "build" / "gettext"
 
 
 def extract(pot: Path = POT, work: Path = ROOT / "build" / "gettext-src") -> list[Path]:
@@ -66,7 +60,7 @@ def update(lang: str, pot: Path = POT, locales: Path = LOCALES) -> None:
         raise RuntimeError(f"sphinx-intl update failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     from babel.messages.pofile import write_po
 
-    for po in sorted((locales / lang / "LC_MESSAGES").rglob("*.po")):  # messages gone from the English go too
+    for po in book_catalogs(lang, locales):  # messages gone from the English go too
         catalog = read_catalog(po)
         if catalog.obsolete:
             with open(po, "wb") as f:
@@ -91,26 +85,6 @@ def read_catalog(path: Path):
 def translations(path: Path) -> dict[str, str]:
     """msgid -> msgstr of the catalog's translated, non-fuzzy messages."""
     return {m.id: m.string for m in read_catalog(path) if m.id and m.string and not m.fuzzy}
-
-
-def preface(lang: str, locales: Path = LOCALES) -> str:
-    """The edition's own note to its reader (locales/<lang>/preface.md): what is translated and what is not."""
-    return (locales / check_lang(lang) / "preface.md").read_text(encoding="utf-8").strip()
-
-
-def with_preface(markdown: str, lang: str) -> str:
-    """markdown with the preface after its first heading line."""
-    head, _, rest = markdown.partition("\n")
-    return f"{head}\n\n{preface(lang)}\n{rest}"
-
-
-def with_preface_cell(nb: dict, lang: str) -> dict:
-    """The notebook with the preface as a markdown cell after its first cell (the chapter's title)."""
-    out = dict(nb)
-    cell = {"cell_type": "markdown", "id": f"preface-{lang}", "metadata": {},
-            "source": preface(lang).splitlines(keepends=True)}
-    out["cells"] = nb["cells"][:1] + [cell] + nb["cells"][1:]
-    return out
 
 
 # ----- the notebooks: each markdown block replaced by its translation -----
