@@ -79,3 +79,65 @@ def test_every_verdict_the_chapters_print_comes_out_chinese(zh):
                     if not CJK.search(language.tr(message)):
                         english.append(f"{path.stem}: {message[:90]}")
     assert english == [], f"{len(english)} verdict(s) left in English:\n" + "\n".join(english)
+
+
+# ------------------------------------------------------------------ the ui: figures' texts, widgets' captions
+
+def ui_messages() -> list[str]:
+    """The captions and labels commlib.ui writes (titles, axis labels, legend labels, annotations, widget
+    descriptions), as templates: an f-string's fields are {} holes."""
+    import ast
+
+    def template(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return [node.value]
+        if isinstance(node, ast.JoinedStr):
+            return ["".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)]
+        if isinstance(node, (ast.BoolOp, ast.IfExp)):
+            parts = node.values if isinstance(node, ast.BoolOp) else [node.body, node.orelse]
+            return [t for p in parts for t in template(p)]
+        return []
+
+    calls, keywords, found = {"set_title", "set_xlabel", "set_ylabel", "suptitle", "text"}, {"label", "description"}, []
+    for path in sorted((ROOT / "commlib" / "ui").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+            args = [node.args[-1 if name == "text" else 0]] if name in calls and node.args else []
+            for arg in args + [k.value for k in node.keywords if k.arg in keywords]:
+                found += [t for t in template(arg) if re.search(r"[A-Za-z]{2}", t.replace("{}", "")) and t not in found]
+    return found
+
+
+UNITS = {"ms", "s", "rank {}", "entry", "{}, step {} of {}: {}", "{}, load {} to {}", " n½ = α/β = {} KiB",
+         "python -m commlib diagnose (end to end)", "t = α + n·β", "NIC", "ZeRO", "MFU"}  # the same in Chinese
+
+
+def test_every_caption_and_label_of_the_ui_has_its_chinese(zh):
+    """What the zh_CN notebooks' widgets and plots show: each caption or label commlib.ui writes, looked up as the
+    figure or widget will look it up; a new English one without its translation in ui.po is listed."""
+    filled = lambda t: t.replace("{}", "7")  # noqa: E731
+    english = [t for t in ui_messages() if t not in UNITS and not CJK.search(language.tr(filled(t)))]
+    assert english == [], f"{len(english)} caption(s) or label(s) left in English (add them to ui.po):\n" + \
+        "\n".join(english)
+
+
+def test_a_figure_speaks_where_a_font_draws_chinese_and_a_widget_always(zh, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.text import Text
+
+    from commlib.ui import plots, widgets
+
+    texts = lambda ax: {t.get_text() for t in ax.figure.findobj(Text) if t.get_text()}  # noqa: E731
+    monkeypatch.setattr(language, "cjk_font", lambda: None)
+    assert "bucket cap (MiB)" in texts(plots.bucket_sweep([1, 4], [0.2, 0.1], [0.05, 0.01]))  # no boxes: English
+    monkeypatch.setattr(language, "cjk_font", lambda: "DejaVu Sans")
+    got = texts(plots.bucket_sweep([1, 4], [0.2, 0.1], [0.05, 0.01]))
+    assert {"桶上限（MiB）", "暴露的通信", "这里最好的桶上限：4 MiB"} <= got
+    box = widgets.cost_calculator()
+    assert [c.description for c in box.children[0].children][:2] == ["操作", "算法"]
+    language.set_language(None)
+    assert "bucket cap (MiB)" in texts(plots.bucket_sweep([1, 4], [0.2, 0.1], [0.05, 0.01]))

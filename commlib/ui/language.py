@@ -22,6 +22,7 @@ Machine output (--json, CSV, every key) never goes through tr.
 
 from __future__ import annotations
 
+import functools
 import gettext
 import io
 import os
@@ -91,7 +92,7 @@ def templates(holes: dict[str, tuple[str, bool]]) -> list[tuple[re.Pattern, str]
     The holes of an item of a listing (flag commlib-item: "{} MiB: {} ms") never span the listing's ", " or "; "."""
     found = []
     for msgid, (msgstr, item) in holes.items():
-        hole = "((?:(?!, |; ).)+?)" if item else "(.+?)"
+        hole = "((?:(?!, |; ).)*?)" if item else "(.*?)"
         pattern = hole.join(re.escape(part) for part in msgid.split(HOLE))
         found.append((len(msgid.replace(HOLE, "")), re.compile(f"^{pattern}$", re.DOTALL), msgstr))
     return [(p, s) for _, p, s in sorted(found, key=lambda x: -x[0])]
@@ -155,6 +156,60 @@ def fill(line: str, columns: int) -> list[str]:
         if not (tok.isspace() and not cur):
             cur += tok
     return out + [cur.rstrip()] if cur.strip() else out
+
+
+# ----- what the ui draws: a figure's texts, a widget's captions
+
+CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "WenQuanYi Zen Hei", "WenQuanYi Micro Hei",
+             "SimHei", "Microsoft YaHei", "PingFang SC", "Heiti SC")
+
+
+def cjk_font() -> str | None:
+    """The first font matplotlib has that draws Chinese (CJK_FONTS' order), or None: then figures keep their
+    English labels, which read better than boxes (Debian: apt-get install fonts-noto-cjk)."""
+    from matplotlib import font_manager
+
+    have = {f.name for f in font_manager.fontManager.ttflist}
+    return next((name for name in CJK_FONTS if name in have), None)
+
+
+def localize(thing):
+    """thing (a matplotlib Figure, Axes or list of them, an ipywidgets widget) with its texts in the current
+    language: a figure's titles, axis labels, legends and annotations (when a font draws them: cjk_font), a
+    widget's and its children's captions (description). English: thing untouched. -> thing."""
+    if language() is None:
+        return thing
+    figure = getattr(thing, "figure", None) if not hasattr(thing, "savefig") else thing
+    if figure is None and isinstance(thing, (list, tuple)):
+        for x in thing:
+            localize(x)
+        return thing
+    if figure is not None and hasattr(figure, "findobj"):
+        font = cjk_font()
+        from matplotlib.text import Text
+
+        for text in figure.findobj(Text) if font else []:
+            s = text.get_text()
+            new = tr(s)
+            if new != s:
+                text.set_text(new)
+                text.set_fontfamily([font, "DejaVu Sans"])
+        return thing
+    description = getattr(thing, "description", None)
+    if isinstance(description, str) and description:
+        thing.description = tr(description)
+    for child in getattr(thing, "children", ()) or ():
+        localize(child)
+    return thing
+
+
+def speaks(fn):
+    """A ui function whose result (figure, axes, widget) is shown in the current language (localize)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return localize(fn(*args, **kwargs))
+
+    return wrapper
 
 
 if os.environ.get(ENV) not in ENGLISH:  # a rank or a command started by a notebook that set its language
