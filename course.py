@@ -9,6 +9,7 @@ with venv and pip (the book also needs npm once, to fetch MathJax and the widget
     python3 course.py lab --lang zh_CN         # the Chinese edition's notebooks (written first), in JupyterLab
     python3 course.py book --lang zh_CN        # the Chinese edition of the book, into build/book-zh_CN
     python3 course.py notebooks --lang zh_CN   # only write build/notebooks-zh_CN/ from notebooks/ and locales/
+                                               # (--execute: and run them, in Chinese, for the zh_CN book)
 
 Extra arguments are passed on (to jupyter lab, to pytest, or to book/build.py). The environment is rebuilt
 only when requirements.txt or pyproject.toml change.
@@ -225,10 +226,11 @@ def main(argv: list[str]) -> int:
         folder = f"build/notebooks-{lang}"
         cmd = [str(PY), str(ROOT / "book" / "i18n.py"), "notebooks", "--lang", lang,
                *(rest if argv[0] == "notebooks" else [])]  # --force, --out: book/i18n.py's options
+        limit = 1800 if "--execute" in cmd else 600  # --execute runs every chapter: ~3 min on 2 quiet cores
         try:
-            made = subprocess.run(cmd, cwd=ROOT, timeout=600).returncode
+            made = subprocess.run(cmd, cwd=ROOT, timeout=limit).returncode
         except subprocess.TimeoutExpired:
-            print("course.py: error: writing the edition's notebooks took over 600 s; stopped", file=sys.stderr)
+            print(f"course.py: error: writing the edition's notebooks took over {limit} s; stopped", file=sys.stderr)
             return 1
         if made or argv[0] == "notebooks":
             return made

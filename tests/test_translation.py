@@ -81,7 +81,8 @@ def test_the_preface_says_what_stays_english_and_links_resolve_from_the_new_fold
     out = written[0]
     zh = json.loads((out / NOTEBOOKS[0].name).read_text(encoding="utf-8"))
     preface = "".join(zh["cells"][1]["source"])
-    assert "英文" in preface and "commlib" in preface
+    assert "英文" in preface and "commlib" in preface and 'set_language("zh_CN")' in preface
+    assert "| 仍是英文的 |" in preface and "`--json`" in preface, "the preface's table of what stays English"
     for cell in zh["cells"]:
         for target in i18n.LINK.findall("".join(cell["source"])) if cell["cell_type"] == "markdown" else []:
             path = target.split("#")[0]
