@@ -83,20 +83,46 @@ def test_every_verdict_the_chapters_print_comes_out_chinese(zh):
 
 # ------------------------------------------------------------------ the ui: figures' texts, widgets' captions
 
+def template(node) -> list[str]:
+    """The messages a string expression of the source renders, as templates: an f-string's fields are {} holes."""
+    import ast
+
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.JoinedStr):
+        return ["".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)]
+    if isinstance(node, (ast.BoolOp, ast.IfExp)):
+        parts = node.values if isinstance(node, ast.BoolOp) else [node.body, node.orelse]
+        return [t for p in parts for t in template(p)]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return [a + b for a in template(node.left) for b in template(node.right)]
+    return []
+
+
+def checker_messages() -> list[str]:
+    """Every message a checker writes into a Verdict (hints included), as templates."""
+    import ast
+
+    found = []
+    for path in sorted((ROOT / "commlib" / "exercises").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Verdict" and len(node.args) > 1:
+                found += [t for t in template(node.args[1]) if re.search(r"[A-Za-z]{2}", t.replace("{}", ""))
+                          and t not in found]
+    return found
+
+
+def test_every_hint_a_checker_can_give_has_its_chinese(zh):
+    """Wrong answers too: each message a checker can put in a Verdict, its holes filled, comes out Chinese."""
+    english = [t for t in checker_messages() if not CJK.search(language.tr(t.replace("{}", "7")))]
+    assert english == [], f"{len(english)} checker message(s) left in English (add them to exercises.po):\n" + \
+        "\n".join(english)
+
+
 def ui_messages() -> list[str]:
     """The captions and labels commlib.ui writes (titles, axis labels, legend labels, annotations, widget
     descriptions), as templates: an f-string's fields are {} holes."""
     import ast
-
-    def template(node):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            return [node.value]
-        if isinstance(node, ast.JoinedStr):
-            return ["".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)]
-        if isinstance(node, (ast.BoolOp, ast.IfExp)):
-            parts = node.values if isinstance(node, ast.BoolOp) else [node.body, node.orelse]
-            return [t for p in parts for t in template(p)]
-        return []
 
     calls, keywords, found = {"set_title", "set_xlabel", "set_ylabel", "suptitle", "text"}, {"label", "description"}, []
     for path in sorted((ROOT / "commlib" / "ui").glob("*.py")):
