@@ -96,19 +96,25 @@ def template(node) -> list[str]:
         return [t for p in parts for t in template(p)]
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         return [a + b for a in template(node.left) for b in template(node.right)]
-    return []
+    return ["{}"]  # a name, a call: a hole
 
 
 def checker_messages() -> list[str]:
     """Every message a checker writes into a Verdict (hints included), as templates."""
     import ast
 
-    found = []
+    found, said = [], []
     for path in sorted((ROOT / "commlib" / "exercises").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Verdict" and len(node.args) > 1:
-                found += [t for t in template(node.args[1]) if re.search(r"[A-Za-z]{2}", t.replace("{}", ""))
-                          and t not in found]
+            name = getattr(getattr(node, "func", None), "id", "")
+            if isinstance(node, ast.Call) and name == "Verdict" and len(node.args) > 1:
+                said.append(node.args[1])
+            elif isinstance(node, ast.Call) and name == "_judge" and len(node.args) > 4:  # the workshop's
+                said += [node.args[2], node.args[4]]
+            elif isinstance(node, (ast.Assign, ast.AugAssign)) and "mistakes" in ast.dump(node)[:200]:
+                said += [n.elts[1] for n in ast.walk(node.value) if isinstance(n, ast.Tuple) and len(n.elts) == 2]
+    for node in said:
+        found += [t for t in template(node) if re.search(r"[A-Za-z]{2}", t.replace("{}", "")) and t not in found]
     return found
 
 
