@@ -173,3 +173,29 @@ def test_a_figure_speaks_where_a_font_draws_chinese_and_a_widget_always(zh, monk
     assert [c.description for c in box.children[0].children][:2] == ["操作", "算法"]
     language.set_language(None)
     assert "bucket cap (MiB)" in texts(plots.bucket_sweep([1, 4], [0.2, 0.1], [0.05, 0.01]))
+
+
+def test_a_widgets_read_out_is_translated_on_every_update(zh):
+    from commlib.ui import widgets
+
+    box, seen = widgets.cost_calculator(), []
+    stack = [box]
+    while stack:
+        w = stack.pop()
+        seen.append(w)
+        stack += list(getattr(w, "children", ()) or ())
+    html = next(w for w in seen if type(w).__name__ == "HTML")
+    assert "延迟项（消息数 × α）" in html.value and "latency term" not in html.value
+    next(w for w in seen if type(w).__name__ == "IntSlider").value = 16
+    assert "延迟项（消息数 × α）" in html.value and "latency term" not in html.value
+
+
+def test_every_templates_holes_fit_and_a_bad_one_stays_english(zh, monkeypatch):
+    _, holes = language.catalog("zh_CN")
+    for msgid, (msgstr, _) in holes.items():
+        used = [int(i) for i in re.findall(r"\{(\d+)\}", msgstr)]
+        assert max(used, default=-1) < msgid.count("{}"), (msgid, msgstr)
+        assert "{}" not in msgstr, (msgid, msgstr)
+    monkeypatch.setattr(language, "_state", {"lang": "zh_CN", "table": language.catalog("zh_CN")[0],
+                                             "templates": language.templates({"a {} b": ("甲 {3} 乙", False)})})
+    assert language.tr("a 1 b") == "a 1 b"

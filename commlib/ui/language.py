@@ -36,6 +36,7 @@ ENGLISH = (None, "", "en")
 _state: dict = {"lang": None, "table": None, "templates": []}
 HOLE = "{}"
 ITEM = "commlib-item"
+_CJK = re.compile(r"[\u3400-\u9fff]")
 
 
 def available(locales: Path | None = None) -> tuple[str, ...]:
@@ -113,7 +114,13 @@ def tr(message: str) -> str:
     for pattern, msgstr in _state["templates"]:
         m = pattern.match(message)
         if m:
-            return msgstr.format(*(tr(part) for part in m.groups()))
+            parts = [tr(part) for part in m.groups()]
+            if parts == list(m.groups()) and not _CJK.search(msgstr):
+                continue  # "{}: {}" around two English parts: nothing of it is translated
+            try:
+                return msgstr.format(*parts)
+            except (IndexError, KeyError, ValueError):  # a msgstr whose holes do not fit: English, never an error
+                return message
     return _by_parts(message)
 
 
@@ -198,9 +205,35 @@ def localize(thing):
     description = getattr(thing, "description", None)
     if isinstance(description, str) and description:
         thing.description = tr(description)
+    if type(thing).__name__ in ("HTML", "HTMLMath", "Label") and hasattr(thing, "observe"):
+        _html(thing)  # a read-out its widget rewrites on every change: translated each time
+        thing.observe(lambda change: _html(change["owner"]), names="value")
     for child in getattr(thing, "children", ()) or ():
         localize(child)
     return thing
+
+
+_SPACE = " \u00a0"
+
+
+def _html(widget) -> None:
+    """widget.value (HTML) with the text between its tags translated, entities and spaces around it kept."""
+    import html
+
+    def one(m: re.Match) -> str:
+        text = html.unescape(m.group(1))
+        core = text.strip(_SPACE)
+        new = tr(core) if core else core
+        if new == core:
+            return m.group(0)
+        lead, trail = text[:len(text) - len(text.lstrip(_SPACE))], text[len(text.rstrip(_SPACE)):]
+        return ">" + html.escape(lead + new + trail, quote=False).replace("\u00a0", "&nbsp;") + "<"
+
+    value = widget.value
+    if isinstance(value, str):
+        new = re.sub(r">([^<]+)<", one, f">{value}<")[1:-1]
+        if new != value:
+            widget.value = new
 
 
 def speaks(fn):
