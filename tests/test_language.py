@@ -199,3 +199,12 @@ def test_every_templates_holes_fit_and_a_bad_one_stays_english(zh, monkeypatch):
     monkeypatch.setattr(language, "_state", {"lang": "zh_CN", "table": language.catalog("zh_CN")[0],
                                              "templates": language.templates({"a {} b": ("甲 {3} 乙", False)})})
     assert language.tr("a 1 b") == "a 1 b"
+
+
+def test_an_animations_captions_speak_the_notebooks_language(zh):
+    from commlib.ui.animation import Animation
+
+    a = Animation((b"png",), ("step 0/6: start: each rank holds its own data (the label lists whose data a box holds)",))
+    assert "第 0/6 步：开始：每个 rank 持有自己的数据" in a.to_html()
+    language.set_language(None)
+    assert "step 0/6: start: each rank holds its own data" in a.to_html()
