@@ -4,6 +4,8 @@ this module; neither imports the other's half of the work at import time."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,8 +78,6 @@ def executed_outputs(nb: dict, run: Path, lang: str) -> dict:
     """nb (the English notebook, the language cell added) with the outputs and widget state of run, the edition's
     notebook as executed in lang, cell by cell (their ids), when run holds the same code and was executed; else nb
     as it is. A notebook run in lang prints its verdicts and draws its captions in lang."""
-    import json
-
     try:
         done = json.loads(run.read_text(encoding="utf-8")) if run.is_file() and run.stat().st_size < 64 * 2**20 else None
     except ValueError:
@@ -93,3 +93,48 @@ def executed_outputs(nb: dict, run: Path, lang: str) -> dict:
     widgets = done.get("metadata", {}).get("widgets")
     out["metadata"] = {**nb.get("metadata", {}), **({"widgets": widgets} if widgets else {})}
     return out
+
+
+_VERDICT = re.compile(r"^(Correct\. |Not yet\. )(.*(?:\n(?!Correct\. |Not yet\. ).*)*)", re.MULTILINE)
+
+
+def with_verdicts_in(nb: dict, lang: str) -> dict:
+    """nb with the checkers' verdicts among its stored outputs as commlib prints them in lang (each verdict
+    rendered again, from its English message, by commlib's own Verdict and catalogs), and its saved widgets'
+    captions and read-outs in lang: what a run in lang shows there, before any run. Other outputs (figures
+    included) stay as they are."""
+    from commlib.exercises.answers import Verdict
+    from commlib.ui import language
+
+    def again(m: re.Match) -> str:
+        trail = m.group(2)[len(m.group(2).rstrip("\n")):]
+        return repr(Verdict(m.group(1) == "Correct. ", m.group(2).rstrip("\n").replace("\n", " "))) + trail
+
+    before = language.language()
+    language.set_language(lang)
+    try:
+        cells = []
+        for cell in nb["cells"]:
+            outs = []
+            for o in cell.get("outputs", []) if cell["cell_type"] == "code" else []:
+                o = json.loads(json.dumps(o))
+                if o.get("output_type") == "stream":
+                    text = "".join(o["text"]) if isinstance(o["text"], list) else o["text"]
+                    o["text"] = _VERDICT.sub(again, text).splitlines(keepends=True)
+                elif o.get("output_type") == "execute_result" and "text/plain" in o.get("data", {}):
+                    text = o["data"]["text/plain"]
+                    text = "".join(text) if isinstance(text, list) else text
+                    o["data"]["text/plain"] = _VERDICT.sub(again, text).splitlines(keepends=True)
+                outs.append(o)
+            cells.append(dict(cell, outputs=outs) if cell["cell_type"] == "code" else cell)
+        metadata = json.loads(json.dumps(nb.get("metadata", {})))
+        state = metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+        for model in state.values():  # the widgets as the book shows them: their captions and read-outs
+            s = model.get("state", {})
+            if isinstance(s.get("description"), str) and s["description"]:
+                s["description"] = language.tr(s["description"])
+            if model.get("model_name") in ("HTMLModel", "HTMLMathModel", "LabelModel") and isinstance(s.get("value"), str):
+                s["value"] = language.translate_html(s["value"])
+    finally:
+        language.set_language(before)
+    return dict(nb, cells=cells, metadata=metadata)

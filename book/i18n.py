@@ -14,7 +14,7 @@ A message is what Sphinx extracts from MyST: a paragraph, list item, heading or 
 Markdown, its lines joined by spaces. `notebooks` parses each markdown cell with the same MyST parser, looks
 each block up in the chapter's catalog and writes the translation in its place; code cells are copied unchanged,
 after one that sets commlib's language (commlib.set_language: its verdicts, captions and plot labels come from
-locales/<lang>/LC_MESSAGES/commlib/). With --execute the notebooks then run in that language, in place; nbval
+locales/<lang>/LC_MESSAGES/commlib/), their stored verdicts rendered again in that language. With --execute the notebooks then run in that language, in place; nbval
 validates such a run (pytest --nbval-lax build/notebooks-<lang>), and the edition's book shows its outputs.
 """
 
@@ -206,6 +206,7 @@ def write_notebooks(lang: str, out: Path | None = None, src: Path = ROOT / "note
         table = translations(po) if po.exists() else {}
         nb, missing = translate_notebook(json.loads(path.read_text(encoding="utf-8")), table, src, out, lang)
         nb = with_language_cell(nb, lang)  # commlib speaks lang: verdicts, captions, plot labels
+        nb = editions.with_verdicts_in(nb, lang)  # the verdicts as a run in lang prints them, before any run
         nb = with_preface_cell(nb, lang) if i == 0 else nb
         nb.setdefault("metadata", {})["commlib"] = {"lang": lang, "from": f"notebooks/{path.name}"}
         data = (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode("utf-8")

@@ -1,6 +1,7 @@
 """The zh_CN edition (book/i18n.py, locales/zh_CN/): the catalogs are complete for the chapters as they are, every
 translation keeps its code, math, links, numbers and the glossary's names and terms, and the zh_CN notebooks hold
-the English code cells unchanged after one that sets commlib's language (commlib.set_language("zh_CN")).
+the English code cells unchanged after one that sets commlib's language (commlib.set_language("zh_CN")), their
+stored verdicts rendered in Chinese.
 
 A change to English prose makes its messages new or fuzzy: `python book/i18n.py extract`, translate them in
 locales/zh_CN/LC_MESSAGES/, and `python book/i18n.py check` says when the catalogs are complete again. The book in
@@ -62,8 +63,10 @@ def test_the_zh_CN_notebook_holds_the_english_code_cells_unchanged(written, path
     zh = json.loads((out / path.name).read_text(encoding="utf-8"))
     code = lambda nb: [c for c in nb["cells"] if c["cell_type"] != "markdown"]  # noqa: E731
     assert code(zh)[0] == i18n.editions.language_cell(LANG), "commlib speaks the edition's language from the start"
-    assert code(zh)[1:] == code(en)
-    assert {k: v for k, v in zh["metadata"].items() if k != "commlib"} == en["metadata"]
+    assert code(zh)[1:] == code(i18n.editions.with_verdicts_in(en, LANG)), "the English code, verdicts in Chinese"
+    assert [c["source"] for c in code(zh)[1:]] == [c["source"] for c in code(en)]
+    assert {k: v for k, v in zh["metadata"].items() if k != "commlib"} == \
+        i18n.editions.with_verdicts_in(en, LANG)["metadata"], "the English metadata, the widgets' captions in Chinese"
     markdown = [c for c in zh["cells"] if c["cell_type"] == "markdown" and not c.get("id", "").startswith("preface-")]
     english = [c for c in en["cells"] if c["cell_type"] == "markdown"]
     assert len(markdown) == len(english)
@@ -271,3 +274,33 @@ def test_the_book_shows_the_editions_own_run_only_where_it_ran_the_same_code(tmp
         path.write_text(json.dumps(ran | {"cells": [ran["cells"][0], ran["cells"][1] | changed]}), encoding="utf-8")
         assert ed.executed_outputs(en, path, LANG) == en
     assert ed.executed_outputs(en, tmp_path / "none.ipynb", LANG) == en
+
+
+def test_the_stored_verdicts_are_rendered_as_a_run_in_chinese_prints_them():
+    from commlib.exercises import Verdict
+
+    long = ("the replay keeps every compute duration as measured: a change in compute speed is not in the trace. "
+            "Links, nodes and buckets change only communication, which it prices.")
+    en = repr(Verdict(True, long)) + "\n" + repr(Verdict(False, "Replace the None (or ...) with your answer, then "
+                                                                "run the cell again.")) + "\n"
+    nb = {"cells": [{"cell_type": "code", "source": "", "outputs": [
+        {"output_type": "stream", "name": "stdout", "text": ["rank 0 said hi\n", *en.splitlines(keepends=True)]},
+        {"output_type": "execute_result", "data": {"text/plain": repr(Verdict(True, "every rank returned 3."))}}]}]}
+    out = i18n.editions.with_verdicts_in(nb, LANG)["cells"][0]["outputs"]
+    from commlib.ui import language
+
+    language.set_language(LANG)
+    try:
+        want = repr(Verdict(True, long)) + "\n" + repr(Verdict(False, "Replace the None (or ...) with your "
+                                                                      "answer, then run the cell again.")) + "\n"
+    finally:
+        language.set_language(None)
+    assert "".join(out[0]["text"]) == "rank 0 said hi\n" + want and "\n" in want.strip()
+    assert "".join(out[1]["data"]["text/plain"]) == "正确。每个 rank 都返回了 3。"
+    assert language.language() is None and repr(Verdict(True, "x")) == "Correct. x"
+    state = {"a": {"model_name": "DropdownModel", "state": {"description": "op"}},
+             "b": {"model_name": "HTMLModel", "state": {"value": "<td>bottleneck</td><td>3 ms</td>"}}}
+    nb["metadata"] = {"widgets": {"application/vnd.jupyter.widget-state+json": {"state": state}}}
+    got = i18n.editions.with_verdicts_in(nb, LANG)["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]
+    assert got["state"]["a"]["state"]["description"] == "操作"
+    assert got["state"]["b"]["state"]["value"] == "<td>瓶颈</td><td>3 ms</td>" and state["a"]["state"]["description"] == "op"

@@ -216,8 +216,8 @@ def localize(thing):
 _SPACE = " \u00a0"
 
 
-def _html(widget) -> None:
-    """widget.value (HTML) with the text between its tags translated, entities and spaces around it kept."""
+def translate_html(value: str) -> str:
+    """HTML with the text between its tags translated (tr), entities and the spaces around each text kept."""
     import html
 
     def one(m: re.Match) -> str:
@@ -229,9 +229,14 @@ def _html(widget) -> None:
         lead, trail = text[:len(text) - len(text.lstrip(_SPACE))], text[len(text.rstrip(_SPACE)):]
         return ">" + html.escape(lead + new + trail, quote=False).replace("\u00a0", "&nbsp;") + "<"
 
+    return re.sub(r">([^<]+)<", one, f">{value}<")[1:-1]
+
+
+def _html(widget) -> None:
+    """widget.value (HTML) translated in place (translate_html)."""
     value = widget.value
     if isinstance(value, str):
-        new = re.sub(r">([^<]+)<", one, f">{value}<")[1:-1]
+        new = translate_html(value)
         if new != value:
             widget.value = new
 
