@@ -98,11 +98,20 @@ def executed_outputs(nb: dict, run: Path, lang: str) -> dict:
 _VERDICT = re.compile(r"^(Correct\. |Not yet\. )(.*(?:\n(?!Correct\. |Not yet\. ).*)*)", re.MULTILINE)
 
 
+def _drawn_in_language(output: dict) -> bool:
+    """An output whose stored English a run in another language cannot reproduce from it: a widget (its repr
+    holds its captions, cut short) or an animation's player (its captions)."""
+    data = output.get("data", {})
+    html = data.get("text/html", "")
+    return "application/vnd.jupyter.widget-view+json" in data or "commlib-animation" in "".join(html)
+
+
 def with_verdicts_in(nb: dict, lang: str) -> dict:
     """nb with the checkers' verdicts among its stored outputs as commlib prints them in lang (each verdict
     rendered again, from its English message, by commlib's own Verdict and catalogs), and its saved widgets'
     captions and read-outs in lang: what a run in lang shows there, before any run. Other outputs (figures
-    included) stay as they are."""
+    included) stay as they are; a cell that shows a widget or an animation is tagged nbval-ignore-output (its stored
+    repr is English), so that nbval of these notebooks compares every other output with the English edition's."""
     from commlib.exercises.answers import Verdict
     from commlib.ui import language
 
@@ -126,6 +135,10 @@ def with_verdicts_in(nb: dict, lang: str) -> dict:
                     text = "".join(text) if isinstance(text, list) else text
                     o["data"]["text/plain"] = _VERDICT.sub(again, text).splitlines(keepends=True)
                 outs.append(o)
+            if cell["cell_type"] == "code" and any(_drawn_in_language(o) for o in outs):
+                tags = cell.get("metadata", {}).get("tags", [])  # nbval: a widget's repr or a player's captions
+                cell = dict(cell, metadata={**cell.get("metadata", {}), "tags": [*tags, "nbval-ignore-output"]}
+                            ) if "nbval-ignore-output" not in tags else cell
             cells.append(dict(cell, outputs=outs) if cell["cell_type"] == "code" else cell)
         metadata = json.loads(json.dumps(nb.get("metadata", {})))
         state = metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})

@@ -304,3 +304,14 @@ def test_the_stored_verdicts_are_rendered_as_a_run_in_chinese_prints_them():
     got = i18n.editions.with_verdicts_in(nb, LANG)["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]
     assert got["state"]["a"]["state"]["description"] == "操作"
     assert got["state"]["b"]["state"]["value"] == "<td>瓶颈</td><td>3 ms</td>" and state["a"]["state"]["description"] == "op"
+
+
+def test_a_cell_showing_a_widget_is_left_out_of_nbvals_comparison_in_the_edition():
+    widget = {"output_type": "execute_result", "data": {"text/plain": "VBox(children=(Play(description='play'…",
+                                                        "application/vnd.jupyter.widget-view+json": {"model_id": "a"}}}
+    plain = {"output_type": "execute_result", "data": {"text/plain": "42"}}
+    nb = {"cells": [{"cell_type": "code", "source": "w", "metadata": {}, "outputs": [widget]},
+                    {"cell_type": "code", "source": "x", "metadata": {"tags": ["t"]}, "outputs": [plain]}]}
+    cells = i18n.editions.with_verdicts_in(nb, LANG)["cells"]
+    assert cells[0]["metadata"]["tags"] == ["nbval-ignore-output"] and cells[1]["metadata"]["tags"] == ["t"]
+    assert nb["cells"][0]["metadata"] == {}
