@@ -14,8 +14,10 @@ A message is what Sphinx extracts from MyST: a paragraph, list item, heading or 
 Markdown, its lines joined by spaces. `notebooks` parses each markdown cell with the same MyST parser, looks
 each block up in the chapter's catalog and writes the translation in its place; code cells are copied unchanged,
 after one that sets commlib's language (commlib.set_language: its verdicts, captions and plot labels come from
-locales/<lang>/LC_MESSAGES/commlib/), their stored verdicts rendered again in that language. With --execute the notebooks then run in that language, in place; nbval
-validates such a run (pytest --nbval-lax build/notebooks-<lang>), and the edition's book shows its outputs.
+locales/<lang>/LC_MESSAGES/commlib/), their stored verdicts rendered again in that language
+(editions.with_verdicts_in). nbval checks them (pytest build/notebooks-<lang>): a run in that language must print
+the English edition's outputs, its verdicts in that language. With --execute the notebooks run in place, and the
+edition's book shows that run's outputs.
 """
 
 from __future__ import annotations
