@@ -217,7 +217,8 @@ def test_the_knowledge_map_has_every_label_in_chinese():
 
 
 @pytest.mark.parametrize("args, said", [(["notebooks"], "notebooks needs --lang"),
-                                        (["lab", "--lang", "xx"], "--lang 'xx': no such edition")])
+                                        (["lab", "--lang", "xx"], "--lang 'xx': no such edition"),
+                                        (["test", "--lang", "xx"], "--lang 'xx': no such edition")])
 def test_course_py_refuses_an_edition_it_lacks_in_one_line(args, said):
     done = subprocess.run([sys.executable, str(ROOT / "course.py"), *args], capture_output=True, text=True,
                           timeout=60)
