@@ -8,7 +8,9 @@ with venv and pip (the book also needs npm once, to fetch MathJax and the widget
 
     python3 course.py lab --lang zh_CN         # the Chinese edition's notebooks (written first), in JupyterLab
     python3 course.py book --lang zh_CN        # the Chinese edition of the book, into build/book-zh_CN
+    python3 course.py test --lang zh_CN        # nbval of the Chinese edition's notebooks, written afresh
     python3 course.py notebooks --lang zh_CN   # only write build/notebooks-zh_CN/ from notebooks/ and locales/
+                                               # (--execute: and run them, in Chinese, for the zh_CN book)
 
 Extra arguments are passed on (to jupyter lab, to pytest, or to book/build.py). The environment is rebuilt
 only when requirements.txt or pyproject.toml change.
@@ -212,7 +214,7 @@ def main(argv: list[str]) -> int:
         print(f"course.py: error: {said}; choose one of {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     try:
-        lang, rest = take_lang(argv[1:]) if argv[0] in ("lab", "notebooks") else (None, argv[1:])
+        lang, rest = take_lang(argv[1:]) if argv[0] in ("lab", "notebooks", "test") else (None, argv[1:])
     except ValueError as e:
         print(f"course.py: error: {e}", file=sys.stderr)
         return 2
@@ -224,11 +226,12 @@ def main(argv: list[str]) -> int:
     if lang is not None:  # the edition's notebooks, written afresh from notebooks/ and the catalogs
         folder = f"build/notebooks-{lang}"
         cmd = [str(PY), str(ROOT / "book" / "i18n.py"), "notebooks", "--lang", lang,
-               *(rest if argv[0] == "notebooks" else [])]  # --force, --out: book/i18n.py's options
+               *(rest if argv[0] == "notebooks" else ["--force"] if argv[0] == "test" else [])]  # i18n's options
+        limit = 1800 if "--execute" in cmd else 600  # --execute runs every chapter: ~3 min on 2 quiet cores
         try:
-            made = subprocess.run(cmd, cwd=ROOT, timeout=600).returncode
+            made = subprocess.run(cmd, cwd=ROOT, timeout=limit).returncode
         except subprocess.TimeoutExpired:
-            print("course.py: error: writing the edition's notebooks took over 600 s; stopped", file=sys.stderr)
+            print(f"course.py: error: writing the edition's notebooks took over {limit} s; stopped", file=sys.stderr)
             return 1
         if made or argv[0] == "notebooks":
             return made
@@ -245,8 +248,8 @@ def main(argv: list[str]) -> int:
         cmd = lab_command(PY, ROOT, rest, folder)
     elif argv[0] == "book":
         cmd = [str(PY), str(ROOT / "book" / "build.py"), *argv[1:]]
-    else:
-        cmd = [str(PY), "-m", "pytest", *argv[1:]]
+    else:  # test; with --lang, nbval of the edition's notebooks (the English outputs, commlib speaking lang)
+        cmd = [str(PY), "-m", "pytest", *(argv[1:] if lang is None else [folder, *rest])]
     return run(cmd, signal.SIGTERM if argv[0] == "lab" else signal.SIGINT)  # pytest and Sphinx clean up on Ctrl-C
 
 

@@ -72,10 +72,10 @@ ZH_CN = {
         "Ring 经过每块 NIC；\n分层规约；网络内规约\n（NVLS、SHARP）",
     "Overlap": "计算与通信重叠",
     "Exposed communication: the part\nnot hidden behind backward;\nthe last bucket never is":
-        "暴露的通信：没有被反向传播\n掩盖的部分；\n最后一个桶永远掩盖不了",
+        "暴露的通信：没有藏在反向传播\n背后的部分；\n最后一个桶永远藏不住",
     "Ch. 6, 7, 8, 9": "第 6、7、8、9 章",
     "Bucketed async all-reduce from\ngradient hooks (DDP); bucket size:\nα per bucket vs the tail":
-        "由梯度钩子分桶发起异步\nall-reduce（DDP）；桶的大小：\n每桶一个 α 与尾部的权衡",
+        "由梯度 hook 分桶发起异步\nAllReduce（DDP）；桶的大小：\n每桶一个 α 与尾部的权衡",
     "Profile: measure exposed comm,\ncompare with the model; prefetch\n(FSDP) costs memory":
         "性能分析：测出暴露的通信，\n与模型对比；预取（FSDP）\n多占显存",
     FOOTER: ("FP16 规约（第 4 章）使字节减半，但部分和超过 65504 就会溢出：以 FP32 累加、预先除以 p，或改用 BF16。\n"

@@ -12,8 +12,10 @@ notebooks (in file-name order, solutions dropped with --no-solutions, by commlib
 assets/ into build/book-src/; run Sphinx with MyST-NB (book/conf.py, execution off).
 
 --lang zh_CN builds the Chinese edition from the same sources and the catalogs in locales/zh_CN/ (book/i18n.py),
-staged into build/book-src-zh_CN/ with its preface; each edition links to the same page of the other, which
-lives beside it (build/book and build/book-zh_CN).
+staged into build/book-src-zh_CN/ with its preface and the cell that sets commlib's language; its code cells show
+the outputs of the Chinese run (build/notebooks-zh_CN/, `book/i18n.py notebooks --execute`) where that run holds
+the same code, else the English outputs with the checkers' verdicts rendered in Chinese. Each edition links to the same page of the other, which lives beside it
+(build/book and build/book-zh_CN).
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
-sys.path.insert(0, str(BOOK))  # book/i18n.py, also when this module is imported as book.build
-import i18n  # noqa: E402
+sys.path.insert(0, str(BOOK))  # book/editions.py, also when this module is imported as book.build
+import editions  # noqa: E402
 WORK = ROOT / "build"  # staged sources (book-src/) and Sphinx's cache (book-doctrees/)
 VENDOR = ROOT / "build" / "book-vendor"
 DEFAULT_OUT = ROOT / "build" / "book"
@@ -151,18 +153,22 @@ def stage(src: Path, solutions: bool = True, working_tree: bool = False, lang: s
     if not notebooks:
         raise RuntimeError("no numbered notebooks in notebooks/")
     index = (BOOK / "index.md").read_text(encoding="utf-8")
-    wanted = {src / "index.md": (i18n.with_preface(index, lang) if lang else index).encode()}
+    wanted = {src / "index.md": (editions.with_preface(index, lang) if lang else index).encode()}
     for i, path in enumerate(notebooks):
         data = sources[path]
-        if not solutions or (lang and i == 0):
+        if not solutions or lang:
             nb = json.loads(data)
+            if lang:  # commlib speaks lang: the outputs of the edition's own run, where it ran this code
+                nb = editions.with_language_cell(nb, lang)
+                ran = editions.executed_outputs(nb, WORK / f"notebooks-{lang}" / path.name, lang)
+                nb = ran if ran is not nb else editions.with_verdicts_in(nb, lang)  # else the verdicts in lang
             nb = teaching.drop_solutions(nb) if not solutions else nb
-            nb = i18n.with_preface_cell(nb, lang) if lang and i == 0 else nb
+            nb = editions.with_preface_cell(nb, lang) if lang and i == 0 else nb
             data = (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode()
         wanted[src / "notebooks" / path.name] = data
     if lang:
-        for po in sorted((i18n.LOCALES / lang / "LC_MESSAGES").rglob("*.po")):
-            wanted[src / "locales" / lang / po.relative_to(i18n.LOCALES / lang)] = po.read_bytes()
+        for po in editions.book_catalogs(lang):
+            wanted[src / "locales" / lang / po.relative_to(editions.LOCALES / lang)] = po.read_bytes()
     for path in sorted((ROOT / "assets").glob("*")):
         if path.is_file() and path.suffix != ".py":
             wanted[src / "assets" / path.name] = path.read_bytes()
@@ -192,9 +198,9 @@ def build(out: Path | None = None, solutions: bool = True, work: Path = WORK, st
     """Build the book into out/ (-> out/index.html); strict: Sphinx's warnings are errors (the tests build so).
     Raises RuntimeError with Sphinx's output if it fails. Sphinx writes into work/book-html/ (MyST-NB puts its
     jupyter_execute/ beside the folder it builds, so beside that one, not beside out), then out/ gets a copy.
-    Prints which notebooks it was built from (notebook_sources). lang: an edition of book/i18n.LANGS, into
+    Prints which notebooks it was built from (notebook_sources). lang: an edition of book/editions.LANGS, into
     build/book-<lang> by default."""
-    suffix = f"-{i18n.check_lang(lang)}" if lang else ""
+    suffix = f"-{editions.check_lang(lang)}" if lang else ""
     out = check_out(out or Path(f"{DEFAULT_OUT}{suffix}"))
     fetch_vendor()
     src = Path(work) / f"book-src{suffix}"
@@ -220,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="leave out the cells tagged 'solution' (as learner copies do)")
     ap.add_argument("--out", type=Path, default=None,
                     help=f"output folder (default {DEFAULT_OUT.relative_to(ROOT)}, or ...-<lang> with --lang)")
-    ap.add_argument("--lang", choices=i18n.LANGS, default=None,
+    ap.add_argument("--lang", choices=editions.LANGS, default=None,
                     help="build the edition in that language, from the catalogs in locales/ (book/i18n.py)")
     ap.add_argument("--working-tree", action="store_true",
                     help="build from notebooks/ as it is, with changes not committed (a lab session's runs)")

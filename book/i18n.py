@@ -3,7 +3,7 @@ notebooks translated from them.
 
     python book/i18n.py extract   [--lang zh_CN]   # build/gettext/*.pot from the chapters; locales/<lang>/ updated
     python book/i18n.py check     [--lang zh_CN] [--only 03 ...]   # extracts afresh, then what the tests hold
-    python book/i18n.py notebooks [--lang zh_CN] [--out DIR]       # build/notebooks-<lang>/*.ipynb
+    python book/i18n.py notebooks [--lang zh_CN] [--out DIR] [--execute]   # build/notebooks-<lang>/*.ipynb
 
 `extract` stages the book's sources as book/build.py does (the notebooks as they are in notebooks/), runs
 `sphinx-build -b gettext` (one catalog per chapter: gettext_compact = False in book/conf.py), and merges the
@@ -12,8 +12,12 @@ one untranslated, and `check` fails until a translator has seen it.
 
 A message is what Sphinx extracts from MyST: a paragraph, list item, heading or table cell as written in
 Markdown, its lines joined by spaces. `notebooks` parses each markdown cell with the same MyST parser, looks
-each block up in the chapter's catalog and writes the translation in its place; code cells and their outputs are
-copied unchanged, so nbval of the English notebooks covers them.
+each block up in the chapter's catalog and writes the translation in its place; code cells are copied unchanged,
+after one that sets commlib's language (commlib.set_language: its verdicts, captions and plot labels come from
+locales/<lang>/LC_MESSAGES/commlib/), their stored verdicts rendered again in that language
+(editions.with_verdicts_in). nbval checks them (pytest build/notebooks-<lang>): a run in that language must print
+the English edition's outputs, its verdicts in that language. With --execute the notebooks run in place, and the
+edition's book shows that run's outputs.
 """
 
 from __future__ import annotations
@@ -26,18 +30,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-LOCALES = ROOT / "locales"
-POT = ROOT / "build" / "gettext"
-LANGS = ("zh_CN",)
 if str(Path(__file__).parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).parent))
+import editions  # noqa: E402
+from editions import (LANGS, LOCALES, ROOT, book_catalogs, check_lang, preface, with_language_cell,  # noqa: E402,F401
+                      with_preface, with_preface_cell)
 
-
-def check_lang(lang: str) -> str:
-    if lang not in LANGS:
-        raise ValueError(f"lang: {lang!r} has no catalogs; choose one of {', '.join(LANGS)}")
-    return lang
+POT = ROOT / "build" / "gettext"
 
 
 def extract(pot: Path = POT, work: Path = ROOT / "build" / "gettext-src") -> list[Path]:
@@ -66,7 +65,7 @@ def update(lang: str, pot: Path = POT, locales: Path = LOCALES) -> None:
         raise RuntimeError(f"sphinx-intl update failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     from babel.messages.pofile import write_po
 
-    for po in sorted((locales / lang / "LC_MESSAGES").rglob("*.po")):  # messages gone from the English go too
+    for po in book_catalogs(lang, locales):  # messages gone from the English go too
         catalog = read_catalog(po)
         if catalog.obsolete:
             with open(po, "wb") as f:
@@ -91,26 +90,6 @@ def read_catalog(path: Path):
 def translations(path: Path) -> dict[str, str]:
     """msgid -> msgstr of the catalog's translated, non-fuzzy messages."""
     return {m.id: m.string for m in read_catalog(path) if m.id and m.string and not m.fuzzy}
-
-
-def preface(lang: str, locales: Path = LOCALES) -> str:
-    """The edition's own note to its reader (locales/<lang>/preface.md): what is translated and what is not."""
-    return (locales / check_lang(lang) / "preface.md").read_text(encoding="utf-8").strip()
-
-
-def with_preface(markdown: str, lang: str) -> str:
-    """markdown with the preface after its first heading line."""
-    head, _, rest = markdown.partition("\n")
-    return f"{head}\n\n{preface(lang)}\n{rest}"
-
-
-def with_preface_cell(nb: dict, lang: str) -> dict:
-    """The notebook with the preface as a markdown cell after its first cell (the chapter's title)."""
-    out = dict(nb)
-    cell = {"cell_type": "markdown", "id": f"preface-{lang}", "metadata": {},
-            "source": preface(lang).splitlines(keepends=True)}
-    out["cells"] = nb["cells"][:1] + [cell] + nb["cells"][1:]
-    return out
 
 
 # ----- the notebooks: each markdown block replaced by its translation -----
@@ -204,9 +183,10 @@ def translate_notebook(nb: dict, table: dict[str, str], src_dir: Path, out_dir: 
 
 def write_notebooks(lang: str, out: Path | None = None, src: Path = ROOT / "notebooks", locales: Path = LOCALES,
                     force: bool = False) -> tuple[list[Path], dict[str, list[str]], list[Path]]:
-    """build/notebooks-<lang>/NN_*.ipynb from notebooks/ and the catalogs; -> (paths written, {chapter: blocks the
-    catalog lacks}, paths kept). A notebook the learner has changed since it was written (run, edited: its bytes
-    differ from those recorded in .written.json) is kept, unless force."""
+    """build/notebooks-<lang>/NN_*.ipynb from notebooks/ and the catalogs, each opening with the cell that sets
+    commlib's language; -> (paths written, {chapter: blocks the catalog lacks}, paths kept). Their code cells hold
+    the English outputs until they run (execute()). A notebook the learner has changed since it was written (run,
+    edited: its bytes differ from those recorded in .written.json) is kept, unless force."""
     import hashlib
 
     out = Path(out or ROOT / "build" / f"notebooks-{check_lang(lang)}")
@@ -227,6 +207,8 @@ def write_notebooks(lang: str, out: Path | None = None, src: Path = ROOT / "note
         po = catalog_path(lang, f"notebooks/{path.stem}", locales)
         table = translations(po) if po.exists() else {}
         nb, missing = translate_notebook(json.loads(path.read_text(encoding="utf-8")), table, src, out, lang)
+        nb = with_language_cell(nb, lang)  # commlib speaks lang: verdicts, captions, plot labels
+        nb = editions.with_verdicts_in(nb, lang)  # the verdicts as a run in lang prints them, before any run
         nb = with_preface_cell(nb, lang) if i == 0 else nb
         nb.setdefault("metadata", {})["commlib"] = {"lang": lang, "from": f"notebooks/{path.name}"}
         data = (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
@@ -237,6 +219,20 @@ def write_notebooks(lang: str, out: Path | None = None, src: Path = ROOT / "note
             lacking[path.stem] = missing
     record.write_text(json.dumps(before, indent=1), encoding="utf-8")
     return written, lacking, kept_
+
+
+def execute(paths: list[Path], timeout: int = 900) -> dict[str, float]:
+    """Run each notebook top to bottom in a fresh kernel, in place (tools/run_notebooks.py): commlib speaks the
+    edition's language, so its verdicts, captions and labels are the edition's; the book shows these outputs.
+    -> {notebook: seconds}. RuntimeError naming the notebook that failed."""
+    took = {}
+    for path in paths:
+        cmd = [sys.executable, str(ROOT / "tools" / "run_notebooks.py"), str(path)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{path.name} failed in its edition's run:\n{proc.stderr[-3000:]}")
+        took[path.name] = float(proc.stdout.rsplit(":", 1)[-1].split()[0])
+    return took
 
 
 # ----- the checks a translation must pass -----
@@ -372,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", default=(), help="chapters' number prefixes, for check (e.g. 03 09)")
     ap.add_argument("--out", type=Path, help="for notebooks: the folder (default build/notebooks-<lang>)")
     ap.add_argument("--force", action="store_true", help="for notebooks: also replace those you ran or edited")
+    ap.add_argument("--execute", action="store_true",
+                    help="for notebooks: run those written, in place, so that their outputs are the edition's")
     args = ap.parse_args(argv)
     if args.command == "extract":
         templates = extract()
@@ -393,7 +391,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"i18n: kept {len(kept_)} notebook(s) you ran or edited ({', '.join(p.name for p in kept_)}); "
               f"--force replaces them with the current translation")
     folder = (written or kept_)[0].parent if written or kept_ else args.out
-    print(f"i18n: {len(written)} notebook(s) written in {folder}")
+    print(f"i18n: {len(written)} notebook(s) written in {folder}", flush=True)
+    if args.execute:
+        try:
+            took = execute(written)
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            print(f"i18n: {e}", file=sys.stderr)
+            return 1
+        print(f"i18n: {len(took)} notebook(s) run in {args.lang} in {sum(took.values()):.0f} s")
     return 0
 
 

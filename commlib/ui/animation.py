@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from commlib.ui import plots
 from commlib.algorithms.trace import Event
+from commlib.ui.language import tr
 
 _PLAYER = """<div class="commlib-animation" style="display:inline-block;text-align:center;max-width:100%">
 <img src="{first}" alt="{caption}" style="max-width:100%">
@@ -75,9 +76,10 @@ class Animation:
 
     def to_html(self) -> str:
         uris = ["data:image/png;base64," + base64.b64encode(f).decode("ascii") for f in self.frames]
-        return _PLAYER.format(first=uris[0], caption=html.escape(self.captions[0]), last=len(uris) - 1,
+        captions = [tr(c) for c in self.captions]  # in the notebook's language (the browser draws any script)
+        return _PLAYER.format(first=uris[0], caption=html.escape(captions[0]), last=len(uris) - 1,
                               rest=json.dumps(uris[1:]),
-                              captions=json.dumps(list(self.captions)).replace("</", "<\\/"),
+                              captions=json.dumps(captions).replace("</", "<\\/"),
                               interval=int(self.interval_ms))
 
     _repr_html_ = to_html

@@ -8,8 +8,10 @@ import numpy as np
 
 from commlib.parallel.context import chunks_of
 from commlib.ui.animation import Animation, _png
+from commlib.ui.language import speaks
 
 
+@speaks
 def ring_attention_step(cp: int, balance: str = "zigzag", step: int = 0, causal: bool = True, ax=None):
     """The attention matrix cut into 2cp x 2cp chunk pairs (queries down, keys across). After `step` steps of the
     ring (step 0: every rank attends to its own K/V), the pairs computed so far are coloured by the rank that
@@ -56,6 +58,7 @@ def ring_attention(cp: int = 4, balance: str = "zigzag", causal: bool = True, in
     return Animation(tuple(frames), tuple(captions), interval_ms)
 
 
+@speaks
 def work_bars(work: dict, ax=None):
     """work: {balance: [chunk pairs per rank]} -> grouped bars, one group per rank."""
     if ax is None:
@@ -72,6 +75,7 @@ def work_bars(work: dict, ax=None):
     return ax
 
 
+@speaks
 def ring_timelines(timelines, ax=None, title: str = "", unit: float = 1e3):
     """One row per rank: compute (solid) above, the transfer in flight (hatched) below. timelines: one
     overlap.Timeline per rank (collective_matmul.ring_timelines)."""

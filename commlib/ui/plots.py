@@ -7,8 +7,10 @@ import matplotlib.ticker
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from commlib.algorithms.trace import Event
+from commlib.ui.language import speaks
 
 
+@speaks
 def ring_step(states, events_by_rank: list[list[Event]], step: int, world_size: int, ax=None):
     """Draw the ring all-reduce after `step` steps: one column per rank, one box per chunk, shaded by
     how many ranks' data it holds (labelled with their ranks), and this step's messages as arrows."""
@@ -55,6 +57,7 @@ def ring_step(states, events_by_rank: list[list[Event]], step: int, world_size: 
     return ax
 
 
+@speaks
 def bytes_per_rank(rows: list[dict], ax=None):
     """Bars of measured bytes sent by each rank per algorithm, with the model's value as a marker."""
     if ax is None:
@@ -72,6 +75,7 @@ def bytes_per_rank(rows: list[dict], ax=None):
     return ax
 
 
+@speaks
 def alpha_beta_fit(nbytes, seconds, alpha: float, beta: float, title: str = ""):
     """Measured times with the fitted t = alpha + n*beta (log-log), and the relative residuals below."""
     import numpy as np
@@ -111,6 +115,7 @@ def _byte_ticks(ax, values) -> None:
     ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
 
 
+@speaks
 def measured_vs_predicted(curves: dict, ax=None):
     """curves: name -> (nbytes list, measured seconds, predicted seconds). Solid: measured; dashed: model.
     Without ax: one small panel per algorithm on shared axes (a dozen lines on one panel cannot be read),
@@ -147,6 +152,7 @@ def measured_vs_predicted(curves: dict, ax=None):
     return panels[:len(curves)]
 
 
+@speaks
 def comm_share(micro_batches, shares: dict, ax=None):
     """The communication share of a step vs gradient accumulation (micro-batches per optimizer step)."""
     if ax is None:
@@ -161,6 +167,7 @@ def comm_share(micro_batches, shares: dict, ax=None):
     return ax
 
 
+@speaks
 def precision_vs_world_size(world_sizes, results: dict, magnitude: float):
     """Two panels per strategy: share of gradient values lost (inf, nan, flushed to 0) and the mean
     relative error of the others, as the number of ranks grows."""
@@ -184,6 +191,7 @@ def precision_vs_world_size(world_sizes, results: dict, magnitude: float):
     return fig
 
 
+@speaks
 def timeline(tl, ax=None, title: str = "", unit: float = 1e3):
     """Gantt chart of an overlap.Timeline: forward and backward compute on one row, the all-reduces on the other."""
     if ax is None:
@@ -205,6 +213,7 @@ def timeline(tl, ax=None, title: str = "", unit: float = 1e3):
     return ax
 
 
+@speaks
 def bucket_sweep(caps_mb, steps_s, exposed_s, ax=None):
     """Step time and exposed communication vs bucket size."""
     if ax is None:
@@ -220,6 +229,7 @@ def bucket_sweep(caps_mb, steps_s, exposed_s, ax=None):
     return ax
 
 
+@speaks
 def profile_spans(report: dict, ax=None):
     """A profile's merged compute and communication spans on two rows, exposed communication in red."""
     from commlib.profiling import intersect, union
@@ -241,6 +251,7 @@ def profile_spans(report: dict, ax=None):
     return ax
 
 
+@speaks
 def chunk_sweep(chunk_bytes, measured_s, predicted_s, total_bytes: int, ax=None):
     """Time to all-reduce the same total in chunks of each size: measured and modelled."""
     if ax is None:
@@ -256,6 +267,7 @@ def chunk_sweep(chunk_bytes, measured_s, predicted_s, total_bytes: int, ax=None)
     return ax
 
 
+@speaks
 def segment_sweep(segment_bytes, measured_s, predicted_s, nbytes: int, bus_factor: float, ax=None):
     """busbw of one all-reduce of nbytes whose ring moves its chunks in segments of each size: measured and
     modelled (a pipelined ring whose segments each pay alpha)."""
@@ -273,6 +285,7 @@ def segment_sweep(segment_bytes, measured_s, predicted_s, nbytes: int, bus_facto
     return ax
 
 
+@speaks
 def topology_busbw(topology, op: str = "all_reduce", sizes=None, ax=None):
     """The model's busbw against message size for every algorithm of `op` on a commlib.topology.Topology, with
     the two ceilings dashed: the node's NICs (k x one NIC) and one NIC."""
@@ -304,6 +317,7 @@ def topology_busbw(topology, op: str = "all_reduce", sizes=None, ax=None):
     return ax
 
 
+@speaks
 def pipeline_timeline(events_by_rank, ax=None, title: str = "", unit: float = 1.0, xlabel: str = "time"):
     """Gantt chart of a pipelined step: one row per stage (stage 0 on top), forwards light and backwards dark,
     each labelled with its micro-batch; the gaps are the bubble. events_by_rank: [(op, i, start, end)] per
@@ -329,6 +343,7 @@ def pipeline_timeline(events_by_rank, ax=None, title: str = "", unit: float = 1.
 
 
 # ------------------------------------------------------------------------ chapter 5: gradient compression
+@speaks
 def compression_bytes_vs_p(world_sizes, curves: dict, ax=None, title: str = ""):
     """Bytes one rank sends per step against the number of ranks, one line per method (log-log).
     curves: name -> bytes per rank, one per world size."""
@@ -345,6 +360,7 @@ def compression_bytes_vs_p(world_sizes, curves: dict, ax=None, title: str = ""):
     return ax
 
 
+@speaks
 def compression_tradeoff(variants: dict, title: str = ""):
     """Per variant, three panels: bytes per step (log), final test accuracy (bars: the mean; whiskers: min and
     max over seeds), compression overhead per step (ms). variants: name -> a row of the committed sweep."""
@@ -370,6 +386,7 @@ def compression_tradeoff(variants: dict, title: str = ""):
     return fig
 
 
+@speaks
 def loss_curves(curves: dict, ax=None, smooth: int = 10, title: str = ""):
     """Training loss per step, one line per variant, as a moving average over `smooth` steps."""
     import numpy as np
@@ -387,6 +404,7 @@ def loss_curves(curves: dict, ax=None, smooth: int = 10, title: str = ""):
     return ax
 
 
+@speaks
 def step_vs_bandwidth(rows: list[dict], crossovers: dict | None = None, ax=None, title: str = ""):
     """Step time against the emulated inter-node bandwidth, one line per variant; loopback (bandwidth None) is
     drawn at the right edge, past a gap; crossovers (name -> bytes/s, optional) as ticks on the bottom axis."""

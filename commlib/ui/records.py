@@ -6,6 +6,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import Rectangle
 
 from commlib.cluster import flight_recorder
+from commlib.ui.language import speaks
 
 
 def _lines(snap: dict | None, last: int) -> list[tuple[str, str]]:
@@ -26,6 +27,7 @@ def _lines(snap: dict | None, last: int) -> list[tuple[str, str]]:
 _COLORS = {"record": "#dfe8f3", "pending": "#f6d6a8", "waiting": "#f6d6a8", "gone": "#dddddd"}
 
 
+@speaks
 def last_records(snapshots: dict, diagnosis: dict | None = None, last: int = 3, ax=None):
     """One column per rank: its last `last` collectives (oldest at the top), then the sends/recvs it still waits
     on (orange). The diagnosis's culprits get a red frame and a label. -> the Axes."""

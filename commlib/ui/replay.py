@@ -8,6 +8,7 @@ import html
 import ipywidgets as W
 
 from commlib.cluster import flight_recorder
+from commlib.ui.language import speaks
 
 
 def step_html(step: dict, position: int | None = None, total: int | None = None) -> str:
@@ -27,6 +28,7 @@ def step_html(step: dict, position: int | None = None, total: int | None = None)
     return f"<b>{title}</b>: {verdict}" + "".join(rows)
 
 
+@speaks
 def replay(snapshots: dict) -> W.VBox:
     """A slider over the collectives in the ranks' records (error.snapshots, or snapshot() per rank). It starts at
     the first entry and counts from 1, as the collectives are numbered; the text under it names the first entry

@@ -6,8 +6,10 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 
 from commlib.profiling.jobs.scale import hta_label, series
+from commlib.ui.language import speaks
 
 
+@speaks
 def diagnose_scale(data: dict, live: dict | None = None, ax=None):
     """Seconds against events (all ranks), log-log: diagnose end to end (wall and CPU seconds), Holistic Trace
     Analysis with its default and its batched parser, a line of slope 1 (linear time) through diagnose's largest

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
+from commlib.ui.language import speaks
+
 COMPUTE, COMM, WAIT = "C0", "C2", "#bbbbbb"   # profile_spans' colours (chapter 9); waits grey and hatched
 
 
+@speaks
 def timelines(report: dict, scenarios=None, ax=None, steps: int | None = None):
     """Draw report["scenarios"] (those named in `scenarios`, default all but the identity replay): for each rank,
     compute (blue), communication (green) and the part of it spent waiting for a later rank (grey, hatched),

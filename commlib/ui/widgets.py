@@ -7,6 +7,7 @@ import matplotlib.pyplot as plt
 
 from commlib.ui import plots
 from commlib.algorithms import trace
+from commlib.ui.language import speaks
 
 
 def _show(out: W.Output, fig) -> None:
@@ -48,6 +49,7 @@ def sources_fold(sources: dict, title: str = "sources") -> str:
             f"<ul style='margin:2px 0'>{items}</ul></details>")
 
 
+@speaks
 def ring_stepper(events_by_rank, world_size: int) -> W.VBox:
     """Play / slider through a real ring all-reduce trace (one list of Events per rank), step by step."""
     states = trace.replay(events_by_rank, world_size)
@@ -79,6 +81,7 @@ def format_breakdown(b: dict) -> str:
     return html_table(("", ""), rows)
 
 
+@speaks
 def cost_calculator(links: dict | None = None, gamma: float = 0.0) -> W.VBox:
     """Pick an op, algorithm, link, world size and message size; see the model's time term by term."""
     from commlib import cost
@@ -113,6 +116,7 @@ def cost_calculator(links: dict | None = None, gamma: float = 0.0) -> W.VBox:
     return W.VBox([_row([op, algorithm]), _row([link, p]), size, out])
 
 
+@speaks
 def reduction_explorer(numel: int = 4096) -> W.VBox:
     """Sliders for the number of ranks and the gradients' magnitude, a choice of strategy: what the
     averaged gradient loses (inf, nan, flushed to zero) and how wrong the rest is."""
@@ -137,6 +141,7 @@ def reduction_explorer(numel: int = 4096) -> W.VBox:
     return W.VBox([_row([p, mag]), strategy, out])
 
 
+@speaks
 def overlap_explorer() -> W.VBox:
     """A model of `layers` equal layers on `p` ranks over a link: pick the bucket cap and see the timeline."""
     from commlib import cost
@@ -175,6 +180,7 @@ def overlap_explorer() -> W.VBox:
     return W.VBox([_row([params, layers, backward]), _row([link, p, grad_bytes]), cap, text, out])
 
 
+@speaks
 def topology_calculator(nbytes: float = 1e9) -> W.VBox:
     """Pick a node type (or your own nodes, GPUs, links and NICs) and an op; see time and busbw per algorithm."""
     from commlib import cost
@@ -273,6 +279,7 @@ def format_estimate(e, hw) -> str:
     return head + memory + comm + step
 
 
+@speaks
 def planner(model: str = "llama2_7b", node: str = "dgx_h100", nodes: int = 2, global_batch: int = 64) -> W.VBox:
     """Model shape, cluster (a topology preset) and configuration in; memory per GPU, communication by kind,
     step time and a verdict (fits / does not fit) out. 'fastest that fits' runs plan.search."""
