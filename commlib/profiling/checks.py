@@ -13,10 +13,10 @@ than its peers stopped, and a call whose op or size differs from its peers' is o
 
 from __future__ import annotations
 
+from commlib.profiling.groups import UNEVEN
 from commlib.profiling.read.reader import printable
 
 P2P = ("send", "recv", "send_recv")
-UNEVEN = ("all_to_all", "gather", "scatter")   # sizes that may differ by rank (all_to_allv's splits, the root's)
 MAX_BUSBW_GBPS = 1e5   # 100 TB/s: over 50x any link built (NVLink 5 moves 1.8 TB/s per GPU)
 
 
