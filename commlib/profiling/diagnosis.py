@@ -129,7 +129,6 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
     _validate.instance("achievable", achievable, bool)
     ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces, max_bytes)
     world = next((r.world_size for r in ranks if r.world_size), None) or len(ranks)
-    notes = [n for r in ranks for n in r.notes]
     if hardware is not None:
         if hardware not in topo.PRESETS:
             raise ValueError(f"hardware must be one of {tuple(topo.PRESETS)}, got {hardware!r}")
@@ -139,11 +138,8 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
         hardware, why = infer_hardware(ranks)
         why += "" if hardware else ": --hardware PRESET prices the calls"
     hw = plan.hardware(hardware, max(1, -(-world // 8)), achievable) if hardware else None
-    if len(ranks) < world:
-        notes.append(f"{len(ranks)} of {world} ranks' traces: stragglers are found only among these")
     found = find(ranks)
     late, waits = found["stragglers"], found["waits"]
-    notes += _straggler_notes(found)
     calls, overlaps, models = [], {}, {}
     for r in ranks:
         # the compute that ran during each call (by bisect and prefix sums: linear in all)
@@ -170,24 +166,14 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
         # the rank's communication time and never more, however its calls overlap
         overlaps[r.rank]["waiting_us"] = length(union((c["start_us"], c["start_us"] + c["wait_us"])
                                                       for c in rows if c["wait_us"]))
-    unknown = sum(1 for c in calls if c["group"] is None)
-    if unknown:
-        notes.append(f"the process group of {unknown} call(s) is not known (the trace names none, or Gloo's "
-                     "worker threads did not settle it): they are matched with no peer and charged no wait")
     groups = _groups(ranks)
-    notes += checks.unmatched(ranks, groups) + [n for n in [checks.too_fast(calls)] if n]
+    notes = [d["text"] for d in checks.doubts(ranks, world, found, calls)]
     if any(c["dtype"] is None and c["bytes"] for c in calls):
         notes.append("some dtypes are not in the trace (Gloo, tensor lists): their bytes assume 4-byte elements")
     return {"world_size": world, "ranks": [r.rank for r in ranks], "backend": ranks[0].backend,
             "hardware": hardware, "hardware_why": why, "calls": calls, "overlap": overlaps,
             "stragglers": late, "noise": {"spread_us": found["spread_us"], "unnamed": found["unnamed"]},
             "groups": groups, "notes": notes}
-
-
-def _straggler_notes(found: dict) -> list[str]:
-    """Late starts of tracing: a rank whose trace begins after its peers began waiting for it."""
-    return [f"rank {s['rank']}'s trace starts {s['us'] / 1e3:.2f} ms after its peers in group {s['group']} began "
-            "waiting for it: a late start of tracing, not straggling" for s in found["late_starts"]]
 
 
 def _groups(ranks) -> dict:
