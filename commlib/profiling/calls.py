@@ -49,7 +49,7 @@ class Call:
     start_us: float        # on this rank's clock
     duration_us: float
     algorithm: str | None  # what the NCCL kernel name proves, else None
-    protocol: str | None   # never proven by a kernel name: None unless a trace states it
+    protocol: str | None   # "ll" where a symmetric kernel's name says it (read/kernels.py), else None
     kernel: str | None     # the NCCL kernel (None for Gloo)
 
     @property
@@ -166,7 +166,7 @@ def _cuda_calls(rank, rec: Records, kernels, shards: set) -> list[Call]:
         if info.get("shard"):
             shards.add(len(calls))
         calls.append(Call(rank, info["op"], info["group"], info["group_size"], info["bytes"], info["dtype"],
-                          k.ts, k.dur, kinfo["algorithm"], None, k.name))
+                          k.ts, k.dur, kinfo["algorithm"], kinfo["protocol"], k.name))
     return calls
 
 

@@ -11,7 +11,7 @@
    cause, the first that applies: it waited for a late rank; the message is too small (the model is mostly
    per-call latency: fuse them, bigger buckets); it took over twice as long as the same rank's fastest
    identical call (waiting or contention, not the link); a small-message protocol on a large message (only
-   where the trace states the protocol: kernel names do not, see traces.py); compute kernels ran beside it
+   where the name says it: NCCL >= 2.27's symmetric LL kernels, read/kernels.py); compute kernels ran beside it
    (NCCL runs on the same SMs); busbw far below the link's (check the link, NCCL's transport, other traffic).
 3. Overlap per rank: communication time, the part hidden under compute, the exposed part, idle time.
 
@@ -86,7 +86,8 @@ def cause(call: Call, ratio: float, m: dict, wait_us: float, waited_for, beside_
         return (f"{call.duration_us / fastest_us:.1f}x its fastest identical call ({fastest_us:.0f} us): "
                 "waiting or contention, not the link")
     if call.protocol == "ll":
-        return "LL (small-message protocol) on a large message: half the bandwidth; check NCCL_PROTO"
+        return ("LL (small-message protocol) on a large message: half the bandwidth; check "
+                + ("NCCL_SYM_KERNEL" if (call.algorithm or "").startswith("sym_") else "NCCL_PROTO"))
     cpu = call.kernel is None   # Gloo (or NCCL seen from the CPU only): no GPU words for it
     if beside_compute_us > 0.5 * call.duration_us:
         return ("other CPU ops ran beside it: they share the cores and memory bandwidth with the backend's threads"
