@@ -26,6 +26,7 @@ rank (stragglers.py); stragglers are ranked by their own delay.
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -184,6 +185,11 @@ def _groups(ranks) -> dict:
     return {n: listed.get(n) for n in used}
 
 
+@functools.lru_cache(maxsize=1024)
+def _bus_factor(op: str, p: int) -> float:
+    return cost.bus_factor(op, p)   # once per (op, group size): a job's 20k calls have a few
+
+
 def _row(c: Call, m: dict | None, far: float, wait, beside_us: float, fastest_us: float | None = None) -> dict:
     """One call's row of the report; m: its model (model()), None where it has none; beside_us: the compute
     that ran during the call."""
@@ -191,7 +197,7 @@ def _row(c: Call, m: dict | None, far: float, wait, beside_us: float, fastest_us
     dur_s = c.duration_us * 1e-6
     algbw = nbytes / dur_s / 1e9 if nbytes and dur_s > 0 else None
     op = "sendrecv" if c.op in P2P else c.op
-    factor = cost.bus_factor(op, c.group_size) if op in cost.OPS and c.group_size else None
+    factor = _bus_factor(op, c.group_size) if op in cost.OPS and c.group_size else None
     ratio = dur_s / m["time_s"] if m and m["time_s"] > 0 else None
     wait_us, late = wait if wait else (0.0, None)
     row = {"rank": c.rank, "op": c.op, "group": c.group, "bytes": nbytes, "dtype": c.dtype,

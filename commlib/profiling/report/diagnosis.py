@@ -54,7 +54,8 @@ def json_report(report: dict) -> dict:
     """The --json object: the report with start_us relative to the earliest call of the job; strict JSON
     (null for a value that is unknown or not finite: json.dumps(..., allow_nan=False) accepts it)."""
     t0 = min((c["start_us"] for c in report["calls"]), default=0.0)
-    calls = [{k: _finite(v) for k, v in c.items()} for c in report["calls"]]   # rows are flat: no recursion
+    isfinite = math.isfinite   # rows are flat: no recursion, and no call per value (20k rows of 17)
+    calls = [{k: v if type(v) is not float or isfinite(v) else None for k, v in c.items()} for c in report["calls"]]
     for c in calls:
         c["start_us"] -= t0
     rest = _finite({k: v for k, v in report.items() if k != "calls"})
