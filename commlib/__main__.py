@@ -153,7 +153,7 @@ def _diagnose(args) -> int:
     if args.json:   # json_report is strict JSON already; msgspec writes 20k rows in a tenth of json.dumps' time
         import msgspec
 
-        sys.stdout.write(msgspec.json.encode(json_report(report)).decode() + "\n")
+        print(msgspec.json.encode(json_report(report)).decode())
     else:
         print(format_report(report))
     return 0
