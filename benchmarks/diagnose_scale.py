@@ -3,7 +3,7 @@ rank, 1 to 64 ranks, against the stdlib's json.load of the same files and Holist
 
     python benchmarks/diagnose_scale.py [--quick] [--hta-python PATH] [--out benchmarks/diagnose_scale.json]
 
-Traces: commlib.profiling.synthetic (Kineto's GPU format with torch >= 2.3's collective arguments on the NCCL
+Traces: commlib.profiling.jobs.synthetic (Kineto's GPU format with torch >= 2.3's collective arguments on the NCCL
 kernels, 5% of kernels NCCL; the same without the arguments; a CPU/Gloo job), written to a temporary folder.
 Per case: the CLI end to end (a fresh process: start-up, reading, analysis, report), its peak memory (RSS of
 the process and its reader workers together, sampled every 10 ms), events per second, the growth exponent
@@ -14,7 +14,12 @@ and its time / diagnose's, run both ways in the same run: its default parser, an
 ParserConfig documents "for best results" on large traces (ParserBackend.IJSON_BATCH_AND_COMPRESS with
 ParserConfig.get_minimum_args(), set through ParserConfig.set_default_cfg; needs ijson). Its version (the
 traceinsight or holistictraceanalysis distribution) is recorded. Every row records the 1-minute load before and
-after it: the machine may be shared.
+after it: the machine may be shared. The 2 x 1M-event case runs twice: on the machine as it is (quiet, under
+`flock -x`), and again under a load of BUSY it makes itself (BUSY processes spinning `while True: pass`, started
+after the traces are written, killed after the case), json.load and diagnose alike: the issue's target is the
+same diagnose / json.load ratio under that load as quiet (within 1.3x).
+Holistic Trace Analysis where it cannot run here: its figures are carried from the file's previous run, said so
+in meta (hta_from), never mixed silently.
 --quick (what CI runs): small sizes, no HTA, writes nothing. The full run writes its figures, labelled with the
 machine and its load, to --out; chapter 9's scale figure reads them.
 """
@@ -35,8 +40,8 @@ import time
 import psutil
 
 from commlib.bench import arguments
-from commlib.profiling import synthetic
-from commlib.profiling.diagnose import diagnose
+from commlib.profiling.diagnosis import diagnose
+from commlib.profiling.jobs import synthetic
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HTA_SCRIPT = """
@@ -75,6 +80,8 @@ FULL = [("gpu", "gpu", True, 2, 10_000, True), ("gpu", "gpu", True, 2, 100_000, 
 QUICK = [("gpu", "gpu", True, 2, 2_000, False), ("gpu", "gpu", True, 2, 20_000, False),
          ("gpu, no kernel args", "gpu", False, 2, 5_000, False), ("cpu/gloo", "cpu", True, 2, 5_000, False),
          ("4 ranks", "gpu", True, 4, 5_000, False)]
+BUSY = 3   # busy-loop processes of the loaded run: a load of ~3 on top of the machine's own
+LOADED = ("gpu, loaded", "gpu", True, 2, 1_000_000, False)   # the quick run: the same at 2 x 20,000 events
 
 
 def timed(cmd: list[str]) -> dict:
@@ -144,9 +151,29 @@ def out_file(text: str) -> str:
     return text
 
 
-def run_case(folder, name, form, kernel_args, ranks, events, with_hta, hta_py) -> dict:
+def busy_loops(n: int) -> list:
+    """n processes spinning on a core each (the loaded run's load); the caller kills them."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def run_case(folder, name, form, kernel_args, ranks, events, with_hta, hta_py, busy: int = 0) -> dict:
     d = os.path.join(folder, f"{form}-{int(kernel_args)}-{ranks}x{events}")
     files = synthetic.write_job(d, ranks, events, form, kernel_args)
+    spinning = busy_loops(busy)
+    try:
+        time.sleep(1.0 if busy else 0.0)   # the loops running before anything is timed
+        row = _measure(d, files, name, form, kernel_args, ranks, events, with_hta, hta_py)
+    finally:
+        for p in spinning:
+            p.kill()
+            p.wait()
+    row["busy_loops"] = busy
+    for f in files:
+        os.remove(f)
+    return row
+
+
+def _measure(d, files, name, form, kernel_args, ranks, events, with_hta, hta_py) -> dict:
     load_before = os.getloadavg()[0]
     cli = timed([sys.executable, "-m", "commlib", "diagnose", d, "--json"])
     if cli["rc"] != 0:
@@ -176,9 +203,31 @@ def run_case(folder, name, form, kernel_args, ranks, events, with_hta, hta_py) -
         else:
             row[f"{key}_note"] = "failed: " + (h["err"].strip().splitlines() or ["?"])[-1][:120]
     row["load_1min"] = [load_before, os.getloadavg()[0]]   # before the CLI ran, after the last tool
-    for f in files:
-        os.remove(f)
     return row
+
+
+def carry_hta(rows: list[dict], path: str) -> dict:
+    """Where HTA cannot run here: its columns of the same cases (case, ranks, events) from the file's previous
+    run -> the meta to record it by ({hta_from: that run's date and load, hta_version}), {} if nothing carried."""
+    try:
+        with open(path) as f:
+            old = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    before = {(r["case"], r["ranks"], r["events_per_rank"]): r for r in old.get("rows", [])}
+    carried = 0
+    for r in rows:
+        prev = before.get((r["case"], r["ranks"], r["events_per_rank"])) if not r.get("busy_loops") else None
+        for k in HTA_BACKENDS if prev else ():
+            for x in ("_s", "_cpu_s", "_rss_bytes", "_note"):
+                r[f"{k}{x}"] = prev.get(f"{k}{x}")
+            carried += prev.get(f"{k}_s") is not None
+    m = old.get("meta", {})
+    if not carried:
+        return {}
+    return {"hta_from": f"HTA's figures carried from the run of {m.get('date')} (load "
+                        f"{(m.get('load_before') or [0])[0]:.1f}): HTA could not run in this one",
+            "hta_version": m.get("hta_version"), "hta": True}
 
 
 def _mb(x):
@@ -229,6 +278,12 @@ def targets(rows: list[dict], cores: int) -> list[str]:
                            f"peak {_mb(b[f'{key}_rss_bytes'])} MB")
         out.append(f"memory: peak RSS {_mb(b['peak_rss_bytes'])} MB for 2 x {b['events_per_rank']:,} events "
                    f"({b['bytes_on_disk'] / 1e6:.0f} MB of JSON)")
+        loaded = next((r for r in rows if r.get("busy_loops") and r["events_per_rank"] == b["events_per_rank"]), None)
+        if loaded and b["json_load_s"] and loaded["json_load_s"]:
+            q, lo = b["cli_s"] / b["json_load_s"], loaded["cli_s"] / loaded["json_load_s"]
+            out.append(f"under load: {loaded['busy_loops']} busy loops (1-minute load {loaded['load_1min'][0]:.1f} to "
+                       f"{loaded['load_1min'][1]:.1f}): diagnose / json.load = {lo:.2f} against {q:.2f} quiet, "
+                       f"{lo / q:.2f}x (target <= 1.3x); peak RSS {_mb(loaded['peak_rss_bytes'])} MB")
     one = next((r for r in rows if r["case"] == "one rank"), None)
     many = next((r for r in rows if r["ranks"] > 2), None)
     if many and not one:
@@ -264,9 +319,10 @@ def main() -> None:
     print("Holistic Trace Analysis: " + (f"{version}, run with {hta_py}, both parsers" if hta_py else
           "not run (--quick)" if args.quick else "not installed here (give --hta-python PATH): column skipped"))
     rows = []
+    loaded = LOADED[:4] + ((20_000 if args.quick else LOADED[4]),) + LOADED[5:]
     with tempfile.TemporaryDirectory(prefix="diagnose_scale_") as folder:
-        for case in cases:
-            rows.append(run_case(folder, *case, hta_py))
+        for case, busy in [(c, 0) for c in cases] + [(loaded, BUSY)]:
+            rows.append(run_case(folder, *case, hta_py, busy=busy))
             print(f"  done: {case[0]} {case[3]} x {case[4]:,} in {rows[-1]['cli_s']:.2f} s", flush=True)
     print("\n".join(table(rows)))
     print("(events/s: all ranks' events / CLI seconds; cpu s: CPU seconds of the process and its workers; exp.: "
@@ -280,6 +336,8 @@ def main() -> None:
             "hta_backends": {k: what for k, (_, what) in HTA_BACKENDS.items()}, "peak_memory_note": PEAK_NOTE,
             "load_note": "1-minute load averages of the whole machine, this benchmark included; each row's "
                          "load_1min: before its CLI run and after its last tool"}
+    if out and not hta_py:
+        meta.update(carry_hta(rows, out))
     if out:
         with open(out, "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)

@@ -82,3 +82,27 @@ def test_bytes_moved_faster_than_any_link_name_the_size_field(tmp_path):
     report = td.diagnose(_job(tmp_path, {0: fast, 1: fast}))
     [note] = [n for n in report["notes"] if "faster than any link" in n]
     assert note.startswith("8 call(s) move bytes faster than any link (100000 GB/s)") and "'In msg nelems'" in note
+
+
+def test_whatif_carries_every_note_that_makes_its_replay_doubtful_in_diagnoses_words(tmp_path, capsys):
+    from commlib.__main__ import main
+    from commlib.profiling.replay.whatif import whatif
+    from commlib.profiling.report import whatif as wr
+
+    overlapping = [("allreduce", 1 << 20, 100.0 * i, 150.0) for i in range(4)]   # edited times: no GPU's
+    paths = _job(tmp_path, {0: overlapping, 1: STEADY[:3]})                      # and rank 1 stopped early
+    said = td.diagnose(paths)["notes"]
+    assert any("same stream" in n for n in said) and any("have no match on rank 1" in n for n in said)
+    report = whatif(paths, measured="dgx_h100")
+    assert [d["text"] for d in report["doubts"]] == said
+    assert {d["kind"] for d in report["doubts"]} == {"reader", "unmatched"}
+    text = wr.format_report(report)
+    flat = " ".join(line[6:] if line.startswith("      ") else line for line in text.splitlines())
+    assert "diagnose's note(s) on them (2):" in text and all(n in flat.replace("note: ", "") for n in said)
+    out = json.loads(json.dumps(wr.json_report(report), allow_nan=False))
+    assert [d["text"] for d in out["doubts"]] == said
+    (tmp_path / "sound").mkdir()
+    assert checks.doubts(tr.load(_job(tmp_path / "sound", {0: STEADY, 1: STEADY})), 2) == []   # a sound job: none
+    capsys.readouterr()
+    assert main(["whatif", *paths, "--hardware", "dgx_h100", "--measured-on", "dgx_h100", "--json"]) == 0
+    assert [d["text"] for d in json.loads(capsys.readouterr().out)["doubts"]] == said

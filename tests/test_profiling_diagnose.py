@@ -36,7 +36,7 @@ def test_the_rank_with_the_shortest_call_arrived_last_and_is_charged_the_others_
     ranks = [rank_trace(r, [100.0, 400.0 if r != 3 else 100.0]) for r in range(4)]
     late, waits = td.stragglers(ranks)
     assert late == [{"rank": 3, "group": "0", "group_size": 4, "delay_us": 900.0, "own_us": 900.0,
-                                  "behind": [], "calls": 1}]
+                                  "behind": [], "calls": 1, "root": True, "chain": []}]
     assert waits[(0, 1000.0)] == (300.0, 3) and waits[(3, 1000.0)] == (0.0, 3)
 
 
@@ -46,7 +46,7 @@ def test_no_straggler_when_every_rank_arrives_together():
     # clocks are never compared: the same calls with each rank's clock shifted give the same answer
     shifted = [rank_trace(r, [100.0, 400.0 if r != 3 else 100.0], [1e6 * r, 1e6 * r + 1000]) for r in range(4)]
     assert td.stragglers(shifted)[0] == [{"rank": 3, "group": "0", "group_size": 4, "delay_us": 900.0, "own_us": 900.0,
-                                  "behind": [], "calls": 1}]
+                                  "behind": [], "calls": 1, "root": True, "chain": []}]
 
 
 def test_matching_is_per_group_and_in_order_and_leaves_point_to_point_out():

@@ -3,6 +3,7 @@ calls filed and matched per group, stragglers named with their group; a live 4-r
 
 import json
 import os
+import random
 import sys
 
 import cloudpickle
@@ -14,6 +15,7 @@ from commlib.profiling.report import diagnosis as rp
 from commlib.profiling import groups as pg
 from commlib.profiling import stragglers
 from commlib.profiling import traces as tr
+from commlib.profiling.jobs import synthetic as sy
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 TP = ([0, 1], [2, 3])   # the 2x2 mesh: tensor-parallel pairs (made first: groups "1" and "2")
@@ -37,7 +39,7 @@ def test_calls_are_matched_within_their_group_and_the_straggler_is_named_with_it
     assert sorted([c.rank for c in m] for m in stragglers.matched(ranks)) == [[0, 1], [2, 3]]
     late, waits = td.stragglers(ranks)
     assert late == [{"rank": 3, "group": "2", "group_size": 2, "delay_us": 800.0, "own_us": 800.0, "behind": [],
-                     "calls": 1}]
+                     "calls": 1, "root": True, "chain": []}]
     assert waits[(2, 0.0)] == (800.0, 3) and waits[(0, 0.0)] == (0.0, 0)
     # a call whose group is unknown has no peers: it is never matched
     assert stragglers.matched([_rank(0, [_call(0, None, 5.0)]), _rank(1, [_call(1, None, 9.0)])]) == []
@@ -131,9 +133,85 @@ def test_gloo_threads_that_fit_two_groups_equally_leave_the_group_unknown():
         rt = _rank(r, [_call(r, "0", 10.0)], groups)
         rt.backend, rt.threads = "gloo", [(100 + r, 0)]
         ranks.append(rt)
-    assert pg.assign_gloo(ranks, pg.merge(ranks)) is None
+    where, notes = pg.assign_gloo(ranks, pg.merge(ranks))
+    assert where == {(0, 100): None, (1, 101): None}
+    assert notes and "rank 0's thread 100, 1 call(s), fits groups 1 and 2 equally" in notes[0]
     report = td.diagnose(pg.file_calls(ranks))
     assert [c["group"] for c in report["calls"]] == [None, None] and report["stragglers"] == []
     assert any("process group of 2 call(s) is not known" in n for n in report["notes"])
+    assert any("left unknown rather than guessed" in n for n in report["notes"])
     with pytest.raises(ValueError, match="far must be a finite number >= 1"):
         td.diagnose(ranks, far=0.5)
+
+
+# ------------------------------------------------------------------ overlapping groups from Gloo's threads
+CHAIN = {"1": [0, 1], "2": [1, 2], "3": [2, 3]}
+CHAIN_PROGRAM = {0: ["1"], 1: ["1", "2"], 2: ["2", "3"], 3: ["3"]}
+RING = {"1": [0, 1], "2": [1, 2], "3": [2, 3], "4": [0, 3]}
+RING_PROGRAM = {0: ["1", "4"], 1: ["1", "2"], 2: ["3", "2"], 3: ["3", "4"]}   # even ranks right first: no deadlock
+MESH = {"1": [0, 1, 2], "2": [3, 4, 5], "3": [0, 3], "4": [1, 4], "5": [2, 5]}   # 2 x 3: rows, then columns
+MESH_PROGRAM = {r: [("1", "2")[r // 3], str(3 + r % 3)] for r in range(6)}
+
+
+def _as_gloo(ranks, threads=2):
+    """A synthetic job's RankTraces as a Gloo trace reads: every call in group "0" with no size, the default
+    group first in each pg_config, and each group's calls on its own worker threads (ids in creation order,
+    `threads` of them taken in turn). -> (the ranks, the groups the job really used per call)."""
+    truth = {}
+    for r in ranks:
+        r.groups = [pg.Group("0", tuple(range(len(ranks))), "default_pg")] + r.groups
+        made = [g.name for g in r.groups]
+        turn, r.threads = {}, []
+        for i, c in enumerate(r.calls):
+            k = turn[c.group] = turn.get(c.group, -1) + 1
+            r.threads.append((1000 * r.rank + 10 * made.index(c.group) + k % threads, i))
+            truth[(r.rank, i)] = c.group
+        r.calls = [tr.Call(**{**c.__dict__, "group": "0", "group_size": None}) for c in r.calls]
+    return ranks, truth
+
+
+@pytest.mark.parametrize("shape", ["chain", "ring", "mesh"])
+def test_each_gloo_thread_goes_to_the_one_group_that_fits_and_the_slow_rank_is_named_first(shape):
+    groups, program = {"chain": (CHAIN, CHAIN_PROGRAM), "ring": (RING, RING_PROGRAM), "mesh": (MESH, MESH_PROGRAM)}[shape]
+    slow = random.Random(shape).randrange(len(program))
+    ranks, truth = _as_gloo(sy.group_job(program, groups, steps=4, slow={slow: (None, 0, 30e3)}, jitter_us=50))
+    ranks = pg.file_calls(ranks)
+    assert {(r.rank, i): c.group for r in ranks for i, c in enumerate(r.calls)} == truth
+    assert all(c.group_size == len(groups[c.group]) for r in ranks for c in r.calls)
+    report = td.diagnose(ranks)
+    assert not report["notes"], report["notes"]   # no false "no match on rank ..."
+    late = report["stragglers"]
+    assert late[0]["rank"] == slow and late[0]["root"] and late[0]["own_us"] == pytest.approx(late[0]["delay_us"])
+    others = [s for s in late if s["rank"] != slow]   # (the slow rank may be late in each of its groups)
+    assert others and all(s["root"] for s in late if s["rank"] == slow)
+    for s in others:   # every other late rank: late because it waited, the chain ending at the slow rank
+        assert not s["root"] and s["chain"][-1]["rank"] == slow and s["chain"][-1]["root"], s
+        assert s["own_us"] < 0.1 * s["delay_us"]
+    text = rp.format_report(report).replace("\n  ", " ")
+    assert text.count("straggler: ") == len(late) and f"straggler: rank {slow} late in" in text
+    assert text.count("late because it waited: ") == len(others)
+    out = json.loads(json.dumps(rp.json_report(report), allow_nan=False))
+    assert [(s["rank"], s["root"], s["chain"]) for s in out["stragglers"]] == [
+        (s["rank"], s["root"], s["chain"]) for s in late]
+
+
+def test_the_chain_text_names_each_hop_back_to_the_root():
+    ranks, _ = _as_gloo(sy.group_job(CHAIN_PROGRAM, CHAIN, steps=1, slow={0: 50e3}, transfer_us=100.0))
+    report = td.diagnose(pg.file_calls(ranks))
+    assert [(s["rank"], s["group"], s["root"]) for s in report["stragglers"]] == [(0, "1", True), (2, "3", False),
+                                                                                 (1, "2", False)]
+    assert report["stragglers"][1]["chain"] == [{"rank": 1, "group": "2", "root": False},
+                                                {"rank": 0, "group": "1", "root": True}]
+    text = rp.format_report(report).replace("\n  ", " ")
+    assert "late because it waited: rank 2 <- rank 1 in [1, 2] (group 2) <- rank 0 in [0, 1] (group 1), the " \
+        "root" in text
+
+
+def test_a_mesh_whose_threads_fit_rows_and_columns_alike_gives_a_note_not_a_guess():
+    # one worker thread per group and rows and columns of the same calls: all-rows fits the calls as well as
+    # rows-then-columns (nothing but the clocks, which are never compared, tells them apart)
+    ranks, _ = _as_gloo(sy.group_job(MESH_PROGRAM, MESH, steps=2), threads=1)
+    where, notes = pg.assign_gloo(ranks, pg.merge(ranks))
+    assert set(where.values()) == {None} and len(notes) == 1 and "more than one way (12 thread(s)" in notes[0]
+    report = td.diagnose(pg.file_calls(ranks))
+    assert {c["group"] for c in report["calls"]} == {None} and report["stragglers"] == []

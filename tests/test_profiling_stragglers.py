@@ -108,13 +108,11 @@ def test_a_symmetric_job_within_its_own_spread_names_no_straggler_and_says_the_s
 
 # ------------------------------------------------------------------------------------------- live
 SLOW_S = 0.15
-# the chain live: the pairs {0, 1} and {2, 3} first, then {1, 2} (ranks 0 and 3 alone, in groups of one: Gloo
-# names no group, each call's comes from its worker thread, and groups.py reads roles from programs of one shape)
-LIVE_CHAIN = ([0, 1], [2, 3], [1, 2], [0], [3])
 
 
 def _live(folder, shape, slow):
-    """One recorded step of the chain (shape "chain") or the mesh on this rank; rank `slow` sleeps SLOW_S."""
+    """One recorded step of the chain (shape "chain": pairs {0, 1}, {1, 2}, {2, 3}, each its own group, every
+    rank calling the groups it is in, in order) or the mesh on this rank; rank `slow` sleeps SLOW_S."""
     import time
 
     import torch
@@ -124,9 +122,9 @@ def _live(folder, shape, slow):
     rank = dist.get_rank()
     x = torch.ones(1 << 12)
     recorded = []
-    if shape == "chain":
-        chain = [dist.new_group(r) for r in LIVE_CHAIN]
-        groups = (chain[rank // 2], chain[{0: 3, 1: 2, 2: 2, 3: 4}[rank]])
+    if shape == "chain":   # Gloo names no group: each call's comes from its worker thread (groups.py)
+        pairs = [dist.new_group(r) for r in CHAIN.values()]
+        groups = tuple(g for g, r in zip(pairs, CHAIN.values()) if rank in r)
     else:
         mesh = {name: dist.new_group(r) for name, r in sorted(MESH.items())}
         groups = tuple(mesh[name] for name in MESH_PROGRAM[rank])
@@ -135,11 +133,12 @@ def _live(folder, shape, slow):
         recorded.append(1)
         for i in range(2):
             if shape == "chain" and rank == slow and len(recorded) == 2 and i == 0:
-                time.sleep(SLOW_S)   # rank 0 -> 1 late in {1, 2} -> 2 late in {2, 3}, next iteration
+                time.sleep(SLOW_S)   # rank 0 -> 1 late in {1, 2} -> 2 late in {2, 3}
             dist.all_reduce(x, group=groups[0])
             if shape == "mesh" and rank == slow and len(recorded) == 2:
                 time.sleep(SLOW_S)   # before its DP call: its DP peer comes late to its TP call
-            dist.all_reduce(x, group=groups[1])
+            if len(groups) > 1:
+                dist.all_reduce(x, group=groups[1])
 
     return tr.record(step, folder + "/rank{rank}.json")
 
@@ -168,6 +167,8 @@ def test_live_chain_names_the_slow_rank_first_and_each_hop_as_inherited(live):
         named[(2, 3)], 1, named[(1, 2)])
     for r in (1, 2):   # mostly inherited (its own part: the load's noise on this machine)
         assert sum(b["us"] for b in hops[r]["behind"]) > 0.5 * hops[r]["delay_us"] > hops[r]["own_us"] - 1e-6
+        assert not hops[r]["root"] and hops[r]["chain"][-1] == {"rank": 0, "group": named[(0, 1)], "root": True}
+    assert not any("no match" in n or "not known" in n for n in chain["notes"]), chain["notes"]
 
 
 def test_live_mesh_names_the_slow_rank_first_and_its_dp_peer_as_inherited(live):
@@ -189,7 +190,7 @@ def test_the_json_report_holds_own_us_and_behind_in_strict_json():
     report = td.diagnose(sy.group_job(CHAIN_PROGRAM, CHAIN, steps=1, slow={0: 50e3}, transfer_us=100.0))
     out = json.loads(json.dumps(rp.json_report(report), allow_nan=False))
     rows = {s["rank"]: s for s in out["stragglers"]}
-    assert set(rows[2]) == {"rank", "group", "group_size", "delay_us", "own_us", "behind", "calls"}
+    assert set(rows[2]) == {"rank", "group", "group_size", "delay_us", "own_us", "behind", "calls", "root", "chain"}
     assert rows[2]["behind"] == [{"rank": 1, "group": "2", "us": pytest.approx(51.1e3)}]
     assert [s["rank"] for s in out["stragglers"]][0] == 0
 

@@ -32,7 +32,42 @@ assert REAL == tr.SAMPLE
     ("void at::native::vectorized_elementwise_kernel<4>", None, None, None),
 ])
 def test_kernel_names_prove_the_algorithm_only_where_nccl_specialises_it(name, op, algorithm, form):
-    assert kernels.kernel_info(name) == {"op": op, "algorithm": algorithm, "form": form}
+    info = kernels.kernel_info(name)
+    assert (info["op"], info["algorithm"], info["form"], info["protocol"]) == (op, algorithm, form, None)
+    assert info["since"] == {"old": None, "new": "2.19", None: None}[form]
+
+
+@pytest.mark.parametrize("name, op, algorithm, protocol, since", [
+    # NCCL 2.27's names (v2.27.3 src/device/symmetric/generate.py, kernel_cname)
+    ("ncclSymDevKernel_AllReduce_AGxLL_R_sum_f32(ncclSymDevArgs)", "all_reduce", "sym_AGxLL_R", "ll", "2.27"),
+    ("ncclSymDevKernel_AllGather_STMC(ncclSymDevArgs)", "all_gather", "sym_STMC", None, "2.27"),
+    # renamed ncclSymkDevKernel_ in 2.28; the algorithms of v2.30.7
+    ("ncclSymkDevKernel_AllReduce_AGxLLMC_R_sum_bf16(ncclSymkDevWorkArgs4K)", "all_reduce", "sym_AGxLLMC_R", "ll", "2.28"),
+    ("ncclSymkDevKernel_AllReduce_RSxLDMC_AGxSTMC_sum_f16", "all_reduce", "sym_RSxLDMC_AGxSTMC", None, "2.28"),
+    ("ncclSymkDevKernel_AllReduce_RSxTmaLD_AGxTmaST_sum_f8e4m3", "all_reduce", "sym_RSxTmaLD_AGxTmaST", None, "2.28"),
+    ("ncclSymkDevKernel_AllGather_LL", "all_gather", "sym_LL", "ll", "2.28"),
+    ("ncclSymkDevKernel_AllGather_RailRing_LsaSTMC", "all_gather", "sym_RailRing_LsaSTMC", None, "2.28"),
+    ("ncclSymkDevKernel_ReduceScatter_LL_avg_f32", "reduce_scatter", "sym_LL", "ll", "2.28"),
+    ("ncclSymkDevKernel_ReduceScatter_RailA2A_LsaLDMC_sum_f8e5m2", "reduce_scatter", "sym_RailA2A_LsaLDMC", None,
+     "2.28"),
+])
+def test_symmetric_kernels_name_their_algorithm_and_ll_where_they_use_it(name, op, algorithm, protocol, since):
+    assert kernels.kernel_info(name) == {"op": op, "algorithm": algorithm, "protocol": protocol,
+                                         "form": "symmetric", "since": since}
+
+
+def test_a_symmetric_kernel_in_a_trace_gives_its_call_the_algorithm_and_protocol(tmp_path):
+    import json
+
+    kernel = {"ph": "X", "cat": "kernel", "name": "ncclSymkDevKernel_AllReduce_AGxLL_R_sum_bf16(ncclSymkDevWorkArgs4K)",
+              "ts": 10.0, "dur": 8.0, "pid": 0, "tid": 7,
+              "args": {"Collective name": "allreduce", "In msg nelems": 4096, "Out msg nelems": 4096, "Group size": 8,
+                       "dtype": "BFloat16", "Process Group Name": "0"}}
+    info = {"rank": 0, "world_size": 8, "backend": "nccl",
+            "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 8, "ranks": list(range(8))}]}
+    (tmp_path / "rank0.json").write_text(json.dumps({"distributedInfo": info, "traceEvents": [kernel]}))
+    (call,) = tr.load([str(tmp_path / "rank0.json")])[0].calls
+    assert (call.op, call.algorithm, call.protocol, call.bytes) == ("all_reduce", "sym_AGxLL_R", "ll", 8192)
 
 
 def test_dtypes_and_nccl_tests_bytes():

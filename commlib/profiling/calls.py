@@ -49,7 +49,7 @@ class Call:
     start_us: float        # on this rank's clock
     duration_us: float
     algorithm: str | None  # what the NCCL kernel name proves, else None
-    protocol: str | None   # never proven by a kernel name: None unless a trace states it
+    protocol: str | None   # "ll" where a symmetric kernel's name says it (read/kernels.py), else None
     kernel: str | None     # the NCCL kernel (None for Gloo)
 
     @property
@@ -133,24 +133,15 @@ def _from_shapes(name: str, args) -> dict | None:
 def _cuda_calls(rank, rec: Records, kernels, shards: set) -> list[Call]:
     """One Call per NCCL kernel; arguments from the kernel, else from the CPU op that launched it (the kernel's
     correlation names its launch; the innermost collective op around the launch on that thread, by bisect).
-    Adds to shards the indices of all-gathers whose bytes are one rank's shard (an older trace's nccl:* op)."""
-    by_ext, ops_by_tid = {}, {}
-    for e in rec.comm_ops:
-        if e.cat in ("cpu_op", "user_annotation") and (e.name == "record_param_comms"
-                                                       or e.name.startswith(("nccl:", "c10d::"))):
-            info = _checked(rec, e, _from_args, e.args) or _checked(rec, e, _from_shapes, e.name, e.args)
-            if info:
-                by_ext.setdefault(e.args.external_id if e.args is not None else None, info)
-                ops_by_tid.setdefault(e.tid, []).append((e.ts, e.ts + e.dur, info))
-    starts = {}
-    for tid, spans in ops_by_tid.items():
-        spans.sort(key=lambda s: s[0])
-        starts[tid] = [s[0] for s in spans]
+    Adds to shards the indices of all-gathers whose bytes are one rank's shard (an older trace's nccl:* op).
+    A job repeats a few distinct calls: each distinct set of arguments and each kernel name is read once."""
+    seen, names = {}, {}
+    by_ext, ops_by_tid, starts = _launch_ops(rec, seen)   # (read, so checked, even where kernels say it all)
+    infos = [_args_once(rec, k, seen) for k in kernels]
     calls = []
-    for k in kernels:
+    for k, info in zip(kernels, infos):
         args = k.args
-        info = _checked(rec, k, _from_args, args)
-        launch = rec.launches.get(args.correlation) if args is not None else None
+        launch = rec.launches.get(args.correlation) if info is None and args is not None else None
         if info is None and launch is not None:  # the innermost op with sizes around its launch
             t, tid = launch
             spans = ops_by_tid.get(tid, [])
@@ -161,13 +152,46 @@ def _cuda_calls(rank, rec: Records, kernels, shards: set) -> list[Call]:
                 if inside else None
         if info is None:  # no launch recorded: the op whose External id the kernel carries
             info = by_ext.get(args.external_id if args is not None else None)
-        kinfo = kernel_info(k.name)
+        kinfo = names.get(k.name) or names.setdefault(k.name, kernel_info(k.name))
         info = info or {"op": kinfo["op"] or "unknown", "group": "0", "group_size": None, "dtype": None, "bytes": None}
         if info.get("shard"):
             shards.add(len(calls))
         calls.append(Call(rank, info["op"], info["group"], info["group_size"], info["bytes"], info["dtype"],
-                          k.ts, k.dur, kinfo["algorithm"], None, k.name))
+                          k.ts, k.dur, kinfo["algorithm"], kinfo["protocol"], k.name))
     return calls
+
+
+def _args_once(rec: Records, e, seen: dict) -> dict | None:
+    """_from_args of an event, worked out once per distinct set of arguments (seen: the cache)."""
+    a = e.args
+    if a is None:
+        return None
+    try:
+        key = (a.collective, a.dtype, a.pg_name, a.pg_ranks, a.group_size, a.in_nelems, a.out_nelems)
+        hash(key)
+    except TypeError:   # a list among them: not cached
+        return _checked(rec, e, _from_args, a)
+    if key not in seen:
+        seen[key] = _checked(rec, e, _from_args, a)
+    return seen[key]
+
+
+def _launch_ops(rec: Records, seen: dict):
+    """The collective CPU ops, for kernels that carry no arguments: {External id: info}, {thread: [(start, end,
+    info)] by start}, {thread: their starts}."""
+    by_ext, ops_by_tid = {}, {}
+    for e in rec.comm_ops:
+        if e.cat in ("cpu_op", "user_annotation") and (e.name == "record_param_comms"
+                                                       or e.name.startswith(("nccl:", "c10d::"))):
+            info = _args_once(rec, e, seen) or _checked(rec, e, _from_shapes, e.name, e.args)
+            if info:
+                by_ext.setdefault(e.args.external_id if e.args is not None else None, info)
+                ops_by_tid.setdefault(e.tid, []).append((e.ts, e.ts + e.dur, info))
+    starts = {}
+    for tid, spans in ops_by_tid.items():
+        spans.sort(key=lambda s: s[0])
+        starts[tid] = [s[0] for s in spans]
+    return by_ext, ops_by_tid, starts
 
 
 # what Gloo runs for a user's op when it is not the op itself (ProcessGroupGloo's reduce_scatter_tensor is an

@@ -2,6 +2,12 @@
 
     notes = unmatched(ranks)            # calls of a group that have no match on a peer: a hung job's trace
     note = too_fast(calls)              # bytes moved faster than any link: a size field that is wrong
+    found = doubts(ranks, world)        # every note that makes a replay of the traces doubtful, as records
+
+doubts() is what diagnose and whatif both say about traces they cannot trust: the reader's notes (kernels that
+overlap on one stream, times from the CPU only, groups or bytes not known), ranks missing, calls of no known
+group, late starts of tracing, unmatched calls, impossible speeds. Each record is {kind, text}: diagnose prints
+the texts as its notes; whatif carries the same records, and the same texts, beside its replay.
 
 (NCCL kernels overlapping on one stream, which no GPU runs so, are read/streams.py's stream_overlaps.)
 
@@ -13,10 +19,12 @@ than its peers stopped, and a call whose op or size differs from its peers' is o
 
 from __future__ import annotations
 
+from commlib import cost
+from commlib.profiling.groups import UNEVEN
 from commlib.profiling.read.reader import printable
+from commlib.profiling.stragglers import find
 
 P2P = ("send", "recv", "send_recv")
-UNEVEN = ("all_to_all", "gather", "scatter")   # sizes that may differ by rank (all_to_allv's splits, the root's)
 MAX_BUSBW_GBPS = 1e5   # 100 TB/s: over 50x any link built (NVLink 5 moves 1.8 TB/s per GPU)
 
 
@@ -73,3 +81,36 @@ def too_fast(calls) -> str | None:
     return (f"{len(fast)} call(s) move bytes faster than any link ({MAX_BUSBW_GBPS:g} GB/s), e.g. rank {c['rank']} "
             f"{printable(c['op'])} of {c['bytes']} B in {c['duration_us']:.1f} us ({c['busbw_GBps']:.3g} GB/s): "
             "its size field ('In msg nelems' or 'Input Dims') or its 'dur' is not what the job did")
+
+
+def doubts(ranks, world: int, found: dict | None = None, calls=None) -> list[dict]:
+    """[{kind, text}] for what makes these traces (and any replay of them) doubtful, in diagnose's wording:
+    kind in reader | ranks_missing | late_start | unknown_group | unmatched | too_fast. found: stragglers.find's
+    result (computed if None); calls: diagnose's rows (rank, op, bytes, duration_us, busbw_GBps; else from
+    the traces' calls)."""
+    out = [{"kind": "reader", "text": n} for r in ranks for n in r.notes]
+    if len(ranks) < world:
+        out.append({"kind": "ranks_missing", "text": f"{len(ranks)} of {world} ranks' traces: stragglers are found "
+                                                     "only among these"})
+    found = found if found is not None else find(ranks)
+    out += [{"kind": "late_start", "text": f"rank {s['rank']}'s trace starts {s['us'] / 1e3:.2f} ms after its peers "
+                                           f"in group {s['group']} began waiting for it: a late start of tracing, "
+                                           "not straggling"} for s in found["late_starts"]]
+    unknown = sum(1 for r in ranks for c in r.calls if c.group is None)
+    if unknown:
+        out.append({"kind": "unknown_group", "text": f"the process group of {unknown} call(s) is not known (the trace "
+                    "names none, or Gloo's worker threads did not settle it): they are matched with no peer and "
+                    "charged no wait"})
+    listed = {g.name: list(g.ranks) for r in ranks for g in r.groups if g.ranks}
+    out += [{"kind": "unmatched", "text": n} for n in unmatched(ranks, listed)]
+    fast = too_fast(calls if calls is not None else [_speed(c) for r in ranks for c in r.calls])
+    return out + ([{"kind": "too_fast", "text": fast}] if fast else [])
+
+
+def _speed(c) -> dict:
+    """A call's row for too_fast: its busbw by nccl-tests' factor, where its size and group are known."""
+    op = "sendrecv" if c.op in P2P else c.op
+    bus = None
+    if c.bytes and c.duration_us > 0 and op in cost.OPS and c.group_size:
+        bus = c.bytes / (c.duration_us * 1e-6) / 1e9 * cost.bus_factor(op, c.group_size)
+    return {"rank": c.rank, "op": c.op, "bytes": c.bytes, "duration_us": c.duration_us, "busbw_GBps": bus}

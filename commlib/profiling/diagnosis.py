@@ -11,7 +11,7 @@
    cause, the first that applies: it waited for a late rank; the message is too small (the model is mostly
    per-call latency: fuse them, bigger buckets); it took over twice as long as the same rank's fastest
    identical call (waiting or contention, not the link); a small-message protocol on a large message (only
-   where the trace states the protocol: kernel names do not, see traces.py); compute kernels ran beside it
+   where the name says it: NCCL >= 2.27's symmetric LL kernels, read/kernels.py); compute kernels ran beside it
    (NCCL runs on the same SMs); busbw far below the link's (check the link, NCCL's transport, other traffic).
 3. Overlap per rank: communication time, the part hidden under compute, the exposed part, idle time.
 
@@ -26,6 +26,7 @@ rank (stragglers.py); stragglers are ranked by their own delay.
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -86,7 +87,8 @@ def cause(call: Call, ratio: float, m: dict, wait_us: float, waited_for, beside_
         return (f"{call.duration_us / fastest_us:.1f}x its fastest identical call ({fastest_us:.0f} us): "
                 "waiting or contention, not the link")
     if call.protocol == "ll":
-        return "LL (small-message protocol) on a large message: half the bandwidth; check NCCL_PROTO"
+        return ("LL (small-message protocol) on a large message: half the bandwidth; check "
+                + ("NCCL_SYM_KERNEL" if (call.algorithm or "").startswith("sym_") else "NCCL_PROTO"))
     cpu = call.kernel is None   # Gloo (or NCCL seen from the CPU only): no GPU words for it
     if beside_compute_us > 0.5 * call.duration_us:
         return ("other CPU ops ran beside it: they share the cores and memory bandwidth with the backend's threads"
@@ -129,7 +131,6 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
     _validate.instance("achievable", achievable, bool)
     ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces, max_bytes)
     world = next((r.world_size for r in ranks if r.world_size), None) or len(ranks)
-    notes = [n for r in ranks for n in r.notes]
     if hardware is not None:
         if hardware not in topo.PRESETS:
             raise ValueError(f"hardware must be one of {tuple(topo.PRESETS)}, got {hardware!r}")
@@ -139,11 +140,8 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
         hardware, why = infer_hardware(ranks)
         why += "" if hardware else ": --hardware PRESET prices the calls"
     hw = plan.hardware(hardware, max(1, -(-world // 8)), achievable) if hardware else None
-    if len(ranks) < world:
-        notes.append(f"{len(ranks)} of {world} ranks' traces: stragglers are found only among these")
     found = find(ranks)
     late, waits = found["stragglers"], found["waits"]
-    notes += _straggler_notes(found)
     calls, overlaps, models = [], {}, {}
     for r in ranks:
         # the compute that ran during each call (by bisect and prefix sums: linear in all)
@@ -170,24 +168,14 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
         # the rank's communication time and never more, however its calls overlap
         overlaps[r.rank]["waiting_us"] = length(union((c["start_us"], c["start_us"] + c["wait_us"])
                                                       for c in rows if c["wait_us"]))
-    unknown = sum(1 for c in calls if c["group"] is None)
-    if unknown:
-        notes.append(f"the process group of {unknown} call(s) is not known (the trace names none, or Gloo's "
-                     "worker threads did not settle it): they are matched with no peer and charged no wait")
     groups = _groups(ranks)
-    notes += checks.unmatched(ranks, groups) + [n for n in [checks.too_fast(calls)] if n]
+    notes = [d["text"] for d in checks.doubts(ranks, world, found, calls)]
     if any(c["dtype"] is None and c["bytes"] for c in calls):
         notes.append("some dtypes are not in the trace (Gloo, tensor lists): their bytes assume 4-byte elements")
     return {"world_size": world, "ranks": [r.rank for r in ranks], "backend": ranks[0].backend,
             "hardware": hardware, "hardware_why": why, "calls": calls, "overlap": overlaps,
             "stragglers": late, "noise": {"spread_us": found["spread_us"], "unnamed": found["unnamed"]},
             "groups": groups, "notes": notes}
-
-
-def _straggler_notes(found: dict) -> list[str]:
-    """Late starts of tracing: a rank whose trace begins after its peers began waiting for it."""
-    return [f"rank {s['rank']}'s trace starts {s['us'] / 1e3:.2f} ms after its peers in group {s['group']} began "
-            "waiting for it: a late start of tracing, not straggling" for s in found["late_starts"]]
 
 
 def _groups(ranks) -> dict:
@@ -197,6 +185,11 @@ def _groups(ranks) -> dict:
     return {n: listed.get(n) for n in used}
 
 
+@functools.lru_cache(maxsize=1024)
+def _bus_factor(op: str, p: int) -> float:
+    return cost.bus_factor(op, p)   # once per (op, group size): a job's 20k calls have a few
+
+
 def _row(c: Call, m: dict | None, far: float, wait, beside_us: float, fastest_us: float | None = None) -> dict:
     """One call's row of the report; m: its model (model()), None where it has none; beside_us: the compute
     that ran during the call."""
@@ -204,7 +197,7 @@ def _row(c: Call, m: dict | None, far: float, wait, beside_us: float, fastest_us
     dur_s = c.duration_us * 1e-6
     algbw = nbytes / dur_s / 1e9 if nbytes and dur_s > 0 else None
     op = "sendrecv" if c.op in P2P else c.op
-    factor = cost.bus_factor(op, c.group_size) if op in cost.OPS and c.group_size else None
+    factor = _bus_factor(op, c.group_size) if op in cost.OPS and c.group_size else None
     ratio = dur_s / m["time_s"] if m and m["time_s"] > 0 else None
     wait_us, late = wait if wait else (0.0, None)
     row = {"rank": c.rank, "op": c.op, "group": c.group, "bytes": nbytes, "dtype": c.dtype,

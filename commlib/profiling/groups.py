@@ -1,7 +1,7 @@
 """The job's process groups, merged from every rank's trace, and which group each collective call ran in.
 
     groups = merge(ranks)                 # {name: Group}; TraceError naming both files where two ranks disagree
-    where = assign_gloo(ranks, groups)    # Gloo only: {(rank, worker thread): group name}, or None (unknown)
+    where, notes = assign_gloo(ranks, groups)   # Gloo only: {(rank, worker thread): group name or None}
     ranks = file_calls(ranks)             # every call under its group, sized by it (traces.load calls this)
 
 Each rank's `distributedInfo.pg_config` lists only the groups that rank belongs to (torch writes it from
@@ -10,19 +10,19 @@ union, a group being one name with one list of ranks wherever it appears.
 
 NCCL traces name each call's group (`Process Group Name` on the kernel or on `record_param_comms`). Gloo
 traces do not (checked on torch 2.13: neither the `c10d::*` op, nor `_c10d_functional::*`, nor Gloo's
-`gloo:*` work records it), but each ProcessGroupGloo runs its work on its own worker threads
-(`pt_gloo_runloop`, Options::threads, 2 by default), started when the group is created. So a Gloo call's
-group is found from its thread, in two steps:
-  1. roles: the k-th collective a program issues is the same line of code on every rank (SPMD), so the
-     threads that ran the k-th call on the ranks serve one role (say "the tensor-parallel group"); threads
-     linked this way, through any k, are one role (union-find).
-  2. groups: on each rank, roles ordered by their threads' ids (a process's thread ids grow as threads are
-     created) go to its groups in the order it created them (pg_config order), several roles to one group
-     at most `threads` at a time, groups no call used skipped; every member of a group must give that group
-     to the same role. Groups made with new_group (or a DeviceMesh) are tried before the default group.
-     Of the assignments that fit, the one whose groups' threads have the closest ids wins (a group's
-     threads are started one after the other); a tie, or none, leaves the calls' group unknown (None),
-     and diagnose says so rather than guess.
+`gloo:*` work records it), but each ProcessGroupGloo runs its work on worker threads of its own
+(`pt_gloo_runloop`, Options::threads, 2 by default), started when the group is created. So each worker thread
+is matched to one group:
+  - on a rank, its threads in id order go to its groups in creation order (pg_config order; a process's
+    thread ids grow as threads are created), at most `threads` to a group;
+  - across ranks, the assignment must fit the calls: every member of a group calls the group's collectives in
+    one order with one op and size (what TORCH_DISTRIBUTED_DEBUG=DETAIL checks), so each group's calls, in
+    the order each member issued them, are the same sequence on every member. Of all the assignments, the
+    ones that fit best (fewest calls differing or missing between members, then fewest threads on the
+    default group: a job that made groups with new_group uses them) are found by branch and bound, rank by
+    rank. This holds for overlapping groups of any shape: chains, rings of pairs, a mesh's rows and columns.
+  - a thread the best assignments put in different groups (two groups of the same ranks running the same
+    calls, say) keeps its calls' group unknown (None), and a note says so: diagnose does not guess.
 """
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ import os
 from dataclasses import dataclass, replace
 
 from commlib.profiling.read.reader import TraceError
+
+UNEVEN = ("all_to_all", "gather", "scatter")   # sizes that may differ by rank (all_to_allv's splits, the root's)
 
 
 @dataclass(frozen=True)
@@ -94,109 +96,83 @@ def merge(ranks) -> dict:
     return groups
 
 
-def _roles(ranks) -> dict:
-    """(rank, thread) -> role id: threads that ran the k-th call on different ranks serve one role."""
-    parent = {}
+def assign_gloo(ranks, groups: dict, threads_per_group: int = 2, limit: int = 200_000) -> tuple[dict, list[str]]:
+    """-> ({(rank, worker thread): group name, or None where unsettled}, notes) for Gloo calls (see the module
+    docstring). A job with one group needs none of this: every call is in it."""
+    ranks = [r for r in ranks if r.calls]
+    options = {r.rank: _options(r, groups, threads_per_group) for r in ranks}
+    best, agreed, steps = [None], {}, [0]
 
-    def find(x):
-        while parent.setdefault(x, x) != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
+    def walk(i, fixed, score, chosen):
+        steps[0] += 1
+        if steps[0] > limit or (best[0] is not None and score > best[0]):
+            return
+        if i == len(ranks):
+            if best[0] is None or score < best[0]:
+                best[0] = score
+                agreed.clear()
+            for key, name in chosen.items():
+                agreed.setdefault(key, set()).add(name)
+            return
+        rank = ranks[i].rank
+        for pick, seqs, on_default in options[rank]:
+            cost, added = 0, {}
+            for name, seq in seqs.items():
+                if name in fixed:
+                    cost += _misfit(fixed[name], seq)
+                added[name] = fixed.get(name, seq)
+            walk(i + 1, {**fixed, **added}, (score[0] + cost, score[1] + on_default),
+                 {**chosen, **{(rank, tid): name for tid, name in pick.items()}})
 
-    # each rank's calls in the order its program issued them (r.threads: (thread, issue index) per call)
-    per_rank = [[(c, t[0]) for c, t in sorted(zip(r.calls, r.threads), key=lambda ct: ct[1][1])] for r in ranks]
-    for r, pairs in zip(ranks, per_rank):
-        for _, tid in pairs:
-            find((r.rank, tid))
-    for k in range(max((len(p) for p in per_rank), default=0)):
-        at_k = [(r.rank, p[k]) for r, p in zip(ranks, per_rank) if k < len(p)]
-        if len({c.op for _, (c, _) in at_k}) > 1:
-            break   # the programs differ from here on: no more roles from order
-        first = find((at_k[0][0], at_k[0][1][1]))
-        for rank, (_, tid) in at_k[1:]:
-            parent[find((rank, tid))] = first
-    return {key: find(key) for key in parent}
+    walk(0, {}, (0, 0), {})
+    if steps[0] > limit:
+        return {}, [f"Gloo's worker threads: more ways to assign them to the job's {len(groups)} process groups "
+                    f"than the {limit} tried: every call's group is left unknown"]
+    where = {key: next(iter(names)) if len(names) == 1 else None for key, names in agreed.items()}
+    loose = sorted((key, names) for key, names in agreed.items() if len(names) > 1)
+    notes = []
+    if loose:
+        (rank, tid), names = loose[0]
+        calls = sum(1 for r in ranks if r.rank == rank for t, _ in r.threads if t == tid)
+        notes.append(f"Gloo's worker threads fit the process groups in more than one way ({len(loose)} thread(s), "
+                     f"e.g. rank {rank}'s thread {tid}, {calls} call(s), fits groups "
+                     f"{' and '.join(sorted(names, key=lambda n: (len(n), n)))} equally: same ranks, same calls): "
+                     "their calls' group is left unknown rather than guessed")
+    return where, notes
 
 
-def assign_gloo(ranks, groups: dict, threads_per_group: int = 2, limit: int = 50_000) -> dict | None:
-    """{(rank, thread): group name} for Gloo calls, or None where the threads do not settle one assignment
-    (see the module docstring). A job with one group needs none of this: every call is in it."""
-    role = _roles(ranks)
-    mine = {}    # rank -> {role: its lowest thread id on that rank}
-    for (rank, tid), rid in role.items():
-        low = mine.setdefault(rank, {})
-        low[rid] = min(low.get(rid, tid), tid, key=_tid_key)
-    order = {rank: sorted(d, key=lambda rid: _tid_key(d[rid])) for rank, d in mine.items()}
-    for with_default in (False, True):
-        found = _search(ranks, groups, order, mine, with_default, threads_per_group, limit)
-        if found is None:
-            return None
-        if found:
-            found.sort(key=lambda sc: sc[0])
-            if len(found) > 1 and found[0][0] == found[1][0]:
-                return None   # two assignments fit equally well: the trace does not say which
-            choice = found[0][1]
-            return {key: choice[(key[0], rid)] for key, rid in role.items()}
-    return None
+def _misfit(ref: tuple, seq: tuple) -> int:
+    """How far one member's calls in a group are from another's: calls one has and the other not, and calls at
+    the same place that differ in op or bytes."""
+    return abs(len(ref) - len(seq)) + sum(1 for a, b in zip(ref, seq) if a != b)
+
+
+def _options(r, groups: dict, per_group: int) -> list:
+    """A rank's possible assignments of its worker threads, each (thread -> group name, {group: its calls'
+    (op, bytes) in issue order}, threads on the default group): threads in id order to the rank's groups in
+    creation order (pg_config order), at most per_group threads a group."""
+    mine = [g.name for g in r.groups if g.name in groups and (not groups[g.name].ranks
+                                                              or r.rank in groups[g.name].ranks)]
+    default = {g.name for g in r.groups if g.desc == "default_pg"}
+    by_thread = {}
+    for c, (tid, issue) in zip(r.calls, r.threads):
+        by_thread.setdefault(tid, []).append((issue, (c.op, None if c.op in UNEVEN else c.bytes)))
+    tids = sorted(by_thread, key=_tid_key)
+    if not mine:   # no pg_config: nothing to assign
+        return [({tid: None for tid in tids}, {}, 0)]
+    out = []
+    for combo in _monotone(len(tids), len(mine), per_group):
+        pick = {tid: mine[j] for tid, j in zip(tids, combo)}
+        seqs = {name: [] for name in mine}
+        for tid, name in pick.items():
+            seqs[name] += by_thread[tid]
+        out.append((pick, {name: tuple(sig for _, sig in sorted(s, key=lambda x: x[0])) for name, s in seqs.items()},
+                    sum(1 for name in pick.values() if name in default)))
+    return out
 
 
 def _tid_key(tid):
     return (0, tid, "") if isinstance(tid, int) else (1, 0, str(tid))
-
-
-def _spread(tids) -> float:
-    """How far apart a group's threads' ids are on one rank (threads created together have adjacent ids)."""
-    ints = [t for t in tids if isinstance(t, int)]
-    return float(max(ints) - min(ints)) if len(ints) > 1 else 0.0
-
-
-def _search(ranks, groups, order, tids, with_default, per_group, limit):
-    """Every consistent assignment as (spread, {(rank, role): group name}); None past limit. On each rank,
-    roles in thread-id order go to groups in creation order (several roles may share a group: a group has
-    up to per_group threads); a group given to a role on one member is given to it on all members."""
-    cands = {}
-    for r in ranks:
-        cands[r.rank] = [groups[g.name] for g in r.groups if g.name in groups and r.rank in groups[g.name].ranks
-                         and (with_default or g.desc != "default_pg")]
-    rank_ids = [r.rank for r in ranks if order.get(r.rank)]
-    solutions, steps = [], [0]
-
-    def ok(chosen, rank, pick):
-        for rid, g in pick.items():
-            for m in g.ranks:
-                if m != rank and m in order and rid not in order[m]:
-                    return False   # a member that never served this role
-                other = chosen.get((m, rid))
-                if m != rank and other is not None and other != g.name:
-                    return False
-        for (m, rid), name in chosen.items():   # groups given earlier that contain this rank
-            if rank in groups[name].ranks and (rid not in pick or pick[rid].name != name):
-                return False
-        return True
-
-    def walk(i, chosen, spread):
-        steps[0] += 1
-        if steps[0] > limit:
-            return
-        if i == len(rank_ids):
-            solutions.append((spread, dict(chosen)))
-            return
-        rank = rank_ids[i]
-        roles = order[rank]
-        for picks in _monotone(len(roles), len(cands[rank]), per_group):
-            steps[0] += 1
-            if steps[0] > limit:
-                return
-            pick = {rid: cands[rank][j] for rid, j in zip(roles, picks)}
-            if ok(chosen, rank, pick):
-                by = {}
-                for rid, j in zip(roles, picks):
-                    by.setdefault(j, []).append(tids[rank][rid])
-                walk(i + 1, {**chosen, **{(rank, rid): g.name for rid, g in pick.items()}},
-                     spread + sum(_spread(t) for t in by.values()))
-    walk(0, {}, 0.0)
-    return None if steps[0] > limit else solutions
 
 
 def _monotone(n: int, k: int, cap: int):
@@ -217,7 +193,8 @@ def file_calls(ranks: list) -> list:
     gloo = [r for r in ranks if r.backend == "gloo" and r.calls]
     where = {}
     if gloo and len(groups) > 1:
-        where = assign_gloo(gloo, groups)
+        where, notes = assign_gloo(gloo, groups)
+        gloo[0].notes.extend(notes)
     for r in ranks:
         calls = []
         for i, c in enumerate(r.calls):

@@ -58,9 +58,11 @@ def matched(ranks) -> list[list]:
 
 
 def find(ranks, min_share: float = 0.05, noise: float = NOISE) -> dict:
-    """-> {"stragglers": [{rank, group, group_size, delay_us, own_us, behind [{rank, group, us}], calls}] by own
-    delay, "waits": {(rank, start_us): (wait_us, late rank)} per matched call, "late_starts": [{rank, group,
-    us}], "spread_us": {group: median own lateness of its calls}, "unnamed": [the (rank, group) entries the noise test left out]}.
+    """-> {"stragglers": [{rank, group, group_size, delay_us, own_us, behind [{rank, group, us}], calls, root,
+    chain [{rank, group, root}]}], roots first, then by own delay (root: late mostly on its own account; chain: whom it
+    waited for, hop by hop, back to a root), "waits": {(rank, start_us): (wait_us, late rank)} per matched call,
+    "late_starts": [{rank, group, us}], "spread_us": {group: median own lateness of its calls}, "unnamed": [the
+    (rank, group) entries the noise test left out]}.
     delay_us: the time its peers waited for it (a union on each peer's clock, summed over peers), never more
     than their communication time; named when at least min_share of all communication time and above noise."""
     sets = matched(ranks)
@@ -97,13 +99,14 @@ def find(ranks, min_share: float = 0.05, noise: float = NOISE) -> dict:
     rows = {key: _total(peers) for key, peers in acc.items()}
     spread = {g: float(np.median([x for _, x in v])) for g, v in skews.items()}
     comm = sum(c.duration_us for r in ranks for c in r.calls if c.op not in P2P)
-    late_starts, candidates = [], {}
+    late_starts, candidates, table = [], {}, {}
     for (rank, group), (delay, own, pre, behind) in rows.items():
         if pre > 0.5 * delay and comm and pre >= min_share * comm:
             late_starts.append({"rank": rank, "group": group, "us": pre})
         row = {"rank": rank, "group": group, "group_size": size[(rank, group)], "delay_us": delay - pre,
                "own_us": own, "behind": [{"rank": r, "group": g, "us": us} for (r, g), us in
                                          sorted(behind.items(), key=lambda kv: -kv[1])], "calls": count[(rank, group)]}
+        table[(rank, group)] = row
         if comm and row["delay_us"] > 0 and row["delay_us"] >= min_share * comm:
             candidates[(rank, group)] = row
     # a root is named on its own delay, above the noise; a rank that mostly inherited its delay is named when one
@@ -115,10 +118,30 @@ def find(ranks, min_share: float = 0.05, noise: float = NOISE) -> dict:
         if not more:
             break
         keys |= more
-    named = sorted((candidates[k] for k in keys), key=lambda s: (-s["own_us"], -s["delay_us"]))
+    for row in table.values():
+        row["root"] = row["own_us"] >= row["delay_us"] - row["own_us"]
+    for row in table.values():
+        row["chain"] = _chain(row, table)
+    named = sorted((candidates[k] for k in keys), key=lambda s: (not s["root"], -s["own_us"], -s["delay_us"]))
     unnamed = [row for k, row in candidates.items() if k not in keys]
     return {"stragglers": named, "waits": waits, "late_starts": sorted(late_starts, key=lambda s: -s["us"]),
             "spread_us": spread, "unnamed": sorted(unnamed, key=lambda s: -s["delay_us"])}
+
+
+def _chain(row: dict, rows: dict) -> list[dict]:
+    """Whom a late rank waited for, hop by hop back to the root: [{rank, group, root}], each hop the one its
+    predecessor waited for longest, ending at a rank late on its own account (root True; [] for a root)."""
+    out, seen = [], {(row["rank"], row["group"])}
+    while not row["root"] and row["behind"]:
+        key = (row["behind"][0]["rank"], row["behind"][0]["group"])
+        if key in seen:
+            break
+        seen.add(key)
+        row = rows.get(key)
+        out.append({"rank": key[0], "group": key[1], "root": row is not None and row["root"]})
+        if row is None:
+            break
+    return out
 
 
 class _Waits:
@@ -198,24 +221,3 @@ def _above_noise(key, rows, size, skews, noise: float) -> bool:
     others = [x for v in skews.values() for r, x in v if r != rank]
     scale = float(np.median(others)) if others else 0.0
     return excess > noise * scale * math.sqrt(len(skews.get(group, [])))
-
-
-def describe(s: dict, members=None, groups=None) -> str:
-    """'rank 2 late in [2, 3] by 180.00 ms over 1 call(s), because it waited 180.00 ms for rank 0 in [0, 2]'."""
-    groups = groups or {}
-
-    def where(g, size=None):
-        ranks = groups.get(g)
-        return f"{ranks} (group {g})" if ranks else f"group {g}" + (f" ({size})" if size else "")
-
-    text = f"rank {s['rank']} late in {where(s['group'], s['group_size'])} by {s['delay_us'] / 1e3:.2f} ms over " \
-           f"{s['calls']} call(s)"
-    why = [f"it waited {b['us'] / 1e3:.2f} ms for rank {b['rank']} in {where(b['group'])}" for b in s["behind"]
-           if b["us"] >= 0.01 * s["delay_us"]]
-    if why:
-        text += ", because " + " and ".join(why)
-        text += f"; its own delay {s['own_us'] / 1e3:.2f} ms" if s["own_us"] >= 0.01 * s["delay_us"] else \
-            " (inherited: not the root)"
-    else:
-        text += ": its own delay (compute, sleep, anything but waiting)"
-    return text

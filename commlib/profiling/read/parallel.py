@@ -1,4 +1,4 @@
-"""Read many ranks' traces at once: one worker process per core, each reading whole files (read_all).
+"""Read many ranks' traces at once: one process per core (this one and workers), each reading whole files (read_all).
 
 A rank's trace is parsed in a worker and only its RankTrace (calls, compute spans as an array) comes back, so
 the parent never holds a parsed trace and each worker holds one at a time: memory grows with the largest
@@ -7,6 +7,12 @@ file names on stdin, not multiprocessing's: its spawn and forkserver start metho
 __main__ in every worker (a script without an `if __name__ == "__main__"` guard would start readers forever),
 and fork is unsafe in a process with threads (a Jupyter kernel). Every file has a
 deadline; on an error, a dead worker, a timeout or Ctrl-C every worker is killed and waited for.
+
+How many: one per core the process may run on (os.sched_getaffinity), not fewer where the machine is loaded.
+Measured (2 cores, 2 x 1M events, benchmarks/diagnose_scale.py's files, 3 busy loops making a load of 3):
+diagnose / json.load = 0.43 with two processes, 0.58 with one, against 0.32 and 0.40 quiet: the scheduler
+shares a core among the runnable processes, so a reader that takes fewer processes on a loaded machine gets a
+smaller share of it, not a faster one.
 """
 
 from __future__ import annotations
@@ -58,6 +64,9 @@ class _Pool:
         self.n = n
 
     def map(self, files: list[str], read, args: tuple, timeout_s: float) -> list:
+        """n - 1 worker processes and this one read the files: the parent reads a file whenever every worker is
+        busy (one process start and one transfer fewer, and no core left to a parent that only waits)."""
+        from commlib.profiling.read import reader
         from commlib.profiling.read.reader import TraceError
 
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))   # the clone
@@ -65,16 +74,20 @@ class _Pool:
         procs, sel = [], selectors.DefaultSelector()
         out, todo, busy = [None] * len(files), list(range(len(files)))[::-1], {}   # busy: proc -> (i, deadline)
         try:
-            for _ in range(self.n):
+            for _ in range(self.n - 1):
                 p = subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env)
                 procs.append(p)
                 sel.register(p.stdout, selectors.EVENT_READ, p)
                 self._give(p, todo, busy, files, (read, args), timeout_s)
-            while busy:
-                wait = min(d for _, d in busy.values()) - time.monotonic()
+            while busy or todo:
+                if todo:   # every worker has a file: this process reads the next one itself
+                    i = todo.pop()
+                    with reader.time_limit(timeout_s):
+                        out[i] = read(files[i], *args)
+                wait = 0.0 if todo else min(d for _, d in busy.values()) - time.monotonic()
                 ready = sel.select(timeout=max(0.0, wait))
-                if not ready:
+                if not ready and not todo:
                     i = min(busy.values(), key=lambda v: v[1])[0]
                     raise TraceError(files[i], f"not read within {timeout_s:g} s")
                 for key, _ in ready:

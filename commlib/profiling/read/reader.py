@@ -36,7 +36,7 @@ from commlib import _validate
 from commlib.profiling.read.files import TraceError, blocks, printable  # noqa: F401  (TraceError, printable: from here too)
 
 MAX_BYTES = 4 << 30   # default decompressed-size limit per file (python -m commlib diagnose --max-bytes)
-BLOCK = 8 << 20       # bytes decompressed and decoded at a time
+BLOCK = 4 << 20       # bytes decompressed and decoded at a time
 HEAD = 64 << 20       # traceEvents must start within this many bytes to be streamed; else the file is decoded whole
 SPLIT_LIMIT = 8 * BLOCK   # bytes pending past which no more cuts are tried (a copy of them is made per try)
 TIME_LIMIT = 1e17     # |ts| and dur in us past this (3,000 years) are not a clock's: no trace writes them
@@ -72,6 +72,17 @@ class Args(msgspec.Struct, gc=False):
     # record_shapes' lists: left undecoded (Raw) on the many ops that are not collectives, decoded on the rest
     input_dims: Any = msgspec.field(default=None, name="Input Dims")
     input_type: Any = msgspec.field(default=None, name="Input type")
+
+
+class KernelArgs:
+    """A compute kernel's args: only its stream and correlation are read (streams.py); every other field is
+    None. A third of an Args' memory, on the commonest event kept (200k of a 1M-event trace)."""
+    __slots__ = ("stream", "correlation")
+    external_id = device = wait_on_stream = record_corr = collective = in_nelems = out_nelems = group_size = None
+    dtype = pg_name = pg_desc = pg_ranks = input_dims = input_type = None
+
+    def __init__(self, stream, correlation):
+        self.stream, self.correlation = stream, correlation
 
 
 class _LazyArgs(Args):
@@ -122,6 +133,44 @@ class CpuOps:
     kinds: bytearray = field(default_factory=bytearray)
 
 
+class Launches:
+    """The CUDA runtime calls' times by correlation id, as columns (a dict of 200k tuples was 40 MB of a 1M-event
+    trace): get(correlation) -> (ts, tid) or None, by bisect in the sorted ids once the columns are complete."""
+
+    def __init__(self):
+        self.corr, self.ts, self.tid, self._index = [], array("d"), [], None
+
+    def __len__(self) -> int:
+        return len(self.corr)
+
+    def get(self, correlation, default=None):
+        if self._index is None:
+            self._index = _Sorted(self.corr)
+        i = self._index.find(correlation)
+        return default if i is None else (self.ts[i], self.tid[i])
+
+
+class _Sorted:
+    """Positions of ids in a column by value: int ids in a sorted numpy array (searchsorted), any other in a dict.
+    The last occurrence of an id wins (as a dict filled in file order would)."""
+
+    def __init__(self, ids: list):
+        import numpy as np
+
+        ints = [i for i, x in enumerate(ids) if type(x) is int]
+        self.other = {x: i for i, x in enumerate(ids) if type(x) is not int}
+        keys = np.array([ids[i] for i in ints], dtype=np.int64) if ints else np.zeros(0, np.int64)
+        pos = np.array(ints, dtype=np.int64)
+        order = np.lexsort((pos, keys))   # by id, then position: the last of equal ids is the rightmost
+        self.keys, self.pos = keys[order], pos[order]
+
+    def find(self, x):
+        if type(x) is not int:
+            return self.other.get(x)
+        j = int(self.keys.searchsorted(x, side="right")) - 1
+        return int(self.pos[j]) if j >= 0 and self.keys[j] == x else None
+
+
 @dataclass
 class Records:
     """What the analyses read of one rank's trace, in file order. kernels, copies and comm_ops are Events (their
@@ -132,7 +181,7 @@ class Records:
     devices: list = field(default_factory=list)     # deviceProperties
     kernels: list = field(default_factory=list)     # cat "kernel"
     copies: list = field(default_factory=list)      # cat gpu_memcpy / gpu_memset (busy, as HTA counts them)
-    launches: dict = field(default_factory=dict)    # correlation -> (ts, tid) of the CUDA runtime call
+    launches: Launches = field(default_factory=Launches)   # correlation -> (ts, tid) of the CUDA runtime call
     comm_ops: list = field(default_factory=list)    # names starting with COMM_PREFIXES, any category
     syncs: list = field(default_factory=list)       # cat cuda_sync "Stream Wait Event": waits between streams
     cpu: CpuOps = field(default_factory=CpuOps)
@@ -146,8 +195,10 @@ class Records:
         """Sort one block's decoded events into the records; drop the rest. The per-event work is the reader's
         largest cost after the decode (1M events): CPU ops, the commonest, come first, and what their name
         says (a collective? c10d? a step marker?) is worked out once per distinct name."""
-        kernels, copies, launches, comm_ops, syncs = self.kernels, self.copies, self.launches, self.comm_ops, self.syncs
+        kernels, copies, comm_ops, syncs = self.kernels, self.copies, self.comm_ops, self.syncs
+        launch_corr, launch_ts, launch_tid = self.launches.corr.append, self.launches.ts.append, self.launches.tid.append
         names, kinds_of = self._names, self._kinds
+        self.launches._index = None
         cpu = self.cpu
         start, end, tids, kinds = cpu.start.append, cpu.end.append, cpu.tid.append, cpu.kinds.append
         seen, n = self.seen, 0
@@ -177,12 +228,17 @@ class Records:
                 e.index = seen + i
                 e.name = names.setdefault(e.name, e.name)   # one string per distinct kernel name, not per kernel
                 a = e.args
-                if a is not None and (a.input_dims is not None or a.input_type is not None):
-                    a.input_dims = a.input_type = None   # a Raw would keep the whole block alive
+                if a is not None:
+                    if cat == "kernel" and e.name[:4].lower() != "nccl":   # compute: its stream and launch only
+                        e.args = KernelArgs(a.stream, a.correlation)
+                    elif a.input_dims is not None or a.input_type is not None:
+                        a.input_dims = a.input_type = None   # a Raw would keep the whole block alive
                 (kernels if cat == "kernel" else copies).append(e)
             elif cat == "cuda_runtime":
                 if e.args is not None and e.args.correlation is not None:
-                    launches[e.args.correlation] = (ts, e.tid)
+                    launch_corr(e.args.correlation)
+                    launch_ts(ts)
+                    launch_tid(e.tid)
             elif cat == "cuda_sync":
                 if e.name == "Stream Wait Event" and e.args is not None:
                     e.index = seen + i

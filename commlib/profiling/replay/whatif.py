@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from commlib import _validate
 from commlib import topology as topo
 from commlib.profiling.replay import graph
+from commlib.profiling.checks import doubts
 from commlib.profiling.diagnosis import infer_hardware
 from commlib.profiling.replay.pricing import (ALGORITHMS, COMMLIB_ALGORITHMS, TRADEOFF, Pricer,  # noqa: F401  (the API)
                                        codec_s_per_byte, group_topology, price, reprice)
@@ -119,7 +120,8 @@ def _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps) -> dict:
         priced, said, t = _scenario(g, sc, m_topo, world, dp, strides, gamma, codec)
         rows.append(_row(sc.label(t), graph.replay(priced), said, steps))
     return {"world_size": world, "ranks": [r.rank for r in ranks], "backend": ranks[0].backend, "steps": steps,
-            "measured_on": _describe(m_topo), "dp_groups": sorted(dp), "scenarios": rows, "notes": notes + g.notes}
+            "measured_on": _describe(m_topo), "dp_groups": sorted(dp), "scenarios": rows, "notes": notes + g.notes,
+            "doubts": doubts(ranks, world)}   # diagnose's notes that make the replay doubtful (checks.py)
 
 
 def _topology(name: str, value, world: int) -> topo.Topology:

@@ -9,7 +9,34 @@ import textwrap
 
 from commlib import columns
 from commlib.profiling.read.reader import printable
-from commlib.profiling.stragglers import describe
+
+
+def describe(s: dict, groups=None) -> str:
+    """One straggler of stragglers.find as a sentence: 'rank 2 late in [2, 3] (group 3) by 180.00 ms over 1
+    call(s), because it waited 180.00 ms for rank 1 in [1, 2] (group 2) (inherited: not the root); late because it
+    waited: rank 2 <- rank 1 in [1, 2] (group 2) <- rank 0 in [0, 1] (group 1), the root'. groups: {name: ranks}."""
+    groups = groups or {}
+
+    def where(g, size=None):
+        ranks = groups.get(g)
+        return f"{ranks} (group {g})" if ranks else f"group {g}" + (f" ({size})" if size else "")
+
+    text = f"rank {s['rank']} late in {where(s['group'], s['group_size'])} by {s['delay_us'] / 1e3:.2f} ms over " \
+           f"{s['calls']} call(s)"
+    why = [f"it waited {b['us'] / 1e3:.2f} ms for rank {b['rank']} in {where(b['group'])}" for b in s["behind"]
+           if b["us"] >= 0.01 * s["delay_us"]]
+    if why:
+        text += ", because " + " and ".join(why)
+        text += f"; its own delay {s['own_us'] / 1e3:.2f} ms" if s["own_us"] >= 0.01 * s["delay_us"] else \
+            " (inherited: not the root)"
+    else:
+        text += ": its own delay (compute, sleep, anything but waiting)"
+    chain = s.get("chain") or []
+    if not s.get("root", True) and chain:
+        text += "; late because it waited: " + " <- ".join(
+            [f"rank {s['rank']}"] + [f"rank {h['rank']} in {where(h['group'])}" for h in chain]) + \
+            (", the root" if chain[-1]["root"] else "")
+    return text
 
 
 def _noise_line(report: dict) -> str:
@@ -27,7 +54,8 @@ def json_report(report: dict) -> dict:
     """The --json object: the report with start_us relative to the earliest call of the job; strict JSON
     (null for a value that is unknown or not finite: json.dumps(..., allow_nan=False) accepts it)."""
     t0 = min((c["start_us"] for c in report["calls"]), default=0.0)
-    calls = [{k: _finite(v) for k, v in c.items()} for c in report["calls"]]   # rows are flat: no recursion
+    isfinite = math.isfinite   # rows are flat: no recursion, and no call per value (20k rows of 17)
+    calls = [{k: v if type(v) is not float or isfinite(v) else None for k, v in c.items()} for c in report["calls"]]
     for c in calls:
         c["start_us"] -= t0
     rest = _finite({k: v for k, v in report.items() if k != "calls"})
@@ -98,7 +126,7 @@ def format_report(report: dict, limit: int = 12) -> str:
                 for rank, o in report["overlap"].items()]
     out += columns.fit(overlap, [4, 9, 12, 11, 12, 9], ">>>>>>")
     for s in report["stragglers"]:
-        out += textwrap.wrap("straggler: " + describe(s, groups=report.get("groups")), 98, subsequent_indent="  ")
+        out += textwrap.wrap("straggler: " + describe(s, report.get("groups")), 98, subsequent_indent="  ")
     if not report["stragglers"]:
         out += textwrap.wrap(_noise_line(report), 98, subsequent_indent="  ")
     for n in report["notes"]:

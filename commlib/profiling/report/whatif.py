@@ -47,4 +47,9 @@ def format_report(report: dict) -> str:
             out += textwrap.wrap(f"{s['name']}: {line}", 98, subsequent_indent="  ")
     for n in report["notes"]:
         out += textwrap.wrap(n, 98, initial_indent="note: ", subsequent_indent="      ")
+    doubts = report.get("doubts") or []
+    if doubts:   # diagnose's notes, in its words: the replay replays what the traces recorded
+        out.append(f"the replay is only as sound as the traces; diagnose's note(s) on them ({len(doubts)}):")
+        for d in doubts:
+            out += textwrap.wrap(d["text"], 98, initial_indent="note: ", subsequent_indent="      ")
     return "\n".join(out)
