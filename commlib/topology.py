@@ -36,12 +36,10 @@ the network with NCCL_ALGO=Ring: S. Jeaugey, nccl-tests issues #160, #196, #212.
 NCCL_ALGO=Ring runs.)
 All-to-all cannot aggregate NICs that way: the node's g GPUs each send (N-1)/N n off the node at once, so
 every NIC is already busy and busbw ~ N/(N-1) (k/g) B_net (NVIDIA's formula, nccl-tests issue #130; "Alltoall
-cannot aggregate the bandwidth of multiple NICs": nccl-tests issue #267). Which NIC carries a block is not the
-sender's own: with PXN (NCCL_P2P_PXN_LEVEL=2, the default for point-to-point, ncclTopoGetNetDev in
-src/graph/search.cc v2.30.7) NCCL sends it through the NIC of the destination GPU's rail, relayed over NVLink
-by the local GPU on that rail; the bound is the same. NCCL's rings instead enter and leave a node through the
-same NIC ("NET n -> GPU a -> ... -> GPU x -> NET n", search.cc). Here a GPU's blocks are priced on its own
-rail, which for an even all-to-all loads every NIC alike, as PXN does:
+cannot aggregate the bandwidth of multiple NICs": nccl-tests issue #267). With PXN (NCCL_P2P_PXN_LEVEL=2, the
+p2p default; ncclTopoGetNetDev, src/graph/search.cc v2.30.7) a block leaves through the NIC of the destination
+GPU's rail, relayed over NVLink; NCCL's rings enter and leave a node through one NIC (search.cc). The bound is
+the same; here a GPU's blocks are priced on its own rail, which loads every NIC alike for an even all-to-all:
 
     bulk          NCCL's all-to-all: every send and receive posted at once; time = the busiest NIC's bytes
     pairwise      commlib's: p-1 steps in lockstep (rank r sends to r+s at step s), each as slow as its
