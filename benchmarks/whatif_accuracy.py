@@ -4,7 +4,7 @@ compare (issue 34's test, on the course's emulated multi-node cluster).
     python benchmarks/whatif_accuracy.py [--quick] [--bandwidth 100e6] [--latency 5e-4] [--json out.json]
     python benchmarks/whatif_accuracy.py --network kernel [--quick] [--bandwidth 10e6] [--json out.json]
 
-commlib.profiling.emulated_job: an MLP trained with BucketedDDP whose bucket all-reduces run commlib's ring on a
+commlib.profiling.jobs.emulated_job: an MLP trained with BucketedDDP whose bucket all-reduces run commlib's ring on a
 background thread, through NICs paced by network.emulate (2 emulated nodes of 1 GPU each); its compute an
 emulated accelerator (fixed-duration ops that take no core, so that 4 ranks on 2 cores compute as fast as 2).
 1. Fit the emulated NIC as the ring sees it: alpha (latency plus software per message), beta.
@@ -37,7 +37,7 @@ import time
 
 import commlib as cl
 from commlib.bench import arguments
-from commlib.profiling import emulated_job as ej
+from commlib.profiling.jobs import emulated_job as ej
 
 KERNEL_BANDWIDTH = 10e6  # bytes/s: x4 stays far below what 2 loaded cores move over a veth (>100 MB/s)
 
@@ -52,7 +52,7 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
     from commlib import topology as topo
     from commlib.network import Network
     from commlib.network.calibrate import calibrate
-    from commlib.profiling import whatif as wi
+    from commlib.profiling.replay import whatif as wi
 
     steps, recorded = (2, 1) if quick else (ej.STEPS, ej.RECORDED)
     factors = (2.0, 4.0) if quick else (0.25, 0.5, 2.0, 4.0)

@@ -21,7 +21,7 @@ import time
 from commlib.bench import arguments
 from commlib.profiling import graph, synthetic, traces
 from commlib.profiling.diagnose import diagnose
-from commlib.profiling.whatif import Scenario, whatif
+from commlib.profiling.replay.whatif import Scenario, whatif
 
 SCENARIO = Scenario("dgx_h100, 4 nodes x 8", topology="dgx_h100", nodes=4)
 

@@ -178,8 +178,8 @@ def test_the_host_clock_is_placed_by_the_marks_ends_never_late():
 def test_the_emulated_jobs_recorded_steps_are_marked_and_regrouped_per_step(cluster, tmp_path):
     """Its recorded steps share one ProfilerStep: each is marked commlib:step, and whatif splits at the marks. Cut
     at waits instead, one rank's steps came out 4 and the other's 5, and chapter 9's bucket what-if was refused."""
-    from commlib.profiling import emulated_job as ej
-    from commlib.profiling import whatif
+    from commlib.profiling.jobs import emulated_job as ej
+    from commlib.profiling.replay import whatif
 
     cluster.run(ej.train, str(tmp_path), bandwidth=400e6, latency=1e-4, layers=4, width=128, layer_s=5e-4,
                 bucket_mb=0.05, steps=1, recorded=3)

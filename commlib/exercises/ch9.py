@@ -144,7 +144,7 @@ def ch9_straggler(answer, durations_us) -> Verdict:
 
 
 def ch9_reprice(answer, measured_s: float, model_old_s: float, model_new_s: float) -> Verdict:
-    """The replay's price of one transfer on new hardware (profiling.whatif.reprice), seconds."""
+    """The replay's price of one transfer on new hardware (profiling.replay.whatif.reprice), seconds."""
     from commlib.profiling.replay.whatif import reprice
 
     measured_s, model_old_s, model_new_s = (check.number(name, v, low=0, strict=True, unit="seconds") for name, v in

@@ -1,4 +1,4 @@
-"""The what-if's timelines (profiling.whatif): per scenario and rank, compute, communication and waiting.
+"""The what-if's timelines (profiling.replay.whatif): per scenario and rank, compute, communication and waiting.
 
     timelines(report)            # one row per (scenario, rank) on one time axis, each step's end marked
 """
