@@ -168,3 +168,27 @@ def test_a_sigkilled_launcher_leaves_no_process_and_a_network_clean_removes(tmp_
     clean = subprocess.run([sys.executable, "-m", "commlib", "network", "clean"], capture_output=True, text=True,
                            timeout=60)
     assert clean.returncode == 0 and left_behind(proc.pid, str(script)) == ([], [])
+
+
+def test_a_signal_inside_thread_start_leaves_the_thread_whole(monkeypatch):
+    """The handler's Interrupted raised just after the thread was created (a SIGTERM at that bytecode): Thread.start
+    must not undo the started thread (with Interrupted an Exception it did, and its bootstrap died on a KeyError)."""
+    import threading
+
+    from commlib.network import run as nrun
+
+    gate, ran, start = threading.Event(), threading.Event(), threading._start_new_thread
+
+    def started_then_signalled(fn, args):
+        start(lambda: (gate.wait(5.0), fn(*args)), ())
+        raise nrun.Interrupted("SIGTERM")
+
+    monkeypatch.setattr(threading, "_start_new_thread", started_then_signalled)
+    t = threading.Thread(target=ran.set)
+    with pytest.raises(nrun.Interrupted):
+        t.start()
+    monkeypatch.undo()
+    gate.set()
+    assert ran.wait(5.0)
+    t.join(5.0)
+    assert not t.is_alive()

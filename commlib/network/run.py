@@ -35,8 +35,10 @@ STOP_GRACE_S = 3.0                      # SIGTERM to each torchrun, then SIGKILL
 ROOT_CAUSE_WAIT_S = 0.5                 # after the first failure, how long other notes may still arrive
 
 
-class Interrupted(Exception):
-    """Ctrl-C or SIGTERM while the job ran."""
+class Interrupted(BaseException):
+    """Ctrl-C or SIGTERM while the job ran. A BaseException, as KeyboardInterrupt is: the handler raises it at any
+    point of the main thread, also inside threading.Thread.start(), whose `except Exception` would then undo a
+    thread already started (a KeyError in its bootstrap, and the job's last line lost)."""
 
 
 def _free_port(netns: str) -> int:
