@@ -132,8 +132,8 @@ def _live(folder, shape, slow):
     def step():   # two iterations: a wait in the first shows as lateness in the second
         recorded.append(1)
         for i in range(2):
-            if shape == "chain" and rank == slow and len(recorded) == 2 and i == 0:
-                time.sleep(SLOW_S)   # rank 0 -> 1 late in {1, 2} -> 2 late in {2, 3}
+            if shape == "chain" and rank == slow and len(recorded) == 2 and i == 1:   # mid-step: at the recorded
+                time.sleep(SLOW_S)   # step's start the ranks' traces begin apart; rank 0 -> 1 late -> 2 late
             dist.all_reduce(x, group=groups[0])
             if shape == "mesh" and rank == slow and len(recorded) == 2:
                 time.sleep(SLOW_S)   # before its DP call: its DP peer comes late to its TP call
