@@ -49,7 +49,7 @@ def test_a_regrouped_bucket_carries_its_share_of_the_excess_by_bytes():
     ranks = _job(n, 7700.0)
     sc = whatif.Scenario(topology="dgx_h100", bucket_mb=1)
     g = graph.build(ranks)
-    priced, said, _ = whatif._scenario(g, sc, H100, 2, frozenset(["0"]), {}, 0.0, None)
+    priced, said, _, _ = whatif._scenario(g, sc, H100, 2, frozenset(["0"]), {}, 0.0, None)
     new = [t for t, m in zip(priced.transfer, priced.sets)]
     sizes = [priced.ranks[p].calls[i].bytes for p, i in (m[0] for m in priced.sets)]
     assert len(new) == math.ceil(n / 2**20) and sum(sizes) == n

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from commlib.profiling.replay.critical import critical_path
+from commlib.profiling.replay.flows import Flows
 from commlib.profiling.stragglers import matched
 from commlib.profiling.intervals import overlap_lengths, union
 
@@ -240,22 +241,36 @@ class _Rank:
         return self.hist_shift[k - 1] if k else 0.0
 
 
-def replay(g: Graph) -> dict:
+def replay(g: Graph, net=None) -> dict:
     """Simulate the graph -> {"ranks": {rank: per-rank result}, "step_us" (the longest rank's), "critical_path",
-    "forced"}. Per rank: step_us, compute_us, comm_us, hidden_us, exposed_us, waiting_us, idle_us, and spans for
-    a timeline (us from the rank's start): compute, comm, waiting."""
+    "forced", "late"}. Per rank: step_us, compute_us, comm_us, hidden_us, exposed_us, waiting_us, idle_us, and
+    spans for a timeline (us from the rank's start): compute, comm, waiting. net: None (each set's transfer as
+    g.transfer says), or per set (fixed us, alone us, links): each set then a flow of flows.Flows from its last
+    arrival, its links shared with the flows beside it (the replay runs in time order where flows decide)."""
     rs = [_Rank(r) for r in g.ranks]
     arrived = [0] * len(g.sets)
     set_end = [None] * len(g.sets)
     last_in = [None] * len(g.sets)
     forced = 0
+    flows = Flows() if net is not None else None
+    if flows is not None:
+        g = replace(g, transfer=list(g.transfer))   # each set's transfer as the flows make it
+    ctx = (g, arrived, set_end, last_in, flows, net)
     while True:
         progress = False
         for p, st in enumerate(rs):
-            while st.at < len(st.items) and _step(p, st, rs, g, arrived, set_end, last_in):
+            while st.at < len(st.items) and _step(p, st, rs, ctx):
                 st.at += 1
                 progress = True
-        if all(st.at == len(st.items) for st in rs):
+        finished = all(st.at == len(st.items) for st in rs)
+        if (finished or not progress) and flows is not None:   # every rank waits for a flow: the first ends
+            done = flows.pop()   # (at the end: the flows no task waited for, each at its own end)
+            if done is not None:
+                t, s = done
+                g.transfer[s] = t - flows.started[s]
+                _finish(s, rs, g, set_end, flows.started[s], t)
+                continue
+        if finished:
             break
         if not progress:   # calls matched across ranks in an order no replay can follow: end one set now
             open_sets = [s for s in range(len(g.sets)) if set_end[s] is None and arrived[s]]
@@ -268,11 +283,13 @@ def replay(g: Graph) -> dict:
             forced += 1
     out = {g.ranks[p].rank: _result(st) for p, st in enumerate(rs)}
     step = max((o["step_us"] for o in out.values()), default=0.0)
-    return {"ranks": out, "step_us": step, "critical_path": critical_path(rs, g, set_end, last_in), "forced": forced}
+    return {"ranks": out, "step_us": step, "critical_path": critical_path(rs, g, set_end, last_in), "forced": forced,
+            "late": flows.late if flows is not None else 0}
 
 
-def _step(p, st: _Rank, rs, g: Graph, arrived, set_end, last_in) -> bool:
+def _step(p, st: _Rank, rs, ctx) -> bool:
     """Resolve st's next task if its inputs are known -> whether it did."""
+    g, arrived, set_end, last_in, flows, net = ctx
     _, kind, k = st.items[st.at]
     r = st.g
     if kind != 1:   # a wait
@@ -303,28 +320,44 @@ def _step(p, st: _Rank, rs, g: Graph, arrived, set_end, last_in) -> bool:
         return True
     arrived[s] += 1
     if arrived[s] == len(g.sets[s]):
-        _close(s, rs, g, set_end, last_in)
+        if flows is None:
+            _close(s, rs, g, set_end, last_in)
+        else:   # a flow from the last arrival: its end comes from the network (replay pops it)
+            last = _last_arrival(s, rs, g, last_in)
+            flows.add(s, last, *net[s])
     return True
+
+
+def _last_arrival(s, rs, g: Graph, last_in, force: bool = False) -> float:
+    """The set's last member's arrival on the common clock (last_in[s]: that member). forced: a member the
+    replay could not reach arrives as measured."""
+    arr = []
+    for p, i in g.sets[s]:
+        a = rs[p].arrival[i]
+        if a is None:
+            a = rs[p].g.calls[i].start_us + rs[p].shift
+            if force:
+                rs[p].arrival[i] = a
+        arr.append((a - rs[p].g.offset, p, i))
+    last = max(arr)
+    last_in[s] = (last[1], last[2])
+    return last[0]
 
 
 def _close(s, rs, g: Graph, set_end, last_in, force: bool = False) -> None:
     """A matched set ends for every member: the last arrival (one clock) + its transfer."""
-    arr = []
+    last = _last_arrival(s, rs, g, last_in, force)
+    _finish(s, rs, g, set_end, last, last + g.transfer[s])
+
+
+def _finish(s, rs, g: Graph, set_end, last: float, end: float | None = None) -> None:
+    """Every member of set s ends at `end` (one clock; its own residual added), its waiting up to `last`."""
+    set_end[s] = end if end is not None else last + g.transfer[s]
     for p, i in g.sets[s]:
-        a = rs[p].arrival[i]
-        if a is None:   # forced: a member the replay could not reach arrives as measured
-            a = rs[p].g.calls[i].start_us + rs[p].shift
-        arr.append((a - rs[p].g.offset, p, i))
-    last = max(arr)
-    last_in[s] = (last[1], last[2])
-    set_end[s] = last[0] + g.transfer[s]
-    for _, p, i in arr:
         st = rs[p]
-        a = st.arrival[i] if st.arrival[i] is not None else st.g.calls[i].start_us
+        a = st.arrival[i]
         st.end[i] = max(a, set_end[s] + st.g.offset + st.g.resid[i])
-        st.last[i] = min(st.end[i], last[0] + st.g.offset)
-        if force and st.arrival[i] is None:
-            st.arrival[i] = a
+        st.last[i] = min(st.end[i], last + st.g.offset)
 
 
 def _result(st: _Rank) -> dict:

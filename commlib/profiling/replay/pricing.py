@@ -67,6 +67,31 @@ def _tree(nbytes, size: int, g: topo.Topology, gamma: float) -> float:
     return cost.collective_time("all_reduce", nbytes, size, link, "double_binary_tree", gamma)
 
 
+def fixed_part(t: topo.Topology | None) -> topo.Topology | None:
+    """t with links 10^9 times faster: a price on it is the price's fixed part (latency, reduction), the rest
+    is the byte phase (the time the bytes take on idle links)."""
+    if t is None:
+        return None
+    return replace(t, intra=replace(t.intra, bandwidth=t.intra.bandwidth * 1e9),
+                   inter=replace(t.inter, bandwidth=t.inter.bandwidth * 1e9))
+
+
+def links(t: topo.Topology, ranks, size: int, stride: int = 1) -> tuple:
+    """The links a call of these (traced, global) ranks' group loads on t: each member node's NICs, both ways
+    (a group that fills its nodes uses all k; one that does not, its GPU's rail, NIC i mod k), or, for a group
+    inside one node, that node's own fabric."""
+    g = group_topology(t, size, stride)
+    gpn, k = t.gpus_per_node, t.nics_per_node
+    nodes = {r // gpn for r in ranks}
+    if g.nodes == 1 and len(nodes) <= 1:
+        return tuple((n, "in-node") for n in nodes)
+    out = []
+    for r in ranks:
+        nics = range(k) if g.gpus_per_node == gpn else ((r % gpn) % k,)
+        out += [(r // gpn, j, d) for j in nics for d in ("out", "in")]
+    return tuple(sorted(set(out)))
+
+
 def reprice(measured_s: float, old_s, new_s) -> float:
     """The measured transfer moved to new hardware: the model's new time plus what the measurement spent above
     the model's old time; a transfer faster than its model scales with it (continuous where they are equal)."""
@@ -90,13 +115,17 @@ def codec_s_per_byte(ratio: float, path: str = TRADEOFF) -> tuple[float, str]:
 class Pricer:
     """One scenario's price of a call, in us, codec time included."""
 
-    def __init__(self, m_topo, t, factor, dp, strides, gamma, compress, per_byte, algorithm, new_world):
+    def __init__(self, m_topo, t, factor, dp, strides, gamma, compress, per_byte, algorithm, new_world,
+                 gloo: bool = False):
         self.m, self.t, self.factor, self.dp, self.strides = m_topo, t, factor, dp, strides
         self.gamma, self.compress, self.per_byte, self.algorithm, self.world = gamma, compress, per_byte, algorithm, new_world
+        self.gloo = gloo              # the traces' backend is Gloo: its own calls priced as Gloo runs them
+        self.m_fixed, self.t_fixed = fixed_part(m_topo), fixed_part(t)
         self.priced = self.kept = 0   # calls (sets) with a model in the scenario, and without one
 
-    def _models(self, c):
-        """-> (seconds on the measured hardware, seconds in the scenario, codec us)."""
+    def _models(self, c, fixed: bool = False):
+        """-> (seconds on the measured hardware, seconds in the scenario, codec us); fixed: their fixed parts."""
+        m, t = (self.m_fixed, self.t_fixed) if fixed else (self.m, self.t)
         p = c.group_size
         p_new = p * self.factor if c.group in self.dp and p else p
         if p_new is not None and abs(p_new - round(p_new)) > 1e-9:
@@ -111,12 +140,30 @@ class Pricer:
             new_alg = old_alg
         grad = c.group in self.dp and c.op in ("all_reduce", "reduce_scatter", "all_gather") and self.compress
         nbytes = c.bytes / self.compress if grad and c.bytes else c.bytes
+        op = self.sent_as(c)
         try:
-            old = price(c.op, c.bytes, p, self.m, old_alg, stride, self.gamma)
+            old = price(op, c.bytes, p, m, old_alg, stride, self.gamma)
         except ValueError:   # a traced tree across nodes of several GPUs: no model, the call keeps its time
             old = None
-        new = price(c.op, nbytes, round(p_new) if p_new else p_new, self.t, new_alg, stride, self.gamma)
+        new = price(op, nbytes, round(p_new) if p_new else p_new, t, new_alg, stride, self.gamma)
         return old, new, (self.per_byte * (c.bytes or 0) * 1e6 if grad else 0.0)
+
+    def sent_as(self, c) -> str:
+        """The collective whose bytes the call sends: Gloo's reduce_scatter is an all-reduce of the whole input
+        (ProcessGroupGloo.cpp; its trace shows a gloo:all_reduce for each), twice a ring reduce-scatter's."""
+        if self.gloo and not c.kernel and c.algorithm is None and c.op == "reduce_scatter":
+            return "all_reduce"
+        return c.op
+
+    def parts(self, c):
+        """-> ((fixed s, byte phase s) on the measured hardware or None, the same in the scenario or None, codec
+        us, the scenario's group size)."""
+        old, new, codec = self._models(c)
+        f_old, f_new, _ = self._models(c, fixed=True)
+        split = lambda total, fixed: None if total is None else (min(fixed or 0.0, total), total - min(fixed or 0.0, total))  # noqa: E731
+        p = c.group_size
+        p_new = round(p * self.factor) if c.group in self.dp and p else p
+        return split(old, f_old), split(new, f_new), codec, p_new
 
     def time(self, c, measured_us: float) -> float:
         old, new, codec = self._models(c)

@@ -31,6 +31,7 @@ from commlib.profiling.diagnosis import infer_hardware
 from commlib.profiling.replay.pricing import (ALGORITHMS, COMMLIB_ALGORITHMS, TRADEOFF, Pricer,  # noqa: F401  (the API)
                                        codec_s_per_byte, group_topology, price, reprice)
 from commlib.profiling.replay.regroup import regroup
+from commlib.profiling.replay.sharing import flow_inputs
 from commlib.profiling.traces import MAX_BYTES, RankTrace, load
 
 MIN_BUCKET_MB = 1 / 1024   # 1 KiB: below it a bucket is a few floats and pays only latency
@@ -117,8 +118,8 @@ def _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps) -> dict:
     for sc in scenarios:
         if not isinstance(sc, Scenario):
             raise TypeError(f"scenarios must be Scenario objects, got {type(sc).__name__}")
-        priced, said, t = _scenario(g, sc, m_topo, world, dp, strides, gamma, codec)
-        rows.append(_row(sc.label(t), graph.replay(priced), said, steps))
+        priced, said, t, net = _scenario(g, sc, m_topo, world, dp, strides, gamma, codec, ranks[0].backend)
+        rows.append(_row(sc.label(t), graph.replay(priced, net), said, steps))
     return {"world_size": world, "ranks": [r.rank for r in ranks], "backend": ranks[0].backend, "steps": steps,
             "measured_on": _describe(m_topo), "dp_groups": sorted(dp), "scenarios": rows, "notes": notes + g.notes,
             "doubts": doubts(ranks, world)}   # diagnose's notes that make the replay doubtful (checks.py)
@@ -149,7 +150,7 @@ def _dp_groups(ranks, world: int, strides: dict) -> frozenset:
     return frozenset(n for n, s in sizes.items() if s == size and strides.get(n, 1) == stride)
 
 
-def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gamma, codec):
+def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gamma, codec, backend=None):
     """The graph with this scenario's calls and transfers -> (graph, the assumptions it made, as lines)."""
     said = []
     if sc.algorithm is not None and sc.algorithm not in ALGORITHMS:
@@ -193,19 +194,10 @@ def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gam
         said.append(f"data-parallel all-reduces regrouped into {made} bucket(s) of {sc.bucket_mb:g} MiB per step "
                     "(gradients taken as ready at an even rate between the traced buckets)")
 
-    pricer = Pricer(m_topo, base, factor, dp, strides, gamma, compress, per_byte, sc.algorithm, new_world)
-    transfer, solo = [], {}
-    for s, members in enumerate(g.sets):
-        p, i = members[0]
-        c = g.ranks[p].calls[i]
-        if g.transfer[s] is not None:
-            transfer.append(pricer.time(c, g.transfer[s]))
-        else:   # a regrouped bucket: the traced buckets it replaces say how far above the model the job runs
-            olds = []
-            for q, j in origin[s]:   # each traced call with its transfer: its set's, or its own duration
-                r0 = g0.ranks[q]
-                olds.append((r0.calls[j], g0.transfer[r0.member[j]] if r0.member[j] >= 0 else r0.solo[j]))
-            transfer.append(pricer.regrouped(c, olds))
+    pricer = Pricer(m_topo, base, factor, dp, strides, gamma, compress, per_byte, sc.algorithm, new_world,
+                    gloo=backend == "gloo")
+    net = flow_inputs(g0, g, origin, pricer)   # each set a flow: fixed phase, then its bytes on shared links
+    transfer, solo = [f + b for f, b, _ in net], {}
     for p, r in enumerate(g.ranks):
         for i, c in enumerate(r.calls):
             if r.member[i] < 0:
@@ -218,7 +210,10 @@ def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gam
                     "above the model the job runs: the new group's calls are the model's alone")
     if m_topo is None and pricer.priced:
         said.append("the traces' own hardware is unknown: each call with a model priced by the model alone")
-    return g.priced(transfer, solo), said, base
+    firsts = [g.ranks[p].calls[i] for p, i in (m[0] for m in g.sets)]
+    if any(pricer.sent_as(c) != c.op for c in firsts):
+        said.append("Gloo's reduce_scatter priced as what it sends: an all-reduce of the whole input")
+    return g.priced(transfer, solo), said, base, net
 
 
 def _measured(ranks, base: dict) -> dict:

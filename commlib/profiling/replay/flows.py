@@ -1,0 +1,168 @@
+"""The replay's network at flow level: each collective a flow that pays a fixed phase (latency and the call's own
+overhead, not shared) and then a byte phase that shares its links with the other flows in their byte phase,
+recomputed at every start and end.
+
+    net = Flows()
+    net.add("a", start=0.0, fixed=5.0, alone=100.0, links=[(0, "out"), (1, "in")])   # us; alone: its byte phase
+    net.add("b", start=0.0, fixed=5.0, alone=100.0, links=[(0, "out"), (1, "in")])   # on idle links
+    net.pop()        # -> (205.0, "a"): two flows on one link move at half speed each
+    phases(starts_ends, alone, links)   # the byte phases a recorded timeline implies (the what-if's overhead split)
+
+A flow's demand is stated as the time its bytes take on idle links (`alone`): on every link it crosses it then
+uses the link's whole capacity (the model's bottleneck: a ring keeps every hop busy at once). Sharing is
+max-min fair in bytes per second (progressive filling: every flow's share of its links grows at one pace until
+a link is full; the flows on it are then fixed, and the rest go on), the rule of SimGrid's flow-level model
+(Velho et al., ACM TOMACS 23(4), 2013) without its TCP window terms, and what TCP's congestion control converges
+to between flows of one RTT. On the kernel network it was measured (benchmarks/whatif_accuracy.py's sharing
+check): two Gloo all-reduces on one connection each take twice the time of one alone, as two flows through one
+NIC. A flow with no byte phase (alone 0: no model) is its fixed phase only.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+EPS = 1e-9
+
+
+def shares(flows: dict) -> dict:
+    """Max-min fair shares {key: share of each of its links (0, 1]} for {key: links}: progressive filling."""
+    out, used = {}, {}
+    todo = {k: set(v) for k, v in flows.items() if v}
+    out.update({k: 1.0 for k, v in flows.items() if not v})
+    while todo:
+        count = {}
+        for links in todo.values():
+            for link in links:
+                count[link] = count.get(link, 0) + 1
+        link, level = min(((x, (1.0 - used.get(x, 0.0)) / n) for x, n in count.items()), key=lambda x: x[1])
+        level = max(level, 0.0)
+        for k in [k for k, links in todo.items() if link in links]:
+            out[k] = level
+            for x in todo.pop(k):
+                used[x] = used.get(x, 0.0) + level
+    return out
+
+
+class Flows:
+    """Flows in time order (a discrete-event simulation): add() them as the replay starts them, pop() the
+    earliest to end. A flow added with a start before the network's clock starts now (said by `late`)."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.pending = []        # (byte phase start, seq, key): in their fixed phase
+        self.active = {}         # key -> [remaining alone-us, links]
+        self.rate = {}           # key -> share (alone-us of progress per us)
+        self.done_at = {}        # key -> end, for flows with no byte phase (and those whose phase ends at once)
+        self.started = {}        # key -> its start (its fixed phase's), as taken
+        self.late = 0
+        self._seq = 0
+
+    def add(self, key, start: float, fixed: float, alone: float, links) -> None:
+        if start < self.now - EPS:
+            self.late += 1
+            start = self.now
+        self.started[key] = start
+        t = start + max(0.0, fixed)
+        if alone <= 0 or not links:
+            self.done_at[key] = t
+            return
+        self._seq += 1
+        heapq.heappush(self.pending, (t, self._seq, key, float(alone), tuple(links)))
+
+    def __len__(self) -> int:
+        return len(self.pending) + len(self.active) + len(self.done_at)
+
+    def pop(self):
+        """-> (end, key) of the flow that ends first, or None when none is left."""
+        while True:
+            if self.done_at:
+                key = min(self.done_at, key=self.done_at.get)
+                t = self.done_at[key]
+                finish = self._next_finish()
+                nxt = self.pending[0][0] if self.pending else math.inf
+                if t <= min(nxt, finish[0] if finish else math.inf) + EPS:
+                    del self.done_at[key]
+                    self.now = max(self.now, t)
+                    return t, key
+            finish = self._next_finish()
+            nxt = self.pending[0][0] if self.pending else math.inf
+            if finish is None and not self.pending:
+                return None
+            if finish is not None and finish[0] <= nxt + EPS:
+                t, key = finish
+                self._advance(t)
+                del self.active[key]
+                self.rate = shares({k: v[1] for k, v in self.active.items()})
+                return t, key
+            t, _, key, alone, links = heapq.heappop(self.pending)
+            self._advance(t)
+            self.active[key] = [alone, links]
+            self.rate = shares({k: v[1] for k, v in self.active.items()})
+
+    def _next_finish(self):
+        best = None
+        for k, (left, _) in self.active.items():
+            r = self.rate.get(k, 0.0)
+            t = self.now + left / r if r > 0 else math.inf
+            if best is None or t < best[0]:
+                best = (t, k)
+        return best
+
+    def _advance(self, t: float) -> None:
+        dt = max(0.0, t - self.now)
+        for k, v in self.active.items():
+            v[0] = max(0.0, v[0] - dt * self.rate.get(k, 0.0))
+        self.now = max(self.now, t)
+
+
+def phases(ends, limits, alone, links, rounds: int = 8) -> list[float]:
+    """The byte phase each recorded flow had, as the sharing of its links says: flow i's byte phase ended at
+    ends[i] (its recorded end) and moved alone[i] us of idle-link work, at the share it got from the flows whose
+    byte phases overlapped it. Solved by fixed point (start from each alone; place every phase before its end;
+    recompute the shares over time; integrate back from each end until its work is done), each phase at most
+    limits[i] (the recorded call: a flow faster than its model keeps its whole time). -> per flow, us."""
+    n = len(ends)
+    dur = [min(a, lim) for a, lim in zip(alone, limits)]
+    for _ in range(rounds):
+        cuts = sorted({t for i in range(n) if alone[i] > 0 and links[i] for t in (ends[i] - dur[i], ends[i])})
+        seg_share, seg_live = [], []   # per segment [cuts[j], cuts[j+1]): {flow: share}, the flows in it
+        live = [i for i in range(n) if alone[i] > 0 and links[i]]
+        order = sorted(live, key=lambda i: ends[i] - dur[i])
+        at, active = 0, set()
+        for j in range(len(cuts) - 1):
+            t0, t1 = cuts[j], cuts[j + 1]
+            while at < len(order) and ends[order[at]] - dur[order[at]] <= t0 + EPS:
+                active.add(order[at])
+                at += 1
+            active = {i for i in active if ends[i] > t0 + EPS}
+            seg_share.append(shares({i: links[i] for i in active}) if active else {})
+            seg_live.append(frozenset(active))
+        new = list(dur)
+        for i in live:
+            need, t, s = alone[i], ends[i], 1.0
+            j = _segment(cuts, ends[i]) - 1
+            while need > EPS and j >= 0 and t > ends[i] - limits[i] + EPS:
+                s = seg_share[j].get(i)
+                if s is None:   # outside its phase so far (the phase grows): its share beside the flows there
+                    s = shares({k: links[k] for k in seg_live[j] | {i}})[i]
+                span = min(t - cuts[j], t - (ends[i] - limits[i]))
+                if s * span >= need:
+                    t -= need / s
+                    need = 0.0
+                    break
+                need -= s * span
+                t -= span
+                j -= 1
+            new[i] = min(limits[i], ends[i] - t + need / s)   # before the first segment: at the share there
+        if max((abs(a - b) for a, b in zip(new, dur)), default=0.0) < 1e-3:
+            return new
+        dur = new
+    return dur
+
+
+def _segment(cuts, t) -> int:
+    import bisect
+
+    return bisect.bisect_left(cuts, t - EPS) if cuts else 0

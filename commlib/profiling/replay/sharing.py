@@ -1,0 +1,97 @@
+"""Each collective of a scenario as a flow (flows.py): its fixed phase and its byte phase on the scenario's links,
+with the call's own overhead taken apart from the time it spent sharing a busy NIC when it was recorded.
+
+    net = flow_inputs(g0, g, origin, pricer)   # per set of g: (fixed us, byte phase alone us, links)
+
+A recorded transfer (graph.py: a matched set's shortest member) is split by the model at the measured network:
+fixed (latency, reduction) + byte phase + the call's own overhead. The byte phase it had is what the sharing
+of its links with the recorded flows beside it made it (flows.phases: each phase ends where the transfer ended,
+its work the model's time on idle links): the overhead is what is left, and stays with the call in every
+scenario, where its byte phase is the scenario's model, shared with the flows the replay then runs beside it.
+A transfer faster than its model on idle links keeps no overhead and scales with the model (as pricing.reprice).
+"""
+
+from __future__ import annotations
+
+from commlib.profiling.replay.flows import phases
+from commlib.profiling.replay.pricing import links
+
+
+def _ranks(g, members) -> list[int]:
+    return [g.ranks[p].rank for p, _ in members]
+
+
+def recorded(g0, pricer) -> list:
+    """Per traced set: (fixed us, byte phase us, overhead us) at the measured network, or None (no model); a
+    transfer faster than its model alone: (fixed, its model's byte phase, measured / model - 1, below 0)."""
+    info, ends, limits, alone, used = [], [], [], [], []
+    for s, members in enumerate(g0.sets):
+        p0, i0 = members[0]
+        c = g0.ranks[p0].calls[i0]
+        old, _, _, _ = pricer.parts(c)
+        last = max(g0.ranks[p].calls[i].start_us - g0.ranks[p].offset for p, i in members)
+        d = g0.transfer[s]
+        info.append(old)
+        ends.append(last + d)
+        if old is None or pricer.m is None:
+            limits.append(d), alone.append(0.0), used.append(())
+            continue
+        fixed, bw = old[0] * 1e6, old[1] * 1e6
+        limits.append(max(0.0, d - fixed))
+        alone.append(bw)
+        used.append(links(pricer.m, _ranks(g0, members), c.group_size or len(members),
+                          pricer.strides.get(c.group, 1)))
+    got = phases(ends, limits, alone, used)
+    out = []
+    for s, old in enumerate(info):
+        if old is None or pricer.m is None:
+            out.append(None)
+            continue
+        fixed, bw, d = old[0] * 1e6, old[1] * 1e6, g0.transfer[s]
+        # faster than its model on idle links: no overhead, the ratio (negative: a share of the model's time)
+        out.append((fixed, bw, d / (fixed + bw) - 1.0) if d < fixed + bw else (fixed, got[s], d - fixed - got[s]))
+    return out
+
+
+def flow_inputs(g0, g, origin, pricer) -> list:
+    """Per set of g (the scenario's graph: g0's sets, or regrouped buckets, whose traced calls origin names):
+    (fixed us, alone us, links) for graph.replay's net."""
+    rec = recorded(g0, pricer)
+    net = []
+    for s, members in enumerate(g.sets):
+        p0, i0 = members[0]
+        c = g.ranks[p0].calls[i0]
+        old, new, codec, size = pricer.parts(c)
+        pricer.priced += new is not None
+        pricer.kept += new is None
+        if g.transfer[s] is not None:
+            d, r = g.transfer[s], rec[s]
+        else:   # a regrouped bucket: the traced sets it replaces, their overhead per byte times its bytes
+            d, r = None, _regrouped(g0, origin[s], rec, c.bytes or 0)
+        if new is None:   # no model in the scenario: its measured time (a new bucket: none measured, none)
+            net.append(((d or 0.0) + codec, 0.0, ()))
+            continue
+        fixed, bw = new[0] * 1e6, new[1] * 1e6
+        if pricer.m is not None and r is None and d is not None:   # no model of it as measured: keep its time
+            net.append((d + codec, 0.0, ()))
+            continue
+        if r is not None:
+            _, _, over = r
+            if over < 0:   # faster than its model: the model scaled by the ratio, no overhead
+                fixed, bw, over = fixed * (1 + over), bw * (1 + over), 0.0
+            fixed += over
+        used = links(pricer.t, _ranks(g, members), size or len(members), pricer.strides.get(c.group, 1))
+        net.append((fixed + codec, bw, used))
+    return net
+
+
+def _regrouped(g0, olds, rec, nbytes: int):
+    """A new bucket's (fixed, byte phase, overhead) as measured: its traced calls' overhead per byte."""
+    sets = [s for s in {g0.ranks[q].member[j] for q, j in olds if g0.ranks[q].member[j] >= 0} if rec[s] is not None]
+    above = [s for s in sets if rec[s][2] >= 0]
+    size = sum(g0.ranks[g0.sets[s][0][0]].calls[g0.sets[s][0][1]].bytes or 0 for s in above)
+    if above and size:   # their overhead per byte
+        return 0.0, 0.0, sum(rec[s][2] for s in above) / size * nbytes
+    if sets:             # all faster than their model: their mean ratio
+        return 0.0, 0.0, sum(rec[s][2] for s in sets) / len(sets)
+    return None
