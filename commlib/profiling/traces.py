@@ -75,6 +75,7 @@ class RankTrace:
     issued: dict = field(default_factory=dict, repr=False)    # call index -> when it was queued (us), where known
     waits: dict = field(default_factory=dict, repr=False)     # call index -> (from, to) us: the wait that needed it
     steps: list = field(default_factory=list, repr=False)     # (start, end) us of each ProfilerStep#N, in order
+    leaves: object = None     # (n, 2) the innermost compute ops (Gloo: a wait inside an op is a gap there), us
 
 
 def _rank_of(path: str, info: dict) -> int | None:
@@ -97,6 +98,7 @@ def read(path: str, max_bytes: int = MAX_BYTES) -> RankTrace:
 def _read(path: str, max_bytes: int) -> RankTrace:
     rec = read_records(path, max_bytes)
     info = rec.info
+    leaves = None
     rank = _rank_of(path, info)
     is_nccl = [k.name.lower().startswith("nccl") for k in rec.kernels]
     own, own_threads, own_issued, own_waits = commlib_calls(rank, rec.comm_ops, Call)   # commlib's background work
@@ -131,6 +133,7 @@ def _read(path: str, max_bytes: int) -> RankTrace:
         pick = [kind & CPU_OP and not kind & C10D_OR_PARAM_COMMS and tid not in comm_threads
                 for kind, tid in zip(cpu.kinds, cpu.tid)]
         compute = _spans([(s, e) for s, e, p in zip(cpu.start, cpu.end, pick) if p])
+        leaves = _leaves(cpu, pick)
         timeline = _spans([(s, e) for s, e, kind in zip(cpu.start, cpu.end, cpu.kinds) if not kind & PROFILER_STEP])
         backend = "gloo"
     wall = (float(timeline[:, 0].min()), float(timeline[:, 1].max())) if len(timeline) else (0.0, 0.0)
@@ -161,7 +164,8 @@ def _read(path: str, max_bytes: int) -> RankTrace:
     calls = [c if c.group_size is not None else _with_size(c, size.get(c.group), info.get("world_size"), len(groups))
              for c in calls]
     return RankTrace(path, rank, info.get("world_size"), backend, device, calls, compute, wall, job, groups, threads,
-                     copies, shards, notes, _holds(rec), assumed, issued, waits, steps)
+                     copies, shards, notes, _holds(rec), assumed, issued, waits, steps,
+                     compute if leaves is None else leaves)
 
 
 def _holds(rec: Records) -> str:
@@ -174,6 +178,24 @@ def _holds(rec: Records) -> str:
                 "on_trace_ready (README's recipe); exported after the loop it keeps almost nothing")
     return (f"{rec.events} events, none a collective: a rank that communicated nothing in the recorded "
             "steps, or a schedule window that missed them")
+
+
+def _leaves(cpu, pick):
+    """The innermost of the picked CPU ops (those with no picked op inside them on their thread), (n, 2): a
+    rank blocked inside an op (FSDP2's hooks wait for their all-gather or reduce-scatter inside autograd's
+    node; DDP's reducer inside backward's last one) runs none, so the time shows as a gap between them."""
+    import numpy as np
+
+    idx = np.flatnonzero(np.array(pick, dtype=bool))
+    if not len(idx):
+        return np.empty((0, 2))
+    start, end = np.asarray(cpu.start)[idx], np.asarray(cpu.end)[idx]
+    tid = np.array([hash(cpu.tid[i]) for i in idx])
+    order = np.lexsort((-end, start, tid))
+    start, end, tid = start[order], end[order], tid[order]
+    nxt = np.r_[start[1:], np.inf]
+    leaf = ~((np.r_[tid[1:], 0] == tid) & (nxt < end) & (np.arange(len(tid)) < len(tid) - 1))
+    return np.stack([start[leaf], end[leaf]], axis=1)
 
 
 def _spans(pairs):

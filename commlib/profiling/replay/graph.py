@@ -39,7 +39,8 @@ from commlib.profiling.replay.flows import Flows
 from commlib.profiling.stragglers import matched
 from commlib.profiling.intervals import overlap_lengths, union
 
-SLACK_US, SLACK_SHARE = 100.0, 0.02   # a gap ending this close after a call's end (us + share of the gap) waited for it
+SLACK_US, SLACK_SHARE = 100.0, 0.25   # a gap ending this close after a call's end (us + share of the gap) waited for it
+# (a loaded host wakes the waiting thread late: 3-7 ms after a 20-ms all-gather on 2 busy cores)
 MIN_GAP_US = 5.0                      # shorter gaps are launch gaps, never waits
 
 
@@ -158,13 +159,41 @@ def _rank_graph(p: int, r, where: dict, offset: float) -> RankGraph:
         else:
             lag_pred.append(0.0)
             lag_queue.append(c.start_us - q)
-    waits = _stated_waits(r) + _inferred_waits(spans, calls, getattr(r, "waits", None) or {})
+    leaves = getattr(r, "leaves", None)
+    if leaves is not None and len(leaves):   # waits inside an op: gaps between the innermost ops (traces.py)
+        inner = np.asarray(union(np.asarray(leaves, dtype=float).reshape(-1, 2)), dtype=float).reshape(-1, 2)
+        inferred = _inferred_waits(inner, calls, getattr(r, "waits", None) or {})
+        spans = _cut(spans, [(w.t_from, w.t_to) for w in inferred])
+    else:
+        inferred = _inferred_waits(spans, calls, getattr(r, "waits", None) or {})
+    waits = _stated_waits(r) + inferred
     waits.sort(key=lambda w: max(w.t_to, calls[w.call].start_us))
     ends = [c.end_us for c in calls]
     done = max(([spans[-1, 1]] if len(spans) else []) + [w.t_to for w in waits] + ends + [r.wall[0]])
     return RankGraph(r.rank, r.wall[0], max(r.wall[1], done), spans, calls, lanes, pred, queue, lag_pred, lag_queue,
                      waits, [where.get((p, i), -1) for i in range(n)], [0.0] * n, [c.duration_us for c in calls],
                      offset, max(0.0, r.wall[1] - done), list(getattr(r, "steps", None) or []))
+
+
+def _cut(spans: np.ndarray, cuts) -> np.ndarray:
+    """Merged spans less the (sorted, disjoint) cuts: a rank blocked inside an op computes nothing there."""
+    if not cuts or not len(spans):
+        return spans
+    out, j = [], 0
+    cuts = sorted(cuts)
+    for a, b in spans.tolist():
+        while j < len(cuts) and cuts[j][1] <= a:
+            j += 1
+        k = j
+        while k < len(cuts) and cuts[k][0] < b:
+            c0, c1 = cuts[k]
+            if c0 > a:
+                out.append((a, c0))
+            a = max(a, c1)
+            k += 1
+        if a < b:
+            out.append((a, b))
+    return np.asarray(out, dtype=float).reshape(-1, 2)
 
 
 def _queue_guess(spans, calls) -> list[float]:
