@@ -1,0 +1,116 @@
+"""The what-if's flow-level network (commlib.profiling.replay.flows, sharing): transfers in flight at once share the
+links they cross, the recorded sharing is taken out of each call's overhead, Gloo's reduce_scatter is priced as
+what it sends, and Gloo's two workers form a FIFO queue. Hand-made traces; answers computed by hand."""
+
+import pytest
+
+from commlib import cost
+from commlib import topology as topo
+from commlib.profiling import traces as tr
+from commlib.profiling.replay import flows, graph, whatif
+
+N = 1 << 20
+LINK = cost.Link("nic", 1e9, 0.0, "test")          # 1 MiB of a 2-rank ring all-reduce: 1.048576 ms per NIC
+MEASURED = topo.Topology(2, 1, LINK, LINK)
+ALONE = topo.collective_time("all_reduce", N, MEASURED, "flat_ring") * 1e6   # us, alone on idle links
+
+
+def two_at_once(duration, ops=("all_reduce", "all_reduce"), nbytes=N, gaps=0.0):
+    """Two ranks, two calls queued at 0 on two worker threads, both recorded running [0, duration]; the ranks
+    compute [0, 0] and, after waiting for both, [duration + 1, duration + 2] (us)."""
+    out = []
+    for r in range(2):
+        calls = [tr.Call(r, op, "0", 2, nbytes, "float32", k * gaps, duration, None, None, None)
+                 for k, op in enumerate(ops)]
+        rt = tr.RankTrace(f"rank{r}.json", r, 2, "gloo", None, calls, [(-1.0, 0.0), (duration + 1, duration + 2)],
+                          (-1.0, duration + 2))
+        rt.threads = [(10, 0), (11, 1)]
+        rt.issued = {0: 0.0, 1: 0.0}
+        rt.waits = {1: (0.0, duration + 1)}
+        out.append(rt)
+    return out
+
+
+def faster(x):
+    return topo.Topology(2, 1, LINK, cost.Link("fast", 1e9 * x, 0.0, "test"))
+
+
+def test_two_flows_on_one_nic_each_take_twice_their_time_and_follow_a_faster_link():
+    # recorded: two all-reduces at once, each 2x its time alone: all of it sharing, no overhead of their own
+    report = whatif.whatif(two_at_once(2 * ALONE), [whatif.Scenario("x4", topology=faster(4))], measured=MEASURED)
+    _, identity, x4 = report["scenarios"]
+    assert identity["step_us"] == pytest.approx(2 * ALONE + 3)
+    assert x4["step_us"] == pytest.approx(2 * ALONE / 4 + 3, rel=1e-6)   # both end at 2 x (alone / 4)
+
+
+def test_the_sharing_a_trace_shows_is_not_kept_as_overhead():
+    """The rule the flow model replaced: each call priced alone plus what it measured above its model, here all
+    of the sharing (ALONE), kept at every bandwidth: x4 would give ALONE / 4 + ALONE, not 2 x ALONE / 4."""
+    report = whatif.whatif(two_at_once(2 * ALONE), [whatif.Scenario("x4", topology=faster(4))], measured=MEASURED)
+    old_rule = whatif.reprice(2 * ALONE * 1e-6, ALONE * 1e-6, ALONE / 4 * 1e-6) * 1e6
+    assert old_rule == pytest.approx(ALONE / 4 + ALONE)
+    assert report["scenarios"][2]["step_us"] < old_rule
+
+
+def test_a_call_own_overhead_stays_and_its_bytes_share():
+    # recorded 2 x ALONE + 100 us each: 100 us of its own (fixed, not shared), the rest sharing
+    report = whatif.whatif(two_at_once(2 * ALONE + 100), [whatif.Scenario("x2", topology=faster(2))], measured=MEASURED)
+    assert report["scenarios"][2]["step_us"] == pytest.approx(100 + 2 * ALONE / 2 + 3, rel=1e-6)
+
+
+def test_flows_on_separate_nics_do_not_share():
+    net = flows.Flows()
+    net.add("a", 0.0, 5.0, 100.0, [(0, 0, "out"), (1, 0, "in")])
+    net.add("b", 0.0, 5.0, 100.0, [(0, 1, "out"), (1, 1, "in")])   # each node's second NIC
+    assert [net.pop(), net.pop(), net.pop()] == [(105.0, "a"), (105.0, "b"), None]
+    two = topo.Topology(2, 2, LINK, LINK, nics_per_node=2)
+    # a group of GPU 0 of each node, one of GPU 1: their rails, NIC 0 and NIC 1 (rank // 2 = node, rank % 2 = NIC)
+    from commlib.profiling.replay.pricing import links
+    assert set(links(two, [0, 2], 2, stride=2)).isdisjoint(links(two, [1, 3], 2, stride=2))
+    assert links(two, [0, 1, 2, 3], 4) == tuple(sorted((n, j, d) for n in (0, 1) for j in (0, 1) for d in ("out", "in")))
+
+
+def test_max_min_sharing_gives_a_flow_alone_on_a_link_what_the_others_leave():
+    got = flows.shares({"a": [1], "b": [1, 2], "c": [2], "d": [2]})
+    assert got["b"] == got["c"] == got["d"] == pytest.approx(1 / 3) and got["a"] == pytest.approx(2 / 3)
+    got = flows.shares({"a": [1], "b": [1, 2]})
+    assert got == {"a": 0.5, "b": 0.5}
+    # a flow that starts halfway: the first ran alone for half its work
+    net = flows.Flows()
+    net.add("a", 0.0, 0.0, 100.0, [1])
+    net.add("b", 50.0, 0.0, 100.0, [1])
+    assert net.pop() == (150.0, "a") and net.pop() == (200.0, "b")
+
+
+def test_recorded_byte_phases_solve_the_sharing_back_from_the_ends():
+    link = [(0, "out")]
+    assert flows.phases([150.0, 200.0], [200.0, 200.0], [100.0, 100.0], [link, link]) == pytest.approx([150.0, 150.0])
+    assert flows.phases([200.0, 200.0], [300.0, 300.0], [100.0, 100.0], [link, link]) == pytest.approx([200.0, 200.0])
+
+
+def test_gloos_reduce_scatter_is_priced_as_an_all_reduce_of_its_whole_input():
+    rs = two_at_once(ALONE, ops=("reduce_scatter",))
+    for r in rs:
+        r.calls, r.threads, r.issued, r.waits = r.calls[:1], r.threads[:1], {0: 0.0}, {0: (0.0, ALONE + 1)}
+    report = whatif.whatif(rs, [whatif.Scenario("x2", topology=faster(2))], measured=MEASURED)
+    # a ring reduce-scatter moves half an all-reduce's bytes: priced so, it would be ALONE / 2 as recorded and the
+    # recorded ALONE would be overhead; as Gloo sends it, all of it is bytes, halved at twice the bandwidth
+    assert report["scenarios"][2]["step_us"] == pytest.approx(ALONE / 2 + 3, rel=1e-6)
+    assert any("reduce_scatter" in a for a in report["scenarios"][2]["assumptions"])
+
+
+def test_gloos_two_workers_are_a_fifo_queue():
+    """Three calls queued at once on a group's two workers: the third starts when the first ends (its worker's),
+    in the replay as recorded and in a scenario where the first ends sooner."""
+    calls = []
+    for r in range(2):
+        cs = [tr.Call(r, "all_reduce", "0", 2, N, "float32", s, 2 * ALONE, None, None, None)
+              for s in (0.0, 0.0, 2 * ALONE)]
+        rt = tr.RankTrace(f"rank{r}.json", r, 2, "gloo", None, cs, [(-1.0, 0.0)], (-1.0, 4 * ALONE))
+        rt.threads = [(10, 0), (11, 1), (10, 2)]
+        rt.issued = {0: 0.0, 1: 0.0, 2: 0.0}
+        calls.append(rt)
+    g = graph.build(calls)
+    assert g.ranks[0].pred == [-1, -1, 0]
+    out = graph.replay(g)
+    assert out["step_us"] == pytest.approx(4 * ALONE + 1)
