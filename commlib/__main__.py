@@ -8,7 +8,8 @@
     python -m commlib whatif TRACE... --network 4x1@80e6 [--measured-network 2x1@20e6] [--bucket-mb B] ...
     python -m commlib learner-copies OUT_DIR [NOTEBOOK ...] [--force]
     python -m commlib network up --nodes N --gpus-per-node G [--nics-per-node K] --bandwidth B | down NAME | clean
-    python -m commlib network run [--nodes N] [--gpus-per-node G] [--nics-per-node K] --bandwidth B SCRIPT [ARGS...]
+    python -m commlib network run [--nodes N] [--gpus-per-node G] [--nics-per-node K] --bandwidth B [--timeout S]
+                                  SCRIPT [ARGS...]
 
 A bad argument ends it with exit code 2 and one line naming the argument, before anything starts
 (under torchrun, printed by rank 0 only). Help and argument parsing import no torch (answers in well
@@ -192,7 +193,8 @@ def _network(args) -> int:
 
     if args.action == "run":
         try:
-            cli.check_run(args.script, args.nodes, args.gpus_per_node, args.nics_per_node, args.bandwidth)
+            cli.check_run(args.script, args.nodes, args.gpus_per_node, args.nics_per_node, args.bandwidth,
+                          args.timeout)
         except cli.UsageError as e:
             _fail(str(e))
         from commlib.network.kernel import NetworkError
@@ -200,7 +202,7 @@ def _network(args) -> int:
 
         try:
             return run(args.script, args.script_args, args.nodes, args.gpus_per_node, args.nics_per_node,
-                       args.bandwidth)
+                       args.bandwidth, timeout=args.timeout)
         except (NetworkError, OSError) as e:  # the network could not be made, or torchrun not started
             _fail(f"network run: {e}")
     if (args.name is None) == (args.action == "down"):
@@ -321,6 +323,9 @@ def _parser() -> argparse.ArgumentParser:
                                        "environment; output lines start with node and rank; exits with the job's "
                                        "status. Options go before SCRIPT; what follows SCRIPT is its own.")
     _network_shape(r, bandwidth_required=True)
+    r.add_argument("--timeout", type=_positive(float), default=None,
+                   help="stop the job after this many seconds (exit status 124, every process stopped, the network "
+                        "removed; default: no limit)")
     r.add_argument("script", help="the Python script every rank runs (as torchrun would run it)")
     r.add_argument("script_args", nargs=argparse.REMAINDER, help="the script's own arguments")
     lc = _command(sub, "learner-copies", "copies of the notebooks without the cells tagged 'solution', for learners",
