@@ -20,6 +20,9 @@ import sys
 
 from commlib.network import links, spec
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+EXAMPLE = os.path.join(ROOT, "examples", "ddp_train.py")   # the script a learner edits (torch DDP, profiled)
+
 
 def check_flags(args) -> None:
     """argparse's whatif flags: the networks parsed (args.network, args.measured_network become Specs) and the
@@ -94,8 +97,7 @@ def ask(folder: str, network: str, measured: str | None = None, timeout: float =
 
 def _commlib(argv: list, timeout: float) -> subprocess.CompletedProcess:
     """python -m commlib ARGV with this checkout's commlib first on the path."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
     return subprocess.run([sys.executable, "-m", "commlib", *argv], capture_output=True, text=True, env=env,
                           timeout=timeout)
 
@@ -118,19 +120,24 @@ def measured_step(folder: str) -> float:
 
 def check_loop(script: str, base: str, scenario: str, folder: str, args=(), timeout: float = 120.0) -> dict:
     """Record SCRIPT on network `base`, ask whatif for `scenario`, run it there -> {"base", "scenario",
-    "measured_base_s", "predicted_s", "measured_s", "error"} (error: predicted / measured - 1)."""
-    steps = {}
+    "measured_base_s", "predicted_s", "measured_s", "error" (predicted / measured - 1), "commands" (as typed)}."""
+    steps, commands = {}, []
     for name, net in (("base", base), ("scenario", scenario)):
-        done = run(script, net, os.path.join(folder, name), args, timeout)
+        where = os.path.join(folder, name)
+        s = spec.parse(net)
+        commands.append(f"python -m commlib network run --nodes {s.nodes} --gpus-per-node {s.gpus_per_node} "
+                        f"--bandwidth {net.split('@')[1]} {os.path.relpath(script, ROOT)} --traces {name}/")
+        done = run(script, net, where, args, timeout)
         if done.returncode:
             tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise RuntimeError(f"network run on {net} exited {done.returncode}: {tail}")
-        steps[name] = measured_step(os.path.join(folder, name))
+        steps[name] = measured_step(where)
         if name == "base":
-            report = ask(os.path.join(folder, "base"), scenario)
+            commands.append(f"python -m commlib whatif base/ --network {scenario}")
+            report = ask(where, scenario, timeout=timeout)
     predicted = report["scenarios"][-1]["step_us"] * 1e-6
     return {"base": base, "scenario": scenario, "measured_base_s": steps["base"], "predicted_s": predicted,
-            "measured_s": steps["scenario"], "error": predicted / steps["scenario"] - 1}
+            "measured_s": steps["scenario"], "error": predicted / steps["scenario"] - 1, "commands": commands}
 
 
 def verdict(loop: dict, tolerance: float = 0.10) -> str:
