@@ -94,3 +94,12 @@ def test_traces_without_a_network_need_measured_network_and_its_ranks_must_match
     assert code == 2 and "has 4 ranks; the traces are of a 2-rank job" in err, err
     code, out, err = whatif(capsys, folder, "--network", "4x1@80e6", "--measured-network", "2x1@20e6", "--json")
     assert code == 0 and json.loads(out)["measured_on"].startswith("network 2x1x1@2e+07"), err
+
+
+def test_the_loops_verdict_is_computed_from_the_numbers():
+    from commlib.profiling.jobs.network_whatif import verdict
+
+    loop = {"base": "2x1@20e6", "scenario": "2x1@60e6", "predicted_s": 0.0274, "measured_s": 0.0252}
+    assert verdict(loop | {"error": 0.0274 / 0.0252 - 1}) == (
+        "2x1@20e6 -> 2x1@60e6: whatif predicted 27.4 ms per step, the run measured 25.2 ms (+9%): within 10%")
+    assert verdict(loop | {"error": 0.5}).endswith("(+50%): off by more than 10%")

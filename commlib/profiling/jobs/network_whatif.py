@@ -2,7 +2,7 @@
 here), and the loop that checks it: record a script under `network run`, ask whatif, run the scenario, compare.
 
     report = ask("traces/", "4x1@80e6")                          # the CLI's code path -> its --json report
-    loop = check_loop("examples/ddp_train.py", "2x1@20e6", "2x1@60e6", "/tmp/w")   # predicted vs measured
+    loop = record_predict_run("examples/ddp_train.py", "2x1@20e6", "2x1@60e6", "/tmp/w")   # predicted vs measured
 
 The measured network: --measured-network, else the one the traces name (their "commlib_network", which
 `network run` puts in each rank's environment and spec.record writes into the trace). A --measured-network that
@@ -118,7 +118,7 @@ def measured_step(folder: str) -> float:
     return whatif(folder, [])["scenarios"][0]["step_us"] * 1e-6
 
 
-def check_loop(script: str, base: str, scenario: str, folder: str, args=(), timeout: float = 120.0) -> dict:
+def record_predict_run(script: str, base: str, scenario: str, folder: str, args=(), timeout: float = 120.0) -> dict:
     """Record SCRIPT on network `base`, ask whatif for `scenario`, run it there -> {"base", "scenario",
     "measured_base_s", "predicted_s", "measured_s", "error" (predicted / measured - 1), "commands" (as typed)}."""
     steps, commands = {}, []
