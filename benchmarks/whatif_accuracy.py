@@ -46,11 +46,9 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
     """The three jobs (module docstring) on a network of `kind` -> {"fit", "gamma", "rows": [{job, scenario,
     predicted_s, measured_s, error}]}. kind "paced": the same runs with every run() inside the pacer's emulate()
     (Network(kind="paced")): only commlib's messages are paced, so torch DDP's and FSDP2's are not."""
-    import dataclasses
-
     from commlib import bench, cost
-    from commlib import topology as topo
-    from commlib.network import Network
+    from commlib.network import Network, links
+    from commlib.network.spec import Spec
     from commlib.network.calibrate import calibrate
     from commlib.profiling.replay import whatif as wi
 
@@ -65,9 +63,12 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
     with cl.Cluster(2, network=net, timeout=600, preload=pre) as small:
         alpha, beta = small.run(ej.fit_nic, bandwidth, 0.0, pace=False)[0]   # the calibration: no trace involved
         gamma = bench.measure_gamma()
-        nic = cost.Link("kernel NIC (fitted alpha)", bandwidth, alpha, "commlib.network kernel; alpha from fit_nic")
-        measured = topo.Topology(2, 1, nic, nic)
-        at = lambda f: dataclasses.replace(measured, inter=dataclasses.replace(nic, bandwidth=bandwidth * f))  # noqa: E731
+        # the links as `whatif --network` prices them (commlib.network.links), at the configured rate as the
+        # committed figures were (payload=False), with this run's own alpha
+        priced = lambda *shape, f=1.0, inside=None: links.topology(  # noqa: E731
+            Spec(*shape, bandwidth=bandwidth * f, kind=kind), alpha, inside, payload=False)
+        measured = priced(2, 1)
+        at = lambda f: priced(2, 1, f=f)  # noqa: E731
         if shapes:  # the link inside a node, fitted by a calibration run of its own on a 2 x 2 network
             with cl.Cluster(4, network=Network(2, 2, 1, bandwidth=bandwidth, kind=kind, quiet=True)) as c:
                 cal = calibrate(c)
@@ -79,7 +80,7 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
             scenarios = [wi.Scenario(f"x{f:g} bandwidth", topology=at(f)) for f in factors]
             scenarios += [wi.Scenario("4 nodes", nodes=4)] + [wi.Scenario(f"{b:g} MiB buckets", bucket_mb=b) for b in mine]
             scenarios += [wi.Scenario(f"2 GPUs/node, {k} NIC(s)", nodes=2, gpus_per_node=2,
-                                      topology=topo.Topology(2, 2, intra, nic, k)) for k in shapes]
+                                      topology=priced(2, 2, k, inside=intra)) for k in shapes]
             try:
                 report = wi.whatif(f"{folder}/{job}", scenarios, measured=measured, gamma=gamma, steps=recorded)
                 refused = {}

@@ -5,9 +5,11 @@
     python -m commlib diagnose TRACE... [--hardware PRESET] [--json] [--max-bytes 4G]   # per-rank traces
     python -m commlib whatif TRACE... --hardware PRESET [--nodes N] [--gpus-per-node G] [--algorithm A]
                                       [--bucket-mb B] [--compress R] [--measured-on PRESET] [--json]
+    python -m commlib whatif TRACE... --network 4x1@80e6 [--measured-network 2x1@20e6] [--bucket-mb B] ...
     python -m commlib learner-copies OUT_DIR [NOTEBOOK ...] [--force]
     python -m commlib network up --nodes N --gpus-per-node G [--nics-per-node K] --bandwidth B | down NAME | clean
-    python -m commlib network run [--nodes N] [--gpus-per-node G] [--nics-per-node K] --bandwidth B SCRIPT [ARGS...]
+    python -m commlib network run [--nodes N] [--gpus-per-node G] [--nics-per-node K] --bandwidth B [--timeout S]
+                                  SCRIPT [ARGS...]
 
 A bad argument ends it with exit code 2 and one line naming the argument, before anything starts
 (under torchrun, printed by rank 0 only). Help and argument parsing import no torch (answers in well
@@ -161,19 +163,29 @@ def _diagnose(args) -> int:
 
 
 def _whatif(args) -> int:
-    from commlib.profiling.traces import TraceError
+    from commlib.profiling.jobs import network_whatif as nw
+    from commlib.profiling.traces import TraceError, load
     from commlib.profiling.replay.whatif import scenario_from_args, whatif
     from commlib.profiling.report.whatif import format_report, json_report
 
-    scenario = scenario_from_args(args.hardware, args.nodes, args.gpus_per_node, args.algorithm, args.bucket_mb,
-                                  args.compress)
     try:
+        nw.check_flags(args)   # before any trace is read
+        ranks = load(args.traces, args.max_bytes)
+        measured, scenario = nw.measured_and_scenario(args, ranks)
+        scenario = scenario or scenario_from_args(args.hardware, args.nodes, args.gpus_per_node, args.algorithm,
+                                                  args.bucket_mb, args.compress)
         codec = args.codec_ns_per_byte * 1e-9 if args.codec_ns_per_byte is not None else None
-        report = whatif(args.traces, [scenario], measured=args.measured_on, codec=codec, max_bytes=args.max_bytes)
+        report = whatif(ranks, [scenario], measured=measured, codec=codec)
     except (TraceError, ValueError) as e:
         _fail(f"whatif: {e}")
     print(json.dumps(json_report(report), allow_nan=False) if args.json else format_report(report))
     return 0
+
+
+def _links_help() -> str:
+    from commlib.network.links import describe   # no torch: numbers and a sentence
+
+    return describe()
 
 
 def _network(args) -> int:
@@ -181,7 +193,8 @@ def _network(args) -> int:
 
     if args.action == "run":
         try:
-            cli.check_run(args.script, args.nodes, args.gpus_per_node, args.nics_per_node, args.bandwidth)
+            cli.check_run(args.script, args.nodes, args.gpus_per_node, args.nics_per_node, args.bandwidth,
+                          args.timeout)
         except cli.UsageError as e:
             _fail(str(e))
         from commlib.network.kernel import NetworkError
@@ -189,7 +202,7 @@ def _network(args) -> int:
 
         try:
             return run(args.script, args.script_args, args.nodes, args.gpus_per_node, args.nics_per_node,
-                       args.bandwidth)
+                       args.bandwidth, timeout=args.timeout)
         except (NetworkError, OSError) as e:  # the network could not be made, or torchrun not started
             _fail(f"network run: {e}")
     if (args.name is None) == (args.action == "down"):
@@ -267,9 +280,17 @@ def _parser() -> argparse.ArgumentParser:
                                 "other buckets or algorithms, compressed gradients",
                  "python -m commlib whatif traces/ --hardware dgx_h100 --nodes 8 --bucket-mb 50")
     w.add_argument("traces", nargs="+", help="trace files (.json, .json.gz), one per rank, or folders of them")
-    w.add_argument("--hardware", required=True, choices=tuple(_presets()), help="the machine to replay the job on")
+    w.add_argument("--hardware", default=None, choices=tuple(_presets()),
+                   help="the machine to replay the job on (or --network)")
     w.add_argument("--measured-on", default=None, choices=tuple(_presets()),
-                   help="the machine the traces ran on (default: inferred from the GPU named in them)")
+                   help="the machine the traces ran on (default: the emulated network the traces name, else "
+                        "inferred from the GPU named in them)")
+    w.add_argument("--network", default=None, metavar="NODESxGPUS[xNICS]@BYTES_PER_S",
+                   help="replay the job on the course's emulated network of this shape and NIC rate, e.g. 4x1@80e6 "
+                        "(instead of --hardware, --nodes, --gpus-per-node); " + _links_help())
+    w.add_argument("--measured-network", default=None, metavar="NODESxGPUS[xNICS]@BYTES_PER_S",
+                   help="the emulated network the traces ran on, e.g. 2x1@20e6 (default: the one the traces name, "
+                        "as `network run` records it; one that differs from theirs is refused)")
     w.add_argument("--nodes", type=_positive(int), default=None, help="nodes of the new job (default: as many as "
                                                                       "the traced ranks fill)")
     w.add_argument("--gpus-per-node", type=_positive(int), default=None, help="GPUs per node (default: the preset's)")
@@ -302,6 +323,9 @@ def _parser() -> argparse.ArgumentParser:
                                        "environment; output lines start with node and rank; exits with the job's "
                                        "status. Options go before SCRIPT; what follows SCRIPT is its own.")
     _network_shape(r, bandwidth_required=True)
+    r.add_argument("--timeout", type=_positive(float), default=None,
+                   help="stop the job after this many seconds (exit status 124, every process stopped, the network "
+                        "removed; default: no limit)")
     r.add_argument("script", help="the Python script every rank runs (as torchrun would run it)")
     r.add_argument("script_args", nargs=argparse.REMAINDER, help="the script's own arguments")
     lc = _command(sub, "learner-copies", "copies of the notebooks without the cells tagged 'solution', for learners",

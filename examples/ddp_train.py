@@ -28,7 +28,10 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=4, help="linear layers (default 4)")
     ap.add_argument("--batch", type=int, default=32, help="samples per rank per step (default 32)")
     ap.add_argument("--bucket-mb", type=float, default=25.0, help="DDP's bucket_cap_mb (default 25)")
+    ap.add_argument("--steps", type=int, default=2, help="training steps recorded, after 1 warm-up (default 2)")
     args = ap.parse_args()
+    if args.steps < 1:
+        ap.error(f"argument --steps: must be at least 1, got {args.steps}")
 
     dist.init_process_group("gloo")            # torchrun's variables; Gloo: the emulated nodes talk TCP
     torch.set_num_threads(1)                   # the ranks share the machine's cores
@@ -51,10 +54,10 @@ def main() -> None:
     os.makedirs(args.traces, exist_ok=True)
     path = os.path.join(args.traces, f"rank{rank}.json")
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
-                 schedule=schedule(wait=0, warmup=1, active=2, repeat=1),   # 1 warm-up step, 2 recorded, once
-                 on_trace_ready=lambda p: p.export_chrome_trace(path)) as prof:
+                 schedule=schedule(wait=0, warmup=1, active=args.steps, repeat=1),   # 1 warm-up step, then
+                 on_trace_ready=lambda p: p.export_chrome_trace(path)) as prof:      # --steps recorded, once
         spec.record(prof)                      # the network (COMMLIB_NETWORK) into the trace, if there is one
-        for step in range(3):                  # warm-up + active steps: the trace is written as the last ends
+        for step in range(1 + args.steps):     # warm-up + active steps: the trace is written as the last ends
             loss = train_step()
             prof.step()
     print(f"step {step}: loss {loss:.4f}; trace {path}", flush=True)

@@ -51,9 +51,9 @@ time.sleep(300)
 """
 
 
-def network_run(script, *args, nodes=2, wait=True):
+def network_run(script, *args, nodes=2, wait=True, options=()):
     cmd = [sys.executable, "-m", "commlib", "network", "run", "--nodes", str(nodes), "--bandwidth", "50e6",
-           str(script), *args]
+           *options, str(script), *args]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=os.environ | {"PYTHONPATH": str(ROOT)})
     if not wait:
@@ -113,6 +113,20 @@ def test_a_missing_script_is_one_line_and_exit_2():
     code, out, err, pid = network_run("no/such/script.py")
     assert code == 2 and out == "" and err.strip().splitlines() == [
         "python -m commlib: error: network run: SCRIPT 'no/such/script.py' is not a file"]
+
+
+def test_timeout_stops_the_job_in_one_line_with_status_124_and_leaves_nothing(tmp_path):
+    script = tmp_path / "sleep.py"
+    script.write_text("import time\nprint('ready', flush=True)\ntime.sleep(300)\n")
+    t0 = time.monotonic()
+    code, out, err, pid = network_run(script, options=("--timeout", "3"))
+    assert code == 124 and time.monotonic() - t0 < 30, (code, err)
+    assert our_lines(err)[-1] == ("network run: --timeout 3 s passed with 2 of 2 node(s) still running: stopping "
+                                  "every process and removing the network"), err
+    assert left_behind(pid, str(script)) == ([], [])
+    code, out, err, pid = network_run(script, options=("--timeout", "1e9"))
+    assert code == 2 and err.strip().splitlines() == [
+        "python -m commlib: error: network run: --timeout must be seconds in (0, 604800], got 1e+09"]
 
 
 def test_ctrl_c_stops_every_process_and_removes_the_network(tmp_path):

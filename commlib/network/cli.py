@@ -35,8 +35,14 @@ def _check(action: str, nodes: int, gpus_per_node: int, nics_per_node: int, band
         raise UsageError(f"network {action}: {why}")
 
 
-def check_run(script: str, nodes: int, gpus_per_node: int, nics_per_node: int, bandwidth: float) -> None:
+MAX_TIMEOUT_S = 7 * 86400.0   # a week: a bound that catches a timeout given in ms, and no job of this course's
+
+
+def check_run(script: str, nodes: int, gpus_per_node: int, nics_per_node: int, bandwidth: float,
+              timeout: float | None = None) -> None:
     """`network run`'s arguments, before anything is made: the script exists, the network can be built."""
+    if timeout is not None and not (0 < timeout <= MAX_TIMEOUT_S):   # NaN too
+        raise UsageError(f"network run: --timeout must be seconds in (0, {MAX_TIMEOUT_S:.0f}], got {timeout:g}")
     if not os.path.isfile(script):
         raise UsageError(f"network run: SCRIPT {script!r} is not a file")
     _check("run", nodes, gpus_per_node, nics_per_node, bandwidth)

@@ -8,7 +8,8 @@ started inside its node's first GPU namespace; each of its ranks moves into its 
 (commlib.network.rank) and finds COMMLIB_NETWORK (commlib.network.spec) in its environment. Every output line
 starts with its node and rank (torchrun's own lines with the node). The exit status is the job's: 0, or the
 exit code of the first rank that failed, named in one line as soon as its torchrun reports it; the other
-nodes are then stopped. Ctrl-C or SIGTERM stop every process (torchrun, then its ranks, which die with it)
+nodes are then stopped; or 124 past `timeout` seconds (every process stopped, one line says so). Ctrl-C or
+SIGTERM stop every process (torchrun, then its ranks, which die with it)
 and remove the network; so does a SIGKILL of this process (the torchruns die with it, and the next start or
 `network clean` removes its network).
 """
@@ -129,10 +130,14 @@ def _stop(procs: list) -> None:
             p.wait()
 
 
+TIMED_OUT = 124                         # the exit status when --timeout passed (as coreutils' timeout(1))
+
+
 def run(script: str, args: list[str], nodes: int, gpus_per_node: int, nics_per_node: int, bandwidth: float,
-        out=None, err=None) -> int:
-    """Run SCRIPT ARGS as a torchrun job on a kernel network built for it -> the job's exit status. The caller
-    has checked the arguments (cli.check_run); nothing of the network is left when this returns."""
+        out=None, err=None, timeout: float | None = None) -> int:
+    """Run SCRIPT ARGS as a torchrun job on a kernel network built for it -> the job's exit status (TIMED_OUT
+    when it ran past `timeout` seconds, counted from the start of the network: then stopped as on Ctrl-C). The
+    caller has checked the arguments (cli.check_run); nothing of the network is left when this returns."""
     out, err = out or sys.stdout, err or sys.stderr
     net = Network(nodes, gpus_per_node, nics_per_node, bandwidth=bandwidth, kind="kernel", quiet=True)
     tmp = tempfile.mkdtemp(prefix="commlib-network-run-")
@@ -150,6 +155,7 @@ def run(script: str, args: list[str], nodes: int, gpus_per_node: int, nics_per_n
     for s in previous:
         signal.signal(s, interrupted)
     status = 0
+    deadline = None if timeout is None else time.monotonic() + timeout
     try:
         net.up()
         err.write(f"network run: {net.summary()}; {net.world_size} rank(s) of {script}\n")
@@ -183,6 +189,11 @@ def run(script: str, args: list[str], nodes: int, gpus_per_node: int, nics_per_n
                 status = code if code not in (None, 0) else codes[failed[0]]
                 break
             if all(c == 0 for c in codes):
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                last = (f"network run: --timeout {timeout:g} s passed with {codes.count(None)} of {len(procs)} "
+                        "node(s) still running: stopping every process and removing the network")
+                status = TIMED_OUT
                 break
             time.sleep(0.05)
     except Interrupted as e:

@@ -75,6 +75,7 @@ class RankTrace:
     issued: dict = field(default_factory=dict, repr=False)    # call index -> when it was queued (us), where known
     waits: dict = field(default_factory=dict, repr=False)     # call index -> (from, to) us: the wait that needed it
     steps: list = field(default_factory=list, repr=False)     # (start, end) us of each ProfilerStep#N, in order
+    network: object = field(default=None, repr=False)         # "commlib_network" as written (network.spec), or None
     leaves: object = None     # (n, 2) the innermost compute ops (Gloo: a wait inside an op is a gap there), us
 
 
@@ -164,7 +165,7 @@ def _read(path: str, max_bytes: int) -> RankTrace:
     calls = [c if c.group_size is not None else _with_size(c, size.get(c.group), info.get("world_size"), len(groups))
              for c in calls]
     return RankTrace(path, rank, info.get("world_size"), backend, device, calls, compute, wall, job, groups, threads,
-                     copies, shards, notes, _holds(rec), assumed, issued, waits, steps,
+                     copies, shards, notes, _holds(rec), assumed, issued, waits, steps, rec.network,
                      compute if leaves is None else leaves)
 
 

@@ -107,6 +107,7 @@ class Event(msgspec.Struct, gc=False):
 class _Head(msgspec.Struct):
     distributedInfo: Any = None
     deviceProperties: Any = None
+    network: Any = msgspec.field(default=None, name="commlib_network")   # commlib.network.spec.TRACE_KEY
     traceEvents: list[Event] = []
 
 
@@ -114,6 +115,7 @@ class _Whole(msgspec.Struct):
     traceEvents: list[Event]
     distributedInfo: Any = None
     deviceProperties: Any = None
+    network: Any = msgspec.field(default=None, name="commlib_network")
 
 
 _EVENTS = msgspec.json.Decoder(list[Event])
@@ -179,6 +181,7 @@ class Records:
     path: str
     info: dict = field(default_factory=dict)        # distributedInfo ({} when missing)
     devices: list = field(default_factory=list)     # deviceProperties
+    network: Any = None                             # the emulated network it ran on (commlib.network.spec), raw
     kernels: list = field(default_factory=list)     # cat "kernel"
     copies: list = field(default_factory=list)      # cat gpu_memcpy / gpu_memset (busy, as HTA counts them)
     launches: Launches = field(default_factory=Launches)   # correlation -> (ts, tid) of the CUDA runtime call
@@ -378,7 +381,8 @@ def _read_records(path: str, max_bytes: int, deadline: float | None) -> Records:
             except msgspec.DecodeError:
                 streaming = False
                 continue
-            head = {"distributedInfo": h.distributedInfo, "deviceProperties": h.deviceProperties}
+            head = {"distributedInfo": h.distributedInfo, "deviceProperties": h.deviceProperties,
+                    "network": h.network}
             del buf[:m.end()]
             offset, streaming = m.end(), True
         if streaming:
@@ -397,6 +401,7 @@ def _read_records(path: str, max_bytes: int, deadline: float | None) -> Records:
     devices = whole.deviceProperties if whole.deviceProperties is not None else head.get("deviceProperties")
     rec.info = info if isinstance(info, dict) else {}
     rec.devices = devices if isinstance(devices, list) else []
+    rec.network = whole.network if whole.network is not None else head.get("network")
     rec.nbytes = done
     return rec
 

@@ -1,0 +1,123 @@
+"""`whatif --network` against the runs it predicts (issue 50's done-when): the example script on the kernel network.
+
+    python benchmarks/network_run_whatif.py [--bandwidth 20e6] [--steps 5] [--json benchmarks/network_run_whatif.json]
+    python benchmarks/network_run_whatif.py --quick        # CI: one base run, one scenario run, no noise floor
+
+1. Record examples/ddp_train.py (torch DDP, Gloo) with `python -m commlib network run` on 2 nodes x 1 GPU at
+   --bandwidth (its traces name the network: commlib_network).
+2. Ask `python -m commlib whatif TRACES --network N --json` (the command line itself, no --measured-network: the
+   traces say it) for x1/2 and x3 the bandwidth and 2 -> 4 nodes.
+3. Run each scenario under `network run` and measure its step as whatif measures the base: the slowest rank per
+   step, averaged over the recorded steps (whatif's "measured" row of the scenario's own traces).
+Each measured network (the base too) runs twice: the two runs' difference is the noise floor. Prints predicted,
+measured (the mean of the runs), the error and the noise, and the load at start and end. The goal: every error
+within 10%. --quick: the base and x3 once each, fewer steps (~30 s). Where the kernel network cannot be built
+(not root), it says so in one line and measures nothing.
+"""
+
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+
+from commlib.bench import arguments
+from commlib.profiling.jobs import network_whatif as nw
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "examples", "ddp_train.py")
+GOAL = 0.10
+
+
+def mb(bandwidth: float) -> str:
+    """20000000.0 -> '20e6': the network as a learner types it."""
+    return f"{bandwidth / 1e6:g}e6"
+
+
+def scenarios(bandwidth: float, quick: bool) -> dict:
+    """name -> network: the done-when's three questions (--quick: x3 only)."""
+    out = {"x1/2 bandwidth": f"2x1@{mb(bandwidth / 2)}", "x3 bandwidth": f"2x1@{mb(bandwidth * 3)}",
+           "2 -> 4 nodes": f"4x1@{mb(bandwidth)}"}
+    return {"x3 bandwidth": out["x3 bandwidth"]} if quick else out
+
+
+def steps_of(network: str, folder: str, runs: int, steps: int) -> list[float]:
+    """Run the example `runs` times on `network` -> each run's measured step (seconds)."""
+    out = []
+    for i in range(runs):
+        where = os.path.join(folder, f"{network}-{i}")
+        done = nw.run(SCRIPT, network, where, ["--steps", steps], timeout=180)
+        if done.returncode:
+            tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise SystemExit(f"network run on {network} exited {done.returncode}: {tail}")
+        out.append(nw.measured_step(where))
+    return out
+
+
+def measure(bandwidth: float, steps: int, quick: bool, folder: str) -> dict:
+    runs = 1 if quick else 2
+    base = f"2x1@{mb(bandwidth)}"
+    base_steps = steps_of(base, folder, runs, steps)
+    traces = os.path.join(folder, f"{base}-0")
+    rows = []
+    for name, network in scenarios(bandwidth, quick).items():
+        report = nw.ask(traces, network)
+        predicted = report["scenarios"][-1]["step_us"] * 1e-6
+        got = steps_of(network, folder, runs, steps)
+        mean = statistics.mean(got)
+        rows.append({"scenario": name, "network": network, "predicted_s": predicted, "measured_s": mean,
+                     "runs_s": got, "error": predicted / mean - 1,
+                     "noise": abs(got[1] / got[0] - 1) if len(got) > 1 else None})
+    return {"base": base, "base_runs_s": base_steps,
+            "base_noise": abs(base_steps[1] / base_steps[0] - 1) if len(base_steps) > 1 else None, "rows": rows,
+            "measured_on": report["measured_on"]}
+
+
+def main() -> None:
+    ap = arguments.Parser(__doc__)
+    ap.add_argument("--bandwidth", type=arguments.number(1e5, 1e9), default=20e6,
+                    help="the base network's NIC, bytes/s (default 20e6)")
+    ap.add_argument("--steps", type=arguments.integer(1, 100), default=5, help="recorded steps per run (default 5)")
+    ap.add_argument("--json", help="also write the result to this file")
+    ap.add_argument("--quick", action="store_true", help="a smoke run for CI: the base and x3 once, 2 steps")
+    a = ap.parse_args()
+    if a.json and not os.path.isdir(os.path.dirname(os.path.abspath(a.json))):
+        ap.error(f"argument --json: the folder of {a.json!r} does not exist")
+    steps = 2 if a.quick else a.steps
+    from commlib.network import available
+
+    t0, load = time.perf_counter(), os.getloadavg()[0]
+    ok, why = available()
+    print(f"{'scenario':>15} {'network':>12} {'predicted ms':>13} {'measured ms':>12} {'error':>7} {'noise':>6}")
+    if not ok:
+        print(f"kernel network: not available here ({why}): nothing measured")
+        print("every error within 10%: not measured")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        result = measure(a.bandwidth, steps, a.quick, tmp)
+    end = os.getloadavg()[0]
+    base = result["base_runs_s"]
+    noise = f"{result['base_noise']:>6.1%}" if result["base_noise"] is not None else f"{'-':>6}"
+    print(f"{'base':>15} {result['base']:>12} {'':>13} {statistics.mean(base) * 1e3:>12.1f} {'':>7} {noise}")
+    for r in result["rows"]:
+        noise = f"{r['noise']:>6.1%}" if r["noise"] is not None else f"{'-':>6}"
+        print(f"{r['scenario']:>15} {r['network']:>12} {r['predicted_s'] * 1e3:>13.1f} {r['measured_s'] * 1e3:>12.1f} "
+              f"{r['error']:>+7.1%} {noise}")
+    worst = max(abs(r["error"]) for r in result["rows"])
+    print(f"every error within {GOAL:.0%}: {'yes' if worst <= GOAL else 'no'} (worst {worst:.1%}); "
+          f"{platform.machine()}, {os.cpu_count()} CPUs, load {load:.2f} -> {end:.2f}, {steps} steps per run, "
+          f"{time.perf_counter() - t0:.0f} s")
+    if a.json:
+        out = result | {"worst_error": worst, "goal": GOAL, "steps": steps, "bandwidth": a.bandwidth,
+                        "load": [load, end], "cpus": os.cpu_count(), "machine": platform.machine(),
+                        "seconds": time.perf_counter() - t0,
+                        "command": f"python benchmarks/network_run_whatif.py --bandwidth {a.bandwidth:g} "
+                                   f"--steps {a.steps}" + (" --quick" if a.quick else "")}
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""The emulated network as the cost model prices it: a Spec (commlib.network.spec) -> topology.Topology, the
+links fitted as benchmarks/whatif_accuracy.py --network kernel fits them. `python -m commlib whatif
+--measured-network/--network` and that benchmark build their topologies here.
+
+    t = topology(parse("2x1@20e6"))          # inter: one NIC; intra: the GPUs of a node
+    t = topology(s, alpha=fitted_alpha)       # a fresh calibration's alpha instead of the committed one
+
+inter-node link (per NIC and direction): bandwidth = the kernel NIC's payload rate, spec.bandwidth x
+kernel.PAYLOAD_FRACTION (1448 of the 1514 bytes HTB charges per full TCP segment; the pacer paces payload: x 1);
+latency = ALPHA_S + spec.latency. ALPHA_S is the per-message cost fit_nic (commlib.profiling.jobs.emulated_job)
+fitted to commlib's ring all-reduce on the kernel network (2 nodes x 1 GPU, 10 MB/s; 4 KiB to 1 MiB, 7 repeats):
+benchmarks/whatif_accuracy_kernel.json "fit"[0], 3.18 ms (load 5.2). It holds Gloo/TCP's software cost per
+message and the slow start of each burst, not the wire's latency (the kernel network adds none).
+in-node link (NVLink's stand-in, an unshaped bridge): INTRA, fitted by commlib.network.calibrate's point-to-point
+sweep inside a node of a 2 x 2 kernel network: the same JSON's "intra", 682 MB/s and 315 us.
+"""
+
+from __future__ import annotations
+
+from commlib import cost
+from commlib import topology as topo
+from commlib.network.kernel import PAYLOAD_FRACTION
+from commlib.network.spec import Spec
+
+SOURCE = "benchmarks/whatif_accuracy_kernel.json"
+ALPHA_S = 3.1777e-3                 # s per message: SOURCE "fit"[0] (fit_nic, kernel network, 10 MB/s)
+INTRA = (681.7e6, 315.4e-6)          # bytes/s, s: SOURCE "intra" (network.calibrate, inside a node of 2 x 2)
+
+
+def payload_bandwidth(spec: Spec) -> float:
+    """Bytes/s of payload one NIC moves per direction: HTB charges each segment's headers (kernel network)."""
+    return spec.bandwidth * (PAYLOAD_FRACTION if spec.kind == "kernel" else 1.0)
+
+
+def topology(spec: Spec, alpha: float = ALPHA_S, intra: cost.Link | None = None,
+             payload: bool = True) -> topo.Topology:
+    """spec's nodes, GPUs and NICs with the fitted links (module docstring). alpha: s per message of the NIC
+    (spec.latency is added); intra: the in-node link (default INTRA); payload=False prices the configured rate
+    (benchmarks/whatif_accuracy.py's committed figures did)."""
+    if not isinstance(spec, Spec):
+        raise TypeError(f"spec must be a commlib.network.spec.Spec, got {type(spec).__name__}")
+    rate = payload_bandwidth(spec) if payload else spec.bandwidth
+    nic = cost.Link(f"emulated NIC {rate / 1e6:.4g} MB/s", rate, alpha + spec.latency,
+                    f"commlib.network {spec.kind}: payload rate; alpha {alpha * 1e3:.2f} ms ({SOURCE} unless given)")
+    if intra is None:
+        intra = cost.Link("inside a node (fitted)", INTRA[0], INTRA[1], f"commlib.network.calibrate ({SOURCE})")
+    return topo.Topology(spec.nodes, spec.gpus_per_node, intra if spec.gpus_per_node > 1 else nic, nic,
+                         spec.nics_per_node, name=f"network {spec}")
+
+
+def describe() -> str:
+    """How the links are fitted, in one sentence (for --help)."""
+    return (f"links: each NIC at its payload rate (bandwidth x {PAYLOAD_FRACTION:.3f}: HTB charges TCP/IP headers), "
+            f"alpha {ALPHA_S * 1e3:.2f} ms per message (fit_nic's calibration run of commlib's ring on the kernel "
+            f"network, {SOURCE}); inside a node {INTRA[0] / 1e6:.0f} MB/s, {INTRA[1] * 1e6:.0f} us "
+            "(network.calibrate)")

@@ -1,0 +1,148 @@
+"""What-if on the emulated cluster: `python -m commlib whatif --measured-network/--network` (its flags, checked
+here), and the loop that checks it: record a script under `network run`, ask whatif, run the scenario, compare.
+
+    report = ask("traces/", "4x1@80e6")                          # the CLI's code path -> its --json report
+    loop = record_predict_run("examples/ddp_train.py", "2x1@20e6", "2x1@60e6", "/tmp/w")   # predicted vs measured
+
+The measured network: --measured-network, else the one the traces name (their "commlib_network", which
+`network run` puts in each rank's environment and spec.record writes into the trace). A --measured-network that
+differs from the traces' own is refused, not obeyed: the traces know what they ran on, and a typo would silently
+shift every prediction. Both networks are priced by commlib.network.links (the links fitted as
+benchmarks/whatif_accuracy.py fits them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from commlib.network import links, spec
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+EXAMPLE = os.path.join(ROOT, "examples", "ddp_train.py")   # the script a learner edits (torch DDP, profiled)
+
+
+def check_flags(args) -> None:
+    """argparse's whatif flags: the networks parsed (args.network, args.measured_network become Specs) and the
+    combinations that contradict each other refused -> ValueError, one line naming the flag."""
+    for flag in ("measured_network", "network"):
+        text, name = getattr(args, flag), "--" + flag.replace("_", "-")
+        if text is None or isinstance(text, spec.Spec):
+            continue
+        s = spec.parse(text, name)
+        if s.nics_per_node > s.gpus_per_node:   # as Network refuses it: GPU i rides NIC i mod k
+            raise ValueError(f"{name}: {s.nics_per_node} NICs per node is more than its {s.gpus_per_node} GPU(s) "
+                             "per node use (GPU i rides NIC i mod k)")
+        setattr(args, flag, s)
+    if args.network is not None:
+        clash = [f for f, v in (("--hardware", args.hardware), ("--nodes", args.nodes),
+                                ("--gpus-per-node", args.gpus_per_node)) if v is not None]
+        if clash:
+            raise ValueError(f"--network gives the new job's links and shape: leave out {' and '.join(clash)}")
+    elif args.hardware is None:
+        raise ValueError("give the machine to replay the job on: --hardware PRESET, or --network "
+                         "NODESxGPUS[xNICS]@BYTES_PER_S")
+    if args.measured_network is not None and args.measured_on is not None:
+        raise ValueError("--measured-on and --measured-network both say what the traces ran on: give one")
+
+
+def traced(ranks) -> spec.Spec | None:
+    """The network the traces say they ran on (None where they do not); ValueError where they disagree."""
+    said = {spec.from_trace({spec.TRACE_KEY: r.network}) for r in ranks}
+    if len(said) > 1:
+        raise ValueError("the traces say they ran on different networks: "
+                         + ", ".join(sorted(str(s) if s else "none" for s in said)))
+    return said.pop() if said else None
+
+
+def measured_and_scenario(args, ranks):
+    """(measured: a Topology or args.measured_on, the --network Scenario or None) for checked args."""
+    from commlib.profiling.replay.whatif import Scenario
+
+    own = traced(ranks)
+    given = args.measured_network
+    if given is not None and own is not None and given != own:
+        raise ValueError(f"--measured-network {given} is not the network the traces say they ran on ({own}, "
+                         "their commlib_network): leave --measured-network out")
+    m_spec = None if args.measured_on is not None else given or own
+    world = ranks[0].world_size or len(ranks)
+    if m_spec is not None and m_spec.world_size != world:
+        raise ValueError(f"--measured-network {m_spec} has {m_spec.world_size} ranks; the traces are of a "
+                         f"{world}-rank job")
+    if m_spec is None and args.measured_on is None and args.network is not None:
+        raise ValueError("the traces do not say which emulated network they ran on (no commlib_network in them): "
+                         "give --measured-network NODESxGPUS[xNICS]@BYTES_PER_S")
+    measured = links.topology(m_spec) if m_spec is not None else args.measured_on
+    new = args.network
+    if new is None:
+        return measured, None
+    shape = m_spec is None or (new.nodes, new.gpus_per_node) != (m_spec.nodes, m_spec.gpus_per_node)
+    return measured, Scenario(f"network {new}", topology=links.topology(new), nodes=new.nodes if shape else None,
+                              gpus_per_node=new.gpus_per_node if shape else None, algorithm=args.algorithm,
+                              bucket_mb=args.bucket_mb, compress=args.compress)
+
+
+# ------------------------------------------------------------------------------------------- the loop
+def ask(folder: str, network: str, measured: str | None = None, timeout: float = 120.0) -> dict:
+    """`python -m commlib whatif FOLDER --network NETWORK [--measured-network M] --json` -> its JSON report;
+    ValueError with the command's one line where it refused."""
+    argv = ["whatif", folder, "--network", network, "--json"] + (["--measured-network", measured] if measured else [])
+    done = _commlib(argv, timeout)
+    if done.returncode:
+        raise ValueError(done.stderr.strip() or f"whatif exited {done.returncode}")
+    return json.loads(done.stdout)
+
+
+def _commlib(argv: list, timeout: float) -> subprocess.CompletedProcess:
+    """python -m commlib ARGV with this checkout's commlib first on the path."""
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
+    return subprocess.run([sys.executable, "-m", "commlib", *argv], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def run(script: str, network: str, folder: str, args=(), timeout: float = 120.0) -> subprocess.CompletedProcess:
+    """`python -m commlib network run --timeout T ... SCRIPT --traces FOLDER ARGS` -> the finished process
+    (returncode, stdout, stderr: text)."""
+    s = spec.parse(network)
+    return _commlib(["network", "run", "--nodes", str(s.nodes), "--gpus-per-node", str(s.gpus_per_node),
+                     "--nics-per-node", str(s.nics_per_node), "--bandwidth", repr(s.bandwidth), "--timeout",
+                     f"{timeout:g}", script, "--traces", folder, *map(str, args)], timeout + 30)
+
+
+def measured_step(folder: str) -> float:
+    """The step a run's traces measured (seconds): whatif's "measured" row, the slowest rank per step, averaged."""
+    from commlib.profiling.replay.whatif import whatif
+
+    return whatif(folder, [])["scenarios"][0]["step_us"] * 1e-6
+
+
+def record_predict_run(script: str, base: str, scenario: str, folder: str, args=(), timeout: float = 120.0) -> dict:
+    """Record SCRIPT on network `base`, ask whatif for `scenario`, run it there -> {"base", "scenario",
+    "measured_base_s", "predicted_s", "measured_s", "error" (predicted / measured - 1), "commands" (as typed)}."""
+    steps, commands = {}, []
+    for name, net in (("base", base), ("scenario", scenario)):
+        where = os.path.join(folder, name)
+        s = spec.parse(net)
+        commands.append(f"python -m commlib network run --nodes {s.nodes} --gpus-per-node {s.gpus_per_node} "
+                        f"--bandwidth {net.split('@')[1]} {os.path.relpath(script, ROOT)} --traces {name}/")
+        done = run(script, net, where, args, timeout)
+        if done.returncode:
+            tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError(f"network run on {net} exited {done.returncode}: {tail}")
+        steps[name] = measured_step(where)
+        if name == "base":
+            commands.append(f"python -m commlib whatif base/ --network {scenario}")
+            report = ask(where, scenario, timeout=timeout)
+    predicted = report["scenarios"][-1]["step_us"] * 1e-6
+    return {"base": base, "scenario": scenario, "measured_base_s": steps["base"], "predicted_s": predicted,
+            "measured_s": steps["scenario"], "error": predicted / steps["scenario"] - 1, "commands": commands}
+
+
+def verdict(loop: dict, tolerance: float = 0.10) -> str:
+    """One line: predicted against measured, and whether they agree within `tolerance`."""
+    ok = abs(loop["error"]) <= tolerance
+    return (f"{loop['base']} -> {loop['scenario']}: whatif predicted {loop['predicted_s'] * 1e3:.1f} ms per step, "
+            f"the run measured {loop['measured_s'] * 1e3:.1f} ms ({loop['error']:+.0%}): "
+            + (f"within {tolerance:.0%}" if ok else f"off by more than {tolerance:.0%}"))

@@ -1,0 +1,105 @@
+"""commlib.network.links and `python -m commlib whatif --network/--measured-network`: an emulated network's spec
+-> the topology whatif prices, the network the traces name as the measured default, every bad flag one line."""
+
+import json
+
+import pytest
+
+from commlib import cost
+from commlib.__main__ import main
+from commlib.network import links, spec
+from commlib.network.kernel import PAYLOAD_FRACTION
+
+
+def test_a_spec_becomes_the_topology_with_the_payload_rate_the_fitted_alpha_and_the_in_node_link():
+    t = links.topology(spec.parse("4x2x2@80e6"))
+    assert (t.nodes, t.gpus_per_node, t.nics_per_node) == (4, 2, 2)
+    assert t.inter.bandwidth == pytest.approx(80e6 * 1448 / 1514) and t.inter.latency == links.ALPHA_S
+    assert (t.intra.bandwidth, t.intra.latency) == links.INTRA
+    one = links.topology(spec.Spec(2, 1, bandwidth=20e6, latency=1e-3, kind="paced"), alpha=2e-3)
+    assert one.intra is one.inter and one.inter.bandwidth == 20e6 and one.inter.latency == pytest.approx(3e-3)
+    assert links.topology(spec.parse("2x1@20e6"), payload=False).inter.bandwidth == 20e6
+    mine = cost.Link("mine", 1e9, 1e-6)
+    assert links.topology(spec.parse("2x2@20e6"), intra=mine).intra is mine
+    assert links.payload_bandwidth(spec.parse("1x1@1e6")) == pytest.approx(1e6 * PAYLOAD_FRACTION)
+    with pytest.raises(TypeError, match="spec must be a commlib.network.spec.Spec"):
+        links.topology("2x1@20e6")
+
+
+def whatif(capsys, *args) -> tuple[int, str, str]:
+    try:
+        code = main(["whatif", *map(str, args)])
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--network", "4y1@8e7"], "--network must look like 2x1@20e6 or 4x2x2@80e6"),
+    (["--network", "4x1@abc"], "--network must look like"),
+    (["--network", "4x1@1"], "--network: bandwidth must be"),
+    (["--network", "0x1@1e7"], "--network: nodes must be"),
+    (["--network", "2x1@1e7", "--measured-network", "2x1x3@1e7"], "--measured-network: 3 NICs per node is more than its 1 GPU(s)"),
+    (["--network", "4x1@8e7", "--hardware", "dgx_h100", "--nodes", "2"], "leave out --hardware and --nodes"),
+    ([], "--hardware PRESET, or --network NODESxGPUS[xNICS]@BYTES_PER_S"),
+    (["--hardware", "dgx_h100", "--measured-on", "dgx_a100", "--measured-network", "2x1@1e7"], "give one"),
+])
+def test_bad_network_flags_are_one_line_and_exit_2_before_any_trace_is_read(capsys, args, words):
+    code, out, err = whatif(capsys, "/no/such/traces", *args)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and words in err, err
+
+
+@pytest.fixture
+def traces(tmp_path):
+    """A 2-rank Gloo job's traces; rank 0 names its network before traceEvents, rank 1 after (both are read)."""
+    from commlib.profiling.jobs import synthetic
+
+    paths = synthetic.write_job(str(tmp_path / "t"), ranks=2, events=400, form="cpu")
+
+    def name(network):
+        for i, p in enumerate(paths):
+            with open(p) as f:
+                doc = json.load(f)
+            doc.pop(spec.TRACE_KEY, None)
+            if network is not None:
+                doc = {spec.TRACE_KEY: network, **doc} if i == 0 else {**doc, spec.TRACE_KEY: network}
+            with open(p, "w") as f:
+                json.dump(doc, f)
+        return str(tmp_path / "t")
+    return name
+
+
+def test_the_traces_own_network_is_the_measured_one_and_another_is_refused(traces, capsys):
+    folder = traces(spec.parse("2x1@20e6").to_dict())
+    code, out, err = whatif(capsys, folder, "--network", "4x1@80e6", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["measured_on"].startswith("network 2x1x1@2e+07: 2 node(s) x 1")
+    assert report["scenarios"][-1]["name"] == "network 4x1x1@8e+07"
+    assert whatif(capsys, folder, "--network", "4x1@80e6", "--measured-network", "2x1@20e6", "--json")[1] == out
+    code, out, err = whatif(capsys, folder, "--network", "4x1@80e6", "--measured-network", "2x1@10e6")
+    assert code == 2 and "is not the network the traces say they ran on (2x1x1@2e+07" in err and out == "", err
+    # a faster network, same shape: the replay is faster than measured, and no scale-out is assumed
+    code, out, err = whatif(capsys, folder, "--network", "2x1@80e6", "--json")
+    rows = json.loads(out)["scenarios"]
+    assert code == 0 and rows[-1]["step_us"] < rows[0]["step_us"] and not rows[-1]["assumptions"], rows[-1]
+
+
+def test_traces_without_a_network_need_measured_network_and_its_ranks_must_match(traces, capsys):
+    folder = traces(None)
+    code, out, err = whatif(capsys, folder, "--network", "4x1@80e6")
+    assert code == 2 and "give --measured-network" in err, err
+    code, out, err = whatif(capsys, folder, "--network", "4x1@80e6", "--measured-network", "2x2@20e6")
+    assert code == 2 and "has 4 ranks; the traces are of a 2-rank job" in err, err
+    code, out, err = whatif(capsys, folder, "--network", "4x1@80e6", "--measured-network", "2x1@20e6", "--json")
+    assert code == 0 and json.loads(out)["measured_on"].startswith("network 2x1x1@2e+07"), err
+
+
+def test_the_loops_verdict_is_computed_from_the_numbers():
+    from commlib.profiling.jobs.network_whatif import verdict
+
+    loop = {"base": "2x1@20e6", "scenario": "2x1@60e6", "predicted_s": 0.0274, "measured_s": 0.0252}
+    assert verdict(loop | {"error": 0.0274 / 0.0252 - 1}) == (
+        "2x1@20e6 -> 2x1@60e6: whatif predicted 27.4 ms per step, the run measured 25.2 ms (+9%): within 10%")
+    assert verdict(loop | {"error": 0.5}).endswith("(+50%): off by more than 10%")
