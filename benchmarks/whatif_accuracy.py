@@ -14,16 +14,19 @@ Prints each scenario's predicted, measured and error, and the median |error| (th
 quiet machine). --quick (CI): fewer steps, twice the nodes predicted but not run (no 4-rank cluster), no JSON.
 The full run's --json is what chapter 9 shows.
 
---network kernel: three jobs on the kernel network (commlib.network: Linux namespaces, NICs shaped by tc HTB; no
-pacer, no latency added), 2 nodes of 1 GPU: the same BucketedDDP job, torch's DistributedDataParallel (Gloo's own
-all-reduce) and FSDP2 (fully_shard per layer). The links are fitted by separate calibration runs (fit_nic; the
-inside-a-node link by commlib.network.calibrate on a 2 x 2 network), never from the traces. Each job is recorded
-once at --bandwidth; whatif predicts bandwidth x1/4, x1/2, x2, x4 (each run after Network.set_bandwidth),
-2 -> 4 nodes (a 4-node network), 2 GPUs per node with 1 shared NIC or 2 NICs (2 x 2 networks), and, for the two
-DDP jobs, buckets of 1, 4 and 25 MiB. Rows carry job, scenario, predicted_s, measured_s and the signed error;
---quick: 2 steps, x2 and x4 only, 4 nodes predicted but not run. `--network paced --jobs three` runs the same
-pairs on the pacer (benchmarks/whatif_accuracy_paced.json): there torch DDP's and FSDP2's own collectives are
-not paced at all.
+--network kernel: four jobs on the kernel network (commlib.network: Linux namespaces, NICs shaped by tc HTB; no
+pacer, no latency added): on 2 nodes of 1 GPU the same BucketedDDP job, torch's DistributedDataParallel (Gloo's
+own all-reduce) and FSDP2 (fully_shard per layer); torch DDP on 2 nodes of 2 GPUs. The links are those of
+commlib.network.links (the NIC at its payload rate), with alpha fitted by a separate calibration run (fit_nic
+over the sizes the jobs send; the inside-a-node link by commlib.network.calibrate on a 2 x 2 network), never
+from the traces. Each job is recorded once at --bandwidth; whatif predicts bandwidth x1/4, x1/2, x2, x4 (each run
+after Network.set_bandwidth), 2 -> 4 nodes (a 4-node network), 2 GPUs per node with 1 shared NIC or 2 NICs
+(2 x 2 networks), and, for the two DDP jobs, buckets of 1, 4 and 25 MiB; the 2 x 2 job x1/2, x2, 2 NICs per node
+and 4 MiB buckets. Every measured scenario (and the recorded job's own step) is run twice: its row's
+measured_s is their mean, its noise their spread over the mean (the noise floor). Rows carry job, scenario,
+predicted_s, measured_s, the signed error, runs_s and noise. --quick (CI, about a minute): torch DDP and FSDP2,
+2 steps, x1/2 and x2, each run once. `--network paced --jobs three` runs the same pairs on the pacer
+(benchmarks/whatif_accuracy_paced.json): there torch DDP's and FSDP2's own collectives are not paced at all.
 """
 
 import statistics
@@ -40,12 +43,14 @@ from commlib.bench import arguments
 from commlib.profiling.jobs import emulated_job as ej
 
 KERNEL_BANDWIDTH = 10e6  # bytes/s: x4 stays far below what 2 loaded cores move over a veth (>100 MB/s)
+FIT_SIZES = (128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20)   # fit_nic's sweep: the sizes the jobs send
 
 
 def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kernel") -> dict:
-    """The three jobs (module docstring) on a network of `kind` -> {"fit", "gamma", "rows": [{job, scenario,
-    predicted_s, measured_s, error}]}. kind "paced": the same runs with every run() inside the pacer's emulate()
-    (Network(kind="paced")): only commlib's messages are paced, so torch DDP's and FSDP2's are not."""
+    """The jobs (module docstring) on a network of `kind` -> {"fit", "gamma", "intra", "rows": [{job, scenario,
+    predicted_s, measured_s, error, runs_s, noise}]}: measured_s is the mean of the runs (two of every measured
+    scenario, the recorded one's base included), noise their spread (max - min) over the mean. kind "paced": the
+    same runs with every run() inside the pacer's emulate(): only commlib's messages are paced there."""
     from commlib import bench, cost
     from commlib.network import Network, links
     from commlib.network.spec import Spec
@@ -53,73 +58,100 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
     from commlib.profiling.replay import whatif as wi
 
     steps, recorded = (2, 1) if quick else (ej.STEPS, ej.RECORDED)
-    factors = (2.0, 4.0) if quick else (0.25, 0.5, 2.0, 4.0)
+    factors = (0.5, 2.0) if quick else (0.25, 0.5, 2.0, 4.0)
     buckets = () if quick else (1.0, 4.0, 25.0)
     shapes = () if quick else (1, 2)   # 2 GPUs per node sharing 1 NIC, or with a NIC each
+    jobs = ("torch_ddp", "fsdp2") if quick else ej.JOBS
+    repeats = 1 if quick else 2
     kw = {"steps": steps, "recorded": recorded, "pace": False, "latency": 0.0}
     pre = ("torch.distributed.fsdp",)
     net = Network(2, 1, bandwidth=bandwidth, kind=kind, quiet=True)
-    plans, intra, notes = {}, None, {}
+    plans, intra, notes, runs = {}, None, {}, {}
+
+    def twice(c, job, name, **more):   # a measured scenario, run `repeats` times
+        runs.setdefault(job, {})[name] = [ej.job_step(c.run(ej.train, f"{folder}/{job}-run", job=job, **kw, **more))
+                                          for _ in range(repeats)]
+
     with cl.Cluster(2, network=net, timeout=600, preload=pre) as small:
-        alpha, beta = small.run(ej.fit_nic, bandwidth, 0.0, pace=False)[0]   # the calibration: no trace involved
+        # the calibration (no trace involved): commlib's ring over the sizes the jobs send (256 KiB shards to 2 MiB)
+        alpha, beta = small.run(ej.fit_nic, bandwidth, 0.0, sizes=FIT_SIZES, pace=False)[0]
         gamma = bench.measure_gamma()
-        # the links as `whatif --network` prices them (commlib.network.links), at the configured rate as the
-        # committed figures were (payload=False), with this run's own alpha
+        # the links as `whatif --network` prices them (commlib.network.links: the NIC at its payload rate), with
+        # this run's own alpha
         priced = lambda *shape, f=1.0, inside=None: links.topology(  # noqa: E731
-            Spec(*shape, bandwidth=bandwidth * f, kind=kind), alpha, inside, payload=False)
+            Spec(*shape, bandwidth=bandwidth * f, kind=kind), alpha, inside)
         measured = priced(2, 1)
-        at = lambda f: priced(2, 1, f=f)  # noqa: E731
         if shapes:  # the link inside a node, fitted by a calibration run of its own on a 2 x 2 network
             with cl.Cluster(4, network=Network(2, 2, 1, bandwidth=bandwidth, kind=kind, quiet=True)) as c:
                 cal = calibrate(c)
             a_in, b_in = cost.fit_alpha_beta(cal["sizes"], cal["inside_s"])
             intra = cost.Link("inside a node (fitted)", 1 / b_in, a_in, "commlib.network.calibrate")
-        for job in ej.JOBS:
-            base = small.run(ej.train, f"{folder}/{job}", bandwidth=bandwidth, job=job, **kw)
+        for job in jobs:
+            small.run(ej.train, f"{folder}/{job}", bandwidth=bandwidth, job=job, **kw)   # the recording
             mine = buckets if job != "fsdp2" else ()
-            scenarios = [wi.Scenario(f"x{f:g} bandwidth", topology=at(f)) for f in factors]
+            scenarios = [wi.Scenario(f"x{f:g} bandwidth", topology=priced(2, 1, f=f)) for f in factors]
             scenarios += [wi.Scenario("4 nodes", nodes=4)] + [wi.Scenario(f"{b:g} MiB buckets", bucket_mb=b) for b in mine]
             scenarios += [wi.Scenario(f"2 GPUs/node, {k} NIC(s)", nodes=2, gpus_per_node=2,
                                       topology=priced(2, 2, k, inside=intra)) for k in shapes]
-            try:
-                report = wi.whatif(f"{folder}/{job}", scenarios, measured=measured, gamma=gamma, steps=recorded)
-                refused = {}
-            except ValueError as e:   # e.g. buckets that cannot be regrouped: those rows say why, the rest stand
-                refused = {sc.name: str(e) for sc in scenarios if sc.bucket_mb is not None}
-                report = wi.whatif(f"{folder}/{job}", [sc for sc in scenarios if sc.name not in refused],
-                                   measured=measured, gamma=gamma, steps=recorded)
-            plans[job] = {s["name"]: s["step_us"] * 1e-6 for s in report["scenarios"]} | dict.fromkeys(refused)
-            notes[job] = refused
-            runs = {"measured": ej.job_step(base)}
+            plans[job], notes[job] = _predict(wi, f"{folder}/{job}", scenarios, measured, gamma, recorded)
+            twice(small, job, "measured", bandwidth=bandwidth)
             for f in factors:
                 net.set_bandwidth(bandwidth * f)
-                runs[f"x{f:g} bandwidth"] = ej.job_step(small.run(ej.train, f"{folder}/{job}-bw", bandwidth=bandwidth * f,
-                                                                  job=job, **kw))
+                twice(small, job, f"x{f:g} bandwidth", bandwidth=bandwidth * f)
             net.set_bandwidth(bandwidth)
             for b in mine:
-                runs[f"{b:g} MiB buckets"] = ej.job_step(small.run(ej.train, f"{folder}/{job}-b", bandwidth=bandwidth,
-                                                                   job=job, bucket_mb=b, **kw))
-            plans[job]["_runs"] = runs
+                twice(small, job, f"{b:g} MiB buckets", bandwidth=bandwidth, bucket_mb=b)
     larger = [] if quick else [("4 nodes", Network(4, 1, bandwidth=bandwidth, kind=kind, quiet=True))]
     larger += [(f"2 GPUs/node, {k} NIC(s)", Network(2, 2, k, bandwidth=bandwidth, kind=kind, quiet=True))
                for k in shapes]
     for name, big in larger:
         with cl.Cluster(4, network=big, timeout=600, preload=pre) as large:
-            for job in ej.JOBS:
-                plans[job]["_runs"][name] = ej.job_step(large.run(ej.train, f"{folder}/{job}-4", bandwidth=bandwidth,
-                                                                  job=job, gpus_per_node=big.gpus_per_node, **kw))
+            for job in jobs:
+                twice(large, job, name, bandwidth=bandwidth, gpus_per_node=big.gpus_per_node)
+            if name == "2 GPUs/node, 1 NIC(s)":   # the fourth job: torch DDP recorded on 2 nodes of 2 GPUs
+                job = "torch_ddp 2x2"
+                large.run(ej.train, f"{folder}/ddp2x2", bandwidth=bandwidth, job="torch_ddp", gpus_per_node=2, **kw)
+                base = priced(2, 2, 1, inside=intra)
+                scenarios = [wi.Scenario(f"x{f:g} bandwidth", topology=priced(2, 2, 1, f=f, inside=intra))
+                             for f in (0.5, 2.0)]
+                scenarios += [wi.Scenario("2 NICs/node", topology=priced(2, 2, 2, inside=intra)),
+                              wi.Scenario("4 MiB buckets", bucket_mb=4.0)]
+                plans[job], notes[job] = _predict(wi, f"{folder}/ddp2x2", scenarios, base, gamma, recorded)
+                twice(large, job, "measured", bandwidth=bandwidth, gpus_per_node=2)
+                for f in (0.5, 2.0):
+                    big.set_bandwidth(bandwidth * f)
+                    twice(large, job, f"x{f:g} bandwidth", bandwidth=bandwidth * f, gpus_per_node=2)
+                big.set_bandwidth(bandwidth)
+                twice(large, job, "4 MiB buckets", bandwidth=bandwidth, gpus_per_node=2, bucket_mb=4.0)
+    if not quick:   # the 2-NIC run of the fourth job: on the 2 x 2 x 2 network (its own cluster above is gone)
+        with cl.Cluster(4, network=Network(2, 2, 2, bandwidth=bandwidth, kind=kind, quiet=True), timeout=600,
+                        preload=pre) as large:
+            twice(large, "torch_ddp 2x2", "2 NICs/node", bandwidth=bandwidth, gpus_per_node=2, nics_per_node=2)
     rows = []
     for job, plan in plans.items():
-        runs = plan.pop("_runs")
         for name, predicted in plan.items():
             if name == "measured":
                 continue
-            got = runs.get("measured" if name == "identity replay" else name)
-            rows.append({"job": job, "scenario": name, "predicted_s": predicted, "measured_s": got,
-                         "error": predicted / got - 1 if got and predicted else None}
+            got = runs[job].get("measured" if name == "identity replay" else name)
+            mean = sum(got) / len(got) if got else None
+            rows.append({"job": job, "scenario": name, "predicted_s": predicted, "measured_s": mean,
+                         "error": predicted / mean - 1 if mean and predicted else None, "runs_s": got,
+                         "noise": (max(got) - min(got)) / mean if got and len(got) > 1 else None}
                         | ({"refused": notes[job][name]} if name in notes[job] else {}))
     return {"fit": (alpha, beta), "gamma": gamma, "rows": rows,
             "intra": None if intra is None else {"bandwidth": intra.bandwidth, "latency": intra.latency}}
+
+
+def _predict(wi, folder, scenarios, measured, gamma, recorded) -> tuple[dict, dict]:
+    """whatif on one recorded job -> ({scenario: predicted step s}, {scenario it refused: why})."""
+    try:
+        report = wi.whatif(folder, scenarios, measured=measured, gamma=gamma, steps=recorded)
+        refused = {}
+    except ValueError as e:   # e.g. buckets that cannot be regrouped: those rows say why, the rest stand
+        refused = {sc.name: str(e) for sc in scenarios if sc.bucket_mb is not None}
+        report = wi.whatif(folder, [sc for sc in scenarios if sc.name not in refused], measured=measured,
+                           gamma=gamma, steps=recorded)
+    return {s["name"]: s["step_us"] * 1e-6 for s in report["scenarios"]} | dict.fromkeys(refused), refused
 
 
 def jobs_main(a, load, t0) -> None:
@@ -130,25 +162,33 @@ def jobs_main(a, load, t0) -> None:
         result = jobs_accuracy(bandwidth, a.quick, tmp, a.network)
     alpha, beta = result["fit"]
     errors = [abs(r["error"]) for r in result["rows"] if r["error"] is not None and r["scenario"] != "identity replay"]
-    print(f"# {a.network} network, three jobs, {platform.machine()}, {os.cpu_count()} CPUs, load {load[0]:.2f} -> {os.getloadavg()[0]:.2f}; "
+    jobs = sorted({r["job"] for r in result["rows"]})
+    print(f"# {a.network} network, {len(jobs)} jobs, {platform.machine()}, {os.cpu_count()} CPUs, load {load[0]:.2f} -> {os.getloadavg()[0]:.2f}; "
           f"NIC {bandwidth / 1e6:g} MB/s; fitted alpha {alpha * 1e3:.2f} ms, 1/beta {1 / beta / 1e6:.1f} MB/s")
-    print(f"{'job':>13} {'scenario':>16} {'predicted ms':>13} {'measured ms':>12} {'error':>8}")
+    print(f"{'job':>13} {'scenario':>20} {'predicted ms':>13} {'measured ms':>12} {'error':>8} {'noise':>6}")
     for r in result["rows"]:
         if r["predicted_s"] is None:
-            print(f"{r['job']:>13} {r['scenario']:>16}   whatif refused it: {r['refused']}")
+            print(f"{r['job']:>13} {r['scenario']:>20}   whatif refused it: {r['refused']}")
             continue
-        got = f"{r['measured_s'] * 1e3:>12.2f} {r['error']:>+8.1%}" if r["measured_s"] else "  not run (--quick)"
-        print(f"{r['job']:>13} {r['scenario']:>16} {r['predicted_s'] * 1e3:>13.2f} {got}")
+        noise = f" {r['noise']:>6.1%}" if r.get("noise") is not None else ""
+        got = f"{r['measured_s'] * 1e3:>12.2f} {r['error']:>+8.1%}{noise}" if r["measured_s"] else "  not run (--quick)"
+        print(f"{r['job']:>13} {r['scenario']:>20} {r['predicted_s'] * 1e3:>13.2f} {got}")
     median = statistics.median(errors)
     p90 = sorted(errors)[min(len(errors) - 1, int(0.9 * len(errors)))]
+    noise = sorted(r["noise"] for r in result["rows"] if r.get("noise") is not None)
+    identity = [abs(r["error"]) for r in result["rows"] if r["scenario"] == "identity replay" and r["error"] is not None]
+    floor = {"median": statistics.median(noise), "max": noise[-1], "runs": 2} if noise else None
     print(f"median |error| over the what-ifs: {median:.1%}, p90 {p90:.1%} over {len(errors)} (job, scenario) pairs "
-          f"(goal: median <= 5%, p90 <= 10%); {time.perf_counter() - t0:.0f} s")
+          f"(goal: median <= 5%, p90 <= 10%); identity replay within {max(identity):.1%} (goal 2%)"
+          + (f"; noise floor (two runs of each): median {floor['median']:.1%}, max {floor['max']:.1%}" if floor else "")
+          + f"; {time.perf_counter() - t0:.0f} s")
     if a.json:
         out = {"network": a.network, "rows": result["rows"], "median_error": median, "p90_error": p90,
+               "identity_error_max": max(identity), "noise_floor": floor,
                "fit": result["fit"], "gamma": result["gamma"], "intra": result["intra"], "bandwidth": bandwidth,
                "machine": {"machine": platform.machine(), "cpus": os.cpu_count(), "platform": platform.platform()},
                "load": [load[0], os.getloadavg()[0]],
-               "command": f"python benchmarks/whatif_accuracy.py --network {a.network} --jobs three "
+               "command": f"python benchmarks/whatif_accuracy.py --network {a.network} --jobs four "
                           f"--bandwidth {bandwidth:g}"}
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)
@@ -163,9 +203,10 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a smoke run for CI: fewer steps")
     ap.add_argument("--network", choices=("paced", "kernel"), default="paced",
                     help="paced: the Python pacer (default); kernel: commlib.network's namespaces and tc HTB")
-    ap.add_argument("--jobs", choices=("one", "three"), default=None,
-                    help="one: the BucketedDDP job and 3 scenarios (the pacer's default); three: BucketedDDP, "
-                         "torch DDP and FSDP2 and 10 scenarios (always with --network kernel)")
+    ap.add_argument("--jobs", choices=("one", "three", "four"), default=None,
+                    help="one: the BucketedDDP job and 3 scenarios (the pacer's default); four (or three, its old "
+                         "name): BucketedDDP, torch DDP, FSDP2 and torch DDP on 2 x 2 GPUs, 40 scenarios (always "
+                         "with --network kernel)")
     a = ap.parse_args()
     a.bandwidth_given = any(x.startswith("--bandwidth") for x in sys.argv[1:])
     if a.json and not os.path.isdir(os.path.dirname(os.path.abspath(a.json))):
@@ -173,7 +214,7 @@ def main() -> None:
     steps, recorded = (2, 1) if a.quick else (ej.STEPS, ej.RECORDED)
     t0 = time.perf_counter()
     load = os.getloadavg()
-    if a.network == "kernel" or a.jobs == "three":
+    if a.network == "kernel" or a.jobs in ("three", "four"):
         from commlib.network import available
 
         ok, why = available()

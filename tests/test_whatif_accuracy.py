@@ -43,7 +43,10 @@ def test_the_committed_kernel_network_run_holds_its_rows_and_its_statistics():
     import statistics
 
     run = ej.load_accuracy(ej.ACCURACY_KERNEL)
-    assert run["network"] == "kernel" and {r["job"] for r in run["rows"]} == set(ej.JOBS)
+    assert run["network"] == "kernel" and {r["job"] for r in run["rows"]} >= set(ej.JOBS) and len(
+        {r["job"] for r in run["rows"]}) >= 4
+    assert run["noise_floor"]["runs"] == 2 and all(len(r["runs_s"]) == 2 for r in run["rows"] if r["measured_s"])
+    assert len([r for r in run["rows"] if r["scenario"] != "identity replay" and r["measured_s"]]) >= 30
     pairs = [r for r in run["rows"] if r["scenario"] != "identity replay" and r["measured_s"] and r["predicted_s"]]
     assert len({r["scenario"] for r in pairs}) >= 8
     for r in pairs:

@@ -132,7 +132,7 @@ def phases(ends, limits, alone, links, rounds: int = 8) -> list[float]:
         order = sorted(live, key=lambda i: ends[i] - dur[i])
         at, active = 0, set()
         for j in range(len(cuts) - 1):
-            t0, t1 = cuts[j], cuts[j + 1]
+            t0 = cuts[j]
             while at < len(order) and ends[order[at]] - dur[order[at]] <= t0 + EPS:
                 active.add(order[at])
                 at += 1

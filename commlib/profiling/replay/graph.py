@@ -81,6 +81,7 @@ class Graph:
     sets: list                                   # per matched set: [(rank position, call index)]
     transfer: list                               # per set: its transfer (us)
     notes: list = field(default_factory=list)
+    recorded: list = field(default_factory=list)   # per set: its transfer as recorded (replay with flows: set)
 
     def priced(self, transfer, solo=None) -> Graph:
         """A copy with each set's transfer (and each unmatched call's duration: {(rank position, call): us})
@@ -282,8 +283,8 @@ def replay(g: Graph, net=None) -> dict:
     last_in = [None] * len(g.sets)
     forced = 0
     flows = Flows() if net is not None else None
-    if flows is not None:
-        g = replace(g, transfer=list(g.transfer))   # each set's transfer as the flows make it
+    if flows is not None:   # each set's transfer as the flows make it; a member's residual scales with it
+        g = replace(g, transfer=list(g.transfer), recorded=list(g.transfer))
     ctx = (g, arrived, set_end, last_in, flows, net)
     while True:
         progress = False
@@ -382,10 +383,13 @@ def _close(s, rs, g: Graph, set_end, last_in, force: bool = False) -> None:
 def _finish(s, rs, g: Graph, set_end, last: float, end: float | None = None) -> None:
     """Every member of set s ends at `end` (one clock; its own residual added), its waiting up to `last`."""
     set_end[s] = end if end is not None else last + g.transfer[s]
+    was = g.recorded[s] if g.recorded else None
+    scale = (set_end[s] - last) / was if was else 1.0   # the ring's spread between members moves with its time
     for p, i in g.sets[s]:
         st = rs[p]
         a = st.arrival[i]
-        st.end[i] = max(a, set_end[s] + st.g.offset + st.g.resid[i])
+        resid = st.g.resid[i]
+        st.end[i] = max(a, set_end[s] + st.g.offset + (resid * scale if resid > 0 else resid))
         st.last[i] = min(st.end[i], last + st.g.offset)
 
 

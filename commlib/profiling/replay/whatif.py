@@ -197,7 +197,8 @@ def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gam
     pricer = Pricer(m_topo, base, factor, dp, strides, gamma, compress, per_byte, sc.algorithm, new_world,
                     gloo=backend == "gloo")
     net = flow_inputs(g0, g, origin, pricer)   # each set a flow: fixed phase, then its bytes on shared links
-    transfer, solo = [f + b for f, b, _ in net], {}
+    transfer = [t if t is not None else f + b for t, (f, b, _) in zip(g.transfer, net)]   # as recorded, or new
+    solo = {}
     for p, r in enumerate(g.ranks):
         for i, c in enumerate(r.calls):
             if r.member[i] < 0:
