@@ -78,6 +78,11 @@ def test_the_traces_own_network_is_the_measured_one_and_another_is_refused(trace
     assert report["measured_on"].startswith("network 2x1x1@2e+07: 2 node(s) x 1")
     assert report["scenarios"][-1]["name"] == "network 4x1x1@8e+07"
     assert whatif(capsys, folder, "--network", "4x1@80e6", "--measured-network", "2x1@20e6", "--json")[1] == out
+    for odd in (5, {"nodes": 2}, {"nodes": 2, "gpus_per_node": 1, "colour": "red"}):
+        code, out, err = whatif(capsys, traces(odd), "--network", "4x1@80e6")
+        assert code == 2 and "rank0.json: its commlib_network is not a network record: " in err, err
+        assert len(err.strip().splitlines()) == 1, err
+    folder = traces(spec.parse("2x1@20e6").to_dict())
     code, out, err = whatif(capsys, folder, "--network", "4x1@80e6", "--measured-network", "2x1@10e6")
     assert code == 2 and "is not the network the traces say they ran on (2x1x1@2e+07" in err and out == "", err
     # a faster network, same shape: the replay is faster than measured, and no scale-out is assumed

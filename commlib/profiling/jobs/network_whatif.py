@@ -50,7 +50,12 @@ def check_flags(args) -> None:
 
 def traced(ranks) -> spec.Spec | None:
     """The network the traces say they ran on (None where they do not); ValueError where they disagree."""
-    said = {spec.from_trace({spec.TRACE_KEY: r.network}) for r in ranks}
+    said = set()
+    for r in ranks:
+        try:
+            said.add(spec.from_trace({spec.TRACE_KEY: r.network}))
+        except (TypeError, ValueError) as e:   # a record from elsewhere, or edited: the file is named
+            raise ValueError(f"{r.path}: its {spec.TRACE_KEY} is not a network record: {e}") from None
     if len(said) > 1:
         raise ValueError("the traces say they ran on different networks: "
                          + ", ".join(sorted(str(s) if s else "none" for s in said)))
