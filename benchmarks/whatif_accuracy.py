@@ -68,8 +68,9 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
     net = Network(2, 1, bandwidth=bandwidth, kind=kind, quiet=True)
     plans, intra, notes, runs = {}, None, {}, {}
 
-    def twice(c, job, name, **more):   # a measured scenario, run `repeats` times
-        runs.setdefault(job, {})[name] = [ej.job_step(c.run(ej.train, f"{folder}/{job}-run", job=job, **kw, **more))
+    def twice(c, key, name, job=None, **more):   # a measured scenario of job `key`, run `repeats` times
+        job = job or key
+        runs.setdefault(key, {})[name] = [ej.job_step(c.run(ej.train, f"{folder}/{job}-run", job=job, **kw, **more))
                                           for _ in range(repeats)]
 
     with cl.Cluster(2, network=net, timeout=600, preload=pre) as small:
@@ -117,16 +118,18 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
                 scenarios += [wi.Scenario("2 NICs/node", topology=priced(2, 2, 2, inside=intra)),
                               wi.Scenario("4 MiB buckets", bucket_mb=4.0)]
                 plans[job], notes[job] = _predict(wi, f"{folder}/ddp2x2", scenarios, base, gamma, recorded)
-                twice(large, job, "measured", bandwidth=bandwidth, gpus_per_node=2)
+                both = {"job": "torch_ddp", "gpus_per_node": 2}
+                twice(large, job, "measured", bandwidth=bandwidth, **both)
                 for f in (0.5, 2.0):
                     big.set_bandwidth(bandwidth * f)
-                    twice(large, job, f"x{f:g} bandwidth", bandwidth=bandwidth * f, gpus_per_node=2)
+                    twice(large, job, f"x{f:g} bandwidth", bandwidth=bandwidth * f, **both)
                 big.set_bandwidth(bandwidth)
-                twice(large, job, "4 MiB buckets", bandwidth=bandwidth, gpus_per_node=2, bucket_mb=4.0)
+                twice(large, job, "4 MiB buckets", bandwidth=bandwidth, bucket_mb=4.0, **both)
     if not quick:   # the 2-NIC run of the fourth job: on the 2 x 2 x 2 network (its own cluster above is gone)
         with cl.Cluster(4, network=Network(2, 2, 2, bandwidth=bandwidth, kind=kind, quiet=True), timeout=600,
                         preload=pre) as large:
-            twice(large, "torch_ddp 2x2", "2 NICs/node", bandwidth=bandwidth, gpus_per_node=2, nics_per_node=2)
+            twice(large, "torch_ddp 2x2", "2 NICs/node", job="torch_ddp", bandwidth=bandwidth, gpus_per_node=2,
+                  nics_per_node=2)
     rows = []
     for job, plan in plans.items():
         for name, predicted in plan.items():
@@ -140,6 +143,29 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
                         | ({"refused": notes[job][name]} if name in notes[job] else {}))
     return {"fit": (alpha, beta), "gamma": gamma, "rows": rows,
             "intra": None if intra is None else {"bandwidth": intra.bandwidth, "latency": intra.latency}}
+
+
+def recordings(bandwidth: float, folder: str, alpha: float, gamma: float, job: str = "torch_ddp", n: int = 3,
+               kind: str = "kernel") -> dict:
+    """The same job recorded n times, each recording asked the same scenarios (x1/2 and x2 the bandwidth): how far
+    the predictions of one scenario spread over the recordings (issue 49: within the noise floor) ->
+    {scenario: [predicted s per recording]}, with "spread" {scenario: (max - min) / mean}."""
+    from commlib.network import Network, links
+    from commlib.network.spec import Spec
+    from commlib.profiling.replay import whatif as wi
+
+    priced = lambda f=1.0: links.topology(Spec(2, 1, bandwidth=bandwidth * f, kind=kind), alpha)  # noqa: E731
+    scenarios = [wi.Scenario(f"x{f:g} bandwidth", topology=priced(f)) for f in (0.5, 2.0)]
+    out = {}
+    with cl.Cluster(2, network=Network(2, 1, bandwidth=bandwidth, kind=kind, quiet=True), timeout=600,
+                    preload=("torch.distributed.fsdp",)) as c:
+        for k in range(n):
+            c.run(ej.train, f"{folder}/again{k}", bandwidth=bandwidth, job=job, pace=False, latency=0.0)
+            got = _predict(wi, f"{folder}/again{k}", scenarios, priced(), gamma, ej.RECORDED)[0]
+            for sc in scenarios:
+                out.setdefault(sc.name, []).append(got[sc.name])
+    out["spread"] = {k: (max(v) - min(v)) / (sum(v) / len(v)) for k, v in out.items()}
+    return out
 
 
 def _predict(wi, folder, scenarios, measured, gamma, recorded) -> tuple[dict, dict]:
@@ -158,9 +184,16 @@ def jobs_main(a, load, t0) -> None:
     import tempfile
 
     bandwidth = a.bandwidth if a.bandwidth_given else KERNEL_BANDWIDTH
-    with tempfile.TemporaryDirectory() as tmp:
-        result = jobs_accuracy(bandwidth, a.quick, tmp, a.network)
+    if a.keep:   # the traces kept, to be asked again (whatif on DIR/<job>)
+        os.makedirs(a.keep, exist_ok=True)
+        result = jobs_accuracy(bandwidth, a.quick, a.keep, a.network)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            result = jobs_accuracy(bandwidth, a.quick, tmp, a.network)
     alpha, beta = result["fit"]
+    if not a.quick:   # three recordings of torch DDP, one scenario each: their predictions' spread
+        with tempfile.TemporaryDirectory() as tmp:
+            result["recordings"] = recordings(bandwidth, tmp, alpha, result["gamma"])
     errors = [abs(r["error"]) for r in result["rows"] if r["error"] is not None and r["scenario"] != "identity replay"]
     jobs = sorted({r["job"] for r in result["rows"]})
     print(f"# {a.network} network, {len(jobs)} jobs, {platform.machine()}, {os.cpu_count()} CPUs, load {load[0]:.2f} -> {os.getloadavg()[0]:.2f}; "
@@ -181,10 +214,12 @@ def jobs_main(a, load, t0) -> None:
     print(f"median |error| over the what-ifs: {median:.1%}, p90 {p90:.1%} over {len(errors)} (job, scenario) pairs "
           f"(goal: median <= 5%, p90 <= 10%); identity replay within {max(identity):.1%} (goal 2%)"
           + (f"; noise floor (two runs of each): median {floor['median']:.1%}, max {floor['max']:.1%}" if floor else "")
+          + ("; three recordings of torch DDP predict within " + ", ".join(
+              f"{v:.1%} ({k})" for k, v in result["recordings"]["spread"].items()) if "recordings" in result else "")
           + f"; {time.perf_counter() - t0:.0f} s")
     if a.json:
         out = {"network": a.network, "rows": result["rows"], "median_error": median, "p90_error": p90,
-               "identity_error_max": max(identity), "noise_floor": floor,
+               "identity_error_max": max(identity), "noise_floor": floor, "recordings": result.get("recordings"),
                "fit": result["fit"], "gamma": result["gamma"], "intra": result["intra"], "bandwidth": bandwidth,
                "machine": {"machine": platform.machine(), "cpus": os.cpu_count(), "platform": platform.platform()},
                "load": [load[0], os.getloadavg()[0]],
@@ -201,6 +236,7 @@ def main() -> None:
     ap.add_argument("--latency", type=arguments.number(0, 0.05, strict=False), default=5e-4, help="emulated NIC, s")
     ap.add_argument("--json", help="also write the result to this file")
     ap.add_argument("--quick", action="store_true", help="a smoke run for CI: fewer steps")
+    ap.add_argument("--keep", metavar="DIR", help="--network kernel: keep the recorded traces in DIR/<job>")
     ap.add_argument("--network", choices=("paced", "kernel"), default="paced",
                     help="paced: the Python pacer (default); kernel: commlib.network's namespaces and tc HTB")
     ap.add_argument("--jobs", choices=("one", "three", "four"), default=None,

@@ -37,7 +37,7 @@ TABLES = {
     "ring_vs_builtin.py": ["ring/builtin", "1M"],
     "topology_emulated.py": ["pacing, 1 NIC(s)", "pacing, 2 NIC(s)"],
     "whatif_accuracy.py": ["predicted ms", "bandwidth", "median |error| over the what-ifs:"],
-    "whatif_scale.py": ["replay/diagnose", "replay / diagnose, worst case:"],
+    "whatif_scale.py": ["replay/diagnose", "replay / diagnose, worst case:", "flows: "],
     "zero_vs_fsdp2.py": ["fsdp2", "final parameters, ours vs FSDP2"],
 }
 

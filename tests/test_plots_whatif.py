@@ -57,3 +57,19 @@ def test_the_timelines_draw_only_the_scenarios_asked_for_waits_hatched(report):
     assert [c.get_hatch() for c in ax.collections[:3]] == [None, None, "////"]
     slow = report["scenarios"][-1]
     assert _extents(ax.collections[len(KINDS) * 2 + 1]) == pytest.approx(_ms(slow["ranks"][0]["spans"]["comm"]))
+
+
+def test_flows_draw_each_call_and_stack_the_ones_in_flight_together():
+    from commlib.profiling.jobs import shared_nic
+    from commlib import cost, topology as topo
+
+    ranks, nic = shared_nic.two_flows(1 << 20, 1e9)
+    fast = topo.Topology(2, 1, nic.intra, cost.Link("fast", 4e9, 0.0, "test"))
+    report = whatif.whatif(ranks, [whatif.Scenario("x4", topology=fast)], measured=nic)
+    ax = ui.flows(report, rank=0)
+    bars = [_extents(c) for c in ax.collections]
+    want = [_ms([c]) for s in report["scenarios"][1:] for c in sorted(map(tuple, s["ranks"][0]["spans"]["calls"]))]
+    assert bars == [pytest.approx(w) for w in want] and len(bars) == 4
+    ys = [c.get_paths()[0].vertices[:, 1].min() for c in ax.collections]
+    assert ys[0] != ys[1] and ys[2] != ys[3]   # the two calls in flight at once: on rows of their own
+    assert [t.get_text() for t in ax.texts][:2] == [f"{(b - a):.2f}" for a, b in bars[:2]]

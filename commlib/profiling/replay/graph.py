@@ -3,6 +3,7 @@
     g = build(ranks)                  # ranks: traces.load(...) -> Graph
     out = replay(g)                   # as measured: reproduces every rank's step (the identity replay)
     out = replay(g.priced(transfer_us))   # each matched collective's transfer re-priced -> per rank results
+    out = replay(g, net)                  # each matched collective a flow on shared links (flows.py, sharing.py)
 
 The idea is Daydream's (Zhu et al., USENIX ATC 2020): the trace becomes a graph of tasks and dependencies, each
 task keeps its measured duration unless the question changes it, and the graph is simulated again. Here:
@@ -14,11 +15,14 @@ task keeps its measured duration unless the question changes it, and the graph i
   program issued it: the op that queued it where the trace says, else its own start), a point on the compute
   lane that moves with the lane.
 - waits: the compute lane stops at t_from and goes on at t_to only once a call has ended. Stated ones (commlib's
-  `commlib:wait` marks: traces.py's RankTrace.waits) and inferred ones: a gap in the compute lane that ends
-  within `slack` of a call's end was waiting for it (the latest such call; the thread woke when it ended).
+  `commlib:wait` marks: traces.py's RankTrace.waits) and inferred ones: a gap between the rank's innermost
+  compute ops (RankTrace.leaves: a rank blocked inside an op, as in FSDP2's hooks, runs none) that ends within
+  `slack` of a call's end was waiting for it (the latest such call; the thread woke when it ended), and is
+  taken out of the compute lane.
 - across ranks: a collective matched across its group (stragglers.matched) ends for every member together, at the
   last member's arrival (on one clock: each rank's offset is the median difference of matched calls' ends) plus
-  its transfer, the shortest member's duration (diagnose's straggler rule), unless re-priced.
+  its transfer, the shortest member's duration (diagnose's straggler rule), unless re-priced; with `net`, the
+  flow it starts there ends it, in time order (a discrete-event simulation of the flows).
 
 Lags make the identity replay exact: a task starts at the max over its edges of (source time + lag), where the
 edge that bound it in the trace carries the measured gap as its lag and the others none (a call's end keeps its
@@ -406,13 +410,14 @@ def _result(st: _Rank) -> dict:
     comm = _array(union((a, e) for a, e in zip(st.arrival, st.end) if a is not None))
     waiting = _array(union((a, max(a, st.last[i])) for i, a in enumerate(st.arrival)   # to the last arrival
                            if a is not None and r.member[i] >= 0))
+    calls = _array([(a, e) for a, e in zip(st.arrival, st.end) if a is not None])   # each call, in call order
     hidden = float(overlap_lengths(comm, spans).sum()) if len(spans) else 0.0
     busy = _span_sum(_array(union(np.concatenate((spans, comm)))))
     t0 = r.start
     return {"step_us": end - t0, "compute_us": _span_sum(spans), "comm_us": _span_sum(comm), "hidden_us": hidden,
             "exposed_us": _span_sum(comm) - hidden, "waiting_us": _span_sum(waiting),
             "idle_us": max(0.0, end - t0 - busy), "spans": {"compute": spans - t0, "comm": comm - t0,
-                                                            "waiting": waiting - t0}}
+                                                            "waiting": waiting - t0, "calls": calls - t0}}
 
 
 def _array(spans) -> np.ndarray:

@@ -2,7 +2,8 @@
 hardware (whatif.py asks; Pricer answers for one scenario).
 
     price("all_reduce", 1 << 30, 16, topology.preset("dgx_h100", 2), "multi_ring")   # -> seconds
-    reprice(measured_s, old_model_s, new_model_s)    # the measured time above the model is kept
+    reprice(measured_s, old_model_s, new_model_s)    # the measured time above the model is kept (a call alone)
+    Pricer(...).parts(call)                           # (fixed, byte phase) as measured and in the scenario
 """
 
 from __future__ import annotations
@@ -65,6 +66,33 @@ def _tree(nbytes, size: int, g: topo.Topology, gamma: float) -> float:
         raise ValueError(f"algorithm 'tree' is priced within one node or across nodes of one GPU each; this group "
                          f"spans {g.nodes} nodes of {g.gpus_per_node} (try multi_ring or hierarchical)")
     return cost.collective_time("all_reduce", nbytes, size, link, "double_binary_tree", gamma)
+
+
+# what each backend sends for a call, and where that is written (torch 2.13.0's headers as installed, NCCL 2.30.7);
+# (backend, op) -> (what it runs, the ring-equivalent op it is priced as, the source)
+SENT = {
+    ("gloo", "all_reduce"): ("gloo::allreduce, a ring", "all_reduce",
+                             "torch/csrc/distributed/c10d/ProcessGroupGlooDetail.hpp:292-310"),
+    ("gloo", "reduce_scatter"): ("an all-reduce of a copy of the whole input", "all_reduce",
+                                 "ProcessGroupGloo.cpp reduce_scatter; its trace: gloo:all_reduce per call"),
+    ("gloo", "all_gather"): ("gloo::allgather, a ring", "all_gather", "ProcessGroupGlooDetail.hpp:573"),
+    ("nccl", "all_reduce"): ("ring or double binary tree (the kernel's name says which)", "all_reduce",
+                             "src/device/all_reduce.h"),
+    ("nccl", "reduce_scatter"): ("a ring reduce-scatter", "reduce_scatter", "src/device/reduce_scatter.h"),
+    ("nccl", "all_gather"): ("a ring all-gather", "all_gather", "src/device/all_gather.h"),
+}
+CONCURRENCY = {"gloo": ("2 worker threads per process group, one FIFO queue",
+                        "ProcessGroupGloo.hpp:264 (Options::threads{2})"),
+               "nccl": ("one stream per process group: its calls in order", "ProcessGroupNCCL's ncclStreams")}
+
+
+def backend_table(nbytes: int, size: int) -> list[dict]:
+    """Per (backend, op): what it runs, the bytes each NIC carries each way for an nbytes call of `size` ranks
+    (one per node), as priced, and the source."""
+    per_nic = {"all_reduce": 2 * (size - 1) / size, "reduce_scatter": (size - 1) / size,
+               "all_gather": (size - 1) / size}
+    return [{"backend": b, "op": op, "runs": runs, "priced_as": as_, "nic_bytes": per_nic[as_] * nbytes,
+             "source": src} for (b, op), (runs, as_, src) in SENT.items()]
 
 
 def fixed_part(t: topo.Topology | None) -> topo.Topology | None:
@@ -151,9 +179,15 @@ class Pricer:
     def sent_as(self, c) -> str:
         """The collective whose bytes the call sends: Gloo's reduce_scatter is an all-reduce of the whole input
         (ProcessGroupGloo.cpp; its trace shows a gloo:all_reduce for each), twice a ring reduce-scatter's."""
-        if self.gloo and not c.kernel and c.algorithm is None and c.op == "reduce_scatter":
-            return "all_reduce"
+        if self.gloo and not c.kernel and c.algorithm is None and ("gloo", c.op) in SENT:
+            return SENT["gloo", c.op][1]
         return c.op
+
+    def unknown(self, c) -> bool:
+        """A Gloo call whose algorithm this module has not read (broadcast, all_to_all, ...): priced as the
+        course's model of its op, and said so."""
+        return self.gloo and not c.kernel and c.algorithm is None and ("gloo", c.op) not in SENT and \
+            c.op not in ("barrier",)
 
     def parts(self, c):
         """-> ((fixed s, byte phase s) on the measured hardware or None, the same in the scenario or None, codec

@@ -4,10 +4,13 @@ traces, replayed (graph.py) with every collective re-priced by the course's cost
     report = whatif("traces/", [Scenario("IB", topology="dgx_h100", nodes=8)], measured="dgx_a100")
     print(format_report(report))        # measured, identity replay, each scenario: step, compute, exposed, waiting
 
-Each compute duration stays as measured. Each collective's transfer (graph.py: the shortest member's duration of
-a matched call) is re-priced: new = model(new) + max(0, measured - model(measured)), the measured time above the
-model (software, contention, a protocol's inefficiency) kept per call; a transfer faster than its model scales
-with the model instead. The model is topology's (multi-ring across nodes as NCCL's, hierarchical, in-network;
+Each compute duration stays as measured. Each collective (graph.py: a call matched across its group; its transfer
+the shortest member's duration) becomes a flow from its last member's arrival (flows.py): a fixed phase, the
+model's latency plus the call's own overhead, then its bytes on the scenario's links, shared max-min fair with
+the other flows in flight. The own overhead is what the traced transfer leaves once the model's bytes, shared
+with the flows the trace shows beside it, are taken out at the measured network (sharing.py; per kind of call,
+the least any shows); a transfer faster than its model on idle links scales with the model instead. Each
+backend is priced by what it sends (pricing.SENT: Gloo's reduce_scatter is an all-reduce). The model is topology's (multi-ring across nodes as NCCL's, hierarchical, in-network;
 `algorithm` swaps it) on the group's own shape: its members per node from its ranks' stride. Scaling out
 (`nodes`, `gpus_per_node`) keeps every rank's compute and grows the data-parallel group (the world group, or
 the largest one that all-reduces) by the new world size over the old; other groups keep their sizes.
@@ -214,6 +217,10 @@ def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gam
     firsts = [g.ranks[p].calls[i] for p, i in (m[0] for m in g.sets)]
     if any(pricer.sent_as(c) != c.op for c in firsts):
         said.append("Gloo's reduce_scatter priced as what it sends: an all-reduce of the whole input")
+    unknown = sorted({c.op for c in firsts if pricer.unknown(c)})
+    if unknown:
+        said.append(f"Gloo's {', '.join(unknown)}: its algorithm is not one this replay has read; priced as the "
+                    "course's model of the op")
     return g.priced(transfer, solo), said, base, net
 
 
