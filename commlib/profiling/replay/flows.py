@@ -28,6 +28,9 @@ EPS = 1e-9
 
 def shares(flows: dict) -> dict:
     """Max-min fair shares {key: share of each of its links (0, 1]} for {key: links}: progressive filling."""
+    sets = list(flows.values())
+    if sets and sets[0] and all(v == sets[0] for v in sets):   # the common case: one set of links, n flows on it
+        return dict.fromkeys(flows, 1.0 / len(sets))
     out, used = {}, {}
     todo = {k: set(v) for k, v in flows.items() if v}
     out.update({k: 1.0 for k, v in flows.items() if not v})

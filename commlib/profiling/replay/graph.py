@@ -235,7 +235,9 @@ def _inferred_waits(spans, calls, stated: dict) -> list[Wait]:
     gap = spans[k, 0] - spans[k - 1, 1]
     slack = spans[k, 0] - ends
     ok &= (spans[k - 1, 1] <= ends) & (gap >= MIN_GAP_US) & (slack <= SLACK_US + SLACK_SHARE * gap)
-    taken = [(w0, w1) for w0, w1 in stated.values()]
+    taken = sorted(stated.values())
+    starts = [w0 for w0, _ in taken]
+    reach = np.maximum.accumulate([w1 for _, w1 in taken]).tolist() if taken else []   # the latest end so far
     best = {}
     for i in np.flatnonzero(ok).tolist():
         if ends[i] > best.get(int(k[i]), (-np.inf, -1))[0]:
@@ -243,7 +245,8 @@ def _inferred_waits(spans, calls, stated: dict) -> list[Wait]:
     out = []
     for kk, (_, i) in best.items():
         t0, t1 = float(spans[kk - 1, 1]), float(spans[kk, 0])
-        if any(w0 < t1 and w1 > t0 for w0, w1 in taken):   # a stated wait covers this gap already
+        j = bisect.bisect_left(starts, t1) - 1   # the stated waits starting before the gap ends
+        if j >= 0 and reach[j] > t0:   # one of them covers this gap already
             continue
         out.append(Wait(t0, t1, i, 0.0, t1 - float(ends[i]), False))
     return out

@@ -8,6 +8,7 @@ hardware (whatif.py asks; Pricer answers for one scenario).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -104,6 +105,16 @@ def fixed_part(t: topo.Topology | None) -> topo.Topology | None:
                    inter=replace(t.inter, bandwidth=t.inter.bandwidth * 1e9))
 
 
+@functools.lru_cache(maxsize=4096)
+def _links(t: topo.Topology, ranks: tuple, size: int, stride: int) -> tuple:
+    return links(t, ranks, size, stride)
+
+
+def cached_links(t: topo.Topology, ranks, size: int, stride: int = 1) -> tuple:
+    """links(), remembered per (topology, ranks, size, stride): a job's sets repeat a few groups."""
+    return _links(t, tuple(ranks), size, stride)
+
+
 def links(t: topo.Topology, ranks, size: int, stride: int = 1) -> tuple:
     """The links a call of these (traced, global) ranks' group loads on t: each member node's NICs, both ways
     (a group that fills its nodes uses all k; one that does not, its GPU's rail, NIC i mod k), or, for a group
@@ -150,6 +161,7 @@ class Pricer:
         self.gloo = gloo              # the traces' backend is Gloo: its own calls priced as Gloo runs them
         self.m_fixed, self.t_fixed = fixed_part(m_topo), fixed_part(t)
         self.priced = self.kept = 0   # calls (sets) with a model in the scenario, and without one
+        self._parts = {}              # parts() per kind of call: a job repeats a few kinds many times
 
     def _models(self, c, fixed: bool = False):
         """-> (seconds on the measured hardware, seconds in the scenario, codec us); fixed: their fixed parts."""
@@ -192,6 +204,12 @@ class Pricer:
     def parts(self, c):
         """-> ((fixed s, byte phase s) on the measured hardware or None, the same in the scenario or None, codec
         us, the scenario's group size)."""
+        key = (c.op, c.bytes, c.group, c.group_size, c.kernel is None, c.algorithm)
+        if key not in self._parts:
+            self._parts[key] = self._split(c)
+        return self._parts[key]
+
+    def _split(self, c):
         old, new, codec = self._models(c)
         f_old, f_new, _ = self._models(c, fixed=True)
         split = lambda total, fixed: None if total is None else (min(fixed or 0.0, total), total - min(fixed or 0.0, total))  # noqa: E731

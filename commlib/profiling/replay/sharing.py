@@ -20,7 +20,7 @@ scales with the model (as pricing.reprice).
 from __future__ import annotations
 
 from commlib.profiling.replay.flows import phases
-from commlib.profiling.replay.pricing import links
+from commlib.profiling.replay.pricing import cached_links as links
 
 
 def _ranks(g, members) -> list[int]:
