@@ -6,10 +6,10 @@ traces, replayed (graph.py) with every collective re-priced by the course's cost
 
 Each compute duration stays as measured. Each collective (graph.py: a call matched across its group; its transfer
 the shortest member's duration) becomes a flow from its last member's arrival (flows.py): a fixed phase, the
-model's latency plus the call's own overhead, then its bytes on the scenario's links, shared max-min fair with
-the other flows in flight. The own overhead is what the traced transfer leaves once the model's bytes, shared
-with the flows the trace shows beside it, are taken out at the measured network (sharing.py; per kind of call,
-the least any shows); a transfer faster than its model on idle links scales with the model instead. Each
+model's latency, then its bytes on the scenario's links, shared max-min fair with the other flows in flight.
+What the traced transfer leaves once the model's bytes, shared with the flows the trace shows beside it, are
+taken out at the measured network is the call's excess, counted in its bytes' time (sharing.py); a transfer
+faster than its model on idle links scales with the model instead. Each
 backend is priced by what it sends (pricing.SENT: Gloo's reduce_scatter is an all-reduce). The model is topology's (multi-ring across nodes as NCCL's, hierarchical, in-network;
 `algorithm` swaps it) on the group's own shape: its members per node from its ranks' stride. Scaling out
 (`nodes`, `gpus_per_node`) keeps every rank's compute and grows the data-parallel group (the world group, or
