@@ -46,6 +46,7 @@ from commlib.profiling.jobs import emulated_job as ej
 
 KERNEL_BANDWIDTH = 10e6  # bytes/s: x4 stays far below what 2 loaded cores move over a veth (>100 MB/s)
 RECORD_AGREE, RECORD_TRIES = 0.03, 3   # a recording's own step within 3% of the untraced runs', or recorded again
+EXCESS = {"kernel": "bytes", "paced": "fixed"}   # whatif's excess per network (network.links.excess)
 FIT_SIZES = (128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20)   # fit_nic's sweep: the sizes the jobs send
 
 
@@ -83,7 +84,7 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
         want = sum(runs[key]["measured"]) / len(runs[key]["measured"])
         for _ in range(1 if quick else RECORD_TRIES):
             c.run(ej.train, path, job=job or key, **kw, **more)
-            traced = wi.whatif(path, [], measured=topology, gamma=gamma, steps=recorded)["scenarios"][0]["step_us"]
+            traced = wi.whatif(path, [], measured=topology, gamma=gamma, steps=recorded, excess=EXCESS[kind])["scenarios"][0]["step_us"]
             tries.setdefault(key, []).append(traced * 1e-6 / want - 1)
             if abs(traced * 1e-6 / want - 1) <= RECORD_AGREE:
                 return
@@ -111,7 +112,7 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
             scenarios += [wi.Scenario("4 nodes", nodes=4)] + [wi.Scenario(f"{b:g} MiB buckets", bucket_mb=b) for b in mine]
             scenarios += [wi.Scenario(f"2 GPUs/node, {k} NIC(s)", nodes=2, gpus_per_node=2,
                                       topology=priced(2, 2, k, inside=intra)) for k in shapes]
-            plans[job], notes[job] = _predict(wi, f"{folder}/{job}", scenarios, measured, gamma, recorded)
+            plans[job], notes[job] = _predict(wi, f"{folder}/{job}", scenarios, measured, gamma, recorded, EXCESS[kind])
             for f in factors:
                 net.set_bandwidth(bandwidth * f)
                 twice(small, job, f"x{f:g} bandwidth", bandwidth=bandwidth * f)
@@ -135,7 +136,7 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
                              for f in (0.5, 2.0)]
                 scenarios += [wi.Scenario("2 NICs/node", topology=priced(2, 2, 2, inside=intra)),
                               wi.Scenario("4 MiB buckets", bucket_mb=4.0)]
-                plans[job], notes[job] = _predict(wi, f"{folder}/ddp2x2", scenarios, base, gamma, recorded)
+                plans[job], notes[job] = _predict(wi, f"{folder}/ddp2x2", scenarios, base, gamma, recorded, EXCESS[kind])
                 for f in (0.5, 2.0):
                     big.set_bandwidth(bandwidth * f)
                     twice(large, job, f"x{f:g} bandwidth", bandwidth=bandwidth * f, **both)
@@ -177,22 +178,22 @@ def recordings(bandwidth: float, folder: str, alpha: float, gamma: float, job: s
                     preload=("torch.distributed.fsdp",)) as c:
         for k in range(n):
             c.run(ej.train, f"{folder}/again{k}", bandwidth=bandwidth, job=job, pace=False, latency=0.0)
-            got = _predict(wi, f"{folder}/again{k}", scenarios, priced(), gamma, ej.RECORDED)[0]
+            got = _predict(wi, f"{folder}/again{k}", scenarios, priced(), gamma, ej.RECORDED, EXCESS[kind])[0]
             for sc in scenarios:
                 out.setdefault(sc.name, []).append(got[sc.name])
     out["spread"] = {k: (max(v) - min(v)) / (sum(v) / len(v)) for k, v in out.items()}
     return out
 
 
-def _predict(wi, folder, scenarios, measured, gamma, recorded) -> tuple[dict, dict]:
+def _predict(wi, folder, scenarios, measured, gamma, recorded, excess="bytes") -> tuple[dict, dict]:
     """whatif on one recorded job -> ({scenario: predicted step s}, {scenario it refused: why})."""
     try:
-        report = wi.whatif(folder, scenarios, measured=measured, gamma=gamma, steps=recorded)
+        report = wi.whatif(folder, scenarios, measured=measured, gamma=gamma, steps=recorded, excess=excess)
         refused = {}
     except ValueError as e:   # e.g. buckets that cannot be regrouped: those rows say why, the rest stand
         refused = {sc.name: str(e) for sc in scenarios if sc.bucket_mb is not None}
         report = wi.whatif(folder, [sc for sc in scenarios if sc.name not in refused], measured=measured,
-                           gamma=gamma, steps=recorded)
+                           gamma=gamma, steps=recorded, excess=excess)
     return {s["name"]: s["step_us"] * 1e-6 for s in report["scenarios"]} | dict.fromkeys(refused), refused
 
 

@@ -108,3 +108,14 @@ def test_the_loops_verdict_is_computed_from_the_numbers():
     assert verdict(loop | {"error": 0.0274 / 0.0252 - 1}) == (
         "2x1@20e6 -> 2x1@60e6: whatif predicted 27.4 ms per step, the run measured 25.2 ms (+9%): within 10%")
     assert verdict(loop | {"error": 0.5}).endswith("(+50%): off by more than 10%")
+
+
+def test_the_links_constants_are_the_committed_calibrations():
+    """ALPHA_S and INTRA are what benchmarks/whatif_accuracy.py --network kernel fitted (its JSON, as cited)."""
+    import json
+
+    from commlib.profiling.jobs import emulated_job as ej
+
+    run = json.loads(ej.ACCURACY_KERNEL.read_text())
+    assert links.ALPHA_S == pytest.approx(run["fit"][0], rel=1e-3)
+    assert links.INTRA == pytest.approx((run["intra"]["bandwidth"], run["intra"]["latency"]), rel=1e-3)

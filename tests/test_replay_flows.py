@@ -42,11 +42,17 @@ def test_the_sharing_a_trace_shows_is_not_kept_as_overhead():
     assert report["scenarios"][2]["step_us"] < old_rule
 
 
-def test_a_calls_own_excess_moves_with_its_bytes_and_the_rest_is_shared():
-    # recorded 2 x ALONE + 100 us each: 100 us above the model beside the sharing, which moves with the bytes:
-    # at x2 each byte phase alone is (ALONE + 100) / 2, and the two share the NIC: each ends at ALONE + 100
-    report = whatif.whatif(two_at_once(2 * ALONE + 100), [whatif.Scenario("x2", topology=faster(2))], measured=MEASURED)
-    assert report["scenarios"][2]["step_us"] == pytest.approx(ALONE + 100 + 3, rel=1e-6)
+def test_a_calls_own_excess_stays_or_moves_with_its_bytes_and_the_rest_is_shared():
+    # recorded 2 x ALONE + 400 us each: 400 us above the model beside the sharing. At x4, "fixed": the 400 us stay,
+    # a fixed phase before the shared bytes: each ends at 400 + 2 x ALONE / 4. "bytes": they move with the bytes,
+    # each byte phase alone (ALONE + 400) / 4, shared by two: each ends at (ALONE + 400) / 2
+    x4 = [whatif.Scenario("x4", topology=faster(4))]
+    fixed = whatif.whatif(two_at_once(2 * ALONE + 400), x4, measured=MEASURED)
+    assert fixed["scenarios"][2]["step_us"] == pytest.approx(400 + ALONE / 2 + 3, rel=1e-6)
+    moved = whatif.whatif(two_at_once(2 * ALONE + 400), x4, measured=MEASURED, excess="bytes")
+    assert moved["scenarios"][2]["step_us"] == pytest.approx((ALONE + 400) / 2 + 3, rel=1e-6)
+    with pytest.raises(ValueError, match="excess must be one of"):
+        whatif.whatif(two_at_once(2 * ALONE), x4, measured=MEASURED, excess="some")
 
 
 def test_flows_on_separate_nics_do_not_share():

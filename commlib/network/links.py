@@ -8,11 +8,11 @@ links fitted as benchmarks/whatif_accuracy.py --network kernel fits them. `pytho
 inter-node link (per NIC and direction): bandwidth = the kernel NIC's payload rate, spec.bandwidth x
 kernel.PAYLOAD_FRACTION (1448 of the 1514 bytes HTB charges per full TCP segment; the pacer paces payload: x 1);
 latency = ALPHA_S + spec.latency. ALPHA_S is the per-message cost fit_nic (commlib.profiling.jobs.emulated_job)
-fitted to commlib's ring all-reduce on the kernel network (2 nodes x 1 GPU, 10 MB/s; 4 KiB to 1 MiB, 7 repeats):
-benchmarks/whatif_accuracy_kernel.json "fit"[0], 3.18 ms (load 5.2). It holds Gloo/TCP's software cost per
-message and the slow start of each burst, not the wire's latency (the kernel network adds none).
+fitted to commlib's ring all-reduce on the kernel network (2 nodes x 1 GPU, 10 MB/s; 128 KiB to 2 MiB, the sizes
+the benchmark's jobs send, 7 repeats): benchmarks/whatif_accuracy_kernel.json "fit"[0], 0.48 ms (load 0.2). It
+holds Gloo/TCP's software cost per message, not the wire's latency (the kernel network adds none).
 in-node link (NVLink's stand-in, an unshaped bridge): INTRA, fitted by commlib.network.calibrate's point-to-point
-sweep inside a node of a 2 x 2 kernel network: the same JSON's "intra", 682 MB/s and 315 us.
+sweep inside a node of a 2 x 2 kernel network: the same JSON's "intra", 1390 MB/s and 306 us.
 """
 
 from __future__ import annotations
@@ -23,8 +23,15 @@ from commlib.network.kernel import PAYLOAD_FRACTION
 from commlib.network.spec import Spec
 
 SOURCE = "benchmarks/whatif_accuracy_kernel.json"
-ALPHA_S = 3.1777e-3                 # s per message: SOURCE "fit"[0] (fit_nic, kernel network, 10 MB/s)
-INTRA = (681.7e6, 315.4e-6)          # bytes/s, s: SOURCE "intra" (network.calibrate, inside a node of 2 x 2)
+ALPHA_S = 0.4784e-3                 # s per message: SOURCE "fit"[0] (fit_nic, kernel network, 10 MB/s)
+INTRA = (1389.8e6, 306.1e-6)         # bytes/s, s: SOURCE "intra" (network.calibrate, inside a node of 2 x 2)
+
+
+def excess(spec: Spec) -> str:
+    """What a call's time above its model does at another rate on this network (whatif's `excess`): "bytes" on
+    the kernel network (TCP through HTB: it moves with the link's time), "fixed" on the pacer (profiling.replay.
+    sharing's docstring has the measurements)."""
+    return "bytes" if spec.kind == "kernel" else "fixed"
 
 
 def payload_bandwidth(spec: Spec) -> float:

@@ -80,6 +80,7 @@ def measured_and_scenario(args, ranks):
         raise ValueError("the traces do not say which emulated network they ran on (no commlib_network in them): "
                          "give --measured-network NODESxGPUS[xNICS]@BYTES_PER_S")
     measured = links.topology(m_spec) if m_spec is not None else args.measured_on
+    args.excess = links.excess(m_spec) if m_spec is not None else "fixed"   # what whatif does with the excess
     new = args.network
     if new is None:
         return measured, None

@@ -34,7 +34,7 @@ from commlib.profiling.diagnosis import infer_hardware
 from commlib.profiling.replay.pricing import (ALGORITHMS, COMMLIB_ALGORITHMS, TRADEOFF, Pricer,  # noqa: F401  (the API)
                                        codec_s_per_byte, group_topology, price, reprice)
 from commlib.profiling.replay.regroup import regroup
-from commlib.profiling.replay.sharing import flow_inputs
+from commlib.profiling.replay.sharing import EXCESS, flow_inputs
 from commlib.profiling.traces import MAX_BYTES, RankTrace, load
 
 MIN_BUCKET_MB = 1 / 1024   # 1 KiB: below it a bucket is a few floats and pays only latency
@@ -70,17 +70,22 @@ class Scenario:
 
 # ------------------------------------------------------------------------------------- the what-if
 def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: str | None = None,
-           codec: float | None = None, steps: int | None = None, max_bytes: int = MAX_BYTES) -> dict:
+           codec: float | None = None, steps: int | None = None, max_bytes: int = MAX_BYTES,
+           excess: str = "fixed") -> dict:
     """Traces (files, a folder, or RankTraces) -> {"scenarios": [measured, identity replay, each Scenario],
     "measured_on", "dp_group", "world_size", "notes"}. measured: the topology the traces ran on (a Topology or a
     preset; default: the GPU named in the traces, else unknown: transfers then keep their measured time unless a
     scenario prices them, by the model alone). codec: encode+decode s/byte for `compress` (default: measured,
     codec_s_per_byte). steps: the training steps the traces hold (default: their ProfilerStep#N marks, else 1);
-    every figure is per step, their mean."""
+    every figure is per step, their mean. excess: what a call's time above its model does in a scenario, "fixed"
+    (its software's, kept) or "bytes" (it moves with its bytes: a TCP link shaped to a rate, as the course's
+    kernel network; sharing.py says what was measured)."""
+    if excess not in EXCESS:
+        raise ValueError(f"excess must be one of {EXCESS}, got {excess!r}")
     ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces, max_bytes)
     gamma = _validate.number("gamma", gamma, low=0.0)
     try:   # what goes wrong from here on is about these traces: the message names them
-        return _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps)
+        return _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps, excess)
     except (ValueError, ZeroDivisionError, OverflowError) as e:
         named = any(str(e).startswith(str(r.path)) for r in ranks)
         raise ValueError(str(e) if named else f"{_where(ranks)}: {e}") from None
@@ -95,7 +100,7 @@ def _where(ranks) -> str:
     return f"{os.path.dirname(paths[0]) or '.'}/ ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''})"
 
 
-def _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps) -> dict:
+def _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps, excess="fixed") -> dict:
     marks = min(len(getattr(r, "steps", None) or []) for r in ranks) if ranks else 0
     steps = _validate.integer("steps", steps, low=1) if steps is not None else max(1, marks)
     world = next((r.world_size for r in ranks if r.world_size), None) or len(ranks)
@@ -121,7 +126,7 @@ def _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps) -> dict:
     for sc in scenarios:
         if not isinstance(sc, Scenario):
             raise TypeError(f"scenarios must be Scenario objects, got {type(sc).__name__}")
-        priced, said, t, net = _scenario(g, sc, m_topo, world, dp, strides, gamma, codec, ranks[0].backend)
+        priced, said, t, net = _scenario(g, sc, m_topo, world, dp, strides, gamma, codec, ranks[0].backend, excess)
         rows.append(_row(sc.label(t), graph.replay(priced, net), said, steps))
     return {"world_size": world, "ranks": [r.rank for r in ranks], "backend": ranks[0].backend, "steps": steps,
             "measured_on": _describe(m_topo), "dp_groups": sorted(dp), "scenarios": rows, "notes": notes + g.notes,
@@ -153,7 +158,8 @@ def _dp_groups(ranks, world: int, strides: dict) -> frozenset:
     return frozenset(n for n, s in sizes.items() if s == size and strides.get(n, 1) == stride)
 
 
-def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gamma, codec, backend=None):
+def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gamma, codec, backend=None,
+              excess="fixed"):
     """The graph with this scenario's calls and transfers -> (graph, the assumptions it made, as lines)."""
     said = []
     if sc.algorithm is not None and sc.algorithm not in ALGORITHMS:
@@ -199,7 +205,7 @@ def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gam
 
     pricer = Pricer(m_topo, base, factor, dp, strides, gamma, compress, per_byte, sc.algorithm, new_world,
                     gloo=backend == "gloo")
-    net = flow_inputs(g0, g, origin, pricer)   # each set a flow: fixed phase, then its bytes on shared links
+    net = flow_inputs(g0, g, origin, pricer, excess)   # each set a flow: fixed phase, then bytes on shared links
     transfer = [t if t is not None else f + b for t, (f, b, _) in zip(g.transfer, net)]   # as recorded, or new
     solo = {}
     for p, r in enumerate(g.ranks):
