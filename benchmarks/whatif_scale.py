@@ -3,7 +3,7 @@ replay of a 1M-event trace per rank takes no longer than diagnose of it).
 
     python benchmarks/whatif_scale.py [--quick] [--events 1000000] [--json out.json]
 
-Traces: commlib.profiling.synthetic (Kineto's GPU format, 5% of kernels NCCL all-reduces; and a CPU/Gloo job), two
+Traces: commlib.profiling.jobs.synthetic (Kineto's GPU format, 5% of kernels NCCL all-reduces; and a CPU/Gloo job), two
 ranks, written to a temporary folder. Per case, in this process, one after the other: diagnose() from the files
 (reading included), whatif() from the files with one scenario (reading, the graph, the identity replay and the
 scenario's), and the replay alone on traces already read (graph.build + one replay): what whatif adds to reading.
@@ -19,8 +19,10 @@ import tempfile
 import time
 
 from commlib.bench import arguments
-from commlib.profiling import graph, synthetic, traces
-from commlib.profiling.diagnose import diagnose
+from commlib.profiling import traces
+from commlib.profiling.jobs import synthetic
+from commlib.profiling.replay import graph
+from commlib.profiling.diagnosis import diagnose
 from commlib.profiling.replay.whatif import Scenario, whatif
 
 SCENARIO = Scenario("dgx_h100, 4 nodes x 8", topology="dgx_h100", nodes=4)

@@ -1,4 +1,4 @@
-"""commlib.profiling.diagnose and `python -m commlib diagnose`: stragglers from constructed calls, the model, the real
+"""commlib.profiling.diagnosis and `python -m commlib diagnose`: stragglers from constructed calls, the model, the real
 2x A100 trace, a live CPU run with a straggler injected, the CLI's bad inputs and its --json keys."""
 
 import json

@@ -9,8 +9,7 @@
     report/      diagnosis's and the what-if's reports as text and JSON; it computes nothing
     jobs/        the live side, apart: live (torch.profiler in ranks), recording, synthetic, emulated_job, scale
 
-diagnose.py, graph.py, whatif.py, emulated_job.py, scale.py and synthetic.py are the import paths the chapters,
-README and benchmarks use, re-exporting from the modules above."""
+Chapters, README and benchmarks import these modules by their own paths (no module re-exports another)."""
 
 from commlib.profiling.intervals import intersect, length, union  # noqa: F401
 from commlib.profiling.jobs.live import (COMM_KERNEL_WORDS, COMM_PREFIXES, Interval, breakdown,  # noqa: F401

@@ -13,7 +13,7 @@ from commlib.ui.language import speaks
 def diagnose_scale(data: dict, live: dict | None = None, ax=None):
     """Seconds against events (all ranks), log-log: diagnose end to end (wall and CPU seconds), Holistic Trace
     Analysis with its default and its batched parser, a line of slope 1 (linear time) through diagnose's largest
-    size, and `live` (profiling.scale.live_point: end to end too, so it compares with the first curve) if given."""
+    size, and `live` (profiling.jobs.scale.live_point: end to end too, so it compares with the first curve) if given."""
     s = series(data)
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 3.6))
