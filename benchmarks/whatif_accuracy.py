@@ -162,6 +162,55 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
             "intra": None if intra is None else {"bandwidth": intra.bandwidth, "latency": intra.latency}}
 
 
+def predict_again(path: str, folder: str) -> dict:
+    """A committed run's rows predicted again by this checkout's whatif, from the traces that run kept (--keep
+    FOLDER) and its own fits (alpha, gamma, the in-node link): its measurements as they were. -> the run, its rows'
+    predicted_s and error, median and p90 recomputed, "predicted_again" saying so."""
+    from commlib import cost
+    from commlib.network import links
+    from commlib.network.spec import Spec
+    from commlib.profiling.replay import whatif as wi
+
+    with open(path) as f:
+        run = json.load(f)
+    alpha, gamma, bw, kind = run["fit"][0], run["gamma"], run["bandwidth"], run["network"]
+    intra = cost.Link("inside a node (fitted)", run["intra"]["bandwidth"], run["intra"]["latency"], "the run's")
+    priced = lambda *shape, f=1.0: links.topology(Spec(*shape, bandwidth=bw * f, kind=kind), alpha,  # noqa: E731
+                                                  intra if len(shape) > 1 and shape[1] > 1 else None)
+    folders = {"torch_ddp 2x2": "ddp2x2"}
+
+    def scenario(job, name):
+        shape = (2, 2, 1) if job == "torch_ddp 2x2" else (2, 1)
+        if name.endswith(" bandwidth"):
+            return wi.Scenario(name, topology=priced(*shape, f=float(name[1:].split()[0])))
+        if name.endswith("MiB buckets"):
+            return wi.Scenario(name, bucket_mb=float(name.split()[0]))
+        if name == "4 nodes":
+            return wi.Scenario(name, nodes=4)
+        if name == "2 NICs/node":
+            return wi.Scenario(name, topology=priced(2, 2, 2))
+        k = int(name.split(", ")[1][0])   # "2 GPUs/node, k NIC(s)"
+        return wi.Scenario(name, nodes=2, gpus_per_node=2, topology=priced(2, 2, k))
+
+    for job in dict.fromkeys(r["job"] for r in run["rows"]):
+        rows = [r for r in run["rows"] if r["job"] == job and r["predicted_s"] is not None]
+        shape = (2, 2, 1) if job == "torch_ddp 2x2" else (2, 1)
+        got = _predict(wi, f"{folder}/{folders.get(job, job)}", [scenario(job, r["scenario"]) for r in rows
+                                                                   if r["scenario"] != "identity replay"],
+                       priced(*shape), gamma, ej.RECORDED, EXCESS[kind])[0]
+        for r in rows:
+            r["predicted_s"] = got[r["scenario"]]
+            r["error"] = r["predicted_s"] / r["measured_s"] - 1 if r["measured_s"] else None
+    errors = sorted(abs(r["error"]) for r in run["rows"] if r["error"] is not None and r["scenario"] != "identity replay")
+    run["median_error"] = statistics.median(errors)
+    run["p90_error"] = errors[min(len(errors) - 1, int(0.9 * len(errors)))]
+    run["identity_error_max"] = max(abs(r["error"]) for r in run["rows"] if r["scenario"] == "identity replay")
+    run["predicted_again"] = ("the predictions recomputed by whatif from this run's kept traces and fits "
+                              "(python benchmarks/whatif_accuracy.py --predict-again JSON --keep DIR); the "
+                              "measurements, the recordings' spread and the noise floor are the run's")
+    return run
+
+
 def recordings(bandwidth: float, folder: str, alpha: float, gamma: float, job: str = "torch_ddp", n: int = 3,
                kind: str = "kernel") -> dict:
     """The same job recorded n times, each recording asked the same scenarios (x1/2 and x2 the bandwidth): how far
@@ -255,6 +304,8 @@ def main() -> None:
     ap.add_argument("--json", help="also write the result to this file")
     ap.add_argument("--quick", action="store_true", help="a smoke run for CI: fewer steps")
     ap.add_argument("--keep", metavar="DIR", help="--network kernel: keep the recorded traces in DIR/<job>")
+    ap.add_argument("--predict-again", metavar="JSON", help="no run: predict a --network kernel run's rows again "
+                    "from its traces (--keep DIR) and fits, its measurements kept; written to --json or JSON")
     ap.add_argument("--network", choices=("paced", "kernel"), default="paced",
                     help="paced: the Python pacer (default); kernel: commlib.network's namespaces and tc HTB")
     ap.add_argument("--jobs", choices=("one", "three", "four"), default=None,
@@ -262,6 +313,16 @@ def main() -> None:
                          "name): BucketedDDP, torch DDP, FSDP2 and torch DDP on 2 x 2 GPUs, 40 scenarios (always "
                          "with --network kernel)")
     a = ap.parse_args()
+    if a.predict_again:   # no run: a committed run's predictions asked again of this checkout's whatif
+        if not a.keep or not os.path.isdir(a.keep):
+            ap.error("argument --predict-again: give --keep DIR, the folder of that run's traces")
+        run = predict_again(a.predict_again, a.keep)
+        with open(a.json or a.predict_again, "w") as f:
+            json.dump(run, f, indent=1)
+            f.write("\n")
+        print(f"median |error| over the what-ifs: {run['median_error']:.1%}, p90 {run['p90_error']:.1%}; identity "
+              f"replay within {run['identity_error_max']:.1%}")
+        return
     a.bandwidth_given = any(x.startswith("--bandwidth") for x in sys.argv[1:])
     if a.json and not os.path.isdir(os.path.dirname(os.path.abspath(a.json))):
         ap.error(f"argument --json: the folder of {a.json!r} does not exist")

@@ -27,7 +27,7 @@ def critical_path(rs, g, set_end, last_in) -> dict:
     ends = [(e, i) for i, e in enumerate(st.end) if e is not None]
     lane_end = st.lane_end
     point = ("lane", lane_end) if not ends or lane_end >= max(ends)[0] else ("call", max(ends)[1])
-    truncated, below = True, None   # below: from a wait's start, only the waits before it (one may take no time)
+    truncated, below, cap = True, None, None   # below: from a wait's start, only the waits before it (one may take no time)
     for _ in range(10 * sum(len(x.g.calls) + len(x.g.waits) for x in rs) + 10):
         floor = stop + st.g.offset   # the cut, on this rank's clock
         if point[0] == "lane":   # back along the rigid lane to the wait that set its shift, or the start
@@ -42,15 +42,17 @@ def critical_path(rs, g, set_end, last_in) -> dict:
                 break
             wk = st.hist_w[k]
             w = st.g.waits[wk]
-            if st.wait_bound[wk] == "call":
-                point = ("call", w.call)
+            if st.wait_bound[wk] == "call":   # the call, up to where the lane went on (a Gloo worker may stamp
+                point, cap = ("call", w.call), lower   # its end after the waiting thread resumed: graph.EARLY_US)
             else:
                 point, below = ("lane", w.t_from + (st.hist_shift[k - 1] if k else 0.0)), k - 1
         else:
             i = point[1]
             calls.append((st.g.rank, i))
             s = st.g.member[i]
-            here = st.end[i] - st.g.offset   # where the path is: this rank's end of the call, on the common clock
+            end_i = st.end[i] if cap is None else min(st.end[i], cap)
+            cap = None
+            here = end_i - st.g.offset   # where the path is: this rank's end of the call, on the common clock
             arrive = set_end[s] - g.transfer[s] if s >= 0 and last_in[s] is not None else None
             if arrive is not None and arrive <= here:   # from the last arrival, on that rank, to this rank's end
                 full = min(g.transfer[s], here - arrive)   # a rank that ended before set_end (its residual < 0)
@@ -59,8 +61,8 @@ def critical_path(rs, g, set_end, last_in) -> dict:
                 st = rs[lp]
                 i = li
             else:   # unmatched, or the clocks put the last arrival after this rank's end: this rank's own call
-                full = st.end[i] - st.arrival[i]
-                took = min(full, max(0.0, st.end[i] - floor))
+                full = max(0.0, end_i - st.arrival[i])
+                took = min(full, max(0.0, end_i - floor))
             comm += took
             if st.bound[i] is None or took < full:
                 truncated = False   # a member the replay forced, or the cut: the path ends here

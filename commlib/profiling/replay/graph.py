@@ -46,6 +46,10 @@ from commlib.profiling.intervals import overlap_lengths, union
 SLACK_US, SLACK_SHARE = 100.0, 0.25   # a gap ending this close after a call's end (us + share of the gap) waited for it
 # (a loaded host wakes the waiting thread late: 3-7 ms after a 20-ms all-gather on 2 busy cores)
 MIN_GAP_US = 5.0                      # shorter gaps are launch gaps, never waits
+# A gap that ends a little before a call's end waited for it too: Gloo's worker stamps its range's end after it
+# has marked the work done, and the waiting thread may resume first (measured: torch DDP's one bucket, 6.7 ms before
+# the end of a 69-ms all-reduce): up to EARLY_SHARE of the call, at most EARLY_US, if the gap began after the call
+EARLY_SHARE, EARLY_US = 0.12, 10_000.0
 SYNC_SHARE = 0.5   # a gap that began as the call did (async_op=False: FSDP2's) waited for it if it ends within
 # half its length after the call's end (measured: woken 4.6-6.8 ms late after 13-16-ms all-gathers, load ~1)
 
@@ -169,10 +173,10 @@ def _rank_graph(p: int, r, where: dict, offset: float) -> RankGraph:
     leaves = getattr(r, "leaves", None)
     if leaves is not None and len(leaves):   # waits inside an op: gaps between the innermost ops (traces.py)
         inner = np.asarray(union(np.asarray(leaves, dtype=float).reshape(-1, 2)), dtype=float).reshape(-1, 2)
-        inferred = _inferred_waits(inner, calls, getattr(r, "waits", None) or {})
+        inferred = _inferred_waits(inner, calls, getattr(r, "waits", None) or {}, queue)
         spans = _cut(spans, [(w.t_from, w.t_to) for w in inferred])
     else:
-        inferred = _inferred_waits(spans, calls, getattr(r, "waits", None) or {})
+        inferred = _inferred_waits(spans, calls, getattr(r, "waits", None) or {}, queue)
     waits = _stated_waits(r) + inferred
     waits.sort(key=lambda w: max(w.t_to, calls[w.call].start_us))
     ends = [c.end_us for c in calls]
@@ -226,27 +230,36 @@ def _stated_waits(r) -> list[Wait]:
     return out
 
 
-def _inferred_waits(spans, calls, stated: dict) -> list[Wait]:
-    """Gaps of the compute lane that end within the slack after a call's end: the latest such call, per gap."""
+def _inferred_waits(spans, calls, stated: dict, queued=None) -> list[Wait]:
+    """Gaps of the compute lane that end within the slack after a call's end (or, for a gap that began after the
+    call was queued, a little before it: EARLY_SHARE): the latest such call, per gap. queued: per call, when it
+    was queued (default: its start)."""
     if len(spans) < 2 or not calls:
         return []
     ends = np.array([c.end_us for c in calls])
-    k = np.searchsorted(spans[:, 0], ends, side="right")   # the first span starting after each call's end
-    ok = (k > 0) & (k < len(spans))
-    k = np.where(ok, k, 1)
-    gap = spans[k, 0] - spans[k - 1, 1]
-    slack = spans[k, 0] - ends
     starts = np.array([c.start_us for c in calls])
-    synchronous = spans[k - 1, 1] <= starts + SLACK_US   # the gap began as the call did: the rank blocked on it
-    ok &= (spans[k - 1, 1] <= ends) & (gap >= MIN_GAP_US) & (
-        (slack <= SLACK_US + SLACK_SHARE * gap) | (synchronous & (slack <= SYNC_SHARE * gap)))
+    queued = starts if queued is None else np.minimum(np.asarray(queued, dtype=float), starts)
+    early = np.minimum(EARLY_SHARE * (ends - starts), EARLY_US)   # a worker's range may end after the waiter resumed
+    found = []
+    for k, late in ((np.searchsorted(spans[:, 0], ends, side="right"), True),   # the first span after its end
+                    (np.searchsorted(spans[:, 0], ends - early, side="right"), False)):   # or a little before
+        ok = (k > 0) & (k < len(spans))
+        k = np.where(ok, k, 1)
+        began, gap, slack = spans[k - 1, 1], spans[k, 0] - spans[k - 1, 1], spans[k, 0] - ends
+        ok &= (began <= ends) & (gap >= MIN_GAP_US)
+        if late:
+            synchronous = began <= starts + SLACK_US   # the gap began as the call did: the rank blocked on it
+            ok &= (slack <= SLACK_US + SLACK_SHARE * gap) | (synchronous & (slack <= SYNC_SHARE * gap))
+        else:   # resumed before the end: only a gap that began once the call was queued
+            ok &= (slack < 0) & (began >= queued - SLACK_US)
+        found += [(int(k[i]), i) for i in np.flatnonzero(ok).tolist()]
     taken = sorted(stated.values())
     starts = [w0 for w0, _ in taken]
     reach = np.maximum.accumulate([w1 for _, w1 in taken]).tolist() if taken else []   # the latest end so far
     best = {}
-    for i in np.flatnonzero(ok).tolist():
-        if ends[i] > best.get(int(k[i]), (-np.inf, -1))[0]:
-            best[int(k[i])] = (ends[i], i)
+    for kk, i in found:
+        if ends[i] > best.get(kk, (-np.inf, -1))[0]:
+            best[kk] = (ends[i], i)
     out = []
     for kk, (_, i) in best.items():
         t0, t1 = float(spans[kk - 1, 1]), float(spans[kk, 0])
