@@ -106,7 +106,7 @@ def test_the_loops_verdict_is_computed_from_the_numbers():
 
     loop = {"base": "2x1@20e6", "scenario": "2x1@60e6", "predicted_s": 0.0274, "measured_s": 0.0252}
     assert verdict(loop | {"error": 0.0274 / 0.0252 - 1}) == (
-        "2x1@20e6 -> 2x1@60e6: whatif predicted 27.4 ms per step, the run measured 25.2 ms (+9%): within 10%")
+        "2x1@20e6 -> 2x1@60e6: whatif predicted 27.4 ms per step,\nthe run measured 25.2 ms (+9%): within 10%")
     assert verdict(loop | {"error": 0.5}).endswith("(+50%): off by more than 10%")
 
 

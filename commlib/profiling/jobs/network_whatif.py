@@ -149,6 +149,6 @@ def record_predict_run(script: str, base: str, scenario: str, folder: str, args=
 def verdict(loop: dict, tolerance: float = 0.10) -> str:
     """One line: predicted against measured, and whether they agree within `tolerance`."""
     ok = abs(loop["error"]) <= tolerance
-    return (f"{loop['base']} -> {loop['scenario']}: whatif predicted {loop['predicted_s'] * 1e3:.1f} ms per step, "
+    return (f"{loop['base']} -> {loop['scenario']}: whatif predicted {loop['predicted_s'] * 1e3:.1f} ms per step,\n"
             f"the run measured {loop['measured_s'] * 1e3:.1f} ms ({loop['error']:+.0%}): "
             + (f"within {tolerance:.0%}" if ok else f"off by more than {tolerance:.0%}"))

@@ -77,7 +77,7 @@ SENT = {
     ("gloo", "reduce_scatter"): ("an all-reduce of a copy of the whole input", "all_reduce",
                                  "ProcessGroupGloo.cpp reduce_scatter; its trace: gloo:all_reduce per call"),
     ("gloo", "all_gather"): ("gloo::allgather, a ring", "all_gather", "ProcessGroupGlooDetail.hpp:573"),
-    ("nccl", "all_reduce"): ("ring or double binary tree (the kernel's name says which)", "all_reduce",
+    ("nccl", "all_reduce"): ("ring or double binary tree (as its kernel says)", "all_reduce",
                              "src/device/all_reduce.h"),
     ("nccl", "reduce_scatter"): ("a ring reduce-scatter", "reduce_scatter", "src/device/reduce_scatter.h"),
     ("nccl", "all_gather"): ("a ring all-gather", "all_gather", "src/device/all_gather.h"),
