@@ -213,9 +213,10 @@ def browser_skip_mark():
     return pytest.mark.skipif(reason is not None, reason=f"browser test skipped: {reason}")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser():
-    """Headless Debian chromium driven by Playwright (no browser download), one per test module."""
+    """Headless Debian chromium driven by Playwright (no browser download), one for the session (test_book's and
+    test_browser's pages)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

@@ -285,12 +285,18 @@ def mismatched_op():
 @pytest.mark.parametrize("fn, words", [(mismatched_numel, "different numel"),
                                        (mismatched_dtype, "different dtype"),
                                        (mismatched_op, "different op")])
-def test_mismatched_ranks_raise_a_clear_error_not_a_hang(fn, words):
+def test_mismatched_ranks_raise_a_clear_error_not_a_hang(fn, words, cluster3):
+    with pytest.raises(cl.RankError) as info:
+        cluster3.run(fn)
+    assert not isinstance(info.value, cl.ClusterTimeout)
+    assert words in str(info.value) and "ValueError" in str(info.value)
+
+
+@pytest.fixture(scope="module")
+def cluster3():
+    """One 3-rank cluster for the three mismatches: each RankError restarts its ranks for the next (not 3 starts)."""
     with cl.Cluster(world_size=3, timeout=20) as c:
-        with pytest.raises(cl.RankError) as info:
-            c.run(fn)
-        assert not isinstance(info.value, cl.ClusterTimeout)
-        assert words in str(info.value) and "ValueError" in str(info.value)
+        yield c
 
 
 def bad_inputs():

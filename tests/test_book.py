@@ -28,13 +28,13 @@ from conftest import CJK_BOXES, browser_skip_mark
 
 from book import build as book
 from commlib.exercises import learner_copies as teaching
+from tools.printed import COLUMN, wide_output_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
 PAGES = ["index.html", *(f"notebooks/{p.stem}.html" for p in NOTEBOOKS), "genindex.html", "search.html"]
 OUT = ROOT / "test-output" / "book"
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/svg+xml", "image/gif")
-COLUMN = 100  # characters of a printed line that the book's column and JupyterLab hold (DEVELOPERS.md)
 browser_test = browser_skip_mark()
 
 # a checker call: exercises.chN_x(...), ex.chN_x(...) (an alias), exercises_topology.chN_x(...), ws.check_x(...)
@@ -56,22 +56,6 @@ def checkers_without_a_question(nb: dict) -> list[str]:
             section = text[headings[-1].start():] if headings else section + "\n" + text
         elif CHECKER_CALL.search(text) and not teaching.is_solution(cell) and not QUESTION.search(section):
             bad.append(text.strip().splitlines()[-1][:80])
-    return bad
-
-
-def wide_output_lines(nb: dict, width: int = COLUMN) -> list[str]:
-    """Printed lines (stream and text/plain outputs, not widgets' fallbacks) longer than width characters.
-    -> 'cell <id>: <length> chars: <start of the line>'."""
-    bad = []
-    for i, cell in enumerate(nb["cells"]):
-        for out in cell.get("outputs", []) if cell["cell_type"] == "code" else []:
-            data = out.get("data", {})
-            if "application/vnd.jupyter.widget-view+json" in data or "text/html" in data:
-                continue  # a widget's or an HTML table's text/plain is a fallback the reader does not see
-            text = out.get("text") or data.get("text/plain") or ""
-            text = "".join(text) if isinstance(text, list) else text
-            bad += [f"cell {cell.get('id', i)}: {len(line)} chars: {line[:50]!r}"
-                    for line in text.splitlines() if len(line) > width]
     return bad
 
 

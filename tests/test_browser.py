@@ -1,8 +1,10 @@
-"""End to end: every notebook run in JupyterLab in headless Chromium (Debian's chromium, driven by Playwright).
+"""End to end: every notebook opened in JupyterLab in headless Chromium (Debian's chromium, driven by Playwright), and
+every one with an interactive widget run there ("run all"; the others' cells run under nbval, in the same kernel,
+whose run conftest.py holds to the book's column as this module holds the lab's).
 
 JupyterLab is started by the command line `course.py lab` uses (conftest's `lab` fixture, course.lab_command),
 so what the course serves is what the test sees. Asserts per notebook: every image and link in its
-rendered markdown loads; "run all" finished (its own promise resolved, every code cell has an execution
+rendered markdown loads; (run in the lab) "run all" finished (its own promise resolved, every code cell has an execution
 count, the kernel is idle) and no cell produced an error; every ipywidgets view rendered (no "Loading
 widget...", no missing model) and clips nothing (a row of controls wider than the notebook wraps); one control
 per widget changes what the widget shows; every printed line of this run fits the book's column and every
@@ -187,11 +189,19 @@ def lab_page(lab, browser):
             page.close()
 
 
+def interactive_widgets(path: Path) -> int:
+    """How many cells of a chapter show an interactive widget: commlib.ui.widgets' explorers and chapter 10's
+    replay. A chapter with one is run in the lab (its views need their kernel); one without is opened as saved."""
+    code = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    return sum(1 for c in code if re.search(r"^(widgets|replay)\.\w+\(", "".join(c["source"]), re.M))
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs_in_the_browser(lab, lab_page, path):
     base, token, root, _ = lab
     OUT.mkdir(parents=True, exist_ok=True)
     page = lab_page()
+    interactive = interactive_widgets(path)
     errors = []
     listen = lambda e: errors.append(str(e))  # noqa: E731
     page.on("pageerror", listen)
@@ -219,22 +229,23 @@ def test_notebook_runs_in_the_browser(lab, lab_page, path):
         if path.name.startswith("00_"):
             assert "通信开销分析" in panel.inner_text(), "chapter 0 no longer shows the source chapter's title"
 
-        # Run all, exactly: clear every execution count first, so that a count seen later is this run's; wait for
-        # run-all's own promise (it resolves when the last cell's reply is in); then every code cell must have a
-        # count and the kernel must be idle.
-        page.evaluate(f"() => {CURRENT}.content.widgets.forEach(c => c.model.type === 'code' && c.model.clearExecution())")
-        finished = page.evaluate("""() => Promise.race([
-            window.jupyterapp.commands.execute('notebook:run-all-cells'),
-            new Promise((_, fail) => setTimeout(() => fail(new Error('run all did not finish within 240 s')), 240000))])""")
-        state = page.evaluate(f"""() => ({{kernel: {CURRENT}.sessionContext.session.kernel.status,
-            missing: {CURRENT}.content.widgets.filter(c => c.model.type === 'code' && c.model.executionCount === null)
-                     .map(c => c.model.sharedModel.getSource().slice(0, 60)),
-            errors: {CURRENT}.content.widgets.filter(c => c.model.type === 'code').flatMap(c =>
-                     c.model.outputs.toJSON().filter(o => o.output_type === 'error').map(o => o.ename + ': ' + o.evalue))}})""")
-        assert state["errors"] == [], f"{path.name}: cells failed: {state['errors']}"
-        assert finished is True and state["missing"] == [], f"{path.name}: code cells that did not run: {state['missing']}"
-        page.wait_for_function(f"() => {CURRENT}.sessionContext.session.kernel.status === 'idle'", timeout=30_000)
-        page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")  # resolves once written
+        if interactive:
+            # Run all, exactly: clear every execution count first, so that a count seen later is this run's; wait
+            # for run-all's own promise (it resolves when the last cell's reply is in); then every code cell must
+            # have a count and the kernel must be idle.
+            page.evaluate(f"() => {CURRENT}.content.widgets.forEach(c => c.model.type === 'code' && c.model.clearExecution())")
+            finished = page.evaluate("""() => Promise.race([
+                window.jupyterapp.commands.execute('notebook:run-all-cells'),
+                new Promise((_, fail) => setTimeout(() => fail(new Error('run all did not finish within 240 s')), 240000))])""")
+            state = page.evaluate(f"""() => ({{kernel: {CURRENT}.sessionContext.session.kernel.status,
+                missing: {CURRENT}.content.widgets.filter(c => c.model.type === 'code' && c.model.executionCount === null)
+                         .map(c => c.model.sharedModel.getSource().slice(0, 60)),
+                errors: {CURRENT}.content.widgets.filter(c => c.model.type === 'code').flatMap(c =>
+                         c.model.outputs.toJSON().filter(o => o.output_type === 'error').map(o => o.ename + ': ' + o.evalue))}})""")
+            assert state["errors"] == [], f"{path.name}: cells failed: {state['errors']}"
+            assert finished is True and state["missing"] == [], f"{path.name}: code cells that did not run: {state['missing']}"
+            page.wait_for_function(f"() => {CURRENT}.sessionContext.session.kernel.status === 'idle'", timeout=30_000)
+            page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")  # resolves once written
 
         saved = json.loads((root / "notebooks" / path.name).read_text())
         code = [c for c in saved["cells"] if c["cell_type"] == "code"]
@@ -252,9 +263,7 @@ def test_notebook_runs_in_the_browser(lab, lab_page, path):
         views = panel.locator(".jp-Cell-outputArea > .jp-OutputArea-child > .jp-OutputArea-output:has(.jupyter-widgets)")
         views = [views.nth(i) for i in range(views.count())]
         views = [v for v in views if v.is_visible() and v.locator("select, .noUi-handle, button").count()]
-        # the cells that show an interactive widget: commlib.ui.widgets' explorers and chapter 10's replay
-        expected = sum(1 for c in code if re.search(r"^(widgets|replay)\.\w+\(", "".join(c["source"]), re.M))
-        assert len(views) == expected, f"{len(views)} interactive widgets rendered, {expected} expected"
+        assert len(views) == interactive, f"{len(views)} interactive widgets rendered, {interactive} expected"
         for i, view in enumerate(views):
             view.scroll_into_view_if_needed()
             before = _widget_state(view)

@@ -1,0 +1,37 @@
+"""Hooks for every pytest run in this repository (tests/conftest.py holds the fixtures of tests/).
+
+nbval's run of a chapter (notebooks/*.ipynb) is held to the book's column too: every line a cell printed in this
+run, measured cells included (nbval compares none of their text), fits in tools.printed.COLUMN characters. This is
+the check tests/test_browser.py makes on JupyterLab's run of the chapters it runs there; here it covers all of them.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from tools.printed import COLUMN, wide_output_lines
+
+NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"
+
+
+def shown(outputs: list[dict], source: str) -> list[dict]:
+    """The outputs a learner's kernel shows. nbval runs cells with store_history=False (nbval/kernel.py), and then
+    IPython reads the previous cell's source to decide whether a trailing ';' hides the result: a cell ending in ';'
+    gets an execute_result under nbval that JupyterLab and nbclient do not show."""
+    from IPython.core.displayhook import DisplayHook
+
+    if DisplayHook.semicolon_at_end_of_expression(source):
+        return [o for o in outputs if o.get("output_type") != "execute_result"]
+    return outputs
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    result = yield
+    outputs = getattr(item, "test_outputs", None)  # nbval's IPyNbCell: what this run of the cell printed
+    if outputs and hasattr(item, "raise_cell_error") and Path(item.path).parent == NOTEBOOKS:
+        cell = {"cell_type": "code", "id": item.name, "outputs": shown(outputs, item.cell.source)}
+        wide = wide_output_lines({"cells": [cell]})
+        if wide:
+            item.raise_cell_error(f"printed lines wider than the book's column ({COLUMN} characters): {wide}")
+    return result
