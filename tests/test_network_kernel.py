@@ -15,6 +15,8 @@ import sys
 import time
 
 import pytest
+
+from commlib.network.kernel import PAYLOAD_FRACTION
 import torch
 import torch.distributed as dist
 
@@ -281,7 +283,7 @@ def test_chapter_3s_measurement_on_the_kernel_network_is_priced_and_judged():
     result = eb.run_network(sizes=[256 << 10], bandwidth=RATE, nics=(1,), repeats=1)
     assert result["network"] == "kernel" and result["pacing"] == [] and len(result["builtin"]) == 1
     intra = cost.Link("x", result["intra"]["bandwidth"], result["intra"]["latency"], "")
-    nic = cost.Link("y", RATE, result["intra"]["latency"], "")
+    nic = cost.Link("y", RATE * PAYLOAD_FRACTION, result["intra"]["latency"], "")   # priced at its payload rate
     model = topo.Topology(2, 2, intra, nic, 1)
     for r in result["rows"]:
         assert r["model_s"] == pytest.approx(topo.collective_time(r["op"], r["nbytes"], model, r["algorithm"],

@@ -46,6 +46,7 @@ from commlib.profiling.intervals import overlap_lengths, union
 SLACK_US, SLACK_SHARE = 100.0, 0.25   # a gap ending this close after a call's end (us + share of the gap) waited for it
 # (a loaded host wakes the waiting thread late: 3-7 ms after a 20-ms all-gather on 2 busy cores)
 MIN_GAP_US = 5.0                      # shorter gaps are launch gaps, never waits
+STATED_SHARE = 0.02   # beside a call whose wait the rank stated, only a gap ending this close waited for it too
 # A gap that ends a little before a call's end waited for it too: Gloo's worker stamps its range's end after it
 # has marked the work done, and the waiting thread may resume first (measured: torch DDP's one bucket, 6.7 ms before
 # the end of a 69-ms all-reduce): up to EARLY_SHARE of the call, at most EARLY_US, if the gap began after the call
@@ -247,11 +248,13 @@ def _inferred_waits(spans, calls, stated: dict, queued=None) -> list[Wait]:
         k = np.where(ok, k, 1)
         began, gap, slack = spans[k - 1, 1], spans[k, 0] - spans[k - 1, 1], spans[k, 0] - ends
         ok &= (began <= ends) & (gap >= MIN_GAP_US)
+        own = np.array([i not in stated for i in range(len(calls))])   # the rank stated no wait for it
         if late:
-            synchronous = began <= starts + SLACK_US   # the gap began as the call did: the rank blocked on it
-            ok &= (slack <= SLACK_US + SLACK_SHARE * gap) | (synchronous & (slack <= SYNC_SHARE * gap))
-        else:   # resumed before the end: only a gap that began once the call was queued
-            ok &= (slack < 0) & (began >= queued - SLACK_US)
+            synchronous = own & (began <= starts + SLACK_US)   # the gap began as the call did: the rank blocked
+            ok &= ((slack <= SLACK_US + STATED_SHARE * gap) | (own & (slack <= SLACK_US + SLACK_SHARE * gap))
+                   | (synchronous & (slack <= SYNC_SHARE * gap)))
+        else:   # resumed before the end: only a gap that began once the call was queued, and not a stated one's
+            ok &= own & (slack < 0) & (began >= queued - SLACK_US)
         found += [(int(k[i]), i) for i in np.flatnonzero(ok).tolist()]
     taken = sorted(stated.values())
     starts = [w0 for w0, _ in taken]
