@@ -43,16 +43,14 @@ from commlib.profiling.replay.flows import Flows
 from commlib.profiling.stragglers import matched
 from commlib.profiling.intervals import overlap_lengths, union
 
-SLACK_US, SLACK_SHARE = 100.0, 0.25   # a gap ending this close after a call's end (us + share of the gap) waited for it
-# (a loaded host wakes the waiting thread late: 3-7 ms after a 20-ms all-gather on 2 busy cores)
+SLACK_US, SLACK_SHARE, STATED_SHARE = 100.0, 0.25, 0.02   # a gap ending within SLACK_US + a share of it after
+# a call's end waited for it (a loaded host wakes late: 3-7 ms after a 20-ms all-gather); beside a stated wait, 2%
 MIN_GAP_US = 5.0                      # shorter gaps are launch gaps, never waits
-STATED_SHARE = 0.02   # beside a call whose wait the rank stated, only a gap ending this close waited for it too
 # A gap that ends a little before a call's end waited for it too: Gloo's worker stamps its range's end after it
 # has marked the work done, and the waiting thread may resume first (measured: torch DDP's one bucket, 6.7 ms before
 # the end of a 69-ms all-reduce): up to EARLY_SHARE of the call, at most EARLY_US, if the gap began after the call
 EARLY_SHARE, EARLY_US = 0.12, 10_000.0
-SYNC_SHARE = 0.5   # a gap that began as the call did (async_op=False: FSDP2's) waited for it if it ends within
-# half its length after the call's end (measured: woken 4.6-6.8 ms late after 13-16-ms all-gathers, load ~1)
+SYNC_SHARE = 0.5   # a gap begun with its call (async_op=False: FSDP2's) waits for it up to half its length late
 
 
 @dataclass
