@@ -20,6 +20,7 @@ NIC. A flow with no byte phase (alone 0: no model) is its fixed phase only.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 
@@ -166,6 +167,4 @@ def phases(ends, limits, alone, links, rounds: int = 8) -> list[float]:
 
 
 def _segment(cuts, t) -> int:
-    import bisect
-
     return bisect.bisect_left(cuts, t - EPS) if cuts else 0

@@ -226,19 +226,3 @@ class Pricer:
         if self.m is None:   # no model of the traced machine: the scenario's model alone
             return (new * 1e6 if new is not None else measured_us) + codec
         return reprice(measured_us * 1e-6, old, new) * 1e6 + codec
-
-    def regrouped(self, c, olds) -> float:
-        """A new bucket: its model plus its share, by bytes, of the time the traced buckets it replaces spent above
-        their model (their excess per byte x its bytes), or scaled by their mean ratio where they ran faster."""
-        _, new, codec = self._models(c)
-        self.priced += new is not None
-        self.kept += new is None
-        new = new or 0.0
-        pairs = [(t * 1e-6, self._models(o)[0], o.bytes) for o, t in olds if t is not None]
-        pairs = [(t, m, b) for t, m, b in pairs if m and b]
-        if self.m is None or not pairs:
-            return new * 1e6 + codec
-        above = sum(t - m for t, m, _ in pairs)
-        if above >= 0:
-            return (new + above / sum(b for _, _, b in pairs) * (c.bytes or 0)) * 1e6 + codec
-        return new * sum(t / m for t, m, _ in pairs) / len(pairs) * 1e6 + codec
