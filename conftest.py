@@ -35,3 +35,22 @@ def pytest_runtest_call(item):
         if wide:
             item.raise_cell_error(f"printed lines wider than the book's column ({COLUMN} characters): {wide}")
     return result
+
+
+DURATIONS = Path(__file__).resolve().parent / "tests" / "durations.json"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (course.py test on >= 2 cores): the files longest first, by tests/durations.json
+    (tools/durations.py writes it), each file's tests in their own order. A file runs on one worker
+    (--dist loadfile) and a worker takes the next file when it is done, so the last file to start is a short one
+    and the workers end together. Every worker collects, and sorts, the same way."""
+    if getattr(config.option, "dist", "no") == "no" or not DURATIONS.is_file():
+        return
+    import json
+
+    seconds = json.loads(DURATIONS.read_text())["tests"]
+    rank = {}
+    for item in items:
+        rank.setdefault(item.nodeid.split("::")[0], len(rank))
+    items.sort(key=lambda item: (-seconds.get(item.nodeid.split("::")[0], 0.0), rank[item.nodeid.split("::")[0]]))

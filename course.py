@@ -4,6 +4,7 @@ with venv and pip (the book also needs npm once, to fetch MathJax and the widget
 
     python3 course.py lab     # create .venv, install, open the course in JupyterLab
     python3 course.py test    # create .venv, install, run the unit tests and nbval of every notebook
+                              # (one pytest-xdist worker per core, then the tests marked `alone`)
     python3 course.py book    # create .venv, install, build the book into build/book (--no-solutions: without them)
 
     python3 course.py lab --lang zh_CN         # the Chinese edition's notebooks (written first), in JupyterLab
@@ -205,6 +206,31 @@ def run(cmd: list[str], stop: int = signal.SIGTERM, grace_s: float = 30.0, cwd: 
 
 
 COMMANDS = ("lab", "test", "book", "notebooks")
+SERIAL = ("-n", "--numprocesses", "--dist", "-p", "--pdb", "--trace", "-m", "--collect-only", "--co", "-s")
+WORKERS_MAX = 4  # each test starts up to 16 rank processes: more workers add memory, not speed
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, not the machine's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def pytest_runs(args: list[str], cores: int) -> list[list[str]]:
+    """`course.py test`'s pytest runs -> their argument lists. On >= 2 cores, two: the suite on one worker per
+    core (pytest-xdist; a file's tests stay on one worker, the longest files first: conftest.py), then the tests
+    marked `alone` one at a time (measurements that need the machine to themselves: the what-if's accuracy). With
+    an option that asks for one process (-n, -p, --pdb, -m, -s, ...) or on one core: one plain run, unchanged."""
+    if cores < 2 or any(a.split("=")[0] in SERIAL or a.startswith(("-n", "-p")) for a in args):
+        return [args]
+    workers = str(min(cores, WORKERS_MAX))
+    return [["-n", workers, "--dist", "loadfile", "--no-loadscope-reorder", "-m", "not alone", *args],
+            ["-m", "alone", *args]]
+
+
+def combined(codes: list[int]) -> int:
+    """pytest's exit statuses -> one: the first failure's; 5 (nothing collected) only when every run had none."""
+    failed = [c for c in codes if c not in (0, 5)]
+    return failed[0] if failed else (5 if all(c == 5 for c in codes) else 0)
 
 
 def main(argv: list[str]) -> int:
@@ -249,8 +275,13 @@ def main(argv: list[str]) -> int:
     elif argv[0] == "book":
         cmd = [str(PY), str(ROOT / "book" / "build.py"), *argv[1:]]
     else:  # test; with --lang, nbval of the edition's notebooks (the English outputs, commlib speaking lang)
-        cmd = [str(PY), "-m", "pytest", *(argv[1:] if lang is None else [folder, *rest])]
-    return run(cmd, signal.SIGTERM if argv[0] == "lab" else signal.SIGINT)  # pytest and Sphinx clean up on Ctrl-C
+        codes = []
+        for args in pytest_runs(argv[1:] if lang is None else [folder, *rest], usable_cores()):
+            codes.append(run([str(PY), "-m", "pytest", *args], signal.SIGINT))  # pytest cleans up on Ctrl-C
+            if codes[-1] >= 128:  # a signal stopped it: so does course.py
+                return codes[-1]
+        return combined(codes)
+    return run(cmd, signal.SIGTERM if argv[0] == "lab" else signal.SIGINT)  # Sphinx cleans up on Ctrl-C
 
 
 if __name__ == "__main__":

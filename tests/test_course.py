@@ -93,6 +93,27 @@ def test_lab_trusts_the_course_notebooks_and_runs_kernels_without_tcp(tmp_path):
     assert not [a for a in course.lab_command("python", ROOT) if "ping" in a]
 
 
+@pytest.mark.parametrize("args, cores, runs", [
+    ([], 2, [["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder", "-m", "not alone"], ["-m", "alone"]]),
+    (["-k", "cluster", "-x"], 16, [["-n", "4", "--dist", "loadfile", "--no-loadscope-reorder", "-m", "not alone",
+                                    "-k", "cluster", "-x"], ["-m", "alone", "-k", "cluster", "-x"]]),
+    (["tests/test_cost.py"], 1, [["tests/test_cost.py"]]),            # one core: one plain run
+    (["-n", "0"], 8, [["-n", "0"]]),                                  # the learner's own choice wins
+    (["-n3"], 8, [["-n3"]]),
+    (["-p", "no:xdist"], 8, [["-p", "no:xdist"]]),
+    (["--pdb"], 8, [["--pdb"]]),
+    (["-m", "slow"], 8, [["-m", "slow"]]),                            # their own marker expression, untouched
+])
+def test_the_suite_runs_on_one_worker_per_core_then_the_measurements_alone(args, cores, runs):
+    assert course.pytest_runs(args, cores) == runs
+
+
+@pytest.mark.parametrize("codes, code", [([0, 0], 0), ([0, 5], 0), ([5, 0], 0), ([5, 5], 5), ([1, 0], 1),
+                                         ([0, 1], 1), ([2, 1], 2), ([5, 1], 1)])
+def test_the_runs_exit_statuses_combine_to_the_first_failure(codes, code):
+    assert course.combined(codes) == code
+
+
 def test_an_unknown_subcommand_is_named(capsys):
     assert course.main(["bogus"]) == 2
     err = capsys.readouterr().err
