@@ -138,7 +138,7 @@ def main():
     ap.add_argument("--link-steps", type=arguments.integer(1, 10**6), default=60, help="steps per emulated link")
     ap.add_argument("--rounds", type=arguments.integer(1, 1000), default=3, help="repeats; medians")
     ap.add_argument("--bandwidths", type=arguments.number(0, 1e15), nargs="+", default=BANDWIDTHS, help="emulated link bytes/s")
-    ap.add_argument("--out", default=None, help="default: benchmarks/compression_tradeoff.json (none with --quick)")
+    ap.add_argument("--out", default=None, type=arguments.output_file, help="default: benchmarks/compression_tradeoff.json (none with --quick)")
     ap.add_argument("--quick", action="store_true", help="a smoke run for CI (overrides the sizes)")
     args = ap.parse_args()
     if args.quick:

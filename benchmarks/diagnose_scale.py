@@ -144,13 +144,6 @@ def interpreter(text: str) -> str:
     return text
 
 
-def out_file(text: str) -> str:
-    """--out: a JSON file in a folder that exists."""
-    if os.path.isdir(text) or not os.path.isdir(os.path.dirname(os.path.abspath(text))):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a file in a folder that exists")
-    return text
-
-
 def busy_loops(n: int) -> list:
     """n processes spinning on a core each (the loaded run's load); the caller kills them."""
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
@@ -302,7 +295,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small sizes, no HTA, nothing written (CI)")
     ap.add_argument("--hta-python", default=None, type=interpreter,
                     help="an interpreter with holistictraceanalysis installed (default: this one, if it has it)")
-    ap.add_argument("--out", default=None, type=out_file,
+    ap.add_argument("--out", default=None, type=arguments.output_file,
                     help="JSON file for the figures (full run: benchmarks/diagnose_scale.json)")
     args = ap.parse_args()
     # the full run's largest case: a 2 x 1M-event job read by diagnose (~0.6 GB) and by HTA (~2.6 GB)

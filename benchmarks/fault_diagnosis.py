@@ -130,7 +130,7 @@ def main() -> None:
     ap = arguments.Parser(__doc__)
     ap.add_argument("--quick", action="store_true", help="3 cases, no program before them; writes nothing")
     ap.add_argument("--seed", type=arguments.integer(0, 2**31), default=None, help="culprits' seed (default: random)")
-    ap.add_argument("--out", default=None, help="JSON file (default benchmarks/fault_diagnosis.json; --quick: none)")
+    ap.add_argument("--out", default=None, type=arguments.output_file, help="JSON file (default benchmarks/fault_diagnosis.json; --quick: none)")
     a = ap.parse_args()
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(2**31)
     load_before = os.getloadavg()[0]

@@ -212,7 +212,7 @@ def main() -> None:
     ap = arguments.Parser(__doc__)
     ap.add_argument("--bandwidth", type=arguments.number(1e4, 1e11), default=20e6, help="bytes/s per NIC direction")
     ap.add_argument("--repeats", type=arguments.integer(1, 100), default=3, help="repeats; medians")
-    ap.add_argument("--json", help="also write the result to this file")
+    ap.add_argument("--json", type=arguments.output_file, help="also write the result to this file")
     ap.add_argument("--quick", action="store_true", help="a smoke run for CI")
     a = ap.parse_args()
     sizes = [1 << 10, 64 << 10, MIB] if a.quick else [1 << 10 << (3 * i) for i in range(6)] + [64 * MIB]

@@ -79,11 +79,9 @@ def main() -> None:
     ap.add_argument("--bandwidth", type=arguments.number(1e5, 1e9), default=20e6,
                     help="the base network's NIC, bytes/s (default 20e6)")
     ap.add_argument("--steps", type=arguments.integer(1, 100), default=5, help="recorded steps per run (default 5)")
-    ap.add_argument("--json", help="also write the result to this file")
+    ap.add_argument("--json", type=arguments.output_file, help="also write the result to this file")
     ap.add_argument("--quick", action="store_true", help="a smoke run for CI: the base and x3 once, 2 steps")
     a = ap.parse_args()
-    if a.json and not os.path.isdir(os.path.dirname(os.path.abspath(a.json))):
-        ap.error(f"argument --json: the folder of {a.json!r} does not exist")
     steps = 2 if a.quick else a.steps
     from commlib.network import available
 

@@ -33,7 +33,7 @@ def main() -> None:
     ap.add_argument("--bandwidth", type=arguments.number(0, 1e15), nargs="+", default=[100e6, 25e6], help="bytes/s per emulated NIC")
     ap.add_argument("--repeats", type=arguments.integer(1, 1000), default=3, help="repeats; medians")
     ap.add_argument("--quick", action="store_true", help="one bandwidth, one repeat, small blocks (CI)")
-    ap.add_argument("--json", help="also write the rows to this file")
+    ap.add_argument("--json", type=arguments.output_file, help="also write the rows to this file")
     a = ap.parse_args()
     bandwidths, repeats = ([100e6], 1) if a.quick else (a.bandwidth, a.repeats)
     ap.check_memory(4, 64 << 20, "4 ranks")  # the sizes are fixed: blocks of a few MiB

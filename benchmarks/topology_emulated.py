@@ -32,7 +32,7 @@ def main() -> None:
     ap.add_argument("--latency", type=arguments.number(0, 10, strict=False), default=1e-3, help="emulated NIC latency, s")
     ap.add_argument("--nics", type=arguments.integer(1, 2), nargs="+", default=[1, 2], help="NICs per emulated node")
     ap.add_argument("--repeats", type=arguments.integer(1, 1000), default=5, help="repeats; medians")
-    ap.add_argument("--json", help="also write the result to this file")
+    ap.add_argument("--json", type=arguments.output_file, help="also write the result to this file")
     ap.add_argument("--quick", action="store_true", help="a smoke run for CI (overrides the sizes)")
     a = ap.parse_args()
     if a.quick:

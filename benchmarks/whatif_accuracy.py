@@ -301,7 +301,7 @@ def main() -> None:
     ap = arguments.Parser(__doc__)
     ap.add_argument("--bandwidth", type=arguments.number(1e6, 1e10), default=100e6, help="emulated NIC, bytes/s")
     ap.add_argument("--latency", type=arguments.number(0, 0.05, strict=False), default=5e-4, help="emulated NIC, s")
-    ap.add_argument("--json", help="also write the result to this file")
+    ap.add_argument("--json", type=arguments.output_file, help="also write the result to this file")
     ap.add_argument("--quick", action="store_true", help="a smoke run for CI: fewer steps")
     ap.add_argument("--keep", metavar="DIR", help="--network kernel: keep the recorded traces in DIR/<job>")
     ap.add_argument("--predict-again", metavar="JSON", help="no run: predict a --network kernel run's rows again "
@@ -324,8 +324,6 @@ def main() -> None:
               f"replay within {run['identity_error_max']:.1%}")
         return
     a.bandwidth_given = any(x.startswith("--bandwidth") for x in sys.argv[1:])
-    if a.json and not os.path.isdir(os.path.dirname(os.path.abspath(a.json))):
-        ap.error(f"argument --json: the folder of {a.json!r} does not exist")
     steps, recorded = (2, 1) if a.quick else (ej.STEPS, ej.RECORDED)
     t0 = time.perf_counter()
     load = os.getloadavg()

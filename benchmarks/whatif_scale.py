@@ -68,11 +68,9 @@ def main() -> None:
     ap = arguments.Parser(__doc__)
     ap.add_argument("--events", type=arguments.integer(1000, 10_000_000), default=1_000_000,
                     help="events per rank of the GPU case (the CPU case gets a tenth)")
-    ap.add_argument("--json", help="also write the result to this file")
+    ap.add_argument("--json", type=arguments.output_file, help="also write the result to this file")
     ap.add_argument("--quick", action="store_true", help="a smoke run for CI: 20,000 events per rank")
     a = ap.parse_args()
-    if a.json and not os.path.isdir(os.path.dirname(os.path.abspath(a.json))):
-        ap.error(f"argument --json: the folder of {a.json!r} does not exist")
     events = 20_000 if a.quick else a.events
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -148,3 +148,18 @@ def test_model_fit_refuses_sizes_too_small_to_fit_and_more_than_the_free_memory(
     monkeypatch.setattr(arguments, "available_memory", lambda: 1 << 30)   # 1 GiB free
     code, err = run_script("model_fit.py", ["--max-bytes", "1G"], monkeypatch, capsys)
     assert code == 2 and "--max-bytes 1073741824 needs about 18" in err and "1.07 GB free now" in err, err
+
+
+OUTPUT_OPTION = {"compression_tradeoff.py": "--out", "diagnose_scale.py": "--out", "fault_diagnosis.py": "--out",
+                 "network_emulation.py": "--json", "network_run_whatif.py": "--json", "ring_overlap.py": "--json",
+                 "topology_emulated.py": "--json", "whatif_accuracy.py": "--json", "whatif_scale.py": "--json"}
+
+
+@pytest.mark.parametrize("script, option", sorted(OUTPUT_OPTION.items()))
+def test_a_result_file_in_a_missing_folder_is_refused_before_the_run(script, option, tmp_path, run_script_process):
+    """arguments.output_file: one line and exit 2 at once, not a traceback when the run ends and writes."""
+    code, stdout, stderr = run_script_process(f"benchmarks/{script}", [option, str(tmp_path / "no" / "x.json")],
+                                              cwd=tmp_path, timeout=60)
+    assert (code, stdout) == (2, ""), stderr
+    assert stderr.strip() == f"{script}: error: argument {option}: '{tmp_path / 'no' / 'x.json'}' must be a file " \
+                             "in a folder that exists"

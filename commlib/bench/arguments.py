@@ -100,6 +100,14 @@ def size(low: int = 1, high: int = 1 << 40):
     return _typed(convert, "value")
 
 
+def output_file(text: str) -> str:
+    """An argparse type for --json/--out: a file in a folder that exists (checked before anything runs, so a long
+    run does not end in a traceback when it writes)."""
+    if not text or os.path.isdir(text) or not os.path.isdir(os.path.dirname(os.path.abspath(text))):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a file in a folder that exists")
+    return text
+
+
 def sizes_of(texts, low: int = 1, high: int = 1 << 40, name: str = "--sizes") -> list[int]:
     """A list of sizes given as text (a nargs option), each in [low, high]; ValueError naming the option."""
     out = []
