@@ -40,7 +40,7 @@ def whatif(capsys, *args) -> tuple[int, str, str]:
     (["--network", "4x1@abc"], "--network must look like"),
     (["--network", "4x1@1"], "--network: bandwidth must be"),
     (["--network", "0x1@1e7"], "--network: nodes must be"),
-    (["--network", "2x1@1e7", "--measured-network", "2x1x3@1e7"], "--measured-network: 3 NICs per node is more than its 1 GPU(s)"),
+    (["--network", "2x1@1e7", "--measured-network", "2x1x3@1e7"], "--measured-network: nics_per_node must be <= gpus_per_node (1)"),
     (["--network", "4x1@8e7", "--hardware", "dgx_h100", "--nodes", "2"], "leave out --hardware and --nodes"),
     ([], "--hardware PRESET, or --network NODESxGPUS[xNICS]@BYTES_PER_S"),
     (["--hardware", "dgx_h100", "--measured-on", "dgx_a100", "--measured-network", "2x1@1e7"], "give one"),

@@ -22,9 +22,9 @@ import weakref
 
 from commlib import _validate as check
 from commlib.network import kernel, names
-from commlib.network.spec import BANDWIDTH, ENV, MAX_GPUS, MAX_LATENCY, MAX_NICS, MAX_NODES, Spec  # noqa: F401
+from commlib.network.spec import (BANDWIDTH, ENV, MAX_GPUS, MAX_LATENCY, MAX_NICS, MAX_NODES, MAX_RANKS,  # noqa: F401
+                                  Spec, checked)
 
-MAX_RANKS = 64   # GPUs (namespaces) of a kernel network, as many as a Cluster's ranks: 64 x 1 is built in ~10 s
 
 KINDS = ("auto", "kernel", "paced")
 _live: "weakref.WeakSet[Network]" = weakref.WeakSet()
@@ -42,19 +42,10 @@ class Network:
 
     def __init__(self, nodes, gpus_per_node, nics_per_node=1, *, bandwidth, latency=0.0, kind="auto",
                  quiet: bool = False, intra_bandwidth=None):
-        self.nodes = check.integer("nodes", nodes, 1, MAX_NODES)
-        self.gpus_per_node = check.integer("gpus_per_node", gpus_per_node, 1, MAX_GPUS)
-        self.nics_per_node = check.integer("nics_per_node", nics_per_node, 1, MAX_NICS)
-        if self.nics_per_node > self.gpus_per_node:
-            raise ValueError(f"nics_per_node must be <= gpus_per_node ({self.gpus_per_node}): GPU i uses NIC i mod k, "
-                             f"so NICs beyond the GPUs carry nothing; got {self.nics_per_node}")
-        if self.nodes * self.gpus_per_node > MAX_RANKS:
-            raise ValueError(f"nodes x gpus_per_node must be <= {MAX_RANKS} (one rank, and one namespace, per GPU), "
-                             f"got {self.nodes} x {self.gpus_per_node} = {self.nodes * self.gpus_per_node}")
-        self.bandwidth = check.number("bandwidth", bandwidth, BANDWIDTH[0], high=BANDWIDTH[1], unit="bytes/s")
+        self.nodes, self.gpus_per_node, self.nics_per_node, self.bandwidth, self.latency = checked(
+            nodes, gpus_per_node, nics_per_node, bandwidth, latency)
         self.intra_bandwidth = None if intra_bandwidth is None else check.number(
             "intra_bandwidth", intra_bandwidth, BANDWIDTH[0], high=BANDWIDTH[1], unit="bytes/s")
-        self.latency = check.number("latency", latency, 0.0, high=MAX_LATENCY, unit="seconds")
         kind = check.choice("kind", kind, KINDS)
         if not isinstance(quiet, bool):
             raise TypeError(f"quiet must be True or False, got {quiet!r}")

@@ -148,9 +148,11 @@ def run(script: str, args: list[str], nodes: int, gpus_per_node: int, nics_per_n
     stopping, last = threading.Event(), None
     tails: dict = {}
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    received: list[str] = []
 
     def interrupted(signum, _frame):
-        raise Interrupted(signal.Signals(signum).name)
+        received.append(signal.Signals(signum).name)
+        raise Interrupted(received[-1])  # where Python drops it, the loop below raises it again
 
     for s in previous:
         signal.signal(s, interrupted)
@@ -178,6 +180,10 @@ def run(script: str, args: list[str], nodes: int, gpus_per_node: int, nics_per_n
                 t.start()
                 threads.append(t)
         while True:
+            # a signal whose raise Python dropped: the handler ran inside an at-fork hook of Popen's (logging's
+            # _releaseLock prints "Exception ignored in ...") and the job ran on, its SIGTERM lost
+            if received:
+                raise Interrupted(received[0])
             codes = [p.poll() for p in procs]
             failed = [n for n, c in enumerate(codes) if c not in (None, 0)]
             if failed:

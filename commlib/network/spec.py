@@ -26,9 +26,27 @@ TRACE_KEY = "commlib_network"
 MAX_NODES, MAX_GPUS, MAX_NICS = 64, 64, 16
 BANDWIDTH = (1e4, 1e11)   # bytes/s: 10 kB/s to 100 GB/s, inside what HTB shapes exactly (64-bit rates)
 MAX_LATENCY = 10.0        # seconds
+MAX_RANKS = 64            # GPUs (namespaces) of a kernel network, as many as a Cluster's ranks: 64 x 1 built in ~10 s
 KINDS = ("kernel", "paced")
 _TEXT = re.compile(r"^\s*(\d+)x(\d+)(?:x(\d+))?@([0-9.eE+\-]+)\s*$")
 _MAX_JSON = 4096          # characters: the record is a handful of numbers
+
+
+def checked(nodes, gpus_per_node, nics_per_node, bandwidth, latency) -> tuple[int, int, int, float, float]:
+    """An emulated network's shape and links, checked (ValueError/TypeError naming the parameter and what it
+    allows): what a Network is built from and what a Spec records, so both refuse the same things."""
+    nodes = check.integer("nodes", nodes, 1, MAX_NODES)
+    gpus_per_node = check.integer("gpus_per_node", gpus_per_node, 1, MAX_GPUS)
+    nics_per_node = check.integer("nics_per_node", nics_per_node, 1, MAX_NICS)
+    if nics_per_node > gpus_per_node:
+        raise ValueError(f"nics_per_node must be <= gpus_per_node ({gpus_per_node}): GPU i uses NIC i mod k, "
+                         f"so NICs beyond the GPUs carry nothing; got {nics_per_node}")
+    if nodes * gpus_per_node > MAX_RANKS:
+        raise ValueError(f"nodes x gpus_per_node must be <= {MAX_RANKS} (one rank, and one namespace, per GPU), "
+                         f"got {nodes} x {gpus_per_node} = {nodes * gpus_per_node}")
+    bandwidth = check.number("bandwidth", bandwidth, BANDWIDTH[0], high=BANDWIDTH[1], unit="bytes/s")
+    latency = check.number("latency", latency, 0.0, high=MAX_LATENCY, unit="seconds")
+    return nodes, gpus_per_node, nics_per_node, bandwidth, latency
 
 
 @dataclass(frozen=True)
@@ -42,14 +60,10 @@ class Spec:
     kind: str = "kernel"
 
     def __post_init__(self):
-        set_ = object.__setattr__  # frozen: the checked values replace the given ones
-        set_(self, "nodes", check.integer("nodes", self.nodes, 1, MAX_NODES))
-        set_(self, "gpus_per_node", check.integer("gpus_per_node", self.gpus_per_node, 1, MAX_GPUS))
-        set_(self, "nics_per_node", check.integer("nics_per_node", self.nics_per_node, 1, MAX_NICS))
-        set_(self, "bandwidth", check.number("bandwidth", self.bandwidth, BANDWIDTH[0], high=BANDWIDTH[1],
-                                             unit="bytes/s"))
-        set_(self, "latency", check.number("latency", self.latency, 0.0, high=MAX_LATENCY, unit="seconds"))
-        set_(self, "kind", check.choice("kind", self.kind, KINDS))
+        values = checked(self.nodes, self.gpus_per_node, self.nics_per_node, self.bandwidth, self.latency)
+        for name, value in zip(("nodes", "gpus_per_node", "nics_per_node", "bandwidth", "latency"), values):
+            object.__setattr__(self, name, value)  # frozen: the checked values replace the given ones
+        object.__setattr__(self, "kind", check.choice("kind", self.kind, KINDS))
 
     @property
     def world_size(self) -> int:

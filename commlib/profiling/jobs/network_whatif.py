@@ -31,11 +31,7 @@ def check_flags(args) -> None:
         text, name = getattr(args, flag), "--" + flag.replace("_", "-")
         if text is None or isinstance(text, spec.Spec):
             continue
-        s = spec.parse(text, name)
-        if s.nics_per_node > s.gpus_per_node:   # as Network refuses it: GPU i rides NIC i mod k
-            raise ValueError(f"{name}: {s.nics_per_node} NICs per node is more than its {s.gpus_per_node} GPU(s) "
-                             "per node use (GPU i rides NIC i mod k)")
-        setattr(args, flag, s)
+        setattr(args, flag, spec.parse(text, name))   # refuses what a Network refuses (spec.checked)
     if args.network is not None:
         clash = [f for f, v in (("--hardware", args.hardware), ("--nodes", args.nodes),
                                 ("--gpus-per-node", args.gpus_per_node)) if v is not None]
