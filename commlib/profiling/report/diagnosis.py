@@ -1,5 +1,7 @@
 """diagnose()'s report as strict JSON (json_report), as rows grouped by call (summary) and as
-text under 100 characters a line (format_report). It formats what diagnosis.py found; it finds nothing."""
+text under 100 characters a line (format_report). It formats what the analyses found (model.py, overlap.py,
+stragglers.py, checks.py, gathered by diagnosis.py) and says their records (words.py, describe for a
+straggler); it finds nothing."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import textwrap
 
 from commlib import columns
 from commlib.profiling.read.reader import printable
+from commlib.profiling.report.words import flag_text, hardware_text, note_text
 
 
 def describe(s: dict, groups=None) -> str:
@@ -51,15 +54,20 @@ def _noise_line(report: dict) -> str:
 
 
 def json_report(report: dict) -> dict:
-    """The --json object: the report with start_us relative to the earliest call of the job; strict JSON
-    (null for a value that is unknown or not finite: json.dumps(..., allow_nan=False) accepts it)."""
+    """The --json object: the report with start_us relative to the earliest call of the job, flags, notes and the
+    hardware's why in words (English: the JSON is never translated); strict JSON (null for a value that is
+    unknown or not finite: json.dumps(..., allow_nan=False) accepts it)."""
     t0 = min((c["start_us"] for c in report["calls"]), default=0.0)
     isfinite = math.isfinite   # rows are flat: no recursion, and no call per value (20k rows of 17)
     calls = [{k: v if type(v) is not float or isfinite(v) else None for k, v in c.items()} for c in report["calls"]]
     for c in calls:
         c["start_us"] -= t0
+        if c["flag"] is not None:
+            c["flag"] = flag_text(c["flag"])
     rest = _finite({k: v for k, v in report.items() if k != "calls"})
     rest["overlap"] = {str(k): v for k, v in rest["overlap"].items()}
+    rest["hardware_why"] = hardware_text(report["hardware_why"])
+    rest["notes"] = [note_text(n) for n in report["notes"]]
     return {k: calls if k == "calls" else rest[k] for k in report}
 
 
@@ -104,7 +112,7 @@ def group_label(name, size) -> str:
 def format_report(report: dict, limit: int = 12) -> str:
     """The report as text, under 100 characters a line: calls grouped, flags, overlap, stragglers."""
     out = [f"# {len(report['ranks'])} rank(s) of a {report['world_size']}-rank {report['backend']} job; "
-           f"hardware: {report['hardware'] or 'none'}", f"#   ({report['hardware_why']})"]
+           f"hardware: {report['hardware'] or 'none'}", f"#   ({hardware_text(report['hardware_why'])})"]
     calls = [["op", "bytes", "group (size)", "algo", "calls", "mean us", "busbw GB/s", "x model", "flagged"]]
     calls += [[r["op"], _f(r["bytes"], "d"), group_label(r["group"], r["group_size"]), r["algorithm"] or "?",
                str(r["calls"]), f"{r['mean_us']:.1f}", _f(r["busbw_GBps"], ".2f"), _f(r["model_ratio"]),
@@ -113,12 +121,13 @@ def format_report(report: dict, limit: int = 12) -> str:
     flags = {}
     for c in report["calls"]:
         if c["flag"]:
-            flags.setdefault(re.sub(r"\d+(\.\d+)?", "N", c["flag"]), []).append(c)   # one line per kind
+            text = flag_text(c["flag"])
+            flags.setdefault(re.sub(r"\d+(\.\d+)?", "N", text), []).append((c, text))   # one line per kind
     for cs in flags.values():
-        c = cs[0]
+        c, text = cs[0]
         out.append(f"! {len(cs)} call(s) flagged, e.g. rank {c['rank']} {c['op']} {_f(c['bytes'], 'd')} B "
                    f"{c['duration_us']:.0f} us:")
-        out += textwrap.wrap(c["flag"], 96, initial_indent="!   ", subsequent_indent="!   ")
+        out += textwrap.wrap(text, 96, initial_indent="!   ", subsequent_indent="!   ")
     out.append("overlap per rank (ms): comm = waiting for peers + moving data; hidden + exposed = comm")
     overlap = [["rank", "comm ms", "waiting ms", "hidden ms", "exposed ms", "idle ms"]]
     overlap += [[str(rank)] + [f"{o.get(k, 0.0) / 1e3:.2f}" for k in ("comm_us", "waiting_us", "hidden_us",
@@ -130,5 +139,5 @@ def format_report(report: dict, limit: int = 12) -> str:
     if not report["stragglers"]:
         out += textwrap.wrap(_noise_line(report), 98, subsequent_indent="  ")
     for n in report["notes"]:
-        out += textwrap.wrap(n, 98, initial_indent="note: ", subsequent_indent="      ")
+        out += textwrap.wrap(note_text(n), 98, initial_indent="note: ", subsequent_indent="      ")
     return "\n".join(printable(line) for line in out)   # names from a file: escaped, never a line break

@@ -7,10 +7,12 @@ import math
 import textwrap
 
 from commlib import columns
+from commlib.profiling.report.words import note_text
 
 
 def json_report(report: dict) -> dict:
-    """Strict JSON (null, never NaN), without the timelines' spans."""
+    """Strict JSON (null, never NaN), without the timelines' spans; notes and doubts (checks.doubts' records) in
+    words, as diagnose's --json says them: doubts as [{kind, text}]."""
     def clean(x):
         if isinstance(x, float):
             return x if math.isfinite(x) else None
@@ -19,7 +21,10 @@ def json_report(report: dict) -> dict:
         if isinstance(x, (list, tuple)):
             return [clean(v) for v in x]
         return x
-    return clean(report)
+    said = {**report, "notes": [note_text(n) for n in report["notes"]]}
+    if "doubts" in report:
+        said["doubts"] = [{"kind": d["kind"], "text": note_text(d)} for d in report["doubts"]]
+    return clean(said)
 
 
 def format_report(report: dict) -> str:
@@ -46,10 +51,10 @@ def format_report(report: dict) -> str:
         for line in s["assumptions"]:
             out += textwrap.wrap(f"{s['name']}: {line}", 98, subsequent_indent="  ")
     for n in report["notes"]:
-        out += textwrap.wrap(n, 98, initial_indent="note: ", subsequent_indent="      ")
+        out += textwrap.wrap(note_text(n), 98, initial_indent="note: ", subsequent_indent="      ")
     doubts = report.get("doubts") or []
     if doubts:   # diagnose's notes, in its words: the replay replays what the traces recorded
         out.append(f"the replay is only as sound as the traces; diagnose's note(s) on them ({len(doubts)}):")
         for d in doubts:
-            out += textwrap.wrap(d["text"], 98, initial_indent="note: ", subsequent_indent="      ")
+            out += textwrap.wrap(note_text(d), 98, initial_indent="note: ", subsequent_indent="      ")
     return "\n".join(out)
