@@ -1,10 +1,35 @@
 """Every sentence the analyses' records stand for: a call's flag (model.cause), a note (checks.doubts, and the
 what-if's own), the hardware's why (model.infer_hardware). The analyses return numbers and short codes; the
-text and the JSON say them here, in one wording (the JSON's, never translated, is the English)."""
+text and the JSON say them here, in one wording (the JSON's, never translated, is the English). The text
+reports put each sentence through language.tr: in the zh_CN edition the catalog's templates
+(locales/zh_CN/LC_MESSAGES/commlib/report.po) say it in Chinese, and wrap() breaks it by display columns."""
 
 from __future__ import annotations
 
+import textwrap
+
 from commlib.profiling.read.reader import printable
+from commlib.ui.language import fill, language
+from commlib.ui.language import width as columns
+
+
+def wrap(text: str, width: int, first: str = "", rest: str = "") -> list[str]:
+    """text in lines of at most width columns, the first line opened by `first`, the others by `rest`: English
+    exactly as textwrap.wrap; another language by display columns (a Chinese character takes two), between
+    words or between Chinese characters (language.fill)."""
+    if language() is None:
+        return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest)
+    whole = first + text
+    head = fill(whole, width)
+    if len(head) < 2 or not rest:
+        return head
+    tail = whole[len(head[0]):].lstrip()   # fill keeps the first line's characters as they are
+    return head[:1] + [rest + line for line in fill(tail, width - columns(rest))]
+
+
+def indent(prefix: str) -> str:
+    """The spaces under a prefix ("note: " -> six; "注：" -> four: its display columns)."""
+    return " " * columns(prefix)
 
 
 def flag_text(f: dict) -> str:
