@@ -157,6 +157,14 @@ def format_report(report: dict, limit: int = 12) -> str:
                                                                        "exposed_us", "idle_us")]
                 for rank, o in report["overlap"].items()]
     out += columns.fit(overlap, [4, 9, 12, 11, 12, 9], ">>>>>>")
+    out += late_lines(report)
+    return "\n".join(printable(line) for line in out)   # names from a file: escaped, never a line break
+
+
+def late_lines(report: dict) -> list[str]:
+    """The report's end, as lines under 100 columns: its stragglers, the root first, each with whom it waited for
+    (or the noise line where none is named), then its notes; in the learner's language."""
+    out = []
     for s in report["stragglers"]:
         out += wrap(tr("straggler: ") + describe(s, report.get("groups")), 98, "", "  ")
     if not report["stragglers"]:
@@ -164,4 +172,4 @@ def format_report(report: dict, limit: int = 12) -> str:
     label = tr("note: ")
     for n in report["notes"]:
         out += wrap(note(n), 98, label, indent(label))
-    return "\n".join(printable(line) for line in out)   # names from a file: escaped, never a line break
+    return out
