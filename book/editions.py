@@ -106,12 +106,24 @@ def _drawn_in_language(output: dict) -> bool:
     return "application/vnd.jupyter.widget-view+json" in data or "commlib-animation" in "".join(html)
 
 
+# the first line of diagnose's and whatif's text reports (commlib/profiling/report/): printed in lang by a run in lang
+_REPORT = re.compile(r"^# \d+ rank\(s\) of an? \d+-rank \S+ job[;,]", re.MULTILINE)
+
+
+def _reported(output: dict) -> bool:
+    """A printed diagnose or whatif report: a run in another language prints it in that language, which its stored
+    English cannot be rendered into line by line (its sentences wrap anew)."""
+    text = output.get("text", "") if output.get("output_type") == "stream" else ""
+    return bool(_REPORT.search("".join(text) if isinstance(text, list) else text))
+
+
 def with_verdicts_in(nb: dict, lang: str) -> dict:
     """nb with the checkers' verdicts among its stored outputs as commlib prints them in lang (each verdict
     rendered again, from its English message, by commlib's own Verdict and catalogs), and its saved widgets'
     captions and read-outs in lang: what a run in lang shows there, before any run. Other outputs (figures
-    included) stay as they are; a cell that shows a widget or an animation is tagged nbval-ignore-output (its stored
-    repr is English), so that nbval of these notebooks compares every other output with the English edition's."""
+    included) stay as they are; a cell that shows a widget or an animation, or prints a diagnose or whatif report,
+    is tagged nbval-ignore-output (its stored repr or report is English), so that nbval of these notebooks compares
+    every other output with the English edition's."""
     from commlib.exercises.answers import Verdict
     from commlib.ui import language
 
@@ -135,8 +147,8 @@ def with_verdicts_in(nb: dict, lang: str) -> dict:
                     text = "".join(text) if isinstance(text, list) else text
                     o["data"]["text/plain"] = _VERDICT.sub(again, text).splitlines(keepends=True)
                 outs.append(o)
-            if cell["cell_type"] == "code" and any(_drawn_in_language(o) for o in outs):
-                tags = cell.get("metadata", {}).get("tags", [])  # nbval: a widget's repr or a player's captions
+            if cell["cell_type"] == "code" and any(_drawn_in_language(o) or _reported(o) for o in outs):
+                tags = cell.get("metadata", {}).get("tags", [])  # nbval: a widget's repr, a player's captions, a report
                 cell = dict(cell, metadata={**cell.get("metadata", {}), "tags": [*tags, "nbval-ignore-output"]}
                             ) if "nbval-ignore-output" not in tags else cell
             cells.append(dict(cell, outputs=outs) if cell["cell_type"] == "code" else cell)

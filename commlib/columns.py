@@ -4,10 +4,13 @@
 
 Each column is as wide as its given width or as its widest cell plus one, whichever is more, so at least
 one space parts every two cells (a group of 1000 ranks, a 100 GB message) and the usual values keep the
-layout the widths give. Pure Python.
+layout the widths give. Widths are display columns: a Chinese character takes two (language.width), so a
+table keeps its columns in the zh_CN edition. Pure Python.
 """
 
 from __future__ import annotations
+
+from commlib.ui.language import width
 
 
 def fit(rows: list[list[str]], widths: list[int], align: str) -> list[str]:
@@ -18,5 +21,11 @@ def fit(rows: list[list[str]], widths: list[int], align: str) -> list[str]:
     # the space goes on the side of the padding: before a right-aligned cell, after a left-aligned one; the
     # table's outer edges need none
     gap = [0 if (a == ">" and i == 0) or (a == "<" and i == last) else 1 for i, a in enumerate(align)]
-    sized = [max([w] + [len(r[i]) + gap[i] for r in rows]) for i, w in enumerate(widths)]
-    return ["".join(f"{cell:{a}{w}}" for cell, a, w in zip(r, align, sized)) for r in rows]
+    sized = [max([w] + [width(r[i]) + gap[i] for r in rows]) for i, w in enumerate(widths)]
+    return ["".join(_pad(cell, a, w) for cell, a, w in zip(r, align, sized)) for r in rows]
+
+
+def _pad(cell: str, align: str, columns: int) -> str:
+    """cell padded with spaces to `columns` display columns (f"{cell:<w}" where every character takes one)."""
+    space = " " * max(0, columns - width(cell))
+    return cell + space if align == "<" else space + cell

@@ -14,6 +14,8 @@ from commlib import cost
 from commlib import plan
 from commlib import topology as topo
 from commlib.profiling import diagnosis as td
+from commlib.profiling import model as md
+from commlib.profiling.report.words import flag_text
 from commlib.profiling.report import diagnosis as rp
 from commlib.profiling import stragglers
 from commlib.profiling import traces as tr
@@ -22,6 +24,10 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REAL = os.path.join(ROOT, "assets", "traces", "a100_2gpu_rank0.json.gz")
 assert REAL == tr.SAMPLE
+
+
+def _cause(*args, **kwargs) -> str:
+    return flag_text(md.cause(*args, **kwargs))   # the cause's record, in the report's words
 
 
 def rank_trace(rank, durations, starts=None, op="all_reduce", world=4):
@@ -34,7 +40,8 @@ def rank_trace(rank, durations, starts=None, op="all_reduce", world=4):
 def test_the_rank_with_the_shortest_call_arrived_last_and_is_charged_the_others_wait():
     # call 1: rank 3 arrives 300 us late (its call lasts 100, the others' 400); call 0 balanced
     ranks = [rank_trace(r, [100.0, 400.0 if r != 3 else 100.0]) for r in range(4)]
-    late, waits = td.stragglers(ranks)
+    found = stragglers.find(ranks)
+    late, waits = found["stragglers"], found["waits"]
     assert late == [{"rank": 3, "group": "0", "group_size": 4, "delay_us": 900.0, "own_us": 900.0,
                                   "behind": [], "calls": 1, "root": True, "chain": []}]
     assert waits[(0, 1000.0)] == (300.0, 3) and waits[(3, 1000.0)] == (0.0, 3)
@@ -42,10 +49,10 @@ def test_the_rank_with_the_shortest_call_arrived_last_and_is_charged_the_others_
 
 def test_no_straggler_when_every_rank_arrives_together():
     ranks = [rank_trace(r, [100.0, 200.0, 150.0]) for r in range(4)]
-    assert td.stragglers(ranks)[0] == []
+    assert stragglers.find(ranks)["stragglers"] == []
     # clocks are never compared: the same calls with each rank's clock shifted give the same answer
     shifted = [rank_trace(r, [100.0, 400.0 if r != 3 else 100.0], [1e6 * r, 1e6 * r + 1000]) for r in range(4)]
-    assert td.stragglers(shifted)[0] == [{"rank": 3, "group": "0", "group_size": 4, "delay_us": 900.0, "own_us": 900.0,
+    assert stragglers.find(shifted)["stragglers"] == [{"rank": 3, "group": "0", "group_size": 4, "delay_us": 900.0, "own_us": 900.0,
                                   "behind": [], "calls": 1, "root": True, "chain": []}]
 
 
@@ -61,12 +68,12 @@ def test_matching_is_per_group_and_in_order_and_leaves_point_to_point_out():
 def test_model_is_topology_multi_ring_on_the_preset_at_achievable_speeds():
     hw = plan.hardware("dgx_h100", 2, achievable=True)
     call = tr.Call(0, "all_reduce", "0", 16, 1 << 28, "bfloat16", 0.0, 1.0, None, None, None)
-    m = td.model(call, hw)
+    m = md.model(call, hw)
     expected = topo.collective_time("all_reduce", 1 << 28, plan.group_topology(hw, 16, 1), "multi_ring")
     assert m["time_s"] == expected
     bcast = tr.Call(0, "broadcast", "0", 8, 1 << 20, "float32", 0.0, 1.0, None, None, None)
-    assert td.model(bcast, hw)["time_s"] == cost.collective_time("broadcast", 1 << 20, 8, hw.intra)
-    assert td.model(tr.Call(0, "barrier", "0", 8, None, None, 0.0, 1.0, None, None, None), hw) is None
+    assert md.model(bcast, hw)["time_s"] == cost.collective_time("broadcast", 1 << 20, 8, hw.intra)
+    assert md.model(tr.Call(0, "barrier", "0", 8, None, None, 0.0, 1.0, None, None, None), hw) is None
 
 
 def test_real_trace_report_busbw_model_and_flags():
@@ -80,8 +87,8 @@ def test_real_trace_report_busbw_model_and_flags():
     hw = plan.hardware("dgx_a100", 1, achievable=True)
     model_s = topo.collective_time("all_reduce", 26550272, plan.group_topology(hw, 2, 1), "multi_ring")
     assert c["model_ratio"] == pytest.approx(2636.669e-6 / model_s, rel=1e-12) and c["model_ratio"] > 10
-    assert c["flag"].startswith("busbw far below the link's")
-    assert report["stragglers"] == [] and "1 of 2 ranks" in report["notes"][0]
+    assert flag_text(c["flag"]).startswith("busbw far below the link's")
+    assert report["stragglers"] == [] and "1 of 2 ranks" in rp.json_report(report)["notes"][0]
     o = report["overlap"][0]
     assert o["comm_us"] == pytest.approx(sum(c["duration_us"] for c in report["calls"]))   # never two at once
     assert o["hidden_us"] + o["exposed_us"] == pytest.approx(o["comm_us"])
@@ -122,7 +129,7 @@ def test_live_cpu_run_names_the_injected_straggler(tmp_path):
     top = report["stragglers"][0]
     assert top["rank"] == 1          # the rank that slept; the others' wait is in their all_reduce
     assert top["delay_us"] >= 2 * 0.2e6
-    waited = [c for c in report["calls"] if c["flag"] and "for rank 1" in c["flag"]]
+    waited = [c for c in report["calls"] if c["flag"] and c["flag"].get("rank") == 1]
     assert {c["rank"] for c in waited} == {0, 2}
 
 
@@ -177,12 +184,12 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
 def test_a_call_twice_as_slow_as_its_identical_twin_is_not_the_link():
     hw = plan.hardware("dgx_h100", 1, achievable=True)
     call = tr.Call(0, "all_reduce", "0", 8, 1 << 28, "bfloat16", 0.0, 9000.0, None, None, None)
-    m = td.model(call, hw)
-    assert td.cause(call, 5.0, m, 0.0, None, 0.0, fastest_us=3000.0).startswith("3.0x its fastest identical call")
-    assert td.cause(call, 5.0, m, 0.0, None, 0.0, fastest_us=9000.0).startswith("busbw far below")
-    assert td.cause(call, 5.0, m, 8000.0, 3, 0.0, fastest_us=3000.0).startswith("waited 8000 us for rank 3")
+    m = md.model(call, hw)
+    assert _cause(call, 5.0, m, 0.0, None, 0.0, fastest_us=3000.0).startswith("3.0x its fastest identical call")
+    assert _cause(call, 5.0, m, 0.0, None, 0.0, fastest_us=9000.0).startswith("busbw far below")
+    assert _cause(call, 5.0, m, 8000.0, 3, 0.0, fastest_us=3000.0).startswith("waited 8000 us for rank 3")
     small = tr.Call(0, "all_reduce", "0", 8, 4096, "bfloat16", 0.0, 900.0, None, None, None)
-    assert td.cause(small, 50.0, td.model(small, hw), 0.0, None, 0.0).startswith("message too small")
+    assert _cause(small, 50.0, md.model(small, hw), 0.0, None, 0.0).startswith("message too small")
 
 
 def test_a_cpu_job_priced_on_gpu_hardware_gets_no_gpu_words_and_no_advice_to_give_hardware(tmp_path):
@@ -193,16 +200,17 @@ def test_a_cpu_job_priced_on_gpu_hardware_gets_no_gpu_words_and_no_advice_to_giv
     paths = synthetic.write_job(str(tmp_path), 2, 3_000, "cpu")
     priced = td.diagnose(paths, hardware="dgx_h100")
     text = rp.format_report(priced)
-    flags = {c["flag"] for c in priced["calls"] if c["flag"]}
+    said = rp.json_report(priced)
+    flags = {c["flag"] for c in said["calls"] if c["flag"]}
     assert flags and priced["hardware"] == "dgx_h100"
     for word in ("GPU", "SMs", "NCCL", "kernel", "unless --hardware", "give --hardware"):
-        assert word not in " ".join(flags) and word not in priced["hardware_why"], word
+        assert word not in " ".join(flags) and word not in said["hardware_why"], word
     assert "(dgx_h100 (given); the traces are a CPU job's" in text
     plain = td.diagnose(paths)
-    assert plain["hardware"] is None and plain["hardware_why"].endswith("--hardware PRESET prices the calls")
+    assert plain["hardware"] is None and rp.json_report(plain)["hardware_why"].endswith("--hardware PRESET prices the calls")
     call = tr.Call(0, "all_reduce", "0", 2, 64 << 20, "float32", 0.0, 1000.0, None, None, None)
     m = {"time_s": 1e-4, "latency_s": 1e-6}
-    assert td.cause(call, 10.0, m, 0.0, None, 900.0).startswith("other CPU ops ran beside it")
-    assert "the backend's transport" in td.cause(call, 10.0, m, 0.0, None, 0.0)
+    assert _cause(call, 10.0, m, 0.0, None, 900.0).startswith("other CPU ops ran beside it")
+    assert "the backend's transport" in _cause(call, 10.0, m, 0.0, None, 0.0)
     gpu = tr.Call(0, "all_reduce", "0", 2, 64 << 20, "float32", 0.0, 1000.0, "ring", None, "ncclDevKernel_x")
-    assert "GPU's SMs" in td.cause(gpu, 10.0, m, 0.0, None, 900.0)
+    assert "GPU's SMs" in _cause(gpu, 10.0, m, 0.0, None, 900.0)

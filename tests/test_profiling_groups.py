@@ -12,6 +12,7 @@ import pytest
 import commlib as cl
 from commlib.profiling import diagnosis as td
 from commlib.profiling.report import diagnosis as rp
+from commlib.profiling.report.words import flag_text
 from commlib.profiling import groups as pg
 from commlib.profiling import stragglers
 from commlib.profiling import traces as tr
@@ -37,7 +38,8 @@ def test_calls_are_matched_within_their_group_and_the_straggler_is_named_with_it
     ranks = [_rank(0, [_call(0, "1", 100.0)]), _rank(1, [_call(1, "1", 100.0)]),
              _rank(2, [_call(2, "2", 900.0)]), _rank(3, [_call(3, "2", 100.0)])]
     assert sorted([c.rank for c in m] for m in stragglers.matched(ranks)) == [[0, 1], [2, 3]]
-    late, waits = td.stragglers(ranks)
+    found = stragglers.find(ranks)
+    late, waits = found["stragglers"], found["waits"]
     assert late == [{"rank": 3, "group": "2", "group_size": 2, "delay_us": 800.0, "own_us": 800.0, "behind": [],
                      "calls": 1, "root": True, "chain": []}]
     assert waits[(2, 0.0)] == (800.0, 3) and waits[(0, 0.0)] == (0.0, 0)
@@ -115,7 +117,7 @@ def test_live_2x2_mesh_files_each_call_under_its_group_and_names_the_slow_rank_i
     assert all(s["delay_us"] < 0.2 * top["delay_us"] for s in report["stragglers"][1:])
     # the long wait is rank 1's, in group 4 (short waits elsewhere are the ranks' start-up skew)
     waited = [c for c in report["calls"] if c["flag"] and c["wait_us"] > 0.5 * SLOW_S * 1e6]
-    assert [(c["rank"], c["group"]) for c in waited] == [(1, "4")] and f"for rank {SLOW}" in waited[0]["flag"]
+    assert [(c["rank"], c["group"]) for c in waited] == [(1, "4")] and f"for rank {SLOW}" in flag_text(waited[0]["flag"])
     for rank, o in report["overlap"].items():   # one story: the waiting is part of the communication time
         assert 0.0 <= o["waiting_us"] <= o["comm_us"]
     assert top["delay_us"] <= report["overlap"][1]["waiting_us"] + 1e-6   # rank 1 is its only peer
@@ -138,8 +140,8 @@ def test_gloo_threads_that_fit_two_groups_equally_leave_the_group_unknown():
     assert notes and "rank 0's thread 100, 1 call(s), fits groups 1 and 2 equally" in notes[0]
     report = td.diagnose(pg.file_calls(ranks))
     assert [c["group"] for c in report["calls"]] == [None, None] and report["stragglers"] == []
-    assert any("process group of 2 call(s) is not known" in n for n in report["notes"])
-    assert any("left unknown rather than guessed" in n for n in report["notes"])
+    assert any("process group of 2 call(s) is not known" in n for n in rp.json_report(report)["notes"])
+    assert any("left unknown rather than guessed" in n for n in rp.json_report(report)["notes"])
     with pytest.raises(ValueError, match="far must be a finite number >= 1"):
         td.diagnose(ranks, far=0.5)
 

@@ -13,6 +13,7 @@ import warnings
 import pytest
 
 from commlib.profiling import diagnosis as td
+from commlib.profiling import overlap as ov
 from commlib.profiling.report import diagnosis as rp
 from commlib.profiling import traces as tr
 
@@ -60,7 +61,7 @@ def test_every_collective_has_its_arguments_bytes_and_an_older_all_gather_is_the
     gathers = [c for c in sampled["calls"] if c["op"] == "all_gather"]
     # 1 GiB gathered from 16 MiB shards: a 64-rank group in a 128-rank job, whose name no trace gives
     assert {(c["bytes"], c["group"], c["group_size"]) for c in gathers} == {(1 << 30, None, 64)}
-    assert not any(c["flag"] for c in gathers) and any("not known" in n for n in sampled["notes"])
+    assert not any(c["flag"] for c in gathers) and any("not known" in n for n in rp.json_report(sampled)["notes"])
     # 5 matched calls: rank 1 came last 4 times (3 to 30 ms late), rank 0 once (27 ms late): which rank comes
     # last changes from call to call by as much as either is late, so neither is named (stragglers.py's noise)
     assert sampled["stragglers"] == [] and sampled["noise"]["unnamed"][0]["delay_us"] == 83000.0
@@ -68,8 +69,8 @@ def test_every_collective_has_its_arguments_bytes_and_an_older_all_gather_is_the
     # no pg_config: the other calls' group is a guess (the whole job), so nothing is priced or flagged on it
     priced = td.diagnose(SAMPLED, hardware="dgx_h100")
     assert all(c["model_ratio"] is None for c in priced["calls"])
-    assert all(c["flag"] is None or c["flag"].startswith("waited") for c in priced["calls"])
-    assert any("no process groups in the trace" in n for n in priced["notes"])
+    assert all(c["flag"] is None or c["flag"].startswith("waited") for c in rp.json_report(priced)["calls"])
+    assert any("no process groups in the trace" in n for n in rp.json_report(priced)["notes"])
 
 
 def test_nccl_seen_from_the_cpu_only_is_nccl_with_cpu_times_and_a_note():
@@ -77,7 +78,7 @@ def test_nccl_seen_from_the_cpu_only_is_nccl_with_cpu_times_and_a_note():
     assert report["backend"] == "nccl" and len(report["calls"]) == 6
     assert {c["op"] for c in report["calls"]} == {"all_to_all"}
     assert sorted(c["bytes"] for c in report["calls"]) == sorted(b for _, b in _expected_bytes(NON_GPU))
-    assert any("no device times in this trace" in n and "ProfilerActivity.CUDA" in n for n in report["notes"])
+    assert any("no device times in this trace" in n and "ProfilerActivity.CUDA" in n for n in rp.json_report(report)["notes"])
 
 
 def _without_info(src, dst):
@@ -91,7 +92,7 @@ def _without_info(src, dst):
 def test_a_file_without_distributed_info_is_rank_0_alone_or_takes_its_rank_from_its_name(tmp_path):
     alone = _without_info(NON_GPU, tmp_path / "job.json")
     report = td.diagnose([alone])
-    assert report["ranks"] == [0] and any("read as rank 0 of a one-rank job" in n for n in report["notes"])
+    assert report["ranks"] == [0] and any("read as rank 0 of a one-rank job" in n for n in rp.json_report(report)["notes"])
     (tmp_path / "named").mkdir()
     a = _without_info(NON_GPU, tmp_path / "named" / "trace_rank-3.json")
     b = _without_info(NON_GPU, tmp_path / "named" / "worker5.json")
@@ -106,7 +107,7 @@ def test_memcpy_and_memset_are_busy_time_not_idle():
     call = tr.Call(0, "all_reduce", "0", 2, 8, "float32", 10.0, 10.0, None, None, None)
     rank = tr.RankTrace("r.json", 0, 2, "nccl", None, [call], np.array([[0.0, 5.0]]), (0.0, 100.0),
                         copies=np.array([[30.0, 50.0], [40.0, 60.0]]))
-    o = td.overlap(rank)
+    o = ov.overlap(rank)
     assert (o["comm_us"], o["compute_us"], o["idle_us"]) == (10.0, 5.0, 100.0 - 5.0 - 10.0 - 30.0)
 
 
@@ -164,4 +165,4 @@ def test_the_readme_profiler_recipe_run_on_two_cpu_ranks_gives_traces_diagnose_r
     # two recorded steps of one all-reduce each, on each rank, with the tensor's bytes
     assert sorted((c["rank"], c["op"], c["bytes"]) for c in report["calls"]) == \
         [(r, "all_reduce", (1 << 12) * 4) for r in (0, 1) for _ in range(2)]
-    assert not [n for n in report["notes"] if n.startswith("group ")], report["notes"]   # a healthy job: no hang
+    assert not [n for n in rp.json_report(report)["notes"] if n.startswith("group ")], report["notes"]   # a healthy job: no hang

@@ -87,7 +87,7 @@ def test_a_rank_whose_trace_starts_late_is_a_late_start_of_tracing_not_a_straggl
     # rank 2 reached [2, 3] at 3.4 ms (its compute, rank 1's, the transfers), rank 3 at 81 ms: 77.6 ms, all but
     # the 10 us of it that rank 3's trace covers
     assert found["late_starts"][0]["us"] == pytest.approx(77.59e3)
-    notes = td.diagnose(ranks)["notes"]
+    notes = rp.json_report(td.diagnose(ranks))["notes"]
     assert any("rank 3's trace starts" in n and "late start of tracing" in n for n in notes)
 
 
@@ -168,7 +168,7 @@ def test_live_chain_names_the_slow_rank_first_and_each_hop_as_inherited(live):
     for r in (1, 2):   # mostly inherited (its own part: the load's noise on this machine)
         assert sum(b["us"] for b in hops[r]["behind"]) > 0.5 * hops[r]["delay_us"] > hops[r]["own_us"] - 1e-6
         assert not hops[r]["root"] and hops[r]["chain"][-1] == {"rank": 0, "group": named[(0, 1)], "root": True}
-    assert not any("no match" in n or "not known" in n for n in chain["notes"]), chain["notes"]
+    assert not any("no match" in n or "not known" in n for n in rp.json_report(chain)["notes"]), chain["notes"]
 
 
 def test_live_mesh_names_the_slow_rank_first_and_its_dp_peer_as_inherited(live):

@@ -307,12 +307,14 @@ def test_the_stored_verdicts_are_rendered_as_a_run_in_chinese_prints_them():
     assert got["state"]["b"]["state"]["value"] == "<td>瓶颈</td><td>3 ms</td>" and state["a"]["state"]["description"] == "op"
 
 
-def test_a_cell_showing_a_widget_is_left_out_of_nbvals_comparison_in_the_edition():
+def test_a_cell_showing_a_widget_or_a_report_is_left_out_of_nbvals_comparison_in_the_edition():
     widget = {"output_type": "execute_result", "data": {"text/plain": "VBox(children=(Play(description='play'…",
                                                         "application/vnd.jupyter.widget-view+json": {"model_id": "a"}}}
     plain = {"output_type": "execute_result", "data": {"text/plain": "42"}}
     nb = {"cells": [{"cell_type": "code", "source": "w", "metadata": {}, "outputs": [widget]},
                     {"cell_type": "code", "source": "x", "metadata": {"tags": ["t"]}, "outputs": [plain]}]}
+    report = {"output_type": "stream", "name": "stdout", "text": ["# 1 rank(s) of a 2-rank nccl job; hardware: x\n"]}
+    nb["cells"].append({"cell_type": "code", "source": "print(r)", "metadata": {}, "outputs": [report]})
     cells = i18n.editions.with_verdicts_in(nb, LANG)["cells"]
     assert cells[0]["metadata"]["tags"] == ["nbval-ignore-output"] and cells[1]["metadata"]["tags"] == ["t"]
-    assert nb["cells"][0]["metadata"] == {}
+    assert nb["cells"][0]["metadata"] == {} and cells[2]["metadata"]["tags"] == ["nbval-ignore-output"]  # a report

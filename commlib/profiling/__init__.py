@@ -4,9 +4,11 @@
                  (many files in worker processes), fields, kernels, annotations, streams, steps
     groups.py    process groups; calls.py: a rank's records -> collective Calls; traces.py: -> RankTrace, load
     intervals.py union, intersect, length, overlap of spans (live profiling, diagnosis and the replay use it)
-    checks.py, stragglers.py, diagnosis.py   the analyses (`python -m commlib diagnose`); they never format
+    model.py, overlap.py, stragglers.py, checks.py   the analyses, one a file: records of numbers and short
+                 codes, never sentences; diagnosis.py runs them (`python -m commlib diagnose`)
     replay/      graph, critical, regroup, pricing, whatif: the job replayed with new prices
-    report/      diagnosis's and the what-if's reports as text and JSON; it computes nothing
+    report/      diagnosis's and the what-if's reports as text and JSON, every sentence (words.py); it computes
+                 nothing
     jobs/        the live side, apart: live (torch.profiler in ranks), recording, synthetic, emulated_job, scale
 
 Chapters, README and benchmarks import these modules by their own paths (no module re-exports another)."""

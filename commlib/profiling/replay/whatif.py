@@ -30,7 +30,7 @@ from commlib import _validate
 from commlib import topology as topo
 from commlib.profiling.replay import graph
 from commlib.profiling.checks import doubts
-from commlib.profiling.diagnosis import infer_hardware
+from commlib.profiling.model import infer_hardware
 from commlib.profiling.replay.pricing import (ALGORITHMS, COMMLIB_ALGORITHMS, TRADEOFF, Pricer,  # noqa: F401  (the API)
                                        codec_s_per_byte, group_topology, price, reprice)
 from commlib.profiling.replay.regroup import regroup
@@ -112,7 +112,7 @@ def _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps, excess="f
     m_topo = _topology("measured", measured, world) if measured is not None else None
     if m_topo is None:
         preset, why = infer_hardware(ranks)
-        notes.append(f"measured on: {why}")
+        notes.append({"kind": "measured_on", "why": why})   # a record: report/words.py says it
         m_topo = topo.preset(preset, -(-world // topo.preset_gpus(preset)), achievable=True) if preset else None
     g = graph.build(ranks)
     if steps != marks:   # the marks are not the training steps (a ProfilerStep holding several): regroup at waits

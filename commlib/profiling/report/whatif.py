@@ -4,13 +4,16 @@ formats, it computes nothing."""
 from __future__ import annotations
 
 import math
-import textwrap
 
 from commlib import columns
+from commlib.profiling.report.diagnosis import note
+from commlib.profiling.report.words import indent, note_text, wrap
+from commlib.ui.language import tr
 
 
 def json_report(report: dict) -> dict:
-    """Strict JSON (null, never NaN), without the timelines' spans."""
+    """Strict JSON (null, never NaN), without the timelines' spans; notes and doubts (checks.doubts' records) in
+    words, as diagnose's --json says them: doubts as [{kind, text}]."""
     def clean(x):
         if isinstance(x, float):
             return x if math.isfinite(x) else None
@@ -19,37 +22,43 @@ def json_report(report: dict) -> dict:
         if isinstance(x, (list, tuple)):
             return [clean(v) for v in x]
         return x
-    return clean(report)
+    said = {**report, "notes": [note_text(n) for n in report["notes"]]}
+    if "doubts" in report:
+        said["doubts"] = [{"kind": d["kind"], "text": note_text(d)} for d in report["doubts"]]
+    return clean(said)
 
 
 def format_report(report: dict) -> str:
-    """The scenarios side by side (the slowest rank's split), then each one's assumptions, under 100 columns."""
+    """The scenarios side by side (the slowest rank's split), then each one's assumptions, under 100 columns; in
+    the learner's language (language.tr; the JSON never is)."""
     first = report["scenarios"][0]["step_us"]   # 0 where every event is at one instant: no ratio
-    out = textwrap.wrap(f"# {len(report['ranks'])} rank(s) of a {report['world_size']}-rank {report['backend']} job, "
-                        f"measured on {report['measured_on'] or 'unknown hardware'}", 98, subsequent_indent="#   ")
+    out = wrap(tr(f"# {len(report['ranks'])} rank(s) of a {report['world_size']}-rank {report['backend']} job, "
+                  f"measured on {report['measured_on'] or 'unknown hardware'}"), 98, "", "#   ")
     k = report.get("steps", 1)
     if k > 1:
-        out.append(f"# per training step, averaged over {k} steps (the traces hold {k})")
-    rows = [["scenario", "step ms", "x meas.", "compute ms", "exposed ms", "waiting ms", "comm path"]]
+        out.append(tr(f"# per training step, averaged over {k} steps (the traces hold {k})"))
+    rows = [[tr(h) for h in ("scenario", "step ms", "x meas.", "compute ms", "exposed ms", "waiting ms", "comm path")]]
     for s in report["scenarios"]:
         slow = max(s["ranks"].values(), key=lambda o: o["step_us"])
-        rows.append([s["name"][:37], f"{s['step_us'] / 1e3:.2f}", f"{s['step_us'] / first:.2f}" if first > 0 else "-",
+        rows.append([tr(s["name"])[:37], f"{s['step_us'] / 1e3:.2f}",
+                     f"{s['step_us'] / first:.2f}" if first > 0 else "-",
                      f"{slow['compute_us'] / k / 1e3:.2f}", f"{slow['exposed_us'] / k / 1e3:.2f}",
                      f"{slow['waiting_us'] / k / 1e3:.2f}", f"{s['critical_path']['comm_share']:.0%}"])
     out += columns.fit(rows, [38, 9, 8, 11, 11, 11, 10], "<>>>>>>")
-    out += textwrap.wrap("step: the slowest rank's; compute, exposed, waiting: that rank's; comm path: the share of "
+    out += wrap(tr("step: the slowest rank's; compute, exposed, waiting: that rank's; comm path: the share of "
                          "transfers on the critical path (cut at that rank's start, so never longer than its step); "
                          "waiting: the part of its communication spent waiting for a later peer, on the "
                          "communication lane: hidden under compute or exposed, it adds to the step only through "
-                         "exposed (more, smaller buckets wait more, mostly hidden)", 98)
+                         "exposed (more, smaller buckets wait more, mostly hidden)"), 98)
     for s in report["scenarios"][2:]:
         for line in s["assumptions"]:
-            out += textwrap.wrap(f"{s['name']}: {line}", 98, subsequent_indent="  ")
+            out += wrap(f"{tr(s['name'])}: {tr(line)}", 98, "", "  ")
+    label = tr("note: ")
     for n in report["notes"]:
-        out += textwrap.wrap(n, 98, initial_indent="note: ", subsequent_indent="      ")
+        out += wrap(note(n), 98, label, indent(label))
     doubts = report.get("doubts") or []
     if doubts:   # diagnose's notes, in its words: the replay replays what the traces recorded
-        out.append(f"the replay is only as sound as the traces; diagnose's note(s) on them ({len(doubts)}):")
+        out.append(tr(f"the replay is only as sound as the traces; diagnose's note(s) on them ({len(doubts)}):"))
         for d in doubts:
-            out += textwrap.wrap(d["text"], 98, initial_indent="note: ", subsequent_indent="      ")
+            out += wrap(note(d), 98, label, indent(label))
     return "\n".join(out)
