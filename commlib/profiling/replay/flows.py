@@ -83,17 +83,15 @@ class Flows:
     def pop(self):
         """-> (end, key) of the flow that ends first, or None when none is left."""
         while True:
+            finish = self._next_finish()
+            nxt = self.pending[0][0] if self.pending else math.inf
             if self.done_at:
                 key = min(self.done_at, key=self.done_at.get)
                 t = self.done_at[key]
-                finish = self._next_finish()
-                nxt = self.pending[0][0] if self.pending else math.inf
                 if t <= min(nxt, finish[0] if finish else math.inf) + EPS:
                     del self.done_at[key]
                     self.now = max(self.now, t)
                     return t, key
-            finish = self._next_finish()
-            nxt = self.pending[0][0] if self.pending else math.inf
             if finish is None and not self.pending:
                 return None
             if finish is not None and finish[0] <= nxt + EPS:

@@ -41,7 +41,7 @@ import numpy as np
 from commlib.profiling.replay.critical import critical_path
 from commlib.profiling.replay.flows import Flows
 from commlib.profiling.stragglers import matched
-from commlib.profiling.intervals import overlap_lengths, union
+from commlib.profiling.intervals import overlap_lengths, union_array
 
 SLACK_US, SLACK_SHARE, STATED_SHARE = 100.0, 0.25, 0.02   # a gap ending within SLACK_US + a share of it after
 # a call's end waited for it (a loaded host wakes late: 3-7 ms after a 20-ms all-gather); beside a stated wait, 2%
@@ -149,8 +149,7 @@ def _offsets(ranks, sets) -> tuple[list[float], list[int]]:
 def _rank_graph(p: int, r, where: dict, offset: float) -> RankGraph:
     calls = r.calls
     n = len(calls)
-    spans = np.asarray(union(np.asarray(r.compute, dtype=float).reshape(-1, 2)) or np.empty((0, 2)), dtype=float)
-    spans = spans.reshape(-1, 2)
+    spans = union_array(np.asarray(r.compute, dtype=float).reshape(-1, 2))
     threads = getattr(r, "threads", None) or []
     lanes = [threads[i][0] for i in range(n)] if len(threads) == n else [c.group for c in calls]
     issued = getattr(r, "issued", None) or {}
@@ -171,7 +170,7 @@ def _rank_graph(p: int, r, where: dict, offset: float) -> RankGraph:
             lag_queue.append(c.start_us - q)
     leaves = getattr(r, "leaves", None)
     if leaves is not None and len(leaves):   # waits inside an op: gaps between the innermost ops (traces.py)
-        inner = np.asarray(union(np.asarray(leaves, dtype=float).reshape(-1, 2)), dtype=float).reshape(-1, 2)
+        inner = union_array(np.asarray(leaves, dtype=float).reshape(-1, 2))
         inferred = _inferred_waits(inner, calls, getattr(r, "waits", None) or {}, queue)
         spans = _cut(spans, [(w.t_from, w.t_to) for w in inferred])
     else:
@@ -429,12 +428,12 @@ def _result(st: _Rank) -> dict:
     lane_end = max([lane_end] + [t for t in st.wait_to if t is not None])
     end = max([lane_end] + [e for e in st.end if e is not None]) + r.tail
     st.lane_end, st.finish = lane_end, end   # where the critical path starts walking back (critical.py)
-    comm = _array(union((a, e) for a, e in zip(st.arrival, st.end) if a is not None))
-    waiting = _array(union((a, max(a, st.last[i])) for i, a in enumerate(st.arrival)   # to the last arrival
-                           if a is not None and r.member[i] >= 0))
     calls = _array([(a, e) for a, e in zip(st.arrival, st.end) if a is not None])   # each call, in call order
+    comm = union_array(calls)
+    waiting = union_array([(a, max(a, st.last[i])) for i, a in enumerate(st.arrival)   # to the last arrival
+                           if a is not None and r.member[i] >= 0])
     hidden = float(overlap_lengths(comm, spans).sum()) if len(spans) else 0.0
-    busy = _span_sum(_array(union(np.concatenate((spans, comm)))))
+    busy = _span_sum(union_array(np.concatenate((spans, comm))))
     t0 = r.start
     return {"step_us": end - t0, "compute_us": _span_sum(spans), "comm_us": _span_sum(comm), "hidden_us": hidden,
             "exposed_us": _span_sum(comm) - hidden, "waiting_us": _span_sum(waiting),
