@@ -58,8 +58,7 @@ class Flows:
     def __init__(self):
         self.now = 0.0
         self.pending = []        # (byte phase start, seq, key): in their fixed phase
-        self.active = {}         # key -> [remaining alone-us, links]
-        self.rate = {}           # key -> share (alone-us of progress per us)
+        self.active = {}         # key -> [remaining alone-us, links, share (alone-us of progress per us)]
         self.done_at = {}        # key -> end, for flows with no byte phase (and those whose phase ends at once)
         self.started = {}        # key -> its start (its fixed phase's), as taken
         self.late = 0
@@ -98,17 +97,27 @@ class Flows:
                 t, key = finish
                 self._advance(t)
                 del self.active[key]
-                self.rate = shares({k: v[1] for k, v in self.active.items()})
+                self._share()
                 return t, key
             t, _, key, alone, links = heapq.heappop(self.pending)
             self._advance(t)
-            self.active[key] = [alone, links]
-            self.rate = shares({k: v[1] for k, v in self.active.items()})
+            self.active[key] = [alone, links, 0.0]
+            self._share()
+
+    def _share(self) -> None:
+        """Each active flow's share: 1 / their number where all cross the same links, else max-min (shares)."""
+        flows = list(self.active.values())
+        if flows and all(v[1] == flows[0][1] for v in flows):
+            for v in flows:
+                v[2] = 1.0 / len(flows)
+            return
+        got = shares({k: v[1] for k, v in self.active.items()})
+        for k, v in self.active.items():
+            v[2] = got[k]
 
     def _next_finish(self):
         best = None
-        for k, (left, _) in self.active.items():
-            r = self.rate.get(k, 0.0)
+        for k, (left, _, r) in self.active.items():
             t = self.now + left / r if r > 0 else math.inf
             if best is None or t < best[0]:
                 best = (t, k)
@@ -116,8 +125,8 @@ class Flows:
 
     def _advance(self, t: float) -> None:
         dt = max(0.0, t - self.now)
-        for k, v in self.active.items():
-            v[0] = max(0.0, v[0] - dt * self.rate.get(k, 0.0))
+        for v in self.active.values():
+            v[0] = max(0.0, v[0] - dt * v[2])
         self.now = max(self.now, t)
 
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from commlib.profiling.replay.clocks import clock_offsets
 from commlib.profiling.replay.critical import critical_path
 from commlib.profiling.replay.flows import Flows
 from commlib.profiling.stragglers import matched
@@ -113,7 +114,7 @@ def build(ranks) -> Graph:
             where[m] = len(sets)
         sets.append(members)
     transfer = [min(ranks[p].calls[i].duration_us for p, i in m) for m in sets]
-    offsets, unplaced = _offsets(ranks, sets)
+    offsets, unplaced = clock_offsets(ranks, sets)
     graphs = [_rank_graph(p, r, where, offsets[p]) for p, r in enumerate(ranks)]
     notes = [f"rank {ranks[p].rank} shares no collective, directly or through others, with rank {ranks[0].rank}: "
              "their clocks are taken as equal" for p in unplaced]
@@ -122,28 +123,6 @@ def build(ranks) -> Graph:
         for p, i in members:
             graphs[p].resid[i] = ranks[p].calls[i].end_us - (last + transfer[s] + offsets[p])
     return Graph(graphs, sets, transfer, notes)
-
-
-def _offsets(ranks, sets) -> tuple[list[float], list[int]]:
-    """Each rank's clock minus rank ranks[0]'s: medians of matched calls' end differences, along the groups ->
-    (offsets, the positions of ranks in some matched call that no chain of groups links to ranks[0])."""
-    diffs = {}
-    for members in sets:
-        p0, i0 = members[0]
-        e0 = ranks[p0].calls[i0].end_us
-        for p, i in members[1:]:
-            diffs.setdefault((p0, p), []).append(ranks[p].calls[i].end_us - e0)
-    off = {0: 0.0}
-    todo = [0]
-    while todo:
-        a = todo.pop()
-        for (x, y), d in diffs.items():
-            for src, dst, sign in ((x, y, 1.0), (y, x, -1.0)):
-                if src == a and dst not in off:
-                    off[dst] = off[a] + sign * float(np.median(d))
-                    todo.append(dst)
-    matched_ranks = {p for members in sets for p, _ in members}
-    return [off.get(p, 0.0) for p in range(len(ranks))], sorted(matched_ranks - set(off))
 
 
 def _rank_graph(p: int, r, where: dict, offset: float) -> RankGraph:
@@ -313,10 +292,8 @@ def replay(g: Graph, net=None) -> dict:
     ctx = (g, arrived, set_end, last_in, flows, net)
     while True:
         progress = False
-        for p, st in enumerate(rs):
-            while st.at < len(st.items) and _step(p, st, rs, ctx):
-                st.at += 1
-                progress = True
+        for st in rs:
+            progress = _run(st, rs, ctx) or progress
         finished = all(st.at == len(st.items) for st in rs)
         if (finished or not progress) and flows is not None:   # every rank waits for a flow: the first ends
             done = flows.pop()   # (at the end: the flows no task waited for, each at its own end)
@@ -342,45 +319,53 @@ def replay(g: Graph, net=None) -> dict:
             "late": flows.late if flows is not None else 0}
 
 
-def _step(p, st: _Rank, rs, ctx) -> bool:
-    """Resolve st's next task if its inputs are known -> whether it did."""
+def _run(st: _Rank, rs, ctx) -> bool:
+    """Resolve st's tasks in order while their inputs are known -> whether any was."""
     g, arrived, set_end, last_in, flows, net = ctx
-    _, kind, k = st.items[st.at]
-    r = st.g
-    if kind != 1:   # a wait
-        w = r.waits[k]
-        e = st.end[w.call]
-        if e is None:
-            return False
-        lane = w.t_from + st.shift + w.lag_lane
-        to = max(lane, e + w.lag_call)
-        st.wait_bound[k] = "call" if e + w.lag_call >= lane else "lane"
-        st.wait_to[k] = to
-        st.shift = to - w.t_to
-        at = bisect.bisect_right(st.hist_t, w.t_to)   # in lane order (a wait's call may end after a later wait)
-        for hist, value in ((st.hist_t, w.t_to), (st.hist_shift, st.shift), (st.hist_to, to), (st.hist_w, k)):
-            hist.insert(at, value)
-        return True
-    j = r.pred[k]
-    if j >= 0 and st.end[j] is None:
-        return False
-    q = r.queue[k] + st.shift_at(r.queue[k]) + r.lag_queue[k]
-    a = q if j < 0 else max(q, st.end[j] + r.lag_pred[k])
-    # the queue point as replayed (the critical path walks back to it, not to a shift learnt later)
-    st.bound[k] = ("queue", q - r.lag_queue[k]) if j < 0 or q >= st.end[j] + r.lag_pred[k] else ("pred", j)
-    st.arrival[k] = a
-    s = r.member[k]
-    if s < 0:
-        st.end[k] = a + r.solo[k]
-        return True
-    arrived[s] += 1
-    if arrived[s] == len(g.sets[s]):
-        if flows is None:
-            _close(s, rs, g, set_end, last_in)
-        else:   # a flow from the last arrival: its end comes from the network (replay pops it)
-            last = _last_arrival(s, rs, g, last_in)
-            flows.add(s, last, *net[s])
-    return True
+    r, items, end, first = st.g, st.items, st.end, st.at
+    while st.at < len(items):
+        _, kind, k = items[st.at]
+        if kind != 1:   # a wait
+            e = end[r.waits[k].call]
+            if e is None:
+                break
+            _resume(st, k, e)
+            st.at += 1
+            continue
+        j = r.pred[k]
+        if j >= 0 and end[j] is None:
+            break
+        q = r.queue[k] + st.shift_at(r.queue[k]) + r.lag_queue[k]
+        after = end[j] + r.lag_pred[k] if j >= 0 else None
+        a = q if j < 0 else max(q, after)
+        # the queue point as replayed (the critical path walks back to it, not to a shift learnt later)
+        st.bound[k] = ("queue", q - r.lag_queue[k]) if j < 0 or q >= after else ("pred", j)
+        st.arrival[k] = a
+        st.at += 1
+        s = r.member[k]
+        if s < 0:
+            end[k] = a + r.solo[k]
+            continue
+        arrived[s] += 1
+        if arrived[s] == len(g.sets[s]):
+            if flows is None:
+                _close(s, rs, g, set_end, last_in)
+            else:   # a flow from the last arrival: its end comes from the network (replay pops it)
+                flows.add(s, _last_arrival(s, rs, g, last_in), *net[s])
+    return st.at > first
+
+
+def _resume(st: _Rank, k: int, e: float) -> None:
+    """Wait k of st's rank ends: its call ended at e (rank's clock); the lane's shift from here on."""
+    w = st.g.waits[k]
+    lane = w.t_from + st.shift + w.lag_lane
+    to = max(lane, e + w.lag_call)
+    st.wait_bound[k] = "call" if e + w.lag_call >= lane else "lane"
+    st.wait_to[k] = to
+    st.shift = to - w.t_to
+    at = bisect.bisect_right(st.hist_t, w.t_to)   # in lane order (a wait's call may end after a later wait)
+    for hist, value in ((st.hist_t, w.t_to), (st.hist_shift, st.shift), (st.hist_to, to), (st.hist_w, k)):
+        hist.insert(at, value)
 
 
 def _last_arrival(s, rs, g: Graph, last_in, force: bool = False) -> float:
