@@ -107,7 +107,9 @@ class Flows:
     def _share(self) -> None:
         """Each active flow's share: 1 / their number where all cross the same links, else max-min (shares)."""
         flows = list(self.active.values())
-        if flows and all(v[1] == flows[0][1] for v in flows):
+        if not flows:
+            return
+        if all(v[1] == flows[0][1] for v in flows):
             for v in flows:
                 v[2] = 1.0 / len(flows)
             return

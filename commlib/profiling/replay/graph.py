@@ -295,8 +295,8 @@ def replay(g: Graph, net=None) -> dict:
         for st in rs:
             progress = _run(st, rs, ctx) or progress
         finished = all(st.at == len(st.items) for st in rs)
-        if (finished or not progress) and flows is not None:   # every rank waits for a flow: the first ends
-            done = flows.pop()   # (at the end: the flows no task waited for, each at its own end)
+        if flows is not None:   # every rank waits for a flow (with flows, no rank's run ends another's call
+            done = flows.pop()   # before a flow does): the first ends (at the end: those no task waited for)
             if done is not None:
                 t, s = done
                 g.transfer[s] = t - flows.started[s]
