@@ -323,6 +323,8 @@ def _run(st: _Rank, rs, ctx) -> bool:
     """Resolve st's tasks in order while their inputs are known -> whether any was."""
     g, arrived, set_end, last_in, flows, net = ctx
     r, items, end, first = st.g, st.items, st.end, st.at
+    pred, queue, lag_pred, lag_queue, member = r.pred, r.queue, r.lag_pred, r.lag_queue, r.member
+    hist_t, hist_shift = st.hist_t, st.hist_shift   # the lane's shift history (shift_at), grown by _resume
     while st.at < len(items):
         _, kind, k = items[st.at]
         if kind != 1:   # a wait
@@ -332,19 +334,20 @@ def _run(st: _Rank, rs, ctx) -> bool:
             _resume(st, k, e)
             st.at += 1
             continue
-        j = r.pred[k]
+        j = pred[k]
         if j >= 0 and end[j] is None:
             break
-        q = r.queue[k] + st.shift_at(r.queue[k]) + r.lag_queue[k]
-        after = end[j] + r.lag_pred[k] if j >= 0 else None
-        a = q if j < 0 else max(q, after)
+        h = bisect.bisect_right(hist_t, queue[k])
+        q = queue[k] + (hist_shift[h - 1] if h else 0.0) + lag_queue[k]
         # the queue point as replayed (the critical path walks back to it, not to a shift learnt later)
-        st.bound[k] = ("queue", q - r.lag_queue[k]) if j < 0 or q >= after else ("pred", j)
-        st.arrival[k] = a
+        if j < 0 or q >= end[j] + lag_pred[k]:
+            st.arrival[k], st.bound[k] = q, ("queue", q - lag_queue[k])
+        else:
+            st.arrival[k], st.bound[k] = end[j] + lag_pred[k], ("pred", j)
         st.at += 1
-        s = r.member[k]
+        s = member[k]
         if s < 0:
-            end[k] = a + r.solo[k]
+            end[k] = st.arrival[k] + r.solo[k]
             continue
         arrived[s] += 1
         if arrived[s] == len(g.sets[s]):
