@@ -105,27 +105,38 @@ class Graph:
 # ------------------------------------------------------------------------------------------ build
 def build(ranks) -> Graph:
     """RankTraces (traces.load) -> the job's graph (see the module docstring)."""
-    sets, where = [], {}
+    sets, member = [], [[-1] * len(r.calls) for r in ranks]   # per rank, per call: its set
     pos = {r.rank: p for p, r in enumerate(ranks)}
     index = [{id(c): i for i, c in enumerate(r.calls)} for r in ranks]   # matched() returns the ranks' own Calls
     for calls in matched(ranks):
         members = [(pos[c.rank], index[pos[c.rank]][id(c)]) for c in calls]
-        for m in members:
-            where[m] = len(sets)
+        for p, i in members:
+            member[p][i] = len(sets)
         sets.append(members)
-    transfer = [min(ranks[p].calls[i].duration_us for p, i in m) for m in sets]
+    # per set: its transfer (the shortest member), and each member's residual: measured end against
+    # max(arrival) + transfer, on one clock (numpy over all members, set after set)
+    at = np.array([(p, i) for m in sets for p, i in m], dtype=np.int64).reshape(-1, 2)
+    first = np.cumsum([0] + [len(m) for m in sets[:-1]]) if sets else np.zeros(0, dtype=np.int64)
+    bounds = np.cumsum([0] + [len(r.calls) for r in ranks])   # rank p's calls in the flat arrays
+    flat = bounds[at[:, 0]] + at[:, 1]
+    start = np.array([c.start_us for r in ranks for c in r.calls], dtype=float)[flat]
+    took = np.array([c.duration_us for r in ranks for c in r.calls], dtype=float)[flat]
+    transfer = np.minimum.reduceat(took, first) if sets else took
     offsets, unplaced = clock_offsets(ranks, sets)
-    graphs = [_rank_graph(p, r, where, offsets[p]) for p, r in enumerate(ranks)]
+    graphs = [_rank_graph(r, member[p], offsets[p]) for p, r in enumerate(ranks)]
     notes = [f"rank {ranks[p].rank} shares no collective, directly or through others, with rank {ranks[0].rank}: "
              "their clocks are taken as equal" for p in unplaced]
-    for s, members in enumerate(sets):   # residuals: measured end against max(arrival) + transfer, one clock
-        last = max(ranks[p].calls[i].start_us - offsets[p] for p, i in members)
-        for p, i in members:
-            graphs[p].resid[i] = ranks[p].calls[i].end_us - (last + transfer[s] + offsets[p])
+    off = np.asarray(offsets, dtype=float)[at[:, 0]]
+    last = np.maximum.reduceat(start - off, first) if sets else start
+    resid = np.zeros(bounds[-1])
+    resid[flat] = (start + took) - (np.repeat(last + transfer, [len(m) for m in sets]) + off)
+    for p, g in enumerate(graphs):
+        g.resid = resid[bounds[p]:bounds[p + 1]].tolist()
+    transfer = transfer.tolist()
     return Graph(graphs, sets, transfer, notes)
 
 
-def _rank_graph(p: int, r, where: dict, offset: float) -> RankGraph:
+def _rank_graph(r, member: list, offset: float) -> RankGraph:
     calls = r.calls
     n = len(calls)
     spans = union_array(np.asarray(r.compute, dtype=float).reshape(-1, 2))
@@ -159,7 +170,7 @@ def _rank_graph(p: int, r, where: dict, offset: float) -> RankGraph:
     ends = [c.end_us for c in calls]
     done = max(([spans[-1, 1]] if len(spans) else []) + [w.t_to for w in waits] + ends + [r.wall[0]])
     return RankGraph(r.rank, r.wall[0], max(r.wall[1], done), spans, calls, lanes, pred, queue, lag_pred, lag_queue,
-                     waits, [where.get((p, i), -1) for i in range(n)], [0.0] * n, [c.duration_us for c in calls],
+                     waits, member, [0.0] * n, [c.duration_us for c in calls],
                      offset, max(0.0, r.wall[1] - done), list(getattr(r, "steps", None) or []))
 
 
@@ -270,10 +281,6 @@ class _Rank:
         self.wait_to = [None] * len(g.waits)
         self.lane_end = self.finish = None   # set by _result
 
-    def shift_at(self, t: float) -> float:
-        k = bisect.bisect_right(self.hist_t, t)
-        return self.hist_shift[k - 1] if k else 0.0
-
 
 def replay(g: Graph, net=None) -> dict:
     """Simulate the graph -> {"ranks": {rank: per-rank result}, "step_us" (the longest rank's), "critical_path",
@@ -324,7 +331,7 @@ def _run(st: _Rank, rs, ctx) -> bool:
     g, arrived, set_end, last_in, flows, net = ctx
     r, items, end, first = st.g, st.items, st.end, st.at
     pred, queue, lag_pred, lag_queue, member = r.pred, r.queue, r.lag_pred, r.lag_queue, r.member
-    hist_t, hist_shift = st.hist_t, st.hist_shift   # the lane's shift history (shift_at), grown by _resume
+    hist_t, hist_shift = st.hist_t, st.hist_shift   # the lane's shift history, grown by _resume
     while st.at < len(items):
         _, kind, k = items[st.at]
         if kind != 1:   # a wait
