@@ -297,10 +297,12 @@ def replay(g: Graph, net=None) -> dict:
     if flows is not None:   # each set's transfer as the flows make it; a member's residual scales with it
         g = replace(g, transfer=list(g.transfer), recorded=list(g.transfer))
     ctx = (g, arrived, set_end, last_in, flows, net)
+    todo = rs   # the ranks to run: all, or those a flow's end lets go on (its members)
     while True:
         progress = False
-        for st in rs:
+        for st in todo:
             progress = _run(st, rs, ctx) or progress
+        todo = rs
         finished = all(st.at == len(st.items) for st in rs)
         if flows is not None:   # every rank waits for a flow (with flows, no rank's run ends another's call
             done = flows.pop()   # before a flow does): the first ends (at the end: those no task waited for)
@@ -308,6 +310,7 @@ def replay(g: Graph, net=None) -> dict:
                 t, s = done
                 g.transfer[s] = t - flows.started[s]
                 _finish(s, rs, g, set_end, flows.started[s], t)
+                todo = [rs[p] for p in sorted({p for p, _ in g.sets[s]})]
                 continue
         if finished:
             break
@@ -329,17 +332,18 @@ def replay(g: Graph, net=None) -> dict:
 def _run(st: _Rank, rs, ctx) -> bool:
     """Resolve st's tasks in order while their inputs are known -> whether any was."""
     g, arrived, set_end, last_in, flows, net = ctx
-    r, items, end, first = st.g, st.items, st.end, st.at
+    r, items, end, arrival, bound, first = st.g, st.items, st.end, st.arrival, st.bound, st.at
     pred, queue, lag_pred, lag_queue, member = r.pred, r.queue, r.lag_pred, r.lag_queue, r.member
     hist_t, hist_shift = st.hist_t, st.hist_shift   # the lane's shift history, grown by _resume
-    while st.at < len(items):
-        _, kind, k = items[st.at]
+    at = first
+    while at < len(items):
+        _, kind, k = items[at]
         if kind != 1:   # a wait
             e = end[r.waits[k].call]
             if e is None:
                 break
             _resume(st, k, e)
-            st.at += 1
+            at += 1
             continue
         j = pred[k]
         if j >= 0 and end[j] is None:
@@ -348,13 +352,13 @@ def _run(st: _Rank, rs, ctx) -> bool:
         q = queue[k] + (hist_shift[h - 1] if h else 0.0) + lag_queue[k]
         # the queue point as replayed (the critical path walks back to it, not to a shift learnt later)
         if j < 0 or q >= end[j] + lag_pred[k]:
-            st.arrival[k], st.bound[k] = q, ("queue", q - lag_queue[k])
+            arrival[k], bound[k] = q, ("queue", q - lag_queue[k])
         else:
-            st.arrival[k], st.bound[k] = end[j] + lag_pred[k], ("pred", j)
-        st.at += 1
+            arrival[k], bound[k] = end[j] + lag_pred[k], ("pred", j)
+        at += 1
         s = member[k]
         if s < 0:
-            end[k] = st.arrival[k] + r.solo[k]
+            end[k] = arrival[k] + r.solo[k]
             continue
         arrived[s] += 1
         if arrived[s] == len(g.sets[s]):
@@ -362,7 +366,8 @@ def _run(st: _Rank, rs, ctx) -> bool:
                 _close(s, rs, g, set_end, last_in)
             else:   # a flow from the last arrival: its end comes from the network (replay pops it)
                 flows.add(s, _last_arrival(s, rs, g, last_in), *net[s])
-    return st.at > first
+    st.at = at
+    return at > first
 
 
 def _resume(st: _Rank, k: int, e: float) -> None:
