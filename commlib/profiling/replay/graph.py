@@ -428,10 +428,10 @@ def _result(st: _Rank) -> dict:
     lane_end = max([lane_end] + [t for t in st.wait_to if t is not None])
     end = max([lane_end] + [e for e in st.end if e is not None]) + r.tail
     st.lane_end, st.finish = lane_end, end   # where the critical path starts walking back (critical.py)
-    calls = _array([(a, e) for a, e in zip(st.arrival, st.end) if a is not None])   # each call, in call order
+    a, e, last = (np.array(x, dtype=float).reshape(-1) for x in (st.arrival, st.end, st.last))   # None: NaN
+    calls = np.stack((a, e), axis=1)[~np.isnan(a)]   # each call, in call order
     comm = union_array(calls)
-    waiting = union_array([(a, max(a, st.last[i])) for i, a in enumerate(st.arrival)   # to the last arrival
-                           if a is not None and r.member[i] >= 0])
+    waiting = union_array(np.stack((a, np.maximum(a, last)), axis=1)[~np.isnan(a) & (np.array(r.member) >= 0)])
     hidden = float(overlap_lengths(comm, spans).sum()) if len(spans) else 0.0
     busy = _span_sum(union_array(np.concatenate((spans, comm))))
     t0 = r.start
@@ -439,10 +439,6 @@ def _result(st: _Rank) -> dict:
             "exposed_us": _span_sum(comm) - hidden, "waiting_us": _span_sum(waiting),
             "idle_us": max(0.0, end - t0 - busy), "spans": {"compute": spans - t0, "comm": comm - t0,
                                                             "waiting": waiting - t0, "calls": calls - t0}}
-
-
-def _array(spans) -> np.ndarray:
-    return np.asarray(spans, dtype=float).reshape(-1, 2)
 
 
 def _span_sum(a: np.ndarray) -> float:
