@@ -2,6 +2,7 @@
 links they cross, the recorded sharing is taken out of each call's overhead, Gloo's reduce_scatter is priced as
 what it sends, and Gloo's two workers form a FIFO queue. Hand-made traces; answers computed by hand."""
 
+import numpy as np
 import pytest
 
 from commlib import cost
@@ -83,6 +84,22 @@ def test_recorded_byte_phases_solve_the_sharing_back_from_the_ends():
     link = [(0, "out")]
     assert flows.phases([150.0, 200.0], [200.0, 200.0], [100.0, 100.0], [link, link]) == pytest.approx([150.0, 150.0])
     assert flows.phases([200.0, 200.0], [300.0, 300.0], [100.0, 100.0], [link, link]) == pytest.approx([200.0, 200.0])
+
+
+def test_byte_phases_on_equal_or_disjoint_links_solve_as_progressive_filling_does(monkeypatch):
+    # the numpy round (link sets equal or disjoint) against progressive filling on random flows: the same phases
+    rng = np.random.default_rng(49)
+    a, b = [(0, "out"), (1, "in")], [(2, "out"), (3, "in")]
+    for n in (2, 40, 300):
+        ends = np.cumsum(rng.uniform(0.0, 80.0, n)).tolist()
+        alone = np.where(rng.random(n) < 0.1, 0.0, rng.uniform(10.0, 100.0, n)).tolist()
+        limits = (np.asarray(alone) * rng.uniform(0.5, 3.0, n)).tolist()
+        links = [(a, b, a[::-1], [])[k] for k in rng.integers(0, 4, n)]
+        fast = flows.phases(ends, limits, alone, links)
+        monkeypatch.setattr(flows, "_uniform", lambda sets: None)
+        assert flows.phases(ends, limits, alone, links) == pytest.approx(fast, rel=1e-12, abs=1e-9)
+        monkeypatch.undo()
+        assert sum(f < lim - 1e-6 for f, lim in zip(fast, limits)) > n // 10   # flows that shared, not at limit
 
 
 def test_gloos_reduce_scatter_is_priced_as_an_all_reduce_of_its_whole_input():

@@ -24,6 +24,8 @@ import bisect
 import heapq
 import math
 
+import numpy as np
+
 EPS = 1e-9
 
 
@@ -56,8 +58,7 @@ class Flows:
     def __init__(self):
         self.now = 0.0
         self.pending = []        # (byte phase start, seq, key): in their fixed phase
-        self.active = {}         # key -> [remaining alone-us, links]
-        self.rate = {}           # key -> share (alone-us of progress per us)
+        self.active = {}         # key -> [remaining alone-us, links, share (alone-us of progress per us)]
         self.done_at = {}        # key -> end, for flows with no byte phase (and those whose phase ends at once)
         self.started = {}        # key -> its start (its fixed phase's), as taken
         self.late = 0
@@ -81,34 +82,44 @@ class Flows:
     def pop(self):
         """-> (end, key) of the flow that ends first, or None when none is left."""
         while True:
+            finish = self._next_finish()
+            nxt = self.pending[0][0] if self.pending else math.inf
             if self.done_at:
                 key = min(self.done_at, key=self.done_at.get)
                 t = self.done_at[key]
-                finish = self._next_finish()
-                nxt = self.pending[0][0] if self.pending else math.inf
                 if t <= min(nxt, finish[0] if finish else math.inf) + EPS:
                     del self.done_at[key]
                     self.now = max(self.now, t)
                     return t, key
-            finish = self._next_finish()
-            nxt = self.pending[0][0] if self.pending else math.inf
             if finish is None and not self.pending:
                 return None
             if finish is not None and finish[0] <= nxt + EPS:
                 t, key = finish
                 self._advance(t)
                 del self.active[key]
-                self.rate = shares({k: v[1] for k, v in self.active.items()})
+                self._share()
                 return t, key
             t, _, key, alone, links = heapq.heappop(self.pending)
             self._advance(t)
-            self.active[key] = [alone, links]
-            self.rate = shares({k: v[1] for k, v in self.active.items()})
+            self.active[key] = [alone, links, 0.0]
+            self._share()
+
+    def _share(self) -> None:
+        """Each active flow's share: 1 / their number where all cross the same links, else max-min (shares)."""
+        flows = list(self.active.values())
+        if not flows:
+            return
+        if all(v[1] == flows[0][1] for v in flows):
+            for v in flows:
+                v[2] = 1.0 / len(flows)
+            return
+        got = shares({k: v[1] for k, v in self.active.items()})
+        for k, v in self.active.items():
+            v[2] = got[k]
 
     def _next_finish(self):
         best = None
-        for k, (left, _) in self.active.items():
-            r = self.rate.get(k, 0.0)
+        for k, (left, _, r) in self.active.items():
             t = self.now + left / r if r > 0 else math.inf
             if best is None or t < best[0]:
                 best = (t, k)
@@ -116,8 +127,8 @@ class Flows:
 
     def _advance(self, t: float) -> None:
         dt = max(0.0, t - self.now)
-        for k, v in self.active.items():
-            v[0] = max(0.0, v[0] - dt * self.rate.get(k, 0.0))
+        for v in self.active.values():
+            v[0] = max(0.0, v[0] - dt * v[2])
         self.now = max(self.now, t)
 
 
@@ -126,44 +137,112 @@ def phases(ends, limits, alone, links, rounds: int = 8) -> list[float]:
     ends[i] (its recorded end) and moved alone[i] us of idle-link work, at the share it got from the flows whose
     byte phases overlapped it. Solved by fixed point (start from each alone; place every phase before its end;
     recompute the shares over time; integrate back from each end until its work is done), each phase at most
-    limits[i] (the recorded call: a flow faster than its model keeps its whole time). -> per flow, us."""
+    limits[i] (the recorded call: a flow faster than its model keeps its whole time). -> per flow, us.
+    Where the flows' link sets are equal or disjoint (each flow shares its links only with flows on the same
+    ones: a share is 1 / the flows in its set), a round is computed with numpy (_round_uniform), else by
+    progressive filling per segment (_round)."""
     n = len(ends)
     dur = [min(a, lim) for a, lim in zip(alone, limits)]
+    live = [i for i in range(n) if alone[i] > 0 and links[i]]
+    group = _uniform([links[i] for i in live])
     for _ in range(rounds):
-        cuts = sorted({t for i in range(n) if alone[i] > 0 and links[i] for t in (ends[i] - dur[i], ends[i])})
-        seg_share, seg_live = [], []   # per segment [cuts[j], cuts[j+1]): {flow: share}, the flows in it
-        live = [i for i in range(n) if alone[i] > 0 and links[i]]
-        order = sorted(live, key=lambda i: ends[i] - dur[i])
-        at, active = 0, set()
-        for j in range(len(cuts) - 1):
-            t0 = cuts[j]
-            while at < len(order) and ends[order[at]] - dur[order[at]] <= t0 + EPS:
-                active.add(order[at])
-                at += 1
-            active = {i for i in active if ends[i] > t0 + EPS}
-            seg_share.append(shares({i: links[i] for i in active}) if active else {})
-            seg_live.append(frozenset(active))
-        new = list(dur)
-        for i in live:
-            need, t, s = alone[i], ends[i], 1.0
-            j = _segment(cuts, ends[i]) - 1
-            while need > EPS and j >= 0 and t > ends[i] - limits[i] + EPS:
-                s = seg_share[j].get(i)
-                if s is None:   # outside its phase so far (the phase grows): its share beside the flows there
-                    s = shares({k: links[k] for k in seg_live[j] | {i}})[i]
-                span = min(t - cuts[j], t - (ends[i] - limits[i]))
-                if s * span >= need:
-                    t -= need / s
-                    need = 0.0
-                    break
-                need -= s * span
-                t -= span
-                j -= 1
-            new[i] = min(limits[i], ends[i] - t + need / s)   # before the first segment: at the share there
+        if group is not None:
+            new = _round_uniform(ends, limits, alone, dur, live, group)
+        else:
+            new = _round(ends, limits, alone, links, dur, live)
         if max((abs(a - b) for a, b in zip(new, dur)), default=0.0) < 1e-3:
             return new
         dur = new
     return dur
+
+
+def _round(ends, limits, alone, links, dur, live) -> list[float]:
+    """One round of phases' fixed point, by progressive filling on every segment between the phases' cuts."""
+    cuts = sorted({t for i in live for t in (ends[i] - dur[i], ends[i])})
+    seg_share, seg_live = [], []   # per segment [cuts[j], cuts[j+1]): {flow: share}, the flows in it
+    order = sorted(live, key=lambda i: ends[i] - dur[i])
+    at, active = 0, set()
+    for j in range(len(cuts) - 1):
+        t0 = cuts[j]
+        while at < len(order) and ends[order[at]] - dur[order[at]] <= t0 + EPS:
+            active.add(order[at])
+            at += 1
+        active = {i for i in active if ends[i] > t0 + EPS}
+        seg_share.append(shares({i: links[i] for i in active}) if active else {})
+        seg_live.append(frozenset(active))
+    new = list(dur)
+    for i in live:
+        need, t, s = alone[i], ends[i], 1.0
+        j = _segment(cuts, ends[i]) - 1
+        while need > EPS and j >= 0 and t > ends[i] - limits[i] + EPS:
+            s = seg_share[j].get(i)
+            if s is None:   # outside its phase so far (the phase grows): its share beside the flows there
+                s = shares({k: links[k] for k in seg_live[j] | {i}})[i]
+            span = min(t - cuts[j], t - (ends[i] - limits[i]))
+            if s * span >= need:
+                t -= need / s
+                need = 0.0
+                break
+            need -= s * span
+            t -= span
+            j -= 1
+        new[i] = min(limits[i], ends[i] - t + need / s)   # before the first segment: at the share there
+    return new
+
+
+def _uniform(sets):
+    """Per flow, the index of its link set if every two sets are equal or disjoint (max-min sharing then
+    gives each flow 1 / the flows active on its set), else None."""
+    distinct = {}
+    group = [distinct.setdefault(frozenset(x), len(distinct)) for x in sets]
+    if sum(len(x) for x in distinct) != len(frozenset().union(*distinct)):
+        return None
+    return np.asarray(group, dtype=np.int64)
+
+
+def _round_uniform(ends, limits, alone, dur, live, group) -> list[float]:
+    """_round where the link sets are equal or disjoint (_uniform's group): the same cuts, shares and
+    integration back from each end, the same float operations in the same order, on arrays of all flows at
+    once (one step back per segment for every flow still short of its work)."""
+    new = list(dur)
+    if not live:
+        return new
+    idx = np.asarray(live)
+    end = np.asarray(ends, dtype=float)[idx]
+    lim = np.asarray(limits, dtype=float)[idx]
+    start = end - np.asarray(dur, dtype=float)[idx]
+    cuts = np.unique(np.concatenate((start, end)))
+    x = cuts + EPS   # flow i is in segment j if start <= x[j] < end: as ranks, rs <= j < re
+    rs, re = np.searchsorted(x, start, "left"), np.searchsorted(x, end, "left")
+    base = len(cuts) + 1
+    ks, ke = np.sort(group * base + rs), np.sort(group * base + re)   # each set's flows, in rank order
+
+    def count(g, j):   # the flows of set g in segment j
+        lo = g * base
+        return (np.searchsorted(ks, lo + j, "right") - np.searchsorted(ks, lo, "left")
+                - np.searchsorted(ke, lo + j, "right") + np.searchsorted(ke, lo, "left"))
+
+    need = np.asarray(alone, dtype=float)[idx]
+    t, s = end.copy(), np.ones(len(idx))
+    j = np.searchsorted(cuts, end - EPS, "left") - 1
+    floor = end - lim
+    k = np.flatnonzero((need > EPS) & (j >= 0) & (t > floor + EPS))
+    while len(k):
+        jk, tk, nk = j[k], t[k], need[k]
+        inside = (rs[k] <= jk) & (re[k] > jk)
+        sk = 1.0 / (count(group[k], jk) + np.where(inside, 0, 1))   # outside its phase so far: beside them
+        span = np.minimum(tk - cuts[jk], tk - floor[k])
+        done = sk * span >= nk
+        t[k] = np.where(done, tk - nk / sk, tk - span)
+        need[k] = np.where(done, 0.0, nk - sk * span)
+        j[k] = jk - 1
+        s[k] = sk
+        k = k[~done]
+        k = k[(need[k] > EPS) & (j[k] >= 0) & (t[k] > floor[k] + EPS)]
+    got = np.minimum(lim, end - t + need / s)
+    for i, v in zip(live, got.tolist()):
+        new[i] = v
+    return new
 
 
 def _segment(cuts, t) -> int:

@@ -38,10 +38,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from commlib.profiling.replay.clocks import clock_offsets
 from commlib.profiling.replay.critical import critical_path
 from commlib.profiling.replay.flows import Flows
 from commlib.profiling.stragglers import matched
-from commlib.profiling.intervals import overlap_lengths, union
+from commlib.profiling.intervals import overlap_lengths, union_array
 
 SLACK_US, SLACK_SHARE, STATED_SHARE = 100.0, 0.25, 0.02   # a gap ending within SLACK_US + a share of it after
 # a call's end waited for it (a loaded host wakes late: 3-7 ms after a 20-ms all-gather); beside a stated wait, 2%
@@ -104,53 +105,41 @@ class Graph:
 # ------------------------------------------------------------------------------------------ build
 def build(ranks) -> Graph:
     """RankTraces (traces.load) -> the job's graph (see the module docstring)."""
-    sets, where = [], {}
+    sets, member = [], [[-1] * len(r.calls) for r in ranks]   # per rank, per call: its set
     pos = {r.rank: p for p, r in enumerate(ranks)}
     index = [{id(c): i for i, c in enumerate(r.calls)} for r in ranks]   # matched() returns the ranks' own Calls
     for calls in matched(ranks):
         members = [(pos[c.rank], index[pos[c.rank]][id(c)]) for c in calls]
-        for m in members:
-            where[m] = len(sets)
+        for p, i in members:
+            member[p][i] = len(sets)
         sets.append(members)
-    transfer = [min(ranks[p].calls[i].duration_us for p, i in m) for m in sets]
-    offsets, unplaced = _offsets(ranks, sets)
-    graphs = [_rank_graph(p, r, where, offsets[p]) for p, r in enumerate(ranks)]
+    # per set: its transfer (the shortest member), and each member's residual: measured end against
+    # max(arrival) + transfer, on one clock (numpy over all members, set after set)
+    at = np.array([(p, i) for m in sets for p, i in m], dtype=np.int64).reshape(-1, 2)
+    first = np.cumsum([0] + [len(m) for m in sets[:-1]]) if sets else np.zeros(0, dtype=np.int64)
+    bounds = np.cumsum([0] + [len(r.calls) for r in ranks])   # rank p's calls in the flat arrays
+    flat = bounds[at[:, 0]] + at[:, 1]
+    start = np.array([c.start_us for r in ranks for c in r.calls], dtype=float)[flat]
+    took = np.array([c.duration_us for r in ranks for c in r.calls], dtype=float)[flat]
+    transfer = np.minimum.reduceat(took, first) if sets else took
+    offsets, unplaced = clock_offsets(ranks, sets)
+    graphs = [_rank_graph(r, member[p], offsets[p]) for p, r in enumerate(ranks)]
     notes = [f"rank {ranks[p].rank} shares no collective, directly or through others, with rank {ranks[0].rank}: "
              "their clocks are taken as equal" for p in unplaced]
-    for s, members in enumerate(sets):   # residuals: measured end against max(arrival) + transfer, one clock
-        last = max(ranks[p].calls[i].start_us - offsets[p] for p, i in members)
-        for p, i in members:
-            graphs[p].resid[i] = ranks[p].calls[i].end_us - (last + transfer[s] + offsets[p])
+    off = np.asarray(offsets, dtype=float)[at[:, 0]]
+    last = np.maximum.reduceat(start - off, first) if sets else start
+    resid = np.zeros(bounds[-1])
+    resid[flat] = (start + took) - (np.repeat(last + transfer, [len(m) for m in sets]) + off)
+    for p, g in enumerate(graphs):
+        g.resid = resid[bounds[p]:bounds[p + 1]].tolist()
+    transfer = transfer.tolist()
     return Graph(graphs, sets, transfer, notes)
 
 
-def _offsets(ranks, sets) -> tuple[list[float], list[int]]:
-    """Each rank's clock minus rank ranks[0]'s: medians of matched calls' end differences, along the groups ->
-    (offsets, the positions of ranks in some matched call that no chain of groups links to ranks[0])."""
-    diffs = {}
-    for members in sets:
-        p0, i0 = members[0]
-        e0 = ranks[p0].calls[i0].end_us
-        for p, i in members[1:]:
-            diffs.setdefault((p0, p), []).append(ranks[p].calls[i].end_us - e0)
-    off = {0: 0.0}
-    todo = [0]
-    while todo:
-        a = todo.pop()
-        for (x, y), d in diffs.items():
-            for src, dst, sign in ((x, y, 1.0), (y, x, -1.0)):
-                if src == a and dst not in off:
-                    off[dst] = off[a] + sign * float(np.median(d))
-                    todo.append(dst)
-    matched_ranks = {p for members in sets for p, _ in members}
-    return [off.get(p, 0.0) for p in range(len(ranks))], sorted(matched_ranks - set(off))
-
-
-def _rank_graph(p: int, r, where: dict, offset: float) -> RankGraph:
+def _rank_graph(r, member: list, offset: float) -> RankGraph:
     calls = r.calls
     n = len(calls)
-    spans = np.asarray(union(np.asarray(r.compute, dtype=float).reshape(-1, 2)) or np.empty((0, 2)), dtype=float)
-    spans = spans.reshape(-1, 2)
+    spans = union_array(np.asarray(r.compute, dtype=float).reshape(-1, 2))
     threads = getattr(r, "threads", None) or []
     lanes = [threads[i][0] for i in range(n)] if len(threads) == n else [c.group for c in calls]
     issued = getattr(r, "issued", None) or {}
@@ -171,7 +160,7 @@ def _rank_graph(p: int, r, where: dict, offset: float) -> RankGraph:
             lag_queue.append(c.start_us - q)
     leaves = getattr(r, "leaves", None)
     if leaves is not None and len(leaves):   # waits inside an op: gaps between the innermost ops (traces.py)
-        inner = np.asarray(union(np.asarray(leaves, dtype=float).reshape(-1, 2)), dtype=float).reshape(-1, 2)
+        inner = union_array(np.asarray(leaves, dtype=float).reshape(-1, 2))
         inferred = _inferred_waits(inner, calls, getattr(r, "waits", None) or {}, queue)
         spans = _cut(spans, [(w.t_from, w.t_to) for w in inferred])
     else:
@@ -181,7 +170,7 @@ def _rank_graph(p: int, r, where: dict, offset: float) -> RankGraph:
     ends = [c.end_us for c in calls]
     done = max(([spans[-1, 1]] if len(spans) else []) + [w.t_to for w in waits] + ends + [r.wall[0]])
     return RankGraph(r.rank, r.wall[0], max(r.wall[1], done), spans, calls, lanes, pred, queue, lag_pred, lag_queue,
-                     waits, [where.get((p, i), -1) for i in range(n)], [0.0] * n, [c.duration_us for c in calls],
+                     waits, member, [0.0] * n, [c.duration_us for c in calls],
                      offset, max(0.0, r.wall[1] - done), list(getattr(r, "steps", None) or []))
 
 
@@ -292,10 +281,6 @@ class _Rank:
         self.wait_to = [None] * len(g.waits)
         self.lane_end = self.finish = None   # set by _result
 
-    def shift_at(self, t: float) -> float:
-        k = bisect.bisect_right(self.hist_t, t)
-        return self.hist_shift[k - 1] if k else 0.0
-
 
 def replay(g: Graph, net=None) -> dict:
     """Simulate the graph -> {"ranks": {rank: per-rank result}, "step_us" (the longest rank's), "critical_path",
@@ -312,19 +297,20 @@ def replay(g: Graph, net=None) -> dict:
     if flows is not None:   # each set's transfer as the flows make it; a member's residual scales with it
         g = replace(g, transfer=list(g.transfer), recorded=list(g.transfer))
     ctx = (g, arrived, set_end, last_in, flows, net)
+    todo = rs   # the ranks to run: all, or those a flow's end lets go on (its members)
     while True:
         progress = False
-        for p, st in enumerate(rs):
-            while st.at < len(st.items) and _step(p, st, rs, ctx):
-                st.at += 1
-                progress = True
+        for st in todo:
+            progress = _run(st, rs, ctx) or progress
+        todo = rs
         finished = all(st.at == len(st.items) for st in rs)
-        if (finished or not progress) and flows is not None:   # every rank waits for a flow: the first ends
-            done = flows.pop()   # (at the end: the flows no task waited for, each at its own end)
+        if flows is not None:   # every rank waits for a flow (with flows, no rank's run ends another's call
+            done = flows.pop()   # before a flow does): the first ends (at the end: those no task waited for)
             if done is not None:
                 t, s = done
                 g.transfer[s] = t - flows.started[s]
                 _finish(s, rs, g, set_end, flows.started[s], t)
+                todo = [rs[p] for p in sorted({p for p, _ in g.sets[s]})]
                 continue
         if finished:
             break
@@ -343,45 +329,58 @@ def replay(g: Graph, net=None) -> dict:
             "late": flows.late if flows is not None else 0}
 
 
-def _step(p, st: _Rank, rs, ctx) -> bool:
-    """Resolve st's next task if its inputs are known -> whether it did."""
+def _run(st: _Rank, rs, ctx) -> bool:
+    """Resolve st's tasks in order while their inputs are known -> whether any was."""
     g, arrived, set_end, last_in, flows, net = ctx
-    _, kind, k = st.items[st.at]
-    r = st.g
-    if kind != 1:   # a wait
-        w = r.waits[k]
-        e = st.end[w.call]
-        if e is None:
-            return False
-        lane = w.t_from + st.shift + w.lag_lane
-        to = max(lane, e + w.lag_call)
-        st.wait_bound[k] = "call" if e + w.lag_call >= lane else "lane"
-        st.wait_to[k] = to
-        st.shift = to - w.t_to
-        at = bisect.bisect_right(st.hist_t, w.t_to)   # in lane order (a wait's call may end after a later wait)
-        for hist, value in ((st.hist_t, w.t_to), (st.hist_shift, st.shift), (st.hist_to, to), (st.hist_w, k)):
-            hist.insert(at, value)
-        return True
-    j = r.pred[k]
-    if j >= 0 and st.end[j] is None:
-        return False
-    q = r.queue[k] + st.shift_at(r.queue[k]) + r.lag_queue[k]
-    a = q if j < 0 else max(q, st.end[j] + r.lag_pred[k])
-    # the queue point as replayed (the critical path walks back to it, not to a shift learnt later)
-    st.bound[k] = ("queue", q - r.lag_queue[k]) if j < 0 or q >= st.end[j] + r.lag_pred[k] else ("pred", j)
-    st.arrival[k] = a
-    s = r.member[k]
-    if s < 0:
-        st.end[k] = a + r.solo[k]
-        return True
-    arrived[s] += 1
-    if arrived[s] == len(g.sets[s]):
-        if flows is None:
-            _close(s, rs, g, set_end, last_in)
-        else:   # a flow from the last arrival: its end comes from the network (replay pops it)
-            last = _last_arrival(s, rs, g, last_in)
-            flows.add(s, last, *net[s])
-    return True
+    r, items, end, arrival, bound, first = st.g, st.items, st.end, st.arrival, st.bound, st.at
+    pred, queue, lag_pred, lag_queue, member = r.pred, r.queue, r.lag_pred, r.lag_queue, r.member
+    hist_t, hist_shift = st.hist_t, st.hist_shift   # the lane's shift history, grown by _resume
+    at = first
+    while at < len(items):
+        _, kind, k = items[at]
+        if kind != 1:   # a wait
+            e = end[r.waits[k].call]
+            if e is None:
+                break
+            _resume(st, k, e)
+            at += 1
+            continue
+        j = pred[k]
+        if j >= 0 and end[j] is None:
+            break
+        h = bisect.bisect_right(hist_t, queue[k])
+        q = queue[k] + (hist_shift[h - 1] if h else 0.0) + lag_queue[k]
+        # the queue point as replayed (the critical path walks back to it, not to a shift learnt later)
+        if j < 0 or q >= end[j] + lag_pred[k]:
+            arrival[k], bound[k] = q, ("queue", q - lag_queue[k])
+        else:
+            arrival[k], bound[k] = end[j] + lag_pred[k], ("pred", j)
+        at += 1
+        s = member[k]
+        if s < 0:
+            end[k] = arrival[k] + r.solo[k]
+            continue
+        arrived[s] += 1
+        if arrived[s] == len(g.sets[s]):
+            if flows is None:
+                _close(s, rs, g, set_end, last_in)
+            else:   # a flow from the last arrival: its end comes from the network (replay pops it)
+                flows.add(s, _last_arrival(s, rs, g, last_in), *net[s])
+    st.at = at
+    return at > first
+
+
+def _resume(st: _Rank, k: int, e: float) -> None:
+    """Wait k of st's rank ends: its call ended at e (rank's clock); the lane's shift from here on."""
+    w = st.g.waits[k]
+    lane = w.t_from + st.shift + w.lag_lane
+    to = max(lane, e + w.lag_call)
+    st.wait_bound[k] = "call" if e + w.lag_call >= lane else "lane"
+    st.wait_to[k] = to
+    st.shift = to - w.t_to
+    at = bisect.bisect_right(st.hist_t, w.t_to)   # in lane order (a wait's call may end after a later wait)
+    for hist, value in ((st.hist_t, w.t_to), (st.hist_shift, st.shift), (st.hist_to, to), (st.hist_w, k)):
+        hist.insert(at, value)
 
 
 def _last_arrival(s, rs, g: Graph, last_in, force: bool = False) -> float:
@@ -429,21 +428,17 @@ def _result(st: _Rank) -> dict:
     lane_end = max([lane_end] + [t for t in st.wait_to if t is not None])
     end = max([lane_end] + [e for e in st.end if e is not None]) + r.tail
     st.lane_end, st.finish = lane_end, end   # where the critical path starts walking back (critical.py)
-    comm = _array(union((a, e) for a, e in zip(st.arrival, st.end) if a is not None))
-    waiting = _array(union((a, max(a, st.last[i])) for i, a in enumerate(st.arrival)   # to the last arrival
-                           if a is not None and r.member[i] >= 0))
-    calls = _array([(a, e) for a, e in zip(st.arrival, st.end) if a is not None])   # each call, in call order
+    a, e, last = (np.array(x, dtype=float).reshape(-1) for x in (st.arrival, st.end, st.last))   # None: NaN
+    calls = np.stack((a, e), axis=1)[~np.isnan(a)]   # each call, in call order
+    comm = union_array(calls)
+    waiting = union_array(np.stack((a, np.maximum(a, last)), axis=1)[~np.isnan(a) & (np.array(r.member) >= 0)])
     hidden = float(overlap_lengths(comm, spans).sum()) if len(spans) else 0.0
-    busy = _span_sum(_array(union(np.concatenate((spans, comm)))))
+    busy = _span_sum(union_array(np.concatenate((spans, comm))))
     t0 = r.start
     return {"step_us": end - t0, "compute_us": _span_sum(spans), "comm_us": _span_sum(comm), "hidden_us": hidden,
             "exposed_us": _span_sum(comm) - hidden, "waiting_us": _span_sum(waiting),
             "idle_us": max(0.0, end - t0 - busy), "spans": {"compute": spans - t0, "comm": comm - t0,
                                                             "waiting": waiting - t0, "calls": calls - t0}}
-
-
-def _array(spans) -> np.ndarray:
-    return np.asarray(spans, dtype=float).reshape(-1, 2)
 
 
 def _span_sum(a: np.ndarray) -> float:

@@ -26,17 +26,28 @@ from __future__ import annotations
 from commlib.profiling.replay.flows import phases
 
 EXCESS = ("fixed", "bytes")   # what a call's excess over its model does in a scenario (flow_inputs)
-from commlib.profiling.replay.pricing import cached_links as links
+from commlib.profiling.replay.pricing import cached_links
 
 
 def _ranks(g, members) -> list[int]:
     return [g.ranks[p].rank for p, _ in members]
 
 
+def _links(t, memo: dict):
+    """pricing.cached_links on t, remembered in memo per (ranks, group size, stride): 10^5 sets, a few groups."""
+    def get(ranks, size, stride):
+        key = (tuple(ranks), size, stride)
+        if key not in memo:
+            memo[key] = cached_links(t, ranks, size, stride)
+        return memo[key]
+    return get
+
+
 def recorded(g0, pricer) -> list:
     """Per traced set: (fixed us, byte phase us, overhead us) at the measured network, or None (no model); a
     transfer faster than its model alone: (fixed, its model's byte phase, measured / model - 1, below 0)."""
     info, ends, limits, alone, used = [], [], [], [], []
+    links = _links(pricer.m, {})
     for s, members in enumerate(g0.sets):
         p0, i0 = members[0]
         c = g0.ranks[p0].calls[i0]
@@ -51,7 +62,7 @@ def recorded(g0, pricer) -> list:
         fixed, bw = old[0] * 1e6, old[1] * 1e6
         limits.append(max(0.0, d - fixed))
         alone.append(bw)
-        used.append(links(pricer.m, _ranks(g0, members), c.group_size or len(members),
+        used.append(links(_ranks(g0, members), c.group_size or len(members),
                           pricer.strides.get(c.group, 1)))
     got = phases(ends, limits, alone, used)
     out, kinds = [], {}
@@ -96,7 +107,7 @@ def flow_inputs(g0, g, origin, pricer, excess: str = "fixed") -> list:
     (fixed us, alone us, links) for graph.replay's net. excess "fixed": a call's excess stays as measured (its
     software's own time); "bytes": it moves with the call's bytes (module docstring)."""
     rec = recorded(g0, pricer)
-    net = []
+    net, links = [], _links(pricer.t, {})
     for s, members in enumerate(g.sets):
         p0, i0 = members[0]
         c = g.ranks[p0].calls[i0]
@@ -122,7 +133,7 @@ def flow_inputs(g0, g, origin, pricer, excess: str = "fixed") -> list:
                 bw *= 1 + over / (old[1] * 1e6)
             else:   # a regrouped bucket (its traced calls' overhead per byte), or no byte phase: kept as is
                 fixed += over
-        used = links(pricer.t, _ranks(g, members), size or len(members), pricer.strides.get(c.group, 1))
+        used = links(_ranks(g, members), size or len(members), pricer.strides.get(c.group, 1))
         net.append((fixed + codec, bw, used))
     return net
 

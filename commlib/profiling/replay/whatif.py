@@ -33,6 +33,7 @@ from commlib.profiling.checks import doubts
 from commlib.profiling.model import infer_hardware
 from commlib.profiling.replay.pricing import (ALGORITHMS, COMMLIB_ALGORITHMS, TRADEOFF, Pricer,  # noqa: F401  (the API)
                                        codec_s_per_byte, group_topology, price, reprice)
+from commlib.profiling.read.reader import no_gc
 from commlib.profiling.replay.regroup import regroup
 from commlib.profiling.replay.sharing import EXCESS, flow_inputs
 from commlib.profiling.traces import MAX_BYTES, RankTrace, load
@@ -85,7 +86,8 @@ def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: st
     ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces, max_bytes)
     gamma = _validate.number("gamma", gamma, low=0.0)
     try:   # what goes wrong from here on is about these traces: the message names them
-        return _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps, excess)
+        with no_gc():   # the replay makes millions of small objects, no cycles: the collector would walk them all
+            return _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps, excess)
     except (ValueError, ZeroDivisionError, OverflowError) as e:
         named = any(str(e).startswith(str(r.path)) for r in ranks)
         raise ValueError(str(e) if named else f"{_where(ranks)}: {e}") from None
