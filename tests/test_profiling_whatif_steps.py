@@ -121,3 +121,19 @@ def test_smaller_buckets_wait_more_on_the_comm_lane_but_hidden_and_the_output_sa
             assert o["hidden_us"] + o["exposed_us"] == pytest.approx(o["comm_us"])
     text = whatif_report.format_report(report)
     assert "it adds to the step only through exposed" in text.replace("\n", " ")
+
+
+RECIPE_3_STEPS = os.path.join(ROOT, "tests", "data", "ddp_recipe_3steps")   # a live recording of the recipe
+
+
+@pytest.mark.parametrize("mb", [1, 4, 16])
+def test_the_critical_path_stays_within_its_step_where_a_regrouped_wait_points_forward(mb):
+    """On this recording, regrouped into 4 or 16 MiB buckets, the walk back found a wait whose lane position lay
+    after where the path was: it looped, and the path came out at 3.9x the step (42,319 us of compute in a
+    10,913-us step). The path now only moves back, and stops (truncated) where it would loop."""
+    report = whatif.whatif(RECIPE_3_STEPS, [whatif.Scenario(topology="dgx_h100", bucket_mb=mb)])
+    assert report["steps"] == 3
+    for s in report["scenarios"]:
+        path = s["critical_path"]
+        assert path["compute_us"] + path["comm_us"] <= s["step_us"] * (1 + 1e-9), (mb, s["name"], path)
+    assert report["scenarios"][-1]["critical_path"]["truncated"] == (mb != 1)

@@ -27,16 +27,25 @@ def critical_path(rs, g, set_end, last_in) -> dict:
     ends = [(e, i) for i, e in enumerate(st.end) if e is not None]
     lane_end = st.lane_end
     point = ("lane", lane_end) if not ends or lane_end >= max(ends)[0] else ("call", max(ends)[1])
+    now = max([lane_end] + [e for e, _ in ends]) - st.g.offset   # where the path is, on the common clock: it only
+    # goes back (a regrouped bucket's wait may point at a lane position after it: clipped, the path cannot loop)
     truncated, below, cap = True, None, None   # below: from a wait's start, only the waits before it (one may take no time)
+    seen, at = set(), now   # the points passed since the path last moved back: one seen again is a loop
     for _ in range(10 * sum(len(x.g.calls) + len(x.g.waits) for x in rs) + 10):
+        if now < at:
+            seen, at = set(), now
+        if (st.g.rank, point) in seen:
+            break   # truncated: the rest of the step is on no path this walk can follow
+        seen.add((st.g.rank, point))
         floor = stop + st.g.offset   # the cut, on this rank's clock
         if point[0] == "lane":   # back along the rigid lane to the wait that set its shift, or the start
-            t = point[1]
+            t = min(point[1], now + st.g.offset)
             k = bisect.bisect_right(reach[id(st)], t) - 1
             if below is not None:
                 k, below = min(k, below), None
             lower = st.hist_to[k] if k >= 0 else st.g.start
             compute += max(0.0, t - max(lower, floor))
+            now = min(now, max(lower, floor) - st.g.offset)
             if k < 0 or lower <= floor:
                 truncated = False
                 break
@@ -52,7 +61,7 @@ def critical_path(rs, g, set_end, last_in) -> dict:
             s = st.g.member[i]
             end_i = st.end[i] if cap is None else min(st.end[i], cap)
             cap = None
-            here = end_i - st.g.offset   # where the path is: this rank's end of the call, on the common clock
+            here = min(end_i - st.g.offset, now)   # this rank's end of the call, on the common clock
             arrive = set_end[s] - g.transfer[s] if s >= 0 and last_in[s] is not None else None
             if arrive is not None and arrive <= here:   # from the last arrival, on that rank, to this rank's end
                 full = min(g.transfer[s], here - arrive)   # a rank that ended before set_end (its residual < 0)
@@ -64,6 +73,7 @@ def critical_path(rs, g, set_end, last_in) -> dict:
                 full = max(0.0, end_i - st.arrival[i])
                 took = min(full, max(0.0, end_i - floor))
             comm += took
+            now = here - took
             if st.bound[i] is None or took < full:
                 truncated = False   # a member the replay forced, or the cut: the path ends here
                 break
