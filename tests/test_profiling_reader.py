@@ -60,11 +60,15 @@ def _repository_traces():
 CHANGED_BY_ISSUE_36 = ("hta_sampled_rank-0.json.gz", "hta_sampled_rank-1.json.gz", "hta_rank_non_gpu.json.gz")
 
 
+# recorded after the old reader was deleted (nothing to compare with): tests/test_profiling_whatif_steps.py holds it
+RECORDED_SINCE = (os.path.join(ROOT, "tests", "data", "ddp_recipe_3steps"),)
+
+
 def test_every_trace_in_the_repository_reads_as_the_old_reader_read_it():
     found = _repository_traces()
     assert tr.SAMPLE in found
     for path in found:
-        if os.path.basename(path) not in CHANGED_BY_ISSUE_36:
+        if os.path.basename(path) not in CHANGED_BY_ISSUE_36 and os.path.dirname(path) not in RECORDED_SINCE:
             _same(path, os.path.basename(path))
 
 
