@@ -174,7 +174,8 @@ def test_parallel_reading_equals_serial_and_leaves_no_process(synth, tmp_path):
     (tmp_path / "notes.json").write_text("hello")
     with pytest.raises(tr.TraceError, match="notes.json: not a torch.profiler trace"):
         read_all(files + [str(tmp_path / "notes.json")], tr.read, 1 << 30, workers=2)
-    with pytest.raises(tr.TraceError, match="not read within 0.001 s"):   # a worker cannot even start in 1 ms
+    # a worker cannot even start in 1 ms; on a loaded machine this process's own read of a file may pass it first
+    with pytest.raises(tr.TraceError, match=r"not read within (0\.001 s|the time limit \(\d+ bytes read\))"):
         read_all(files, tr.read, 1 << 30, workers=2, timeout_s=0.001)
     assert {p.pid for p in psutil.Process().children(recursive=True)} == before
 
