@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from commlib import cost
 from commlib.profiling.groups import UNEVEN
+from commlib.profiling.model import bus_factor
 from commlib.profiling.stragglers import find
 
 P2P = ("send", "recv", "send_recv")
@@ -100,15 +101,10 @@ def assumed_dtypes(calls) -> list[dict]:
     return [{"kind": "dtype_assumed"}] if any(c["dtype"] is None and c["bytes"] for c in calls) else []
 
 
-_FACTORS = {}   # (op, group size) -> nccl-tests' bus factor (cost.bus_factor)
-
-
 def _speed(c) -> dict:
     """A call's row for too_fast: its busbw by nccl-tests' factor, where its size and group are known."""
     op = "sendrecv" if c.op in P2P else c.op
     bus = None
     if c.bytes and c.duration_us > 0 and op in cost.OPS and c.group_size:
-        if (op, c.group_size) not in _FACTORS:   # 10^5 calls of a few kinds: each factor checked once
-            _FACTORS[op, c.group_size] = cost.bus_factor(op, c.group_size)
-        bus = c.bytes / (c.duration_us * 1e-6) / 1e9 * _FACTORS[op, c.group_size]
+        bus = c.bytes / (c.duration_us * 1e-6) / 1e9 * bus_factor(op, c.group_size)
     return {"rank": c.rank, "op": c.op, "bytes": c.bytes, "duration_us": c.duration_us, "busbw_GBps": bus}

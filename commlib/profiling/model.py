@@ -92,8 +92,9 @@ def cause(call: Call, ratio: float, m: dict, wait_us: float, waited_for, beside_
 
 
 @functools.lru_cache(maxsize=1024)
-def _bus_factor(op: str, p: int) -> float:
-    return cost.bus_factor(op, p)   # once per (op, group size): a job's 20k calls have a few
+def bus_factor(op: str, p: int) -> float:
+    """cost.bus_factor, once per (op, group size): a job's 10^5 calls have a few (op and p already checked)."""
+    return cost.bus_factor(op, p)
 
 
 def call_row(c: Call, m: dict | None, far: float, wait, beside_us: float, fastest_us: float | None = None) -> dict:
@@ -103,7 +104,7 @@ def call_row(c: Call, m: dict | None, far: float, wait, beside_us: float, fastes
     dur_s = c.duration_us * 1e-6
     algbw = nbytes / dur_s / 1e9 if nbytes and dur_s > 0 else None
     op = "sendrecv" if c.op in P2P else c.op
-    factor = _bus_factor(op, c.group_size) if op in cost.OPS and c.group_size else None
+    factor = bus_factor(op, c.group_size) if op in cost.OPS and c.group_size else None
     ratio = dur_s / m["time_s"] if m and m["time_s"] > 0 else None
     wait_us, late = wait if wait else (0.0, None)
     row = {"rank": c.rank, "op": c.op, "group": c.group, "bytes": nbytes, "dtype": c.dtype,
