@@ -105,14 +105,7 @@ class Flows:
             self._share()
 
     def _share(self) -> None:
-        """Each active flow's share: 1 / their number where all cross the same links, else max-min (shares)."""
-        flows = list(self.active.values())
-        if not flows:
-            return
-        if all(v[1] == flows[0][1] for v in flows):
-            for v in flows:
-                v[2] = 1.0 / len(flows)
-            return
+        """Each active flow's share, kept beside it (shares: max-min, 1/n where all cross the same links)."""
         got = shares({k: v[1] for k, v in self.active.items()})
         for k, v in self.active.items():
             v[2] = got[k]
