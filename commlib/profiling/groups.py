@@ -13,8 +13,9 @@ traces do not (checked on torch 2.13: neither the `c10d::*` op, nor `_c10d_funct
 `gloo:*` work records it), but each ProcessGroupGloo runs its work on worker threads of its own
 (`pt_gloo_runloop`, Options::threads, 2 by default), started when the group is created. So each worker thread
 is matched to one group:
-  - on a rank, its threads in id order go to its groups in creation order (pg_config order; a process's
-    thread ids grow as threads are created), at most `threads` to a group;
+  - on a rank, its threads in creation order go to its groups in creation order (pg_config order), at most
+    `threads` to a group. A process's thread ids grow as threads are made, except across a wrap of the
+    machine's id counter (pid_max), after which they restart below the process's own id (_tid_key);
   - across ranks, the assignment must fit the calls: every member of a group calls the group's collectives in
     one order with one op and size (what TORCH_DISTRIBUTED_DEBUG=DETAIL checks), so each group's calls, in
     the order each member issued them, are the same sequence on every member. Of all the assignments, the
@@ -149,7 +150,7 @@ def _misfit(ref: tuple, seq: tuple) -> int:
 
 def _options(r, groups: dict, per_group: int) -> list:
     """A rank's possible assignments of its worker threads, each (thread -> group name, {group: its calls'
-    (op, bytes) in issue order}, threads on the default group): threads in id order to the rank's groups in
+    (op, bytes) in issue order}, threads on the default group): threads in creation order to the rank's groups in
     creation order (pg_config order), at most per_group threads a group."""
     mine = [g.name for g in r.groups if g.name in groups and (not groups[g.name].ranks
                                                               or r.rank in groups[g.name].ranks)]
@@ -157,7 +158,7 @@ def _options(r, groups: dict, per_group: int) -> list:
     by_thread = {}
     for c, (tid, issue) in zip(r.calls, r.threads):
         by_thread.setdefault(tid, []).append((issue, (c.op, None if c.op in UNEVEN else c.bytes)))
-    tids = sorted(by_thread, key=_tid_key)
+    tids = sorted(by_thread, key=lambda tid: _tid_key(tid, r.pid))
     if not mine:   # no pg_config: nothing to assign
         return [({tid: None for tid in tids}, {}, 0)]
     out = []
@@ -171,8 +172,14 @@ def _options(r, groups: dict, per_group: int) -> list:
     return out
 
 
-def _tid_key(tid):
-    return (0, tid, "") if isinstance(tid, int) else (1, 0, str(tid))
+def _tid_key(tid, pid=None):
+    """Creation order: Linux gives a new thread the next free id after the last one given on the machine, so
+    a process's threads' ids grow as they are made, except where the counter passed pid_max (32768 on many
+    machines, a few minutes of a busy test run) and began again from the bottom. Every thread is made after
+    the main thread, whose id is the process's: ids below it were given after such a wrap, so they come last."""
+    if not isinstance(tid, int):
+        return (2, 0, str(tid))
+    return (int(isinstance(pid, int) and tid < pid), tid, "")
 
 
 def _monotone(n: int, k: int, cap: int):

@@ -77,6 +77,7 @@ class RankTrace:
     steps: list = field(default_factory=list, repr=False)     # (start, end) us of each ProfilerStep#N, in order
     network: object = field(default=None, repr=False)         # "commlib_network" as written (network.spec), or None
     leaves: object = None     # (n, 2) the innermost compute ops (Gloo: a wait inside an op is a gap there), us
+    pid: object = field(default=None, repr=False)   # Gloo: the process id its worker threads' events carry
 
 
 def _rank_of(path: str, info: dict) -> int | None:
@@ -166,7 +167,14 @@ def _read(path: str, max_bytes: int) -> RankTrace:
              for c in calls]
     return RankTrace(path, rank, info.get("world_size"), backend, device, calls, compute, wall, job, groups, threads,
                      copies, shards, notes, _holds(rec), assumed, issued, waits, steps, rec.network,
-                     compute if leaves is None else leaves)
+                     compute if leaves is None else leaves, _process(rec) if backend == "gloo" else None)
+
+
+def _process(rec: Records):
+    """The process id on the trace's gloo:* events (Kineto writes the process's, the main thread's id), or None
+    where they name none or more than one."""
+    pids = {e.pid for e in rec.comm_ops if e.name.startswith("gloo:")}
+    return next(iter(pids)) if len(pids) == 1 and isinstance(next(iter(pids)), int) else None
 
 
 def _holds(rec: Records) -> str:
