@@ -34,6 +34,7 @@ TABLES = {
     "rank_output.py": ["output=ordered", "output=live"],
     "ring_overlap.py": ["attention zigzag overlap= True", "attention contiguous", "matmul overlap=False",
                         "exposed per rank: measured"],
+    "ring_steps.py": ["step median", "held: a step over 3 ms"],
     "ring_vs_builtin.py": ["ring/builtin", "1M"],
     "topology_emulated.py": ["pacing, 1 NIC(s)", "pacing, 2 NIC(s)"],
     "whatif_accuracy.py": ["predicted ms", "bandwidth", "median |error| over the what-ifs:"],
