@@ -1,12 +1,12 @@
 """commlib's ring all-reduce step by step on the kernel network: what the size of the packets a GPU's TCP hands
-down costs a ring of 2 and of 4 ranks (commlib.network.kernel.gso_cap; issue 49).
+down costs a ring of 2 and of 4 ranks (Network's small_packets, commlib.network.kernel.gso_cap; issue 49).
 
     python benchmarks/ring_steps.py [--bandwidth 10e6] [--repeats 12] [--json PATH] [--quick]
 
 For 2 and 4 nodes of 1 GPU on --bandwidth NICs, a Cluster runs the ring's 2(p-1) steps (each a batch of one
 isend to the right and one irecv from the left, as commlib.algorithms.ring does) on a 512 KiB all-reduce, and
-times every step on every rank. Twice: with the packets the network is built with (gso_cap: the shaper's
-burst), then on a network built with the kernel's usual 64 KiB. Each against its bytes at the NIC's
+times every step on every rank. Twice: on Network(small_packets=True), packets of at most the shaper's burst
+(kernel.gso_cap), and on the default network, the kernel's usual 64 KiB. Each against its bytes at the NIC's
 payload rate (kernel.PAYLOAD_FRACTION). Prints per case the median and largest step, the steps more than 3 ms
 over their bytes' time, and the median call (slowest rank) against 2(p-1) steps of bytes.
 --quick (what CI runs): 4 nodes only, 5 repeats, no JSON. Needs the kernel network (root, or a user namespace).
@@ -46,22 +46,8 @@ def ring_steps(nbytes: int, repeats: int) -> list[list[float]]:
     return out
 
 
-def build(nodes: int, bandwidth: float, capped: bool) -> Network:
-    """The network, up: as commlib builds it, or with the kernel's usual 64 KiB packets (kernel.gso_cap swapped
-    for the build only: TCP takes the limit when it connects, and iproute2 6.1 cannot raise the IPv4 limit that
-    lowering gso_max_size lowered)."""
-    net = Network(nodes, 1, 1, bandwidth=bandwidth, kind="kernel", quiet=True)
-    if capped:
-        return net.up()
-    cap, kernel.gso_cap = kernel.gso_cap, lambda bandwidth: 65536
-    try:
-        return net.up()
-    finally:
-        kernel.gso_cap = cap
-
-
 def case(nodes: int, bandwidth: float, repeats: int, capped: bool) -> dict:
-    net = build(nodes, bandwidth, capped)
+    net = Network(nodes, 1, 1, bandwidth=bandwidth, kind="kernel", quiet=True, small_packets=capped).up()
     try:
         with cl.Cluster(nodes, network=net, timeout=300) as c:
             runs = c.run(ring_steps, BYTES, repeats + 2)
@@ -88,16 +74,12 @@ def report(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--bandwidth", type=float, default=10e6, help="each NIC, bytes/s")
-    ap.add_argument("--repeats", type=int, default=12, help="rings timed per case")
+    ap = arguments.Parser(__doc__)
+    ap.add_argument("--bandwidth", type=arguments.number(1e6, 1e10), default=10e6, help="each NIC, bytes/s")
+    ap.add_argument("--repeats", type=arguments.integer(1, 1000), default=12, help="rings timed per case")
     ap.add_argument("--json", type=arguments.output_file, help="also write the result here")
     ap.add_argument("--quick", action="store_true", help="a smoke run for CI")
     a = ap.parse_args()
-    if not a.bandwidth > 0 or a.repeats < 1:
-        ap.error("--bandwidth must be > 0 and --repeats >= 1")
     ok, why = available()
     if not ok:
         print(f"kernel network not available here: {why}")

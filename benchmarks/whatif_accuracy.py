@@ -50,7 +50,7 @@ EXCESS = {"kernel": "bytes", "paced": "fixed"}   # whatif's excess per network (
 FIT_SIZES = (128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20)   # fit_nic's sweep: the sizes the jobs send
 
 
-def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kernel") -> dict:
+def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kernel", small_packets: bool = False) -> dict:
     """The jobs (module docstring) on a network of `kind` -> {"fit", "gamma", "intra", "rows": [{job, scenario,
     predicted_s, measured_s, error, runs_s, noise}]}: measured_s is the mean of the runs (two of every measured
     scenario, the recorded one's base included), noise their spread (max - min) over the mean. kind "paced": the
@@ -69,7 +69,7 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
     repeats = 1 if quick else 2
     kw = {"steps": steps, "recorded": recorded, "pace": False, "latency": 0.0}
     pre = ("torch.distributed.fsdp",)
-    net = Network(2, 1, bandwidth=bandwidth, kind=kind, quiet=True)
+    net = Network(2, 1, bandwidth=bandwidth, kind=kind, quiet=True, small_packets=small_packets)
     plans, intra, notes, runs = {}, None, {}, {}
 
     def twice(c, key, name, job=None, **more):   # a measured scenario of job `key`, run `repeats` times
@@ -100,7 +100,7 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
             Spec(*shape, bandwidth=bandwidth * f, kind=kind), alpha, inside)
         measured = priced(2, 1)
         if shapes:  # the link inside a node, fitted by a calibration run of its own on a 2 x 2 network
-            with cl.Cluster(4, network=Network(2, 2, 1, bandwidth=bandwidth, kind=kind, quiet=True)) as c:
+            with cl.Cluster(4, network=Network(2, 2, 1, bandwidth=bandwidth, kind=kind, quiet=True, small_packets=small_packets)) as c:
                 cal = calibrate(c)
             a_in, b_in = cost.fit_alpha_beta(cal["sizes"], cal["inside_s"])
             intra = cost.Link("inside a node (fitted)", 1 / b_in, a_in, "commlib.network.calibrate")
@@ -119,8 +119,8 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
             net.set_bandwidth(bandwidth)
             for b in mine:
                 twice(small, job, f"{b:g} MiB buckets", bandwidth=bandwidth, bucket_mb=b)
-    larger = [] if quick else [("4 nodes", Network(4, 1, bandwidth=bandwidth, kind=kind, quiet=True))]
-    larger += [(f"2 GPUs/node, {k} NIC(s)", Network(2, 2, k, bandwidth=bandwidth, kind=kind, quiet=True))
+    larger = [] if quick else [("4 nodes", Network(4, 1, bandwidth=bandwidth, kind=kind, quiet=True, small_packets=small_packets))]
+    larger += [(f"2 GPUs/node, {k} NIC(s)", Network(2, 2, k, bandwidth=bandwidth, kind=kind, quiet=True, small_packets=small_packets))
                for k in shapes]
     for name, big in larger:
         with cl.Cluster(4, network=big, timeout=600, preload=pre) as large:
@@ -143,7 +143,7 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
                 big.set_bandwidth(bandwidth)
                 twice(large, job, "4 MiB buckets", bandwidth=bandwidth, bucket_mb=4.0, **both)
     if not quick:   # the 2-NIC run of the fourth job: on the 2 x 2 x 2 network (its own cluster above is gone)
-        with cl.Cluster(4, network=Network(2, 2, 2, bandwidth=bandwidth, kind=kind, quiet=True), timeout=600,
+        with cl.Cluster(4, network=Network(2, 2, 2, bandwidth=bandwidth, kind=kind, quiet=True, small_packets=small_packets), timeout=600,
                         preload=pre) as large:
             twice(large, "torch_ddp 2x2", "2 NICs/node", job="torch_ddp", bandwidth=bandwidth, gpus_per_node=2,
                   nics_per_node=2)
@@ -212,7 +212,7 @@ def predict_again(path: str, folder: str) -> dict:
 
 
 def recordings(bandwidth: float, folder: str, alpha: float, gamma: float, job: str = "torch_ddp", n: int = 3,
-               kind: str = "kernel") -> dict:
+               kind: str = "kernel", small_packets: bool = False) -> dict:
     """The same job recorded n times, each recording asked the same scenarios (x1/2 and x2 the bandwidth): how far
     the predictions of one scenario spread over the recordings (issue 49: within the noise floor) ->
     {scenario: [predicted s per recording]}, with "spread" {scenario: (max - min) / mean}."""
@@ -223,7 +223,7 @@ def recordings(bandwidth: float, folder: str, alpha: float, gamma: float, job: s
     priced = lambda f=1.0: links.topology(Spec(2, 1, bandwidth=bandwidth * f, kind=kind), alpha)  # noqa: E731
     scenarios = [wi.Scenario(f"x{f:g} bandwidth", topology=priced(f)) for f in (0.5, 2.0)]
     out = {}
-    with cl.Cluster(2, network=Network(2, 1, bandwidth=bandwidth, kind=kind, quiet=True), timeout=600,
+    with cl.Cluster(2, network=Network(2, 1, bandwidth=bandwidth, kind=kind, quiet=True, small_packets=small_packets), timeout=600,
                     preload=("torch.distributed.fsdp",)) as c:
         for k in range(n):
             c.run(ej.train, f"{folder}/again{k}", bandwidth=bandwidth, job=job, pace=False, latency=0.0)
@@ -252,14 +252,14 @@ def jobs_main(a, load, t0) -> None:
     bandwidth = a.bandwidth if a.bandwidth_given else KERNEL_BANDWIDTH
     if a.keep:   # the traces kept, to be asked again (whatif on DIR/<job>)
         os.makedirs(a.keep, exist_ok=True)
-        result = jobs_accuracy(bandwidth, a.quick, a.keep, a.network)
+        result = jobs_accuracy(bandwidth, a.quick, a.keep, a.network, a.small_packets)
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            result = jobs_accuracy(bandwidth, a.quick, tmp, a.network)
+            result = jobs_accuracy(bandwidth, a.quick, tmp, a.network, a.small_packets)
     alpha, beta = result["fit"]
     if not a.quick:   # three recordings of torch DDP, one scenario each: their predictions' spread
         with tempfile.TemporaryDirectory() as tmp:
-            result["recordings"] = recordings(bandwidth, tmp, alpha, result["gamma"])
+            result["recordings"] = recordings(bandwidth, tmp, alpha, result["gamma"], small_packets=a.small_packets)
     errors = [abs(r["error"]) for r in result["rows"] if r["error"] is not None and r["scenario"] != "identity replay"]
     jobs = sorted({r["job"] for r in result["rows"]})
     print(f"# {a.network} network, {len(jobs)} jobs, {platform.machine()}, {os.cpu_count()} CPUs, load {load[0]:.2f} -> {os.getloadavg()[0]:.2f}; "
@@ -291,7 +291,8 @@ def jobs_main(a, load, t0) -> None:
                "machine": {"machine": platform.machine(), "cpus": os.cpu_count(), "platform": platform.platform()},
                "load": [load[0], os.getloadavg()[0]],
                "command": f"python benchmarks/whatif_accuracy.py --network {a.network} --jobs four "
-                          f"--bandwidth {bandwidth:g}"}
+                          f"--bandwidth {bandwidth:g}" + (" --small-packets" if a.small_packets else ""),
+               "small_packets": a.small_packets}
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)
             f.write("\n")
@@ -303,6 +304,8 @@ def main() -> None:
     ap.add_argument("--latency", type=arguments.number(0, 0.05, strict=False), default=5e-4, help="emulated NIC, s")
     ap.add_argument("--json", type=arguments.output_file, help="also write the result to this file")
     ap.add_argument("--quick", action="store_true", help="a smoke run for CI: fewer steps")
+    ap.add_argument("--small-packets", action="store_true", help="--network kernel: Network(small_packets=True), "
+                    "packets of at most the shaper's burst (network.kernel.gso_cap)")
     ap.add_argument("--keep", metavar="DIR", help="--network kernel: keep the recorded traces in DIR/<job>")
     ap.add_argument("--predict-again", metavar="JSON", help="no run: predict a --network kernel run's rows again "
                     "from its traces (--keep DIR) and fits, its measurements kept; written to --json or JSON")
@@ -323,6 +326,8 @@ def main() -> None:
         print(f"median |error| over the what-ifs: {run['median_error']:.1%}, p90 {run['p90_error']:.1%}; identity "
               f"replay within {run['identity_error_max']:.1%}")
         return
+    if a.small_packets and a.network != "kernel":
+        ap.error("argument --small-packets: only with --network kernel (the pacer has no packets)")
     a.bandwidth_given = any(x.startswith("--bandwidth") for x in sys.argv[1:])
     steps, recorded = (2, 1) if a.quick else (ej.STEPS, ej.RECORDED)
     t0 = time.perf_counter()

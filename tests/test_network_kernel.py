@@ -99,14 +99,20 @@ def test_inside_a_node_is_at_least_5x_faster(one_nic):
     assert between / inside >= 5, (between, inside)
 
 
-def test_each_gpu_hands_down_packets_no_larger_than_the_nics_shaper_passes_at_once(one_nic):
+def test_small_packets_caps_each_gpus_packets_at_the_shaper_burst_and_the_default_keeps_64_kib():
     # benchmarks/ring_steps.py: with 64 KiB packets on 10 MB/s NICs a 4-rank ring's calls took 19% over their bytes
     assert [kernel.gso_cap(b) for b in (1e6, 10e6, RATE, 65.5e6, 1e9)] == [3028, 10000, 20000, 65500, 65536]
-    plan = one_nic.network.plan()
-    for g in [g for node in plan["nodes"] for g in node["gpus"]]:
-        shown = subprocess.run(["ip", "-n", g["netns"], "-d", "-j", "link", "show", "eth0"], capture_output=True,
-                               text=True, timeout=30, check=True)
-        assert json.loads(shown.stdout)[0]["gso_max_size"] == 20000, g["netns"]
+    with pytest.raises(TypeError, match="small_packets must be True or False, got 'yes'"):
+        network.Network(2, 1, bandwidth=RATE, kind="kernel", small_packets="yes")
+    for small, want in ((True, 20000), (False, 65536)):
+        net = network.Network(2, 1, bandwidth=RATE, kind="kernel", quiet=True, small_packets=small).up()
+        try:
+            for g in [g for node in net.plan()["nodes"] for g in node["gpus"]]:
+                shown = subprocess.run(["ip", "-n", g["netns"], "-d", "-j", "link", "show", "eth0"],
+                                       capture_output=True, text=True, timeout=30, check=True)
+                assert json.loads(shown.stdout)[0]["gso_max_size"] == want, (small, g["netns"])
+        finally:
+            net.down()
 
 
 def _gloo_all_reduce(nbytes: int) -> float:

@@ -113,17 +113,20 @@ def _burst(bandwidth: float) -> int:
 
 
 def gso_cap(bandwidth: float) -> int:
-    """The largest packet a GPU's TCP may hand down (gso_max_size of its eth0), bytes: the shaper's burst, at
-    most the kernel's usual 64 KiB. A veth takes TCP's segments whole (GSO: up to 64 KiB, cut into frames only
-    on a real NIC); HTB passes such a packet whole and then holds the class for its length in tokens, and the
-    switch port's shaper does the same. So on a 10 MB/s NIC a 64 KiB packet takes 6.5 ms of the link, where a
-    real NIC's frame takes microseconds. Measured (issue 49; benchmarks/ring_steps.py): commlib's ring of 4
-    ranks on 10 MB/s NICs lost 5-35 ms at about one step in five, so a 512 KiB all-reduce took 98-102 ms against
-    the 82.6 ms of its bytes at the payload rate; with packets of at most 5-20 KB, 84.3-84.4 ms. The cap
-    removes the loss; which kernel path holds those packets was not traced. At or above 65.5 MB/s nothing
-    changes. The cost is packets: the link inside a node (unshaped) carried 0.65-0.75 GB/s with 20 KB packets
-    against 1.6-2.3 GB/s with 64 KiB, still tens of times a capped NIC's rate. TCP reads the limit when it
-    connects, so Network.set_bandwidth changes the rate, not the packets of connections already open."""
+    """The largest packet a GPU's TCP may hand down (gso_max_size of its eth0) on a Network(small_packets=True),
+    bytes: the shaper's burst, at most the kernel's usual 64 KiB. A veth takes TCP's segments whole (GSO: up to
+    64 KiB, cut into frames only on a real NIC); HTB passes such a packet whole and then holds the class for its
+    length in tokens, and the switch port's shaper does the same. So on a 10 MB/s NIC a 64 KiB packet takes
+    6.5 ms of the link, where a real NIC's frame takes microseconds. Measured (issue 49; benchmarks/ring_steps.py,
+    three runs): commlib's ring of 4 ranks on 10 MB/s NICs held 109-112 of its 288 steps 3 ms or more past their
+    bytes' time, so a 512 KiB all-reduce took 19-31% over its bytes at the payload rate; with 10 KB packets, 1-3
+    of 288 and 1.0-1.4% (2 ranks: 0.4% or less either way). Which kernel path holds those packets was not
+    traced. At or above 65.5 MB/s nothing changes. The cost is packets: the link inside a node (unshaped)
+    carried 0.65-0.75 GB/s with 20 KB packets against 1.6-2.3 GB/s with 64 KiB. TCP reads the limit when it connects, so
+    Network.set_bandwidth changes the rate, not the packets of connections already open.
+    Off by default: the what-if's links (network.links) and its committed accuracy were fitted on 64 KiB
+    packets; its kernel benchmark on small packets (benchmarks/whatif_accuracy_kernel_small_packets.json) put
+    the 4-rank pairs within 8% but others out, and the links are not yet re-fitted for it."""
     return min(65536, _burst(bandwidth))
 
 
@@ -187,11 +190,11 @@ def _router(plan: dict, n: int) -> list[str]:
     return lines
 
 
-def _gpu(node: dict, g: dict, bandwidth: float) -> list[str]:
-    """A GPU's namespace: its address on the node's bridge, the node as its gateway, its neighbours static,
-    its packets no larger than the NIC's shaper passes at once (gso_cap)."""
-    lines = ["link set lo up", f"addr add {g['address']}/24 dev eth0", f"link set eth0 gso_max_size {gso_cap(bandwidth)}",
-             "link set eth0 up",
+def _gpu(node: dict, g: dict, gso_max_size: int | None = None) -> list[str]:
+    """A GPU's namespace: its address on the node's bridge, the node as its gateway, its neighbours static;
+    where the plan asks for small packets, none larger than gso_max_size (gso_cap)."""
+    small = [f"link set eth0 gso_max_size {gso_max_size}"] if gso_max_size else []
+    lines = ["link set lo up", f"addr add {g['address']}/24 dev eth0", *small, "link set eth0 up",
              f"route add default via {node['lan']} dev eth0",
              f"neigh replace {node['lan']} lladdr {node['mac']} dev eth0 nud permanent"]
     return lines + [f"neigh replace {o['address']} lladdr {o['mac']} dev eth0 nud permanent"
@@ -231,7 +234,7 @@ def build(plan: dict) -> list[str]:
                 shapes += [x for g in node["gpus"] for x in _shape(g["port"], intra, 0.0)]
             _run("tc", node["netns"], shapes)
             for g in node["gpus"]:
-                _run("ip", g["netns"], _gpu(node, g, bw))
+                _run("ip", g["netns"], _gpu(node, g, plan.get("gso_max_size")))
                 if intra:
                     _run("tc", g["netns"], _shape("eth0", intra, 0.0))
         ports = [nic["port"] for node in plan["nodes"] for nic in node["nics"]]

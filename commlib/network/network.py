@@ -10,6 +10,8 @@ i mod k whatever GPU it talks to (rails, routed by source inside the node), so e
 between nodes crosses the shaped NICs its GPUs' rails say. kind "paced": commlib's Python pacer
 (commlib.algorithms.emulation) around every run(): only commlib.algorithms' messages are paced. kind "auto":
 the kernel where available() says so, the pacer elsewhere; it prints which, in one line.
+small_packets=True (kernel only): each GPU hands its NIC packets of at most the shaper's burst instead of the
+kernel's 64 KiB (kernel.gso_cap: a 4-rank ring then runs at its bytes' time; off by default, see there).
 Every rank started on a Network has COMMLIB_NETWORK = net.spec().to_json() (commlib.network.spec).
 """
 
@@ -41,7 +43,7 @@ class Network:
     start after a SIGKILL (kernel.sweep)."""
 
     def __init__(self, nodes, gpus_per_node, nics_per_node=1, *, bandwidth, latency=0.0, kind="auto",
-                 quiet: bool = False, intra_bandwidth=None):
+                 quiet: bool = False, intra_bandwidth=None, small_packets: bool = False):
         self.nodes, self.gpus_per_node, self.nics_per_node, self.bandwidth, self.latency = checked(
             nodes, gpus_per_node, nics_per_node, bandwidth, latency)
         self.intra_bandwidth = None if intra_bandwidth is None else check.number(
@@ -49,6 +51,9 @@ class Network:
         kind = check.choice("kind", kind, KINDS)
         if not isinstance(quiet, bool):
             raise TypeError(f"quiet must be True or False, got {quiet!r}")
+        if not isinstance(small_packets, bool):
+            raise TypeError(f"small_packets must be True or False, got {small_packets!r}")
+        self.small_packets = small_packets
         # the pacer asked for by name needs nothing tried (available() builds a throwaway namespace once)
         ok, why = available() if kind != "paced" else (False, "kind='paced' was asked for")
         if kind == "kernel" and not ok:
@@ -119,7 +124,8 @@ class Network:
             nodes.append({"netns": f"{name}-n{n}", "lan": f"198.19.{n}.254", "mac": f"02:c1:02:00:{n:02x}:00",
                           "nics": nics, "gpus": gpus})
         return {"switch": f"{name}-sw", "bandwidth": self.bandwidth, "latency": self.latency,
-                "intra_bandwidth": self.intra_bandwidth, "nodes": nodes}
+                "intra_bandwidth": self.intra_bandwidth, "nodes": nodes,
+                "gso_max_size": kernel.gso_cap(self.bandwidth) if self.small_packets else None}
 
     def up(self, keep: bool = False) -> "Network":
         """Build the kernel network (a no-op for the pacer, or if it is up). Sweeps dead owners' leftovers first."""
