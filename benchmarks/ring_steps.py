@@ -47,7 +47,8 @@ def ring_steps(nbytes: int, repeats: int) -> list[list[float]]:
 
 
 def case(nodes: int, bandwidth: float, repeats: int, capped: bool) -> dict:
-    net = Network(nodes, 1, 1, bandwidth=bandwidth, kind="kernel", quiet=True, small_packets=capped).up()
+    net = Network(nodes, 1, 1, bandwidth=bandwidth, kind="kernel", quiet=True, small_packets=capped)
+    net.up()
     try:
         with cl.Cluster(nodes, network=net, timeout=300) as c:
             runs = c.run(ring_steps, BYTES, repeats + 2)
@@ -67,7 +68,8 @@ def report(rows: list[dict]) -> str:
     lines = [f"{'ranks':>5} {'packets':>8} {'step median':>12} {'largest':>8} {'held':>9} {'call median':>12} "
              f"{'bytes alone':>12} {'over':>6}"]
     for r in rows:
-        lines.append(f"{r['nodes']:>5} {r['packets']:>8} {r['step_median_s'] * 1e3:>9.2f} ms {r['step_max_s'] * 1e3:>5.1f} ms "
+        lines.append(f"{r['nodes']:>5} {r['packets']:>8} {r['step_median_s'] * 1e3:>9.2f} ms "
+                     f"{r['step_max_s'] * 1e3:>5.1f} ms "
                      f"{r['held_steps']:>3} of {r['steps']:<3} {r['call_median_s'] * 1e3:>9.1f} ms "
                      f"{r['call_ideal_s'] * 1e3:>9.1f} ms {r['call_median_s'] / r['call_ideal_s'] - 1:>+6.1%}")
     return "\n".join(lines)

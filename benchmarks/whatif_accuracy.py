@@ -50,7 +50,8 @@ EXCESS = {"kernel": "bytes", "paced": "fixed"}   # whatif's excess per network (
 FIT_SIZES = (128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20)   # fit_nic's sweep: the sizes the jobs send
 
 
-def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kernel", small_packets: bool = False) -> dict:
+def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kernel",
+                  small_packets: bool = False) -> dict:
     """The jobs (module docstring) on a network of `kind` -> {"fit", "gamma", "intra", "rows": [{job, scenario,
     predicted_s, measured_s, error, runs_s, noise}]}: measured_s is the mean of the runs (two of every measured
     scenario, the recorded one's base included), noise their spread (max - min) over the mean. kind "paced": the
@@ -69,7 +70,10 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
     repeats = 1 if quick else 2
     kw = {"steps": steps, "recorded": recorded, "pace": False, "latency": 0.0}
     pre = ("torch.distributed.fsdp",)
-    net = Network(2, 1, bandwidth=bandwidth, kind=kind, quiet=True, small_packets=small_packets)
+    def network(*shape):   # every network of the run: one kind, one NIC rate, one packet size
+        return Network(*shape, bandwidth=bandwidth, kind=kind, quiet=True, small_packets=small_packets)
+
+    net = network(2, 1)
     plans, intra, notes, runs = {}, None, {}, {}
 
     def twice(c, key, name, job=None, **more):   # a measured scenario of job `key`, run `repeats` times
@@ -100,7 +104,7 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
             Spec(*shape, bandwidth=bandwidth * f, kind=kind), alpha, inside)
         measured = priced(2, 1)
         if shapes:  # the link inside a node, fitted by a calibration run of its own on a 2 x 2 network
-            with cl.Cluster(4, network=Network(2, 2, 1, bandwidth=bandwidth, kind=kind, quiet=True, small_packets=small_packets)) as c:
+            with cl.Cluster(4, network=network(2, 2, 1)) as c:
                 cal = calibrate(c)
             a_in, b_in = cost.fit_alpha_beta(cal["sizes"], cal["inside_s"])
             intra = cost.Link("inside a node (fitted)", 1 / b_in, a_in, "commlib.network.calibrate")
@@ -119,8 +123,8 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
             net.set_bandwidth(bandwidth)
             for b in mine:
                 twice(small, job, f"{b:g} MiB buckets", bandwidth=bandwidth, bucket_mb=b)
-    larger = [] if quick else [("4 nodes", Network(4, 1, bandwidth=bandwidth, kind=kind, quiet=True, small_packets=small_packets))]
-    larger += [(f"2 GPUs/node, {k} NIC(s)", Network(2, 2, k, bandwidth=bandwidth, kind=kind, quiet=True, small_packets=small_packets))
+    larger = [] if quick else [("4 nodes", network(4, 1))]
+    larger += [(f"2 GPUs/node, {k} NIC(s)", network(2, 2, k))
                for k in shapes]
     for name, big in larger:
         with cl.Cluster(4, network=big, timeout=600, preload=pre) as large:
@@ -143,7 +147,7 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
                 big.set_bandwidth(bandwidth)
                 twice(large, job, "4 MiB buckets", bandwidth=bandwidth, bucket_mb=4.0, **both)
     if not quick:   # the 2-NIC run of the fourth job: on the 2 x 2 x 2 network (its own cluster above is gone)
-        with cl.Cluster(4, network=Network(2, 2, 2, bandwidth=bandwidth, kind=kind, quiet=True, small_packets=small_packets), timeout=600,
+        with cl.Cluster(4, network=network(2, 2, 2), timeout=600,
                         preload=pre) as large:
             twice(large, "torch_ddp 2x2", "2 NICs/node", job="torch_ddp", bandwidth=bandwidth, gpus_per_node=2,
                   nics_per_node=2)
@@ -223,8 +227,8 @@ def recordings(bandwidth: float, folder: str, alpha: float, gamma: float, job: s
     priced = lambda f=1.0: links.topology(Spec(2, 1, bandwidth=bandwidth * f, kind=kind), alpha)  # noqa: E731
     scenarios = [wi.Scenario(f"x{f:g} bandwidth", topology=priced(f)) for f in (0.5, 2.0)]
     out = {}
-    with cl.Cluster(2, network=Network(2, 1, bandwidth=bandwidth, kind=kind, quiet=True, small_packets=small_packets), timeout=600,
-                    preload=("torch.distributed.fsdp",)) as c:
+    net = Network(2, 1, bandwidth=bandwidth, kind=kind, quiet=True, small_packets=small_packets)
+    with cl.Cluster(2, network=net, timeout=600, preload=("torch.distributed.fsdp",)) as c:
         for k in range(n):
             c.run(ej.train, f"{folder}/again{k}", bandwidth=bandwidth, job=job, pace=False, latency=0.0)
             got = _predict(wi, f"{folder}/again{k}", scenarios, priced(), gamma, ej.RECORDED, EXCESS[kind])[0]

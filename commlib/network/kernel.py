@@ -122,8 +122,8 @@ def gso_cap(bandwidth: float) -> int:
     bytes' time, so a 512 KiB all-reduce took 19-31% over its bytes at the payload rate; with 10 KB packets, 1-3
     of 288 and 1.0-1.4% (2 ranks: 0.4% or less either way). Which kernel path holds those packets was not
     traced. At or above 65.5 MB/s nothing changes. The cost is packets: the link inside a node (unshaped)
-    carried 0.65-0.75 GB/s with 20 KB packets against 1.6-2.3 GB/s with 64 KiB. TCP reads the limit when it connects, so
-    Network.set_bandwidth changes the rate, not the packets of connections already open.
+    carried 0.65-0.75 GB/s with 20 KB packets against 1.6-2.3 GB/s with 64 KiB. TCP reads the limit when it
+    connects, so Network.set_bandwidth changes the rate, not the packets of connections already open.
     Off by default: the what-if's links (network.links) and its committed accuracy were fitted on 64 KiB
     packets; its kernel benchmark on small packets (benchmarks/whatif_accuracy_kernel_small_packets.json) put
     the 4-rank pairs within 8% but others out, and the links are not yet re-fitted for it."""
