@@ -104,7 +104,8 @@ def test_live_2x2_mesh_files_each_call_under_its_group_and_names_the_slow_rank_i
     # Gloo's two worker threads per group take the group's work in turn as they come free, so a rank's two
     # tensor-parallel calls may run on one thread or on two. On two, with the same sizes in both pairs, the
     # threads also fit "tp all-reduce alone; tp all-gather and dp all-reduce together" on every rank, and
-    # diagnose rightly leaves the group unknown (CI met this once). Each pair's own all-gather size leaves one fit.
+    # diagnose rightly leaves the group unknown: one CI run failed so (that, or thread ids that wrapped, below).
+    # Each pair's own all-gather size leaves one fit.
     with cl.Cluster(world_size=4, timeout=120) as c:
         c.run(_mesh_job, str(tmp_path))
     report = td.diagnose(str(tmp_path))
@@ -227,7 +228,8 @@ def test_a_mesh_whose_threads_fit_rows_and_columns_alike_gives_a_note_not_a_gues
 
 def test_thread_ids_that_wrapped_past_pid_max_are_taken_in_creation_order():
     # a busy machine's id counter passed pid_max (32768 here) while each rank made its groups: the column
-    # groups' threads got ids below the process's own, so in id order they would come first (CI met this)
+    # groups' threads got ids below the process's own, so in id order they would come first (reproduced live by
+    # setting /proc/sys/kernel/ns_last_pid near 32768 before the mesh job: misfiled calls)
     ranks, truth = _as_gloo(sy.group_job(MESH_PROGRAM, MESH, steps=2))
     for r in ranks:
         r.pid = 32740
