@@ -48,12 +48,8 @@ def ring_steps(nbytes: int, repeats: int) -> list[list[float]]:
 
 def case(nodes: int, bandwidth: float, repeats: int, capped: bool) -> dict:
     net = Network(nodes, 1, 1, bandwidth=bandwidth, kind="kernel", quiet=True, small_packets=capped)
-    net.up()
-    try:
-        with cl.Cluster(nodes, network=net, timeout=300) as c:
-            runs = c.run(ring_steps, BYTES, repeats + 2)
-    finally:
-        net.down()
+    with cl.Cluster(nodes, network=net, timeout=300) as c:   # up with the Cluster, down when it closes
+        runs = c.run(ring_steps, BYTES, repeats + 2)
     ideal = BYTES / nodes / (bandwidth * kernel.PAYLOAD_FRACTION)
     kept = [rank[2:] for rank in runs]   # the first two rings warm the connections up
     steps = [s for rank in kept for ring in rank for s in ring]
