@@ -10,9 +10,10 @@
 3. Run each scenario under `network run` and measure its step as whatif measures the base: the slowest rank per
    step, averaged over the recorded steps (whatif's "measured" row of the scenario's own traces).
 Each measured network (the base too) runs twice: the two runs' difference is the noise floor. Prints predicted,
-measured (the mean of the runs), the error and the noise, and the load at start and end. The goal: every error
-within 10%. --quick: the base and x3 once each, fewer steps (~30 s). Where the kernel network cannot be built
-(not root), it says so in one line and measures nothing.
+measured (the mean of the runs), the error and the noise, the CPU per step (measured(): the slowest rank's
+compute and the gaps between it, which the replay keeps from the base run) of the base and of each scenario,
+and the load at start and end. The goal: every error within 10%. --quick: the base and x3 once each, 2 steps
+(~30 s). Where the kernel network cannot be built (not root), it says so in one line and measures nothing.
 """
 
 import json
@@ -42,8 +43,8 @@ def scenarios(bandwidth: float, quick: bool) -> dict:
     return {"x3 bandwidth": out["x3 bandwidth"]} if quick else out
 
 
-def steps_of(network: str, folder: str, runs: int, steps: int) -> list[float]:
-    """Run the example `runs` times on `network` -> each run's measured step (seconds)."""
+def steps_of(network: str, folder: str, runs: int, steps: int) -> list[tuple[float, float]]:
+    """Run the example `runs` times on `network` -> each run's (step, CPU per step), seconds (nw.measured)."""
     out = []
     for i in range(runs):
         where = os.path.join(folder, f"{network}-{i}")
@@ -51,25 +52,27 @@ def steps_of(network: str, folder: str, runs: int, steps: int) -> list[float]:
         if done.returncode:
             tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise SystemExit(f"network run on {network} exited {done.returncode}: {tail}")
-        out.append(nw.measured_step(where))
+        out.append(nw.measured(where))
     return out
 
 
 def measure(bandwidth: float, steps: int, quick: bool, folder: str) -> dict:
     runs = 1 if quick else 2
     base = f"2x1@{mb(bandwidth)}"
-    base_steps = steps_of(base, folder, runs, steps)
-    traces = os.path.join(folder, f"{base}-0")
+    base_runs = steps_of(base, folder, runs, steps)
+    base_steps = [s for s, _ in base_runs]
+    traces = os.path.join(folder, f"{base}-0")   # the recording whatif reads: its CPU is the one it keeps
     rows = []
     for name, network in scenarios(bandwidth, quick).items():
         report = nw.ask(traces, network)
         predicted = report["scenarios"][-1]["step_us"] * 1e-6
         got = steps_of(network, folder, runs, steps)
-        mean = statistics.mean(got)
+        mean = statistics.mean(s for s, _ in got)
         rows.append({"scenario": name, "network": network, "predicted_s": predicted, "measured_s": mean,
-                     "runs_s": got, "error": predicted / mean - 1,
-                     "noise": abs(got[1] / got[0] - 1) if len(got) > 1 else None})
-    return {"base": base, "base_runs_s": base_steps,
+                     "runs_s": [s for s, _ in got], "error": predicted / mean - 1,
+                     "noise": abs(got[1][0] / got[0][0] - 1) if len(got) > 1 else None,
+                     "cpu_s": statistics.mean(c for _, c in got)})
+    return {"base": base, "base_runs_s": base_steps, "base_cpu_s": base_runs[0][1],
             "base_noise": abs(base_steps[1] / base_steps[0] - 1) if len(base_steps) > 1 else None, "rows": rows,
             "measured_on": report["measured_on"]}
 
@@ -78,7 +81,8 @@ def main() -> None:
     ap = arguments.Parser(__doc__)
     ap.add_argument("--bandwidth", type=arguments.number(1e5, 1e9), default=20e6,
                     help="the base network's NIC, bytes/s (default 20e6)")
-    ap.add_argument("--steps", type=arguments.integer(1, 100), default=5, help="recorded steps per run (default 5)")
+    ap.add_argument("--steps", type=arguments.integer(1, 100), default=20,
+                    help="recorded steps per run (default 20)")
     ap.add_argument("--json", type=arguments.output_file, help="also write the result to this file")
     ap.add_argument("--quick", action="store_true", help="a smoke run for CI: the base and x3 once, 2 steps")
     a = ap.parse_args()
@@ -87,7 +91,8 @@ def main() -> None:
 
     t0, load = time.perf_counter(), os.getloadavg()[0]
     ok, why = available()
-    print(f"{'scenario':>15} {'network':>12} {'predicted ms':>13} {'measured ms':>12} {'error':>7} {'noise':>6}")
+    print(f"{'scenario':>15} {'network':>12} {'predicted ms':>13} {'measured ms':>12} {'error':>7} {'noise':>6} "
+          f"{'CPU ms':>7}")
     if not ok:
         print(f"kernel network: not available here ({why}): nothing measured")
         print("every error within 10%: not measured")
@@ -97,11 +102,13 @@ def main() -> None:
     end = os.getloadavg()[0]
     base = result["base_runs_s"]
     noise = f"{result['base_noise']:>6.1%}" if result["base_noise"] is not None else f"{'-':>6}"
-    print(f"{'base':>15} {result['base']:>12} {'':>13} {statistics.mean(base) * 1e3:>12.1f} {'':>7} {noise}")
+    print(f"{'base':>15} {result['base']:>12} {'':>13} {statistics.mean(base) * 1e3:>12.1f} {'':>7} {noise} "
+          f"{result['base_cpu_s'] * 1e3:>7.2f}")
     for r in result["rows"]:
         noise = f"{r['noise']:>6.1%}" if r["noise"] is not None else f"{'-':>6}"
         print(f"{r['scenario']:>15} {r['network']:>12} {r['predicted_s'] * 1e3:>13.1f} {r['measured_s'] * 1e3:>12.1f} "
-              f"{r['error']:>+7.1%} {noise}")
+              f"{r['error']:>+7.1%} {noise} {r['cpu_s'] * 1e3:>7.2f}")
+    print("CPU ms: the slowest rank's compute and the gaps between it, per step; the replay keeps the base's")
     worst = max(abs(r["error"]) for r in result["rows"])
     print(f"every error within {GOAL:.0%}: {'yes' if worst <= GOAL else 'no'} (worst {worst:.1%}); "
           f"{platform.machine()}, {os.cpu_count()} CPUs, load {load:.2f} -> {end:.2f}, {steps} steps per run, "

@@ -18,8 +18,8 @@ The full run's --json is what chapter 9 shows.
 pacer, no latency added): on 2 nodes of 1 GPU the same BucketedDDP job, torch's DistributedDataParallel (Gloo's
 own all-reduce) and FSDP2 (fully_shard per layer); torch DDP on 2 nodes of 2 GPUs. The links are those of
 commlib.network.links (the NIC at its payload rate), with alpha fitted by a separate calibration run (fit_nic
-over the sizes the jobs send; the inside-a-node link by commlib.network.calibrate on a 2 x 2 network), never
-from the traces. Each job is recorded once at --bandwidth; whatif predicts bandwidth x1/4, x1/2, x2, x4 (each run
+over the sizes the jobs send, the minimum of each size's repeats: FIT_ESTIMATE; the inside-a-node link by
+commlib.network.calibrate on a 2 x 2 network), never from the traces. Each job is recorded once at --bandwidth; whatif predicts bandwidth x1/4, x1/2, x2, x4 (each run
 after Network.set_bandwidth), 2 -> 4 nodes (a 4-node network), 2 GPUs per node with 1 shared NIC or 2 NICs
 (2 x 2 networks), and, for the two DDP jobs, buckets of 1, 4 and 25 MiB; the 2 x 2 job x1/2, x2, 2 NICs per node
 and 4 MiB buckets. A job is recorded after its untraced runs; a recording whose own step is more than 3% off
@@ -48,6 +48,7 @@ KERNEL_BANDWIDTH = 10e6  # bytes/s: x4 stays far below what 2 loaded cores move 
 RECORD_AGREE, RECORD_TRIES = 0.03, 3   # a recording's own step within 3% of the untraced runs', or recorded again
 EXCESS = {"kernel": "bytes", "paced": "fixed"}   # whatif's excess per network (network.links.excess)
 FIT_SIZES = (128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20)   # fit_nic's sweep: the sizes the jobs send
+FIT_ESTIMATE = {"kernel": "min", "paced": "median"}   # fit_nic's estimate over repeats (its docstring: why)
 
 
 def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kernel",
@@ -96,7 +97,8 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
     tries = {}
     with cl.Cluster(2, network=net, timeout=600, preload=pre) as small:
         # the calibration (no trace involved): commlib's ring over the sizes the jobs send (256 KiB shards to 2 MiB)
-        alpha, beta = small.run(ej.fit_nic, bandwidth, 0.0, sizes=FIT_SIZES, pace=False)[0]
+        alpha, beta = small.run(ej.fit_nic, bandwidth, 0.0, sizes=FIT_SIZES, pace=False,
+                                 estimate=FIT_ESTIMATE[kind])[0]
         gamma = bench.measure_gamma()
         # the links as `whatif --network` prices them (commlib.network.links: the NIC at its payload rate), with
         # this run's own alpha

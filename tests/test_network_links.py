@@ -108,6 +108,31 @@ def test_the_loops_verdict_is_computed_from_the_numbers():
     assert verdict(loop | {"error": 0.0274 / 0.0252 - 1}) == (
         "2x1@20e6 -> 2x1@60e6: whatif predicted 27.4 ms per step,\nthe run measured 25.2 ms (+9%): within 10%")
     assert verdict(loop | {"error": 0.5}).endswith("(+50%): off by more than 10%")
+    # with both runs' CPU per step: what the replay kept, what the scenario's run spent, and its share of the step
+    both = verdict(loop | {"error": 0.0274 / 0.0252 - 1, "cpu_base_s": 0.0046, "cpu_s": 0.0024})
+    assert both.split("\n")[2:] == [
+        "CPU per step (ops and the gaps between them): 4.6 ms recorded on 2x1@20e6, kept by the",
+        "replay; 2.4 ms in the run on 2x1@60e6 (-2.2 ms, -9% of its step)"]
+    assert all(len(line) <= 100 for line in both.split("\n"))
+
+
+def test_the_loops_cpu_per_step_is_the_compute_and_the_gaps_that_waited_for_no_call():
+    from commlib.profiling.jobs import shared_nic
+    from commlib.profiling.jobs.network_whatif import measured
+
+    # each rank: 1 us of compute, two calls of d us from 0 (both in flight), a wait from 0 until 1 us after they
+    # end, 1 us of compute: a step of d + 3 us, of which 2 us compute and 1 us idle (the late wake-up)
+    ranks, _ = shared_nic.two_flows(1 << 20, 1e9)
+    d = ranks[0].calls[0].duration_us
+    step, cpu = measured(ranks)
+    assert step == pytest.approx((d + 3) * 1e-6) and cpu == pytest.approx(3e-6)
+
+
+def test_fit_nic_refuses_an_unknown_estimate():
+    from commlib.profiling.jobs import emulated_job as ej
+
+    with pytest.raises(ValueError, match="estimate must be 'median' or 'min', got 'mean'"):
+        ej.fit_nic(10e6, estimate="mean")
 
 
 def test_the_links_constants_are_the_committed_calibrations():

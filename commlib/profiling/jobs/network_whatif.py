@@ -115,36 +115,58 @@ def run(script: str, network: str, folder: str, args=(), timeout: float = 120.0)
 
 def measured_step(folder: str) -> float:
     """The step a run's traces measured (seconds): whatif's "measured" row, the slowest rank per step, averaged."""
+    return measured(folder)[0]
+
+
+def measured(traces) -> tuple[float, float]:
+    """A run's traces (a folder, files or RankTraces: whatif's) -> (step, CPU) in seconds per step: whatif's
+    "measured" row, the slowest rank's step averaged over the steps, and that rank's time on the CPU: its compute
+    spans and the gaps between them that waited for no call (idle: Python, the optimizer's glue), which the
+    replay keeps as they were recorded."""
     from commlib.profiling.replay.whatif import whatif
 
-    return whatif(folder, [])["scenarios"][0]["step_us"] * 1e-6
+    report = whatif(traces, [])
+    row, k = report["scenarios"][0], report.get("steps", 1)
+    slow = max(row["ranks"].values(), key=lambda o: o["step_us"])
+    return row["step_us"] * 1e-6, (slow["compute_us"] + slow["idle_us"]) / k * 1e-6
 
 
 def record_predict_run(script: str, base: str, scenario: str, folder: str, args=(), timeout: float = 120.0) -> dict:
     """Record SCRIPT on network `base`, ask whatif for `scenario`, run it there -> {"base", "scenario",
-    "measured_base_s", "predicted_s", "measured_s", "error" (predicted / measured - 1), "commands" (as typed)}."""
-    steps, commands = {}, []
+    "measured_base_s", "predicted_s", "measured_s", "error" (predicted / measured - 1), "cpu_base_s", "cpu_s"
+    (the CPU per step of each run: measured(); the replay keeps the first), "commands" (as typed)}."""
+    steps, cpu, commands = {}, {}, []
     for name, net in (("base", base), ("scenario", scenario)):
         where = os.path.join(folder, name)
         s = spec.parse(net)
         commands.append(f"python -m commlib network run --nodes {s.nodes} --gpus-per-node {s.gpus_per_node} "
-                        f"--bandwidth {net.split('@')[1]} {os.path.relpath(script, ROOT)} --traces {name}/")
+                        f"--bandwidth {net.split('@')[1]} {os.path.relpath(script, ROOT)} --traces {name}/"
+                        + "".join(f" {x}" for x in args))
         done = run(script, net, where, args, timeout)
         if done.returncode:
             tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise RuntimeError(f"network run on {net} exited {done.returncode}: {tail}")
-        steps[name] = measured_step(where)
+        steps[name], cpu[name] = measured(where)
         if name == "base":
             commands.append(f"python -m commlib whatif base/ --network {scenario}")
             report = ask(where, scenario, timeout=timeout)
     predicted = report["scenarios"][-1]["step_us"] * 1e-6
     return {"base": base, "scenario": scenario, "measured_base_s": steps["base"], "predicted_s": predicted,
-            "measured_s": steps["scenario"], "error": predicted / steps["scenario"] - 1, "commands": commands}
+            "measured_s": steps["scenario"], "error": predicted / steps["scenario"] - 1, "cpu_base_s": cpu["base"],
+            "cpu_s": cpu["scenario"], "commands": commands}
 
 
 def verdict(loop: dict, tolerance: float = 0.10) -> str:
-    """One line: predicted against measured, and whether they agree within `tolerance`."""
+    """Predicted against measured, and whether they agree within `tolerance`; then, where the loop has them, the
+    CPU per step of both runs: the replay keeps the base run's, so a CPU that ran the same ops faster or slower
+    in the scenario's run moves the step by that much, which no network model can see."""
     ok = abs(loop["error"]) <= tolerance
-    return (f"{loop['base']} -> {loop['scenario']}: whatif predicted {loop['predicted_s'] * 1e3:.1f} ms per step,\n"
-            f"the run measured {loop['measured_s'] * 1e3:.1f} ms ({loop['error']:+.0%}): "
-            + (f"within {tolerance:.0%}" if ok else f"off by more than {tolerance:.0%}"))
+    out = (f"{loop['base']} -> {loop['scenario']}: whatif predicted {loop['predicted_s'] * 1e3:.1f} ms per step,\n"
+           f"the run measured {loop['measured_s'] * 1e3:.1f} ms ({loop['error']:+.0%}): "
+           + (f"within {tolerance:.0%}" if ok else f"off by more than {tolerance:.0%}"))
+    if loop.get("cpu_base_s") is None or loop.get("cpu_s") is None:
+        return out
+    kept, ran = loop["cpu_base_s"] * 1e3, loop["cpu_s"] * 1e3
+    return out + (f"\nCPU per step (ops and the gaps between them): {kept:.1f} ms recorded on {loop['base']},"
+                  f" kept by the\nreplay; {ran:.1f} ms in the run on {loop['scenario']} "
+                  f"({ran - kept:+.1f} ms, {(ran - kept) / (loop['measured_s'] * 1e3):+.0%} of its step)")
