@@ -6,7 +6,8 @@
 1. Record examples/ddp_train.py (torch DDP, Gloo) with `python -m commlib network run` on 2 nodes x 1 GPU at
    --bandwidth (its traces name the network: commlib_network).
 2. Ask `python -m commlib whatif TRACES --network N --json` (the command line itself, no --measured-network: the
-   traces say it) for x1/2 and x3 the bandwidth and 2 -> 4 nodes.
+   traces say it) for x1/2 and x3 the bandwidth and 2 -> 4 nodes, on each recording of the base: the prediction
+   is their mean (predicted_runs_s: each one's; they differ by what each recording's CPU did).
 3. Run each scenario under `network run` and measure its step as whatif measures the base: the slowest rank per
    step, averaged over the recorded steps (whatif's "measured" row of the scenario's own traces).
 Each measured network (the base too) runs twice: the two runs' difference is the noise floor. Prints predicted,
@@ -61,20 +62,21 @@ def measure(bandwidth: float, steps: int, quick: bool, folder: str) -> dict:
     base = f"2x1@{mb(bandwidth)}"
     base_runs = steps_of(base, folder, runs, steps)
     base_steps = [s for s, _ in base_runs]
-    traces = os.path.join(folder, f"{base}-0")   # the recording whatif reads: its CPU is the one it keeps
     rows = []
     for name, network in scenarios(bandwidth, quick).items():
-        report = nw.ask(traces, network)
-        predicted = report["scenarios"][-1]["step_us"] * 1e-6
+        # whatif on each recording of the base (their CPU is what each keeps): the prediction is their mean
+        reports = [nw.ask(os.path.join(folder, f"{base}-{i}"), network) for i in range(runs)]
+        each = [r["scenarios"][-1]["step_us"] * 1e-6 for r in reports]
+        predicted = statistics.mean(each)
         got = steps_of(network, folder, runs, steps)
         mean = statistics.mean(s for s, _ in got)
-        rows.append({"scenario": name, "network": network, "predicted_s": predicted, "measured_s": mean,
-                     "runs_s": [s for s, _ in got], "error": predicted / mean - 1,
+        rows.append({"scenario": name, "network": network, "predicted_s": predicted, "predicted_runs_s": each,
+                     "measured_s": mean, "runs_s": [s for s, _ in got], "error": predicted / mean - 1,
                      "noise": abs(got[1][0] / got[0][0] - 1) if len(got) > 1 else None,
                      "cpu_s": statistics.mean(c for _, c in got)})
-    return {"base": base, "base_runs_s": base_steps, "base_cpu_s": base_runs[0][1],
+    return {"base": base, "base_runs_s": base_steps, "base_cpu_s": statistics.mean(c for _, c in base_runs),
             "base_noise": abs(base_steps[1] / base_steps[0] - 1) if len(base_steps) > 1 else None, "rows": rows,
-            "measured_on": report["measured_on"]}
+            "measured_on": reports[0]["measured_on"]}
 
 
 def main() -> None:
