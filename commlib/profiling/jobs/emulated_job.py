@@ -129,7 +129,7 @@ def fit_nic(bandwidth: float, latency: float = 5e-4, sizes=(4 << 10, 64 << 10, 2
     "min" is for the kernel network, where what disturbs a run only adds time (a 64 KiB packet that holds the
     shaper: kernel.gso_cap; a rank woken late). A median of 7 keeps some of it in the largest sizes, and the
     intercept of a line through 128 KiB-2 MiB moves with it: on 2 x 1 at 10 MB/s, 11 quiet calibrations gave
-    alpha 0 to 4.2 ms (median 0), the minima of 6 others 0 to 0.24 ms (issue 49's closing note)."""
+    alpha 0 to 4.2 ms (median 0); the minima of 6 of them, 0 to 0.24 ms (issue 49's closing note)."""
     import torch.distributed as dist
 
     from commlib import algorithms as alg
