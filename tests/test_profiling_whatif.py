@@ -367,3 +367,36 @@ def test_a_regrouped_bucket_queued_after_a_wait_for_its_traced_one_is_not_waited
     out = graph.replay(g2.priced([5.0]))   # ends at 45: the end of backward waits for it (+ 15 us), 10 us compute
     assert out["step_us"] == pytest.approx(70.0) and not out["critical_path"]["truncated"]
     assert out["critical_path"]["compute_us"] + out["critical_path"]["comm_us"] <= out["step_us"]
+
+
+def _sync_call_then_a_sleeping_op(path, rank):
+    """A rank that blocks in a synchronous all-reduce (its gloo:all_reduce on the worker thread, 105-1105 us),
+    then runs an op whose only child comes at its end (commlib's emulated accelerator: sleep, then clone)."""
+    from commlib.profiling.jobs import synthetic
+
+    def op(name, ts, dur, tid=1, cat="cpu_op", **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": 1e6 + ts, "dur": dur,
+                "args": {"External id": int(ts) + 1, "Record function id": 0, **args}}
+
+    events = [op("aten::addmm", 0, 100),
+              op("c10d::allreduce_", 100, 10, **{"Concrete Inputs": ["", "", "", "", "False", "-1"],
+                                                 "Input type": ["TensorList", "", "", "", "Scalar", "Scalar"],
+                                                 "Input Dims": [[[1 << 16]], [], [], [], [], []]}),
+              op("gloo:all_reduce", 105, 1000, tid=2, cat="user_annotation", **{"Input type": ["float"],
+                                                                                 "Input Dims": [[1 << 16]]}),
+              op("commlib::accelerator", 1200, 4000), op("aten::clone", 5150, 50), op("aten::addmm", 5300, 100)]
+    with open(path, "w") as f:
+        json.dump({**synthetic._header(rank, 2, "cpu"), "traceEvents": events}, f)
+
+
+def test_a_wait_ends_where_the_rank_starts_its_next_op_not_at_that_ops_first_child(tmp_path):
+    """The rank resumed at the accelerator's start (95 us after the call's end): that is where its wait ends,
+    and the accelerator's 4 ms stay compute. Read from the innermost ops alone, the gap would run on to the
+    clone at its end, 4 ms too late to be read as a wait (issue 49: 27 of 96 FSDP2 waits at 40 MB/s)."""
+    for rank in (0, 1):
+        _sync_call_then_a_sleeping_op(str(tmp_path / f"rank{rank}.json"), rank)
+    g = graph.build(tr.load(str(tmp_path)))
+    for r in g.ranks:
+        assert [(w.t_from - r.start, w.t_to - r.start) for w in r.waits] == [(pytest.approx(100), pytest.approx(1200))]
+    out = graph.replay(g)["ranks"][0]
+    assert out["compute_us"] == pytest.approx(100 + 4000 + 100)   # the accelerator's sleep is compute

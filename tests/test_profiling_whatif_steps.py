@@ -127,13 +127,25 @@ RECIPE_3_STEPS = os.path.join(ROOT, "tests", "data", "ddp_recipe_3steps")   # a 
 
 
 @pytest.mark.parametrize("mb", [1, 4, 16])
-def test_the_critical_path_stays_within_its_step_where_a_regrouped_wait_points_forward(mb):
+@pytest.mark.parametrize("marks", [True, False], ids=["as read", "innermost ops only"])
+def test_the_critical_path_stays_within_its_step_where_a_regrouped_wait_points_forward(mb, marks):
     """On this recording, regrouped into 4 or 16 MiB buckets, the walk back found a wait whose lane position lay
     after where the path was: it looped, and the path came out at 3.9x the step (42,319 us of compute in a
-    10,913-us step). The path now only moves back, and stops (truncated) where it would loop."""
-    report = whatif.whatif(RECIPE_3_STEPS, [whatif.Scenario(topology="dgx_h100", bucket_mb=mb)])
+    10,913-us step). The path now only moves back, and stops (truncated) where it would loop. Its waits read
+    from the innermost ops alone (as before the ops' starts and ends were read too: traces._leaves) still make
+    that wait, so the guard is exercised; as read now, each wait starts where the rank last ran (DDP's
+    reducer::mul_out multiplies 645 us after its last child) and none points forward."""
+    import numpy as np
+
+    from commlib.profiling import traces
+
+    ranks = traces.load(RECIPE_3_STEPS)
+    if not marks:
+        for r in ranks:
+            r.leaves = r.leaves[(r.leaves[:, 1] - r.leaves[:, 0]) > 1.5 * traces.MARK_US]
+    report = whatif.whatif(ranks, [whatif.Scenario(topology="dgx_h100", bucket_mb=mb)])
     assert report["steps"] == 3
     for s in report["scenarios"]:
         path = s["critical_path"]
         assert path["compute_us"] + path["comm_us"] <= s["step_us"] * (1 + 1e-9), (mb, s["name"], path)
-    assert report["scenarios"][-1]["critical_path"]["truncated"] == (mb != 1)
+    assert report["scenarios"][-1]["critical_path"]["truncated"] == (mb != 1 and not marks)

@@ -16,7 +16,8 @@ task keeps its measured duration unless the question changes it, and the graph i
   lane that moves with the lane.
 - waits: the compute lane stops at t_from and goes on at t_to only once a call has ended. Stated ones (commlib's
   `commlib:wait` marks: traces.py's RankTrace.waits) and inferred ones: a gap between the rank's innermost
-  compute ops (RankTrace.leaves: a rank blocked inside an op, as in FSDP2's hooks, runs none) that ends within
+  compute ops and the other ops' starts and ends (RankTrace.leaves: a rank blocked inside an op, as in FSDP2's
+  hooks, runs none; one that starts or ends an op is running) that ends within
   `slack` of a call's end was waiting for it (the latest such call; the thread woke when it ended), and is
   taken out of the compute lane.
 - across ranks: a collective matched across its group (stragglers.matched) ends for every member together, at the
@@ -160,7 +161,7 @@ def _rank_graph(r, member: list, offset: float) -> RankGraph:
             lag_queue.append(c.start_us - q)
     leaves = getattr(r, "leaves", None)
     if leaves is not None and len(leaves):   # waits inside an op: gaps between the innermost ops (traces.py)
-        inner = union_array(np.asarray(leaves, dtype=float).reshape(-1, 2))
+        inner = _bridged(union_array(np.asarray(leaves, dtype=float).reshape(-1, 2)), MIN_GAP_US)
         inferred = _inferred_waits(inner, calls, getattr(r, "waits", None) or {}, queue)
         spans = _cut(spans, [(w.t_from, w.t_to) for w in inferred])
     else:
@@ -172,6 +173,17 @@ def _rank_graph(r, member: list, offset: float) -> RankGraph:
     return RankGraph(r.rank, r.wall[0], max(r.wall[1], done), spans, calls, lanes, pred, queue, lag_pred, lag_queue,
                      waits, member, [0.0] * n, [c.duration_us for c in calls],
                      offset, max(0.0, r.wall[1] - done), list(getattr(r, "steps", None) or []))
+
+
+def _bridged(spans: np.ndarray, gap: float) -> np.ndarray:
+    """Merged spans with the gaps shorter than `gap` closed: a launch gap is never a wait, and the search for the
+    gap after a call's end must not stop at one (an op's end, a point in RankTrace.leaves, 2 us after the last
+    leaf: DDP's copy_bucket_to_grad before the optimizer's step)."""
+    if len(spans) < 2:
+        return spans
+    keep = np.r_[True, spans[1:, 0] - spans[:-1, 1] >= gap]   # a span that starts a new run
+    first = np.flatnonzero(keep)
+    return np.stack([spans[first, 0], spans[np.r_[first[1:] - 1, len(spans) - 1], 1]], axis=1)
 
 
 def _cut(spans: np.ndarray, cuts) -> np.ndarray:
