@@ -113,11 +113,6 @@ def run(script: str, network: str, folder: str, args=(), timeout: float = 120.0)
                      f"{timeout:g}", script, "--traces", folder, *map(str, args)], timeout + 30)
 
 
-def measured_step(folder: str) -> float:
-    """The step a run's traces measured (seconds): whatif's "measured" row, the slowest rank per step, averaged."""
-    return measured(folder)[0]
-
-
 def measured(traces) -> tuple[float, float]:
     """A run's traces (a folder, files or RankTraces: whatif's) -> (step, CPU) in seconds per step: whatif's
     "measured" row, the slowest rank's step averaged over the steps, and that rank's time on the CPU: its compute
