@@ -25,3 +25,14 @@ def test_overlap_length_equals_the_length_of_the_intersection():
         assert abs(overlap_length(b, a) - length(intersect(a, b))) < 1e-9
         each = overlap_lengths(a, b)   # per span of a: what diagnose reads as the compute beside each call
         assert len(each) == len(a) and all(abs(x - length(intersect([s], b))) < 1e-9 for x, s in zip(each, a))
+
+
+def test_bridged_closes_only_the_gaps_shorter_than_asked():
+    import numpy as np
+
+    from commlib.profiling.intervals import bridged
+
+    spans = np.array([[0.0, 10.0], [12.0, 12.001], [20.0, 30.0], [34.9, 40.0], [40.0, 41.0]])
+    assert bridged(spans, 5.0).tolist() == [[0.0, 12.001], [20.0, 41.0]]
+    assert bridged(spans, 2.0).tolist() == [[0.0, 10.0], [12.0, 12.001], [20.0, 30.0], [34.9, 41.0]]
+    assert bridged(spans[:1], 5.0).tolist() == [[0.0, 10.0]]

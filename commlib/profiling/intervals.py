@@ -24,6 +24,20 @@ def _union_array(a) -> list[tuple[float, float]]:
     return list(map(tuple, union_array(a).tolist()))
 
 
+def bridged(spans, gap: float):
+    """Merged (m, 2) spans with the gaps shorter than `gap` closed. The replay's wait inference (replay/graph.py)
+    uses it: a launch gap is never a wait, and the search for the gap after a call's end must not stop at one
+    (an op's end, a point in RankTrace.leaves, 2 us after the last leaf: DDP's copy_bucket_to_grad before the
+    optimizer's step)."""
+    import numpy as np
+
+    if len(spans) < 2:
+        return spans
+    keep = np.r_[True, spans[1:, 0] - spans[:-1, 1] >= gap]   # a span that starts a new run
+    first = np.flatnonzero(keep)
+    return np.stack([spans[first, 0], spans[np.r_[first[1:] - 1, len(spans) - 1], 1]], axis=1)
+
+
 def union_array(a):
     """union() of an (n, 2) array, as an (m, 2) array (no list of tuples to build for 200k spans): sorted by
     start, a new span begins where a start passes every earlier end."""

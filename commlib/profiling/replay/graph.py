@@ -43,7 +43,7 @@ from commlib.profiling.replay.clocks import clock_offsets
 from commlib.profiling.replay.critical import critical_path
 from commlib.profiling.replay.flows import Flows
 from commlib.profiling.stragglers import matched
-from commlib.profiling.intervals import overlap_lengths, union_array
+from commlib.profiling.intervals import bridged, overlap_lengths, union_array
 
 SLACK_US, SLACK_SHARE, STATED_SHARE = 100.0, 0.25, 0.02   # a gap ending within SLACK_US + a share of it after
 # a call's end waited for it (a loaded host wakes late: 3-7 ms after a 20-ms all-gather); beside a stated wait, 2%
@@ -161,7 +161,7 @@ def _rank_graph(r, member: list, offset: float) -> RankGraph:
             lag_queue.append(c.start_us - q)
     leaves = getattr(r, "leaves", None)
     if leaves is not None and len(leaves):   # waits inside an op: gaps between the innermost ops (traces.py)
-        inner = _bridged(union_array(np.asarray(leaves, dtype=float).reshape(-1, 2)), MIN_GAP_US)
+        inner = bridged(union_array(np.asarray(leaves, dtype=float).reshape(-1, 2)), MIN_GAP_US)
         inferred = _inferred_waits(inner, calls, getattr(r, "waits", None) or {}, queue)
         spans = _cut(spans, [(w.t_from, w.t_to) for w in inferred])
     else:
@@ -173,17 +173,6 @@ def _rank_graph(r, member: list, offset: float) -> RankGraph:
     return RankGraph(r.rank, r.wall[0], max(r.wall[1], done), spans, calls, lanes, pred, queue, lag_pred, lag_queue,
                      waits, member, [0.0] * n, [c.duration_us for c in calls],
                      offset, max(0.0, r.wall[1] - done), list(getattr(r, "steps", None) or []))
-
-
-def _bridged(spans: np.ndarray, gap: float) -> np.ndarray:
-    """Merged spans with the gaps shorter than `gap` closed: a launch gap is never a wait, and the search for the
-    gap after a call's end must not stop at one (an op's end, a point in RankTrace.leaves, 2 us after the last
-    leaf: DDP's copy_bucket_to_grad before the optimizer's step)."""
-    if len(spans) < 2:
-        return spans
-    keep = np.r_[True, spans[1:, 0] - spans[:-1, 1] >= gap]   # a span that starts a new run
-    first = np.flatnonzero(keep)
-    return np.stack([spans[first, 0], spans[np.r_[first[1:] - 1, len(spans) - 1], 1]], axis=1)
 
 
 def _cut(spans: np.ndarray, cuts) -> np.ndarray:
