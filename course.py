@@ -224,14 +224,7 @@ def pytest_runs(args: list[str], cores: int) -> list[list[str]]:
         return [args]
     workers = str(min(cores, WORKERS_MAX))
     return [["-n", workers, "--dist", "loadfile", "--no-loadscope-reorder", "-m", "not alone", *args],
-            ["-m", "alone", *(args or alone_files())]]
-
-
-def alone_files() -> list[str]:
-    """The test files that mark a test `alone`, found by reading them: the second run collects only those (the
-    whole suite, notebooks included, takes 12 s to collect again for one test)."""
-    return sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob("test_*.py")
-                  if "mark.alone" in p.read_text(encoding="utf-8"))
+            ["-m", "alone", *args]]
 
 
 def combined(codes: list[int]) -> int:

@@ -94,8 +94,7 @@ def test_lab_trusts_the_course_notebooks_and_runs_kernels_without_tcp(tmp_path):
 
 
 @pytest.mark.parametrize("args, cores, runs", [
-    ([], 2, [["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder", "-m", "not alone"],
-             ["-m", "alone", "tests/test_benchmarks.py"]]),   # the files that mark a test alone: no re-collection
+    ([], 2, [["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder", "-m", "not alone"], ["-m", "alone"]]),
     (["-k", "cluster", "-x"], 16, [["-n", "4", "--dist", "loadfile", "--no-loadscope-reorder", "-m", "not alone",
                                     "-k", "cluster", "-x"], ["-m", "alone", "-k", "cluster", "-x"]]),
     (["tests/test_cost.py"], 1, [["tests/test_cost.py"]]),            # one core: one plain run
