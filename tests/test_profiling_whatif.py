@@ -400,3 +400,21 @@ def test_a_wait_ends_where_the_rank_starts_its_next_op_not_at_that_ops_first_chi
         assert [(w.t_from - r.start, w.t_to - r.start) for w in r.waits] == [(pytest.approx(100), pytest.approx(1200))]
     out = graph.replay(g)["ranks"][0]
     assert out["compute_us"] == pytest.approx(100 + 4000 + 100)   # the accelerator's sleep is compute
+
+
+def test_a_gap_before_a_stated_wait_began_did_not_wait_for_its_call():
+    """The rank stated when it waited for the call (commlib:wait, 200-210 us), so a compute gap that happens to end
+    2 us after the call did (at 102 us, inside backward) was not waiting for it. CI once read one such gap as a
+    wait beside BucketedDDP's stated ones (tests/test_background.py, under load)."""
+    from commlib.profiling.calls import Call
+    from commlib.profiling.traces import RankTrace
+
+    ranks = []
+    for r in range(2):
+        call = Call(r, "all_reduce", "0", 2, 1 << 20, "float32", 0.0, 100.0, None, None, None)
+        rt = RankTrace(f"rank{r}.json", r, 2, "gloo", None, [call], [(-1.0, 0.0), (0.0, 50.0), (102.0, 200.0),
+                                                                     (210.0, 211.0)], (-1.0, 211.0))
+        rt.threads, rt.issued, rt.waits = [(10, 0)], {0: 0.0}, {0: (200.0, 210.0)}
+        ranks.append(rt)
+    for g in graph.build(ranks).ranks:
+        assert [(w.t_from, w.t_to, w.stated) for w in g.waits] == [(200.0, 210.0, True)]

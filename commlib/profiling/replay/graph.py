@@ -229,13 +229,15 @@ def _inferred_waits(spans, calls, stated: dict, queued=None) -> list[Wait]:
     starts = np.array([c.start_us for c in calls])
     queued = starts if queued is None else np.minimum(np.asarray(queued, dtype=float), starts)
     early = np.minimum(EARLY_SHARE * (ends - starts), EARLY_US)   # a worker's range may end after the waiter resumed
+    # a call the rank stated a wait for was not needed before that wait began: no gap ending earlier waited for it
+    asked = np.array([stated[i][0] if i in stated else -np.inf for i in range(len(calls))])
     found = []
     for k, late in ((np.searchsorted(spans[:, 0], ends, side="right"), True),   # the first span after its end
                     (np.searchsorted(spans[:, 0], ends - early, side="right"), False)):   # or a little before
         ok = (k > 0) & (k < len(spans))
         k = np.where(ok, k, 1)
         began, gap, slack = spans[k - 1, 1], spans[k, 0] - spans[k - 1, 1], spans[k, 0] - ends
-        ok &= (began <= ends) & (gap >= MIN_GAP_US)
+        ok &= (began <= ends) & (gap >= MIN_GAP_US) & (spans[k, 0] >= asked)
         own = np.array([i not in stated for i in range(len(calls))])   # the rank stated no wait for it
         if late:
             synchronous = own & (began <= starts + SLACK_US)   # the gap began as the call did: the rank blocked
