@@ -87,7 +87,7 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
         runs within RECORD_AGREE: a run slowed by something else on the host (the traced runs' wake-ups 3-7 ms
         late after each call, measured) is not the job; recorded again, at most RECORD_TRIES times."""
         want = sum(runs[key]["measured"]) / len(runs[key]["measured"])
-        for _ in range(1 if quick else RECORD_TRIES):
+        for _ in range(RECORD_TRIES):   # --quick too: a slowed recording is the quick run's commonest miss
             c.run(ej.train, path, job=job or key, **kw, **more)
             traced = wi.whatif(path, [], measured=topology, gamma=gamma, steps=recorded, excess=EXCESS[kind])["scenarios"][0]["step_us"]
             tries.setdefault(key, []).append(traced * 1e-6 / want - 1)
