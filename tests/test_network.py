@@ -203,6 +203,26 @@ def test_names_carry_the_owner_and_a_dead_owner_is_recognised():
     assert not kernel.owner_alive(reused)
 
 
+def test_a_gone_network_runs_logs_are_removed_and_no_one_elses():
+    """A SIGKILLed `network run` cannot remove its torchrun logs: the next run's start or `network clean` does
+    (names.dead_run_logs), by the owner in the folder's name; a live owner's and a folder named otherwise stay."""
+    import tempfile
+
+    from commlib.network import names
+
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = tempfile.mkdtemp(prefix=f"{names.RUN_LOGS}{proc.stdout.strip()}.12345-")
+    Path(dead, "node0").mkdir()
+    Path(dead, "node0", "stderr.log").write_text("a rank's last words")
+    live, other = names.run_logs(), tempfile.mkdtemp(prefix=names.RUN_LOGS + "someone-")
+    try:
+        names.dead_run_logs()   # another test's run may have removed it first: the end state is the claim
+        assert not os.path.exists(dead) and os.path.isdir(live) and os.path.isdir(other)
+    finally:
+        for path in (dead, live, other):
+            subprocess.run(["rm", "-rf", path])
+
+
 def test_without_capabilities_available_says_why_in_one_line(monkeypatch):
     monkeypatch.setattr(kernel, "_capabilities", lambda: 0)
     ok, why = network.available()

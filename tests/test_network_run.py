@@ -2,11 +2,13 @@
 failing rank, a missing script, Ctrl-C and SIGTERM: each ends with one clear line, and nothing is left (no
 process, no namespace). Skipped where the kernel network cannot be built (COMMLIB_REQUIRE_NETNS=1: a failure)."""
 
+import glob
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -186,6 +188,8 @@ def test_a_sigkilled_launcher_leaves_no_process_and_a_network_clean_removes(tmp_
     clean = subprocess.run([sys.executable, "-m", "commlib", "network", "clean"], capture_output=True, text=True,
                            timeout=60)
     assert clean.returncode == 0 and left_behind(proc.pid, str(script)) == ([], [])
+    # its torchrun logs too (this clean, or another run's start, removed them)
+    assert glob.glob(os.path.join(tempfile.gettempdir(), f"commlib-network-run-{proc.pid}.*")) == []
 
 
 def test_a_signal_inside_thread_start_leaves_the_thread_whole(monkeypatch):

@@ -120,8 +120,14 @@ def gso_cap(bandwidth: float) -> int:
     6.5 ms of the link, where a real NIC's frame takes microseconds. Measured (issue 49; benchmarks/ring_steps.py,
     three runs): commlib's ring of 4 ranks on 10 MB/s NICs held 109-112 of its 288 steps 3 ms or more past their
     bytes' time, so a 512 KiB all-reduce took 19-31% over its bytes at the payload rate; with 10 KB packets, 1-3
-    of 288 and 1.0-1.4% (2 ranks: 0.4% or less either way). Which kernel path holds those packets was not
-    traced. At or above 65.5 MB/s nothing changes. The cost is packets: the link inside a node (unshaped)
+    of 288 and 1.0-1.4% (2 ranks: 0.4% or less either way). What waits is Gloo's notices, not TCP's ACKs
+    (ring_steps.py --quick, 4 nodes, each NIC and switch port given a first HTB class by a u32 filter on the IP
+    length): packets under 512 bytes first, 0-4 of 120 steps held and 0.3-2.7% over the bytes (one queue:
+    38-51 of 120, 19-41%); pure ACKs first, 38-51 held and 19-26%. A step's send waits for its receiver's
+    NOTIFY_RECV_READY, and that notice leaves the receiver's NIC behind the 64 KiB packets the receiver sends
+    on. Not adopted: with small packets first, torch DDP on 2 x 2 GPUs ran 500-600 ms a step against 366 (and
+    500-514 with TCP told to tolerate reordering, tcp_recovery 0, tcp_reordering 127). At or above 65.5 MB/s
+    nothing changes. The cost is packets: the link inside a node (unshaped)
     carried 0.65-0.75 GB/s with 20 KB packets against 1.6-2.3 GB/s with 64 KiB. TCP reads the limit when it
     connects, so Network.set_bandwidth changes the rate, not the packets of connections already open.
     Off by default: the what-if's links (network.links) and its committed accuracy were fitted on 64 KiB

@@ -5,6 +5,8 @@ namespace it made carries inside it, and the sweep that removes what a dead owne
     mark(netns_list, state)      # written inside each namespace: MADE while its owner builds or uses it, KEPT
     read_mark(netns) -> state    # None for a namespace this course did not make (whatever its name)
     sweep()                      # remove the marked namespaces whose owner is dead and that are not KEPT
+    run_logs()                   # a new `network run` log folder, TMP/commlib-network-run-PID.START-*
+    dead_run_logs()              # those whose `network run` is gone (a SIGKILL skips its own removal)
 
 The mark is a value the course writes into the namespace's own `net.ipv4.conf.lo.tag` (a per-namespace sysctl
 nothing else uses), from a thread that entered it: a namespace someone else named clnet-* never carries it, so
@@ -17,7 +19,10 @@ all are marked): a SIGKILL in that window leaves a journal of a dead owner, and 
 
 from __future__ import annotations
 
+import glob
 import os
+import shutil
+import tempfile
 import threading
 
 from commlib.cluster.netns import enter
@@ -26,6 +31,7 @@ PREFIX = "clnet-"
 NETNS_DIR = "/run/netns"
 JOURNAL_DIR = "/run/commlib-network"
 KEEP = "keep"           # the owner field of a network made by `python -m commlib network up`: kept until `down`
+RUN_LOGS = "commlib-network-run-"   # a `network run`'s folder of torchrun logs, in the temp dir
 MADE, KEPT = 1668050432, 1668050433   # "cln\0" + state: the course made it / it is a complete kept network
 _TAG = "ipv4/conf/lo/tag"
 _counter = iter(range(1, 1 << 62))
@@ -176,3 +182,20 @@ def leftovers() -> tuple[list[str], list[str]]:
     for name in journals:  # their namespaces are in `remove` (or gone): the journal goes with them
         journal(name, None)
     return remove, alone
+
+
+def run_logs() -> str:
+    """A new folder for a `network run`'s torchrun logs, named for its owner: TMP/RUN_LOGS + PID.START + -random."""
+    return tempfile.mkdtemp(prefix=f"{RUN_LOGS}{owner_tag()}-")
+
+
+def dead_run_logs() -> list[str]:
+    """Remove the log folders of `network run`s that are gone -> their paths. A launcher removes its own as it
+    ends; one SIGKILLed cannot. A folder not named as run_logs() names it is left alone."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(tempfile.gettempdir(), RUN_LOGS + "*"))):
+        pid, _, started = os.path.basename(path)[len(RUN_LOGS):].split("-", 1)[0].partition(".")
+        if pid.isdigit() and started and _start_time(int(pid)) != started and os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+            out.append(path)
+    return out

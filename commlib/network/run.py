@@ -24,7 +24,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -140,7 +139,8 @@ def run(script: str, args: list[str], nodes: int, gpus_per_node: int, nics_per_n
     caller has checked the arguments (cli.check_run); nothing of the network is left when this returns."""
     out, err = out or sys.stdout, err or sys.stderr
     net = Network(nodes, gpus_per_node, nics_per_node, bandwidth=bandwidth, kind="kernel", quiet=True)
-    tmp = tempfile.mkdtemp(prefix="commlib-network-run-")
+    names.dead_run_logs()   # a SIGKILLed run's, as the next start removes its namespaces
+    tmp = names.run_logs()
     failures = os.path.join(tmp, "failures")
     os.mkdir(failures)
     procs: list = []
@@ -216,8 +216,10 @@ def run(script: str, args: list[str], nodes: int, gpus_per_node: int, nics_per_n
                 t.join(timeout=2.0)
             if last:
                 err.write(last + "\n")
-            net.down()
-            shutil.rmtree(tmp, ignore_errors=True)
+            try:
+                net.down()
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
         finally:
             for s, h in previous.items():
                 signal.signal(s, h)

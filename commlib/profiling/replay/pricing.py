@@ -82,6 +82,15 @@ SENT = {
     ("nccl", "reduce_scatter"): ("a ring reduce-scatter", "reduce_scatter", "src/device/reduce_scatter.h"),
     ("nccl", "all_gather"): ("a ring all-gather", "all_gather", "src/device/all_gather.h"),
 }
+# a call whose recorded time holds a handshake that the same op on a larger group does not pay: (backend, op) ->
+# (what it pays, on how many ranks, the source; gloo at github.com/pytorch/gloo 70dc360, as torch 2.13 builds it)
+HANDSHAKE = {
+    ("gloo", "all_gather"): (
+        "each send is posted before its recv, and a send goes only once the peer's receive notice has come; on 2 "
+        "ranks the peer is both neighbours, so the later rank's notice waits behind its own data on the same "
+        "connection and the earlier rank's second half goes after it", 2,
+        "gloo/allgather.cc:77-79; gloo/transport/tcp/pair.cc:913-945 (send), 947-975 (recv), 831-853 (queue)"),
+}
 CONCURRENCY = {"gloo": ("2 worker threads per process group, one FIFO queue",
                         "ProcessGroupGloo.hpp:264 (Options::threads{2})"),
                "nccl": ("one stream per process group: its calls in order", "ProcessGroupNCCL's ncclStreams")}
@@ -200,6 +209,18 @@ class Pricer:
         course's model of its op, and said so."""
         return self.gloo and not c.kernel and c.algorithm is None and ("gloo", c.op) not in SENT and \
             c.op not in ("barrier",)
+
+    def handshake_dropped(self, c) -> bool:
+        """A call traced on the group size whose handshake HANDSHAKE names (a Gloo all-gather on 2 ranks) that
+        the scenario runs on a larger group: its recorded time above the model and its later member's tail are
+        that handshake's, and the larger ring does not pay them (the notice goes to the other neighbour, on a
+        connection that carries none of the call's data). A call traced on a larger group and asked on 2 ranks
+        is not given one: the replay cannot say how far apart its members would arrive."""
+        paid = HANDSHAKE.get(("gloo", c.op)) if self.gloo and not c.kernel and c.algorithm is None else None
+        if paid is None or c.group_size != paid[1]:
+            return False
+        size = self.parts(c)[3]
+        return size is not None and size > paid[1]
 
     def parts(self, c):
         """-> ((fixed s, byte phase s) on the measured hardware or None, the same in the scenario or None, codec

@@ -10,7 +10,8 @@ model's latency, then its bytes on the scenario's links, shared max-min fair wit
 What the traced transfer leaves once the model's bytes, shared with the flows the trace shows beside it, are
 taken out at the measured network is the call's excess, counted in its bytes' time (sharing.py); a transfer
 faster than its model on idle links scales with the model instead. Each
-backend is priced by what it sends (pricing.SENT: Gloo's reduce_scatter is an all-reduce). The model is topology's (multi-ring across nodes as NCCL's, hierarchical, in-network;
+backend is priced by what it sends (pricing.SENT: Gloo's reduce_scatter is an all-reduce); a Gloo all-gather
+traced on 2 ranks and asked on more drops the handshake that only 2 ranks pay (pricing.HANDSHAKE). The model is topology's (multi-ring across nodes as NCCL's, hierarchical, in-network;
 `algorithm` swaps it) on the group's own shape: its members per node from its ranks' stride. Scaling out
 (`nodes`, `gpus_per_node`) keeps every rank's compute and grows the data-parallel group (the world group, or
 the largest one that all-reduces) by the new world size over the old; other groups keep their sizes.
@@ -35,7 +36,7 @@ from commlib.profiling.replay.pricing import (ALGORITHMS, COMMLIB_ALGORITHMS, TR
                                        codec_s_per_byte, group_topology, price, reprice)
 from commlib.profiling.read.reader import no_gc
 from commlib.profiling.replay.regroup import regroup
-from commlib.profiling.replay.sharing import EXCESS, flow_inputs
+from commlib.profiling.replay.sharing import EXCESS, flow_inputs, without_handshakes
 from commlib.profiling.traces import MAX_BYTES, RankTrace, load
 
 MIN_BUCKET_MB = 1 / 1024   # 1 KiB: below it a bucket is a few floats and pays only latency
@@ -208,6 +209,11 @@ def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gam
     pricer = Pricer(m_topo, base, factor, dp, strides, gamma, compress, per_byte, sc.algorithm, new_world,
                     gloo=backend == "gloo")
     net = flow_inputs(g0, g, origin, pricer, excess)   # each set a flow: fixed phase, then bytes on shared links
+    g, dropped = without_handshakes(g, pricer)
+    if dropped:
+        said.append(f"{dropped} Gloo all-gather(s) traced on 2 ranks: what they paid for the handshake only 2 "
+                    "ranks pay (the later rank's data before its receive notice, pricing.HANDSHAKE) is not carried "
+                    "to the larger ring")
     transfer = [t if t is not None else f + b for t, (f, b, _) in zip(g.transfer, net)]   # as recorded, or new
     solo = {}
     for p, r in enumerate(g.ranks):
