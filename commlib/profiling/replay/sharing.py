@@ -15,9 +15,9 @@ the call's). What the excess does in a scenario depends on the network it was me
   bandwidth is predicted within 10% so, 50% above with "bytes".
 - "bytes": it moves with the call's bytes, the byte phase alone the model's times (1 + excess / the measured
   model's byte phase). On the kernel network (TCP through HTB-shaped NICs) it does: FSDP2's forward all-gathers
-  run 5.3 ms above a 13.8-ms model at 10 MB/s and about 1.5 ms above it at 40 MB/s (TCP's start after idle and
-  the shaped NIC's queue are counted in link time); "fixed" predicts its x4 step 24% high, "bytes" 7%
-  (benchmarks/whatif_accuracy.py --network kernel).
+  run 5.3 ms above a 13.8-ms model at 10 MB/s and about 1.5 ms above it at 40 MB/s (on 2 ranks, Gloo's
+  handshake, pricing.HANDSHAKE, which a larger ring drops: without_handshakes); "fixed" predicts its x4 step
+  24% high, "bytes" 7% (benchmarks/whatif_accuracy.py --network kernel).
 A transfer faster than its model on idle links scales with the model either way (as pricing.reprice).
 """
 
