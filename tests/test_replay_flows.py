@@ -179,7 +179,7 @@ def fsdp_pair(excess=0.0, tail=0.0, skew=300.0, rs_excess=0.0):
 
 
 def test_a_two_rank_gloo_all_gathers_handshake_is_not_carried_to_a_larger_ring():
-    """What a 2-rank Gloo all-gather pays above its bytes (+33%, and its later rank ending 5 ms after the other,
+    """What a 2-rank Gloo all-gather pays above its bytes (+38%, and its later rank ending 6 ms after the other,
     in every FSDP2 recording on the kernel network: issue 49) is its handshake: gloo/allgather.cc posts each send
     before its recv, so the later rank's receive notice goes behind its own data on the one connection it shares
     with its peer. On 4 ranks the notice goes to the other neighbour, and the ring runs at its bytes. A tail

@@ -157,7 +157,7 @@ def _regrouped(g0, olds, rec, nbytes: int):
 def without_handshakes(g, pricer):
     """g with every member of a call whose handshake the scenario does not pay (pricing.Pricer.handshake_dropped)
     ending with its set: on 2 ranks a Gloo all-gather's later rank ends after the earlier one by what its
-    handshake held back (issue 49: 5.3 ms of 13.8 at 10 MB/s, in every recording), which a larger ring, whose
+    handshake held back (issue 49: about 6 ms of 13.8 at 10 MB/s, in every recording), which a larger ring, whose
     members end together, does not -> (graph, sets dropped)."""
     drop = [s for s, m in enumerate(g.sets) if pricer.handshake_dropped(g.ranks[m[0][0]].calls[m[0][1]])]
     if not drop:
