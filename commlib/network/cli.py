@@ -79,8 +79,8 @@ def down(name: str) -> list[str]:
 
 def clean() -> list[str]:
     """Remove the namespaces the course made whose owner is no longer alive, and the log folders of `network run`s
-    that are gone -> the lines to print. Those named
-    like the course's but without its mark are left alone, and said so."""
+    that are gone -> the lines to print. Those named like the course's but without its mark are left alone, and
+    said so."""
     remove, alone = names.leftovers()
     gone = kernel.remove(remove)
     logs = names.dead_run_logs()   # a SIGKILLed `network run`'s torchrun logs

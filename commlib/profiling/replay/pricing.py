@@ -83,7 +83,7 @@ SENT = {
     ("nccl", "all_gather"): ("a ring all-gather", "all_gather", "src/device/all_gather.h"),
 }
 # a call whose recorded time holds a handshake that the same op on a larger group does not pay: (backend, op) ->
-# (what it pays, on how many ranks, the source; gloo at github.com/pytorch/gloo 70dc360, as torch 2.13 builds it)
+# (what it pays, on how many ranks, the source: gloo read at github.com/pytorch/gloo 70dc360, April 2026)
 HANDSHAKE = {
     ("gloo", "all_gather"): (
         "each send is posted before its recv, and a send goes only once the peer's receive notice has come; on 2 "
