@@ -61,12 +61,13 @@ def new_name(keep: bool = False) -> str:
     return f"{PREFIX}{owner}-{n}"
 
 
-def _owner(name: str) -> tuple[bool, int, str] | None:
-    """(kept, pid, start time) from a name, or None where the name is not one new_name() makes."""
-    owner = name[len(PREFIX):].split("-", 1)[0]
+def _owner(name: str, prefix: str = PREFIX) -> tuple[bool, int, str] | None:
+    """(kept, pid, start time) from a name, or None where the name is not one new_name() makes (or, with prefix
+    RUN_LOGS, run_logs())."""
+    owner = name[len(prefix):].split("-", 1)[0]
     kept = owner.startswith(KEEP + ".")
     pid, _, started = owner[len(KEEP) + 1:].partition(".") if kept else owner.partition(".")
-    return (kept, int(pid), started) if name.startswith(PREFIX) and pid.isdigit() and started else None
+    return (kept, int(pid), started) if name.startswith(prefix) and pid.isdigit() and started else None
 
 
 def owner_alive(name: str) -> bool:
@@ -194,8 +195,8 @@ def dead_run_logs() -> list[str]:
     ends; one SIGKILLed cannot. A folder not named as run_logs() names it is left alone."""
     out = []
     for path in sorted(glob.glob(os.path.join(tempfile.gettempdir(), RUN_LOGS + "*"))):
-        pid, _, started = os.path.basename(path)[len(RUN_LOGS):].split("-", 1)[0].partition(".")
-        if pid.isdigit() and started and _start_time(int(pid)) != started and os.path.isdir(path):
+        owner = _owner(os.path.basename(path), RUN_LOGS)
+        if owner is not None and _start_time(owner[1]) != owner[2] and os.path.isdir(path):
             shutil.rmtree(path, ignore_errors=True)
             out.append(path)
     return out

@@ -200,14 +200,18 @@ class Pricer:
     def sent_as(self, c) -> str:
         """The collective whose bytes the call sends: Gloo's reduce_scatter is an all-reduce of the whole input
         (ProcessGroupGloo.cpp; its trace shows a gloo:all_reduce for each), twice a ring reduce-scatter's."""
-        if self.gloo and not c.kernel and c.algorithm is None and ("gloo", c.op) in SENT:
+        if self._gloos(c) and ("gloo", c.op) in SENT:
             return SENT["gloo", c.op][1]
         return c.op
+
+    def _gloos(self, c) -> bool:
+        """The call is one of Gloo's own (traced on Gloo, no kernel, no algorithm a commlib:* call states)."""
+        return self.gloo and not c.kernel and c.algorithm is None
 
     def unknown(self, c) -> bool:
         """A Gloo call whose algorithm this module has not read (broadcast, all_to_all, ...): priced as the
         course's model of its op, and said so."""
-        return self.gloo and not c.kernel and c.algorithm is None and ("gloo", c.op) not in SENT and \
+        return self._gloos(c) and ("gloo", c.op) not in SENT and \
             c.op not in ("barrier",)
 
     def handshake_dropped(self, c) -> bool:
@@ -216,7 +220,7 @@ class Pricer:
         that handshake's, and the larger ring does not pay them (the notice goes to the other neighbour, on a
         connection that carries none of the call's data). A call traced on a larger group and asked on 2 ranks
         is not given one: the replay cannot say how far apart its members would arrive."""
-        paid = HANDSHAKE.get(("gloo", c.op)) if self.gloo and not c.kernel and c.algorithm is None else None
+        paid = HANDSHAKE.get(("gloo", c.op)) if self._gloos(c) else None
         if paid is None or c.group_size != paid[1]:
             return False
         size = self.parts(c)[3]

@@ -9,12 +9,13 @@ the shortest member's duration) becomes a flow from its last member's arrival (f
 model's latency, then its bytes on the scenario's links, shared max-min fair with the other flows in flight.
 What the traced transfer leaves once the model's bytes, shared with the flows the trace shows beside it, are
 taken out at the measured network is the call's excess, counted in its bytes' time (sharing.py); a transfer
-faster than its model on idle links scales with the model instead. Each
-backend is priced by what it sends (pricing.SENT: Gloo's reduce_scatter is an all-reduce); a Gloo all-gather
-traced on 2 ranks and asked on more drops the handshake that only 2 ranks pay (pricing.HANDSHAKE). The model is topology's (multi-ring across nodes as NCCL's, hierarchical, in-network;
-`algorithm` swaps it) on the group's own shape: its members per node from its ranks' stride. Scaling out
-(`nodes`, `gpus_per_node`) keeps every rank's compute and grows the data-parallel group (the world group, or
-the largest one that all-reduces) by the new world size over the old; other groups keep their sizes.
+faster than its model on idle links scales with the model instead. Each backend is priced by what it sends
+(pricing.SENT: Gloo's reduce_scatter is an all-reduce); a Gloo all-gather traced on 2 ranks and asked on more
+drops the handshake that only 2 ranks pay (pricing.HANDSHAKE). The model is topology's (multi-ring across nodes
+as NCCL's, hierarchical, in-network; `algorithm` swaps it) on the group's own shape: its members per node from
+its ranks' stride. Scaling out (`nodes`, `gpus_per_node`) keeps every rank's compute and grows the
+data-parallel group (the world group, or the largest one that all-reduces) by the new world size over the old;
+other groups keep their sizes.
 Figures are per training step: the traces' ProfilerStep#N marks count the steps (or `steps=`), and the
 output says how many it averaged. `bucket_mb` regroups each step's data-parallel all-reduces by DDP's rule
 (regroup.py); `compress` divides their bytes
