@@ -33,8 +33,9 @@ INTRA = (3733.4e6, 408.9e-6)         # bytes/s, s: SOURCE "intra" (network.calib
 
 def excess(spec: Spec) -> str:
     """What a call's time above its model does at another rate on this network (whatif's `excess`): "bytes" on
-    the kernel network (TCP through HTB: it moves with the link's time), "fixed" on the pacer (profiling.replay.
-    sharing's docstring has the measurements)."""
+    the kernel network (TCP through HTB: it moves with the link's time, and a call faster than its model, by HTB's
+    burst, is faster by a fixed time), "fixed" on the pacer (profiling.replay.sharing's docstring has the
+    measurements)."""
     return "bytes" if spec.kind == "kernel" else "fixed"
 
 

@@ -93,6 +93,7 @@ class Graph:
     transfer: list                               # per set: its transfer (us)
     notes: list = field(default_factory=list)
     recorded: list = field(default_factory=list)   # per set: its transfer as recorded (replay with flows: set)
+    priced_resid: frozenset = frozenset()          # sets whose members' residuals a scenario priced: not scaled
 
     def priced(self, transfer, solo=None) -> Graph:
         """A copy with each set's transfer (and each unmatched call's duration: {(rank position, call): us})
@@ -412,7 +413,9 @@ def _finish(s, rs, g: Graph, set_end, last: float, end: float | None = None) -> 
     """Every member of set s ends at `end` (one clock; its own residual added), its waiting up to `last`."""
     set_end[s] = end if end is not None else last + g.transfer[s]
     was = g.recorded[s] if g.recorded else None
-    scale = (set_end[s] - last) / was if was else 1.0   # the ring's spread between members moves with its time
+    scale = 1.0   # the ring's spread between members moves with its time (unless the scenario priced it)
+    if was and s not in g.priced_resid:
+        scale = (set_end[s] - last) / was
     for p, i in g.sets[s]:
         st = rs[p]
         a = st.arrival[i]

@@ -83,13 +83,14 @@ SENT = {
     ("nccl", "all_gather"): ("a ring all-gather", "all_gather", "src/device/all_gather.h"),
 }
 # a call whose recorded time holds a handshake that the same op on a larger group does not pay: (backend, op) ->
-# (what it pays, on how many ranks, the source: gloo read at github.com/pytorch/gloo 70dc360, April 2026)
+# (what it pays, on how many ranks, the source: gloo read at github.com/pytorch/gloo 70dc360, April 2026, the
+# share of the call's bytes' time the later member ends after the other: its peer's second half of its data)
 HANDSHAKE = {
     ("gloo", "all_gather"): (
         "each send is posted before its recv, and a send goes only once the peer's receive notice has come; on 2 "
         "ranks the peer is both neighbours, so the later rank's notice waits behind its own data on the same "
         "connection and the earlier rank's second half goes after it", 2,
-        "gloo/allgather.cc:77-79; gloo/transport/tcp/pair.cc:913-945 (send), 947-975 (recv), 831-853 (queue)"),
+        "gloo/allgather.cc:77-79; gloo/transport/tcp/pair.cc:913-945 (send), 947-975 (recv), 831-853 (queue)", 0.5),
 }
 CONCURRENCY = {"gloo": ("2 worker threads per process group, one FIFO queue",
                         "ProcessGroupGloo.hpp:264 (Options::threads{2})"),
@@ -220,11 +221,17 @@ class Pricer:
         that handshake's, and the larger ring does not pay them (the notice goes to the other neighbour, on a
         connection that carries none of the call's data). A call traced on a larger group and asked on 2 ranks
         is not given one: the replay cannot say how far apart its members would arrive."""
-        paid = HANDSHAKE.get(("gloo", c.op)) if self._gloos(c) else None
-        if paid is None or c.group_size != paid[1]:
+        paid = self.handshake(c)
+        if paid is None:
             return False
         size = self.parts(c)[3]
         return size is not None and size > paid[1]
+
+    def handshake(self, c):
+        """HANDSHAKE's entry for a call traced on the group size that pays it (a Gloo all-gather on 2 ranks), else
+        None."""
+        paid = HANDSHAKE.get(("gloo", c.op)) if self._gloos(c) else None
+        return paid if paid is not None and c.group_size == paid[1] else None
 
     def parts(self, c):
         """-> ((fixed s, byte phase s) on the measured hardware or None, the same in the scenario or None, codec

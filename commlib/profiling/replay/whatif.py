@@ -37,7 +37,7 @@ from commlib.profiling.replay.pricing import (ALGORITHMS, COMMLIB_ALGORITHMS, TR
                                        codec_s_per_byte, group_topology, price, reprice)
 from commlib.profiling.read.reader import no_gc
 from commlib.profiling.replay.regroup import regroup
-from commlib.profiling.replay.sharing import EXCESS, flow_inputs, without_handshakes
+from commlib.profiling.replay.sharing import EXCESS, flow_inputs, kept_handshakes, without_handshakes
 from commlib.profiling.traces import MAX_BYTES, RankTrace, load
 
 MIN_BUCKET_MB = 1 / 1024   # 1 KiB: below it a bucket is a few floats and pays only latency
@@ -209,6 +209,8 @@ def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gam
 
     pricer = Pricer(m_topo, base, factor, dp, strides, gamma, compress, per_byte, sc.algorithm, new_world,
                     gloo=backend == "gloo")
+    g0 = kept_handshakes(g0, pricer)   # the later member of a 2-rank all-gather waits for a handshake
+    g = kept_handshakes(g, pricer) if origin else g0
     net = flow_inputs(g0, g, origin, pricer, excess)   # each set a flow: fixed phase, then bytes on shared links
     g, dropped = without_handshakes(g, pricer)
     if dropped:
