@@ -8,10 +8,11 @@ Each compute duration stays as measured. Each collective (graph.py: a call match
 the shortest member's duration) becomes a flow from its last member's arrival (flows.py): a fixed phase, the
 model's latency, then its bytes on the scenario's links, shared max-min fair with the other flows in flight.
 What the traced transfer leaves once the model's bytes, shared with the flows the trace shows beside it, are
-taken out at the measured network is the call's excess, counted in its bytes' time (sharing.py); a transfer
-faster than its model on idle links scales with the model instead. Each backend is priced by what it sends
-(pricing.SENT: Gloo's reduce_scatter is an all-reduce); a Gloo all-gather traced on 2 ranks and asked on more
-drops the handshake that only 2 ranks pay (pricing.HANDSHAKE). The model is topology's (multi-ring across nodes
+taken out at the measured network is the call's excess (sharing.py: `excess` says whether it is fixed or moves
+with the bytes; a transfer faster than its model on idle links keeps the ratio or the time). Each backend is
+priced by what it sends (pricing.SENT: Gloo's reduce_scatter is an all-reduce); a Gloo all-gather traced on 2
+ranks pays a handshake that only 2 ranks pay (pricing.HANDSHAKE): asked on more, it is dropped; on 2, priced
+(sharing.kept_handshakes). The model is topology's (multi-ring across nodes
 as NCCL's, hierarchical, in-network; `algorithm` swaps it) on the group's own shape: its members per node from
 its ranks' stride. Scaling out (`nodes`, `gpus_per_node`) keeps every rank's compute and grows the
 data-parallel group (the world group, or the largest one that all-reduces) by the new world size over the old;
