@@ -418,3 +418,24 @@ def test_a_gap_before_a_stated_wait_began_did_not_wait_for_its_call():
         ranks.append(rt)
     for g in graph.build(ranks).ranks:
         assert [(w.t_from, w.t_to, w.stated) for w in g.waits] == [(200.0, 210.0, True)]
+
+
+def test_a_call_regrouping_keeps_is_priced_by_its_own_recorded_time():
+    """Regrouping removes the traced buckets and renumbers the sets it keeps: each kept call still takes its own
+    recording's excess (here an all-gather of another group, after the buckets, at twice its model), not that of
+    the set which had its number before (a 1 MiB bucket that ran 5 us)."""
+    link = cost.Link("here", 1e9, 10e-6, "test")
+    t = topo.Topology(1, 2, link, link)
+    model = topo.collective_time("all_gather", 1 << 20, t, "flat_ring") * 1e6
+    ranks = dp_job()
+    for rt in ranks:
+        rt.calls.append(tr.Call(rt.rank, "all_gather", "1", 2, 1 << 20, "float32", 70.0, 2 * model, None, None, None))
+        end = 70.0 + 2 * model
+        rt.spans = [(0.0, 45.0), (60.0, 70.0), (end, end + 10.0)]
+        rt.wall = (0.0, end + 10.0)
+        rt.issued[4] = 70.0
+        rt.waits[4] = (70.0, end)
+    report = whatif.whatif(ranks, [whatif.Scenario(bucket_mb=4)], measured=t)
+    identity, regrouped = (s["ranks"][0]["spans"]["calls"] for s in report["scenarios"][1:])
+    gathers = identity[-1], regrouped[0]   # the kept calls first, then the new buckets (regroup.py)
+    assert [b - a for a, b in gathers] == pytest.approx([2 * model] * 2, rel=1e-6)

@@ -117,6 +117,8 @@ def flow_inputs(g0, g, origin, pricer, excess: str = "fixed") -> list:
     software's own time); "bytes": it moves with the call's bytes (module docstring)."""
     rec = recorded(g0, pricer)
     net, links = [], _links(pricer.t, {})
+    # a set regrouping kept has a number of its own in g: its traced set is the one its first call opened in g0
+    traced = {id(g0.ranks[m[0][0]].calls[m[0][1]]): s for s, m in enumerate(g0.sets)} if g is not g0 else None
     for s, members in enumerate(g.sets):
         p0, i0 = members[0]
         c = g.ranks[p0].calls[i0]
@@ -124,7 +126,7 @@ def flow_inputs(g0, g, origin, pricer, excess: str = "fixed") -> list:
         pricer.priced += new is not None
         pricer.kept += new is None
         if g.transfer[s] is not None:
-            d, r = g.transfer[s], rec[s]
+            d, r = g.transfer[s], rec[s if traced is None else traced[id(c)]]
         else:   # a regrouped bucket: the traced sets it replaces, their overhead per byte times its bytes
             d, r = None, _regrouped(g0, origin[s], rec, c.bytes or 0)
         if new is None:   # no model in the scenario: its measured time (a new bucket: none measured, none)
