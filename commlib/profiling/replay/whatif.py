@@ -210,8 +210,8 @@ def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gam
 
     pricer = Pricer(m_topo, base, factor, dp, strides, gamma, compress, per_byte, sc.algorithm, new_world,
                     gloo=backend == "gloo")
-    g0 = kept_handshakes(g0, pricer)   # the later member of a 2-rank all-gather waits for a handshake
-    g = kept_handshakes(g, pricer) if origin else g0
+    kept = kept_handshakes(g0, pricer)   # the later member of a 2-rank all-gather waits for a handshake
+    g, g0 = (kept if g is g0 else kept_handshakes(g, pricer)), kept
     net = flow_inputs(g0, g, origin, pricer, excess)   # each set a flow: fixed phase, then bytes on shared links
     g, dropped = without_handshakes(g, pricer)
     if dropped:
