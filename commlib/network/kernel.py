@@ -130,9 +130,13 @@ def gso_cap(bandwidth: float) -> int:
     nothing changes. The cost is packets: the link inside a node (unshaped)
     carried 0.65-0.75 GB/s with 20 KB packets against 1.6-2.3 GB/s with 64 KiB. TCP reads the limit when it
     connects, so Network.set_bandwidth changes the rate, not the packets of connections already open.
-    Off by default: the what-if's links (network.links) and its committed accuracy were fitted on 64 KiB
-    packets; its kernel benchmark on small packets (benchmarks/whatif_accuracy_kernel_small_packets.json) put
-    the 4-rank pairs within 8% but others out, and the links are not yet re-fitted for it."""
+    A transfer's time on 64 KiB packets also depends on how it is cut into messages (issue 49's closing note:
+    197376 B point to point at 10 MB/s, 20.0 ms as 1 message, 16.7 as 2 or 6, 19.3 as 24; on 10 KB packets
+    19.3-19.6 ms for every cut). Off by default: the what-if's links (network.links) and its committed accuracy
+    were fitted on 64 KiB packets; its kernel benchmark on small packets (benchmarks/
+    whatif_accuracy_kernel_small_packets.json: median 5.1%, p90 9.9%) puts 8 of the 9 pairs that grow 2 ranks
+    into 4 within 8% (torch DDP on 2 x 2 with 1 NIC: -11.9%, its noise 7.8%), but replays torch DDP's 2 x 2
+    recording 8.9% above its untraced runs, and the links are not yet re-fitted for it."""
     return min(65536, _burst(bandwidth))
 
 
