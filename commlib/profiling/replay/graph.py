@@ -412,10 +412,8 @@ def _close(s, rs, g: Graph, set_end, last_in, force: bool = False) -> None:
 def _finish(s, rs, g: Graph, set_end, last: float, end: float | None = None) -> None:
     """Every member of set s ends at `end` (one clock; its own residual added), its waiting up to `last`."""
     set_end[s] = end if end is not None else last + g.transfer[s]
-    was = g.recorded[s] if g.recorded else None
-    scale = 1.0   # the ring's spread between members moves with its time (unless the scenario priced it)
-    if was and s not in g.priced_resid:
-        scale = (set_end[s] - last) / was
+    was = g.recorded[s] if g.recorded and s not in g.priced_resid else None   # priced_resid: priced, kept
+    scale = (set_end[s] - last) / was if was else 1.0   # the ring's spread between members moves with its time
     for p, i in g.sets[s]:
         st = rs[p]
         a = st.arrival[i]
