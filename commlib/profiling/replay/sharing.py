@@ -141,9 +141,8 @@ def flow_inputs(g0, g, origin, pricer, excess: str = "fixed") -> list:
             if over > 0 and pricer.handshake_dropped(c):   # a 2-rank handshake a larger ring does not pay
                 over = 0.0
             if over < 0 and excess == "bytes" and old is not None:   # faster by a fixed time (the shaper's burst)
-                less = -over * (old[0] + old[1]) * 1e6
-                fixed, bw, over = max(0.0, fixed - less), bw - max(0.0, less - fixed), 0.0
-                bw = max(bw, 0.0)
+                less = -over * (old[0] + old[1]) * 1e6   # off the fixed phase first, then the bytes
+                fixed, bw, over = max(0.0, fixed - less), max(0.0, bw - max(0.0, less - fixed)), 0.0
             if over < 0:   # faster than its model: the model scaled by the ratio, no overhead
                 fixed, bw, over = fixed * (1 + over), bw * (1 + over), 0.0
             if excess == "bytes" and old is not None and old[1] > 0 and d is not None:   # moves with the bytes
@@ -193,19 +192,19 @@ def kept_handshakes(g, pricer):
     sets, transfer, resid = [], list(g.transfer), {}
     for s, members in enumerate(g.sets):
         c = g.ranks[members[0][0]].calls[members[0][1]]
-        paid = pricer.handshake(c)
+        paid = pricer.handshake(c) if len(members) == 2 else None
+        if paid is None:   # most sets: nothing to price, and no parts() looked up
+            continue
         old, new, _, size = pricer.parts(c)
-        if paid is None or size != paid[1] or old is None or new is None or len(members) != 2:
+        # how long after the last arrival each member ended: the transfer + its residual (graph.build)
+        ends = [g.transfer[s] + g.ranks[p].resid[i] for p, i in members]
+        tail = max(ends) - min(ends)
+        if size != paid[1] or old is None or new is None or tail < PAID * old[1] * 1e6:   # arrived together
             continue
-        starts = [g.ranks[p].calls[i].start_us - g.ranks[p].offset for p, i in members]
-        ends = [a + g.ranks[p].calls[i].duration_us for a, (p, i) in zip(starts, members)]
-        last, tail = max(starts), max(ends) - min(ends)
-        if tail < PAID * old[1] * 1e6:   # they arrived together: no handshake paid
-            continue
-        transfer[s] = max(0.0, min(ends) - last)
+        transfer[s] = max(0.0, min(ends))
         held = max(0.0, tail + paid[3] * (new[1] - old[1]) * 1e6)
         for (p, i), e in zip(members, ends):
-            resid[p, i] = held if e == max(ends) and e != min(ends) else min(ends) - last - transfer[s]
+            resid[p, i] = held if e == max(ends) and e != min(ends) else min(ends) - transfer[s]
         sets.append(s)
     if not sets:
         return g
