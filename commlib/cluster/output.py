@@ -16,6 +16,7 @@ import codecs
 import contextlib
 import io
 import os
+import re
 import select
 import sys
 import tempfile
@@ -23,6 +24,13 @@ import threading
 import time
 
 STREAMS = ("stdout", "stderr")
+# What torch's C++ profiler (Kineto) writes straight to file descriptor 2, with times and pids: its stages
+# ('profiler_start/stop', USDT, STAGE, INFO, WARNING lines) and, in torch's CUDA build on a machine without a
+# GPU driver, its probe of the GPUs ("ERROR:... DeviceProperties.cpp:50] gpuGetDeviceCount failed with code
+# 35", cudaErrorInsufficientDriver). Nothing a learner can act on: dropped where the course runs a profiler.
+PROFILER_CHATTER = re.compile(r"^(USDT|STAGE|INFO|WARNING):\d{4}-\d\d-\d\d [\d:]+ \d+:\d+ \S+\] "
+                              r"|^ERROR:\d{4}-\d\d-\d\d [\d:]+ \d+:\d+ DeviceProperties\.cpp:\d+\] "
+                              r"gpuGetDeviceCount failed")
 _CHUNK = 1 << 16
 _CHUNKS_PER_MESSAGE = 16
 

@@ -94,6 +94,8 @@ def _results_to_cpu(result):
 def rank_main(spec: dict, authkey: bytes) -> None:
     """Join the parent, initialise the default process group, then run tasks until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the kernel handles Ctrl-C / interrupt, not us
+    if spec.get("userns"):  # an ordinary user's emulated node: its keeper's user namespace first, while the
+        netns.enter_user(spec["userns"])  # process has one thread (setns(2) refuses a process with more)
     flight_recorder.block_dump_signal()  # before any thread starts: only the dump thread takes it
     _exit_when_orphaned(spec["watch_pid"])
     sys.path[:] = spec["sys_path"]

@@ -24,8 +24,10 @@ never in the host's, so the host's links, addresses and routes never change. Add
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -51,24 +53,56 @@ def _capabilities() -> int:
     return 0
 
 
+SWITCH = "COMMLIB_KERNEL_NETWORK"   # "off": never the kernel network (the pacer); "userns": a keeper even as root
+SBIN = ("/usr/sbin", "/sbin", "/usr/bin", "/bin")   # an ordinary user's PATH often has no /usr/sbin
+
+
+def tool(name: str) -> str | None:
+    """The path of iproute2's `ip` or `tc`: on PATH, else in the system's sbin and bin folders, else None."""
+    found = shutil.which(name)
+    if found:
+        return found
+    for folder in SBIN:
+        path = f"{folder}/{name}"
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def privileged() -> bool:
+    """True where this process may build the network on the host itself (CAP_NET_ADMIN and CAP_SYS_ADMIN: root),
+    unless COMMLIB_KERNEL_NETWORK=userns asks for a user namespace anyway; False: a keeper (commlib.network.userns)."""
+    caps = _capabilities()
+    return bool(caps >> CAP_NET_ADMIN & 1 and caps >> CAP_SYS_ADMIN & 1) and os.environ.get(SWITCH) != "userns"
+
+
 def available() -> tuple[bool, str]:
     """(True, how) where this process may build the kernel network, else (False, why), in one line. Tries, once
-    per process, what build() needs: a namespace, its mark, a veth pair, an HTB qdisc; nothing of it stays."""
+    per process, what build() needs: a namespace, its mark, a veth pair, an HTB qdisc; nothing of it stays. Not
+    root: the same, inside a user namespace of this user's own (commlib.network.userns)."""
     if not sys.platform.startswith("linux"):
         return False, f"the kernel network needs Linux network namespaces; this is {sys.platform}"
-    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
+    if os.environ.get(SWITCH) == "off":
+        return False, f"the kernel network is turned off here ({SWITCH}=off)"
+    missing = [name for name in ("ip", "tc") if tool(name) is None]
     if missing:
-        return False, f"the kernel network needs iproute2 ({' and '.join(missing)} not found on PATH)"
-    caps = _capabilities()
-    if not (caps >> CAP_NET_ADMIN & 1 and caps >> CAP_SYS_ADMIN & 1):
-        return False, ("the kernel network needs CAP_NET_ADMIN and CAP_SYS_ADMIN: run as root, or inside "
-                       "`unshare --user --net --mount --map-root-user` (see the README)")
-    if "probe" not in _probed:
-        _probed["probe"] = _probe()
-    why = _probed["probe"]
+        return False, f"the kernel network needs iproute2 ({' and '.join(missing)} not found)"
+    mine = privileged()
+    key = "host" if mine else "userns"
+    if key not in _probed:
+        _probed[key] = _probe() if mine else _userns_probe()
+    why = _probed[key]
     if why:
         return False, f"the kernel network cannot be built here: {why}"
+    if not mine:
+        return True, "Linux namespaces in a user namespace of your own, shaped by tc HTB"
     return True, "Linux network namespaces with CAP_NET_ADMIN, shaped by tc HTB"
+
+
+def _userns_probe() -> str | None:
+    from commlib.network import userns
+
+    return userns.probe()
 
 
 def _probe() -> str | None:
@@ -89,17 +123,17 @@ def _probe() -> str | None:
         remove([name])
 
 
-def _run(tool: str, netns: str | None, lines: list[str], force: bool = False) -> str:
+def _run(name: str, netns: str | None, lines: list[str], force: bool = False) -> str:
     """One `ip`/`tc` batch (in namespace `netns`) -> its output; a failure raises NetworkError with iproute2's
     own line (force: go on past failing lines, raise nothing)."""
-    cmd = [tool] + (["-n", netns] if netns else []) + (["-force"] if force else []) + ["-batch", "-"]
+    cmd = [tool(name) or name] + (["-n", netns] if netns else []) + (["-force"] if force else []) + ["-batch", "-"]
     try:
         done = subprocess.run(cmd, input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise NetworkError(f"`{' '.join(cmd)}` did not finish within {_TIMEOUT_S:.0f} s") from None
     if done.returncode != 0 and not force:
         why = " ".join(done.stderr.split())[:300] or f"exit code {done.returncode}"
-        raise NetworkError(f"`{tool}{' -n ' + netns if netns else ''}` failed: {why}")
+        raise NetworkError(f"`{name}{' -n ' + netns if netns else ''}` failed: {why}")
     return done.stdout
 
 
@@ -300,10 +334,24 @@ def nic_bytes(plan: dict) -> dict:
 
 def _class_bytes(netns: str, dev: str) -> int:
     """The bytes HTB's class 1:1 on `dev` sent ("Sent N bytes": this tc prints no JSON for HTB classes)."""
-    cmd = ["tc", "-n", netns, "-s", "class", "show", "dev", dev]
+    cmd = [tool("tc") or "tc", "-n", netns, "-s", "class", "show", "dev", dev]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=_TIMEOUT_S)
     text = done.stdout if done.returncode == 0 else ""
     found = re.search(r"class htb 1:1 .*?Sent (\d+) bytes", text, re.S)
     if not found:
         raise NetworkError(f"tc -n {netns}: no HTB class 1:1 on {dev}")
     return int(found.group(1))
+
+
+def free_port(netns: str) -> int:
+    """A port nothing listens on inside `netns` (asked of the kernel, not guessed)."""
+    def work(_name):
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return s.getsockname()[1]
+    return nm.in_namespaces([netns], work)[0]
+
+
+def netns_path(name: str) -> str:
+    """The file a rank opens to enter namespace `name` (a keeper's are under its own /run: Keeper.netns_path)."""
+    return f"{NETNS_DIR}/{name}"

@@ -19,16 +19,18 @@ from __future__ import annotations
 
 import atexit
 import functools
+import textwrap
 import threading
 import weakref
 
 from commlib import _validate as check
-from commlib.network import kernel, names
+from commlib.network import kernel, names, userns
 from commlib.network.spec import (BANDWIDTH, ENV, MAX_GPUS, MAX_LATENCY, MAX_NICS, MAX_NODES, MAX_RANKS,  # noqa: F401
                                   Spec, checked)
 
 
 KINDS = ("auto", "kernel", "paced")
+COLUMN = 100   # the book's column: no line the network prints is wider
 _live: "weakref.WeakSet[Network]" = weakref.WeakSet()
 
 
@@ -67,6 +69,7 @@ class Network:
         self.reason = why
         self.name: str | None = None
         self.made: list[str] = []
+        self.keeper = None   # commlib.network.userns.Keeper where this process is not root, while up
         self.calibration: dict | None = None
         self._lock = threading.Lock()
         self._users = 0
@@ -79,12 +82,14 @@ class Network:
         return self.nodes * self.gpus_per_node
 
     def summary(self) -> str:
-        """One line: which network carries the traffic, and why (the kernel's fits the book's column)."""
+        """Which network carries the traffic, and why: one line on the kernel network; the pacer's reason may
+        take more, each within the book's column (COLUMN)."""
         shape = (f"{self.nodes} node(s) x {self.gpus_per_node} GPU(s), {self.nics_per_node} NIC(s) per node of "
                  f"{self.bandwidth / 1e6:g} MB/s")
         if self.kind == "kernel":
-            return f"network: kernel ({shape}; Linux namespaces, tc HTB)"
-        return f"network: paced ({shape}; commlib's Python pacer: {self.reason})"
+            how = "Linux namespaces, tc HTB" if kernel.privileged() else "Linux namespaces of yours, tc HTB"
+            return f"network: kernel ({shape}; {how})"
+        return wrap(f"network: paced ({shape}; commlib's Python pacer: {self.reason})")
 
     def spec(self) -> Spec:
         """This network as the record a job's environment and traces carry (commlib.network.spec)."""
@@ -132,9 +137,19 @@ class Network:
         with self._lock:
             if self.kind != "kernel" or self.made:
                 return self
-            kernel.sweep()
+            if not kernel.privileged():   # an ordinary user: the namespaces live in a keeper's (userns.py)
+                if keep:
+                    raise kernel.NetworkError("a network kept after this process ends needs root (a user's "
+                                              "namespaces end with the process that holds them)")
+                self.keeper = userns.Keeper()
+            else:
+                kernel.sweep()
             self.name = kernel.new_name(keep)
-            made = kernel.build(self.plan())
+            try:
+                made = self._place().build(self.plan())
+            except BaseException:
+                self._close_keeper()
+                raise
             if keep:  # complete: from now on `clean` and the next start leave it to `down`
                 try:
                     names.mark(made, names.KEPT)
@@ -150,7 +165,33 @@ class Network:
         """Remove what up() made. Safe to call twice."""
         with self._lock:
             made, self.made = self.made, []
-            kernel.remove(made)
+            try:
+                if made:
+                    self._place().remove(made)
+            finally:
+                self._close_keeper()
+
+    def _place(self):
+        """Where the namespaces are made and changed: this process (root), or its keeper."""
+        return self.keeper or kernel
+
+    def _close_keeper(self) -> None:
+        keeper, self.keeper = self.keeper, None
+        if keeper is not None:
+            keeper.close()
+
+    def netns_path(self, name: str) -> str:
+        """The file a process opens to enter namespace `name` of this network (netns.enter)."""
+        return self._place().netns_path(name)
+
+    @property
+    def userns_path(self) -> str | None:
+        """The user namespace a rank joins before its GPU's namespace (a keeper's), or None (root)."""
+        return self.keeper.userns_path if self.keeper else None
+
+    def free_port(self, name: str) -> int:
+        """A free port inside namespace `name` of this network (up)."""
+        return self._place().free_port(name)
 
     def attach(self) -> None:
         """A Cluster starts using this network: up() if it is not up (then the last detach() takes it down)."""
@@ -180,7 +221,7 @@ class Network:
         """{(node, nic): (bytes sent, bytes received)} from tc's own counters (kernel kind, while up)."""
         if self.kind != "kernel" or not self.made:
             raise RuntimeError("nic_bytes needs a kernel network that is up")
-        return kernel.nic_bytes(self.plan())
+        return self._place().nic_bytes(self.plan())
 
     def set_bandwidth(self, bandwidth) -> None:
         """Every NIC at `bandwidth` bytes/s from now on (checked as in the constructor). On the kernel network the
@@ -188,7 +229,7 @@ class Network:
         bandwidth = check.number("bandwidth", bandwidth, BANDWIDTH[0], high=BANDWIDTH[1], unit="bytes/s")
         with self._lock:
             if self.kind == "kernel" and self.made:
-                kernel.reshape(self.plan(), bandwidth)
+                self._place().reshape(self.plan(), bandwidth)
             self.bandwidth = bandwidth
 
     def is_up(self) -> bool:
@@ -204,8 +245,8 @@ class Network:
         if not self.made:
             raise RuntimeError("the kernel network is not up: call up() first (a Cluster does)")
         node, gpu = self.node_of(rank), rank % self.gpus_per_node
-        return env | {"netns": f"{kernel.NETNS_DIR}/{self.name}-n{node}g{gpu}", "ifname": "eth0",
-                      "address": self.gpu_address(rank)}
+        return env | {"netns": self.netns_path(f"{self.name}-n{node}g{gpu}"), "ifname": "eth0",
+                      "address": self.gpu_address(rank), "userns": self.userns_path}
 
     def wrap(self, fn):
         """fn as a Cluster runs it on this network: on the pacer, inside emulate(); on the kernel, as it is."""
@@ -231,6 +272,11 @@ class Network:
         state = f", up as {self.name}" if self.made else ""
         return (f"Network(nodes={self.nodes}, gpus_per_node={self.gpus_per_node}, nics_per_node={self.nics_per_node}, "
                 f"bandwidth={self.bandwidth:g}, latency={self.latency:g}, kind={self.kind!r}{state})")
+
+
+def wrap(text: str) -> str:
+    """text in lines of at most COLUMN characters, the later ones indented (a reason a learner reads whole)."""
+    return "\n".join(textwrap.wrap(text, COLUMN, subsequent_indent="    ", break_on_hyphens=False))
 
 
 def emulate(gpus_per_node, bandwidth, latency=0.0, nics_per_node=1):

@@ -21,13 +21,13 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 
-from commlib.network import kernel, names
+from commlib.cluster.output import PROFILER_CHATTER
+from commlib.network import names
 from commlib.network.network import Network
 from commlib.network.rank import FAILURES, GPUS, PR_SET_PDEATHSIG
 
@@ -41,15 +41,6 @@ class Interrupted(BaseException):
     thread already started (a KeyError in its bootstrap, and the job's last line lost)."""
 
 
-def _free_port(netns: str) -> int:
-    """A port nothing listens on inside `netns` (a fresh namespace: any; asked of the kernel, not guessed)."""
-    def work(_name):
-        with socket.socket() as s:
-            s.bind(("", 0))
-            return s.getsockname()[1]
-    return names.in_namespaces([netns], work)[0]
-
-
 def _torchrun(net: Network, node: int, port: int, script: str, args: list[str], logs: str) -> list[str]:
     first = net.gpu_address(node * net.gpus_per_node)
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(net.nodes),
@@ -60,11 +51,13 @@ def _torchrun(net: Network, node: int, port: int, script: str, args: list[str], 
             "-m", "commlib.network.rank", script, *args]
 
 
-def _enter_and_die_with_us(path: str):
+def _enter_and_die_with_us(path: str, userns: str | None):
     def preexec():  # in the child, before exec: torchrun starts inside node `path`'s first GPU
-        from commlib.cluster.netns import enter
+        from commlib.cluster.netns import enter, enter_user
 
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if userns:   # an ordinary user's network: its keeper's user namespace first (one thread here: a fork)
+            enter_user(userns)
         enter(path)
     return preexec
 
@@ -75,12 +68,13 @@ NOISE = "The hostname of the client socket cannot be retrieved"   # c10d's rever
 def _forward(stream, node: int, sink, tail: list, stopping: threading.Event) -> None:
     """Copy a torchrun's lines to `sink`, each with its node (its ranks' lines carry node and rank already).
     Left out: c10d's warning that no name resolves for the namespaces' addresses (there is none to find), and
-    what the torchruns print once we stop them (their SignalException tracebacks say only that)."""
+    what the torchruns print once we stop them (their SignalException tracebacks say only that), and the C++
+    profiler's chatter (cluster.output.PROFILER_CHATTER: its stages, and the CUDA build's probe of absent GPUs)."""
     for raw in iter(stream.readline, b""):
         line = raw.decode(errors="replace").rstrip("\n")
         tail.append(line)
         del tail[:-200]
-        if NOISE in line or stopping.is_set():
+        if NOISE in line or stopping.is_set() or PROFILER_CHATTER.match(line.split(": ", 1)[-1]):
             continue
         sink.write((line if line.startswith(f"node {node} rank ") else f"node {node}: {line}") + "\n")
         sink.flush()
@@ -162,17 +156,17 @@ def run(script: str, args: list[str], nodes: int, gpus_per_node: int, nics_per_n
         net.up()
         err.write(f"network run: {net.summary()}; {net.world_size} rank(s) of {script}\n")
         err.flush()
-        port = _free_port(f"{net.name}-n0g0")
+        port = net.free_port(f"{net.name}-n0g0")
         env = os.environ | {"COMMLIB_NETWORK": net.spec().to_json(), FAILURES: failures, "OMP_NUM_THREADS": "1",
                             "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(
                                 p for p in [os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
                                             os.environ.get("PYTHONPATH", "")] if p)}
         for n in range(net.nodes):
-            prefix = f"{kernel.NETNS_DIR}/{net.name}-n{n}g"
+            prefix = net.netns_path(f"{net.name}-n{n}g")
             node_env = env | {GPUS: prefix, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": f"node {n} rank ${{rank}}: "}
             procs.append(subprocess.Popen(_torchrun(net, n, port, script, args, tmp), env=node_env,
                                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          start_new_session=True, preexec_fn=_enter_and_die_with_us(prefix + "0")))
+                                          start_new_session=True, preexec_fn=_enter_and_die_with_us(prefix + "0", net.userns_path)))
         for n, p in enumerate(procs):
             tails[n] = []
             for stream, sink in ((p.stdout, out), (p.stderr, err)):

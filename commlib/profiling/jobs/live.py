@@ -11,10 +11,9 @@ communication, the others compute). breakdown() does the interval arithmetic on 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
-from commlib.cluster.output import dropping_stderr_lines
+from commlib.cluster.output import PROFILER_CHATTER, dropping_stderr_lines
 from commlib.profiling.intervals import intersect, length, union
 
 COMM_PREFIXES = ("gloo:", "nccl:")
@@ -90,13 +89,10 @@ def intervals_from_events(events, itemsize: int = 4) -> list[Interval]:
     return out
 
 
-_KINETO_CHATTER = re.compile(r"^(USDT|INFO|WARNING):\d{4}-\d\d-\d\d [\d:]+ \d+:\d+ \S+\] ")
-
-
 def _without_profiler_chatter():
     """The C++ profiler (Kineto) writes 'profiler_start/stop' lines straight to file descriptor 2, with times
     and pids: into the notebook, unlabelled, different on every run. Drop them meanwhile; pass on the rest."""
-    return dropping_stderr_lines(_KINETO_CHATTER)
+    return dropping_stderr_lines(PROFILER_CHATTER)
 
 
 def profile(step, *args, trace_path: str | None = None, warmup: int = 1, itemsize: int = 4, **kwargs) -> dict:
