@@ -6,6 +6,7 @@ with venv and pip (the book also needs npm once, to fetch MathJax and the widget
     python3 course.py test    # create .venv, install, run the unit tests and nbval of every notebook
                               # (one pytest-xdist worker per core, then the tests marked `alone`)
     python3 course.py book    # create .venv, install, build the book into build/book (--no-solutions: without them)
+    python3 course.py copy ~/commlib   # a learner's own copy that uses this course's environment (a workshop)
 
     python3 course.py lab --lang zh_CN         # the Chinese edition's notebooks (written first), in JupyterLab
     python3 course.py book --lang zh_CN        # the Chinese edition of the book, into build/book-zh_CN
@@ -29,7 +30,21 @@ import venv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-VENV = ROOT / ".venv"
+SHARED = ".commlib-venv"   # in a learner's copy (`course.py copy`): the path of the shared environment it uses
+
+
+def venv_path(root: Path = ROOT) -> Path:
+    """The environment the course runs in: COMMLIB_VENV, else the one root/.commlib-venv names (a learner's copy
+    made by `course.py copy` on a workshop server), else root/.venv."""
+    if os.environ.get("COMMLIB_VENV"):
+        return Path(os.environ["COMMLIB_VENV"]).resolve()
+    shared = root / SHARED
+    if shared.is_file():
+        return Path(shared.read_text(encoding="utf-8").strip())
+    return root / ".venv"
+
+
+VENV = venv_path()
 PY = VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 STAMP = VENV / ".commlib-installed"
 LAB_SETTINGS = ROOT / "jupyterlab-settings"  # defaults under the learner's own settings: no news pop-up
@@ -42,17 +57,100 @@ def _fingerprint() -> str:
     return h.hexdigest()
 
 
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"   # PyTorch's own index of its CPU builds (PEP 503)
+INDEX_ENV = "COMMLIB_TORCH_INDEX"    # another index of torch's CPU builds (a mirror, a workshop's own); "none": skip
+REACH_TIMEOUT_S = 8.0                # an index that says nothing in this time is taken as unreachable
+
+
+def nvidia_driver(proc: str = "/proc/driver/nvidia/version") -> bool:
+    """True where an NVIDIA driver is loaded (its /proc file; nvidia-smi where /proc says nothing)."""
+    if os.path.exists(proc):
+        return True
+    return any(os.access(f"{d}/nvidia-smi", os.X_OK) for d in ("/usr/bin", "/usr/local/bin", "/bin"))
+
+
+def wants_cpu_build(platform: str = sys.platform, driver: bool | None = None) -> bool:
+    """PyPI's torch for Linux is the CUDA build (several GB); elsewhere (macOS, Windows) it is the CPU build. So
+    the CPU build is asked for by name on Linux without an NVIDIA driver."""
+    return platform.startswith("linux") and not (nvidia_driver() if driver is None else driver)
+
+
+def reachable(url: str, timeout: float = REACH_TIMEOUT_S) -> str | None:
+    """None where url answers within timeout seconds (its name lookup included), else why, in a few words."""
+    import threading
+    import urllib.request
+
+    said: list = []
+
+    def ask():
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as r:
+                r.read(1)
+            said.append(None)
+        except Exception as e:   # URLError, HTTPError, OSError, ValueError: each is "not reachable"
+            said.append(" ".join(str(getattr(e, "reason", e)).split())[:120] or type(e).__name__)
+    t = threading.Thread(target=ask, daemon=True)
+    t.start()
+    t.join(timeout)
+    return said[0] if said else f"no answer within {timeout:g} s"
+
+
+def torch_line(root: Path = ROOT) -> str:
+    """requirements.txt's torch requirement ("torch==2.13.0")."""
+    for line in (root / "requirements.txt").read_text().splitlines():
+        if line.split("#")[0].strip().startswith("torch=="):
+            return line.split("#")[0].strip()
+    raise ValueError("requirements.txt pins no torch==VERSION")
+
+
+def installed_torch(python) -> tuple[str, bool] | None:
+    """(version, is a CUDA build) of the torch that `python` would import, from its metadata (no import)."""
+    code = ("import importlib.metadata as m; r = m.requires('torch') or []; "
+            "print(m.version('torch'), any(x.startswith('nvidia-') for x in r))")
+    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=60)
+    if done.returncode:
+        return None
+    version, cuda = done.stdout.split()
+    return version, cuda == "True" or ("+cu" in version)
+
+
+def install_cpu_torch(python, pip_extra=(), say=print) -> str:
+    """Where there is no GPU, torch's CPU build from PyTorch's CPU index (or COMMLIB_TORCH_INDEX) before the rest,
+    which then finds torch==VERSION satisfied by VERSION+cpu. One line says what was done -> "cpu", "fallback"
+    (the index cannot be reached: pip's usual index decides), or "skipped" (a GPU driver, or torch already
+    installed, or COMMLIB_TORCH_INDEX=none)."""
+    index = os.environ.get(INDEX_ENV, TORCH_CPU_INDEX).rstrip("/")
+    if index == "none" or not wants_cpu_build() or installed_torch(python) is not None:
+        return "skipped"
+    why = reachable(index + "/torch/")
+    if why:
+        say(f"course.py: no GPU here, but {index} cannot be reached ({why}); pip takes torch from its "
+            "usual index (PyPI's for Linux is the CUDA build, several GB)", flush=True)
+        return "fallback"
+    say(f"course.py: no GPU here: torch's CPU build, from {index}", flush=True)
+    subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "--index-url", index,
+                    *pip_extra, torch_line()], check=True)
+    return "cpu"
+
+
 def ensure_env() -> None:
     if sys.version_info < (3, 10):
         sys.exit(f"commlib needs Python >= 3.10 (3.11 recommended); this is {sys.version.split()[0]}")
     if STAMP.exists() and STAMP.read_text() == _fingerprint():
         return
+    if not os.access(VENV.parent, os.W_OK) or (VENV.exists() and not os.access(VENV, os.W_OK)):
+        sys.exit(f"course.py: {VENV} is not up to date with requirements.txt and cannot be written by this user; "
+                 "ask whoever installed it to run `python3 course.py test` there once")
     if not PY.exists():
         print(f"creating {VENV}", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
     pip = [str(PY), "-m", "pip", "install", "--disable-pip-version-check"]
+    install_cpu_torch(PY)
     subprocess.run(pip + ["-r", str(ROOT / "requirements.txt")], check=True)
     subprocess.run(pip + ["--no-deps", "-e", str(ROOT)], check=True)
+    got = installed_torch(PY)
+    if got:
+        print(f"course.py: torch {got[0]}, " + ("a CUDA build" if got[1] else "the CPU build"), flush=True)
     STAMP.write_text(_fingerprint())
 
 
@@ -205,7 +303,24 @@ def run(cmd: list[str], stop: int = signal.SIGTERM, grace_s: float = 30.0, cwd: 
     return 128 + got[0] if got else code
 
 
-COMMANDS = ("lab", "test", "book", "notebooks")
+COMMANDS = ("lab", "test", "book", "notebooks", "copy")
+NOT_COPIED = (".venv", ".git", "build", "__pycache__", ".pytest_cache", ".ipynb_checkpoints", "*.egg-info", SHARED)
+
+
+def copy_course(dest: Path, root: Path = ROOT, venv_dir: Path | None = None) -> Path:
+    """A learner's own copy of the course at dest (new or empty), using this course's environment instead of a
+    .venv of its own (dest/.commlib-venv names it): what a workshop server gives each learner, a few MB instead of
+    1.7 GB. -> dest. ValueError (one line) where dest holds anything or the environment is not built yet."""
+    import shutil
+
+    dest, venv_dir = Path(dest).expanduser().resolve(), Path(venv_dir or VENV)
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise ValueError(f"copy: {dest} exists and is not an empty folder; name a new one")
+    if not (venv_dir / ".commlib-installed").is_file():
+        raise ValueError(f"copy: {venv_dir} is not built yet; run `python3 course.py test` in {root} first")
+    shutil.copytree(root, dest, ignore=shutil.ignore_patterns(*NOT_COPIED), dirs_exist_ok=True)
+    (dest / SHARED).write_text(str(venv_dir) + "\n", encoding="utf-8")
+    return dest
 SERIAL = ("-n", "--numprocesses", "--dist", "-p", "--pdb", "--trace", "-m", "--collect-only", "--co", "-s")
 WORKERS_MAX = 4  # each test starts up to 16 rank processes: more workers add memory, not speed
 
@@ -244,6 +359,19 @@ def main(argv: list[str]) -> int:
     except ValueError as e:
         print(f"course.py: error: {e}", file=sys.stderr)
         return 2
+    if argv[0] == "copy":
+        if len(argv) != 2:
+            print("course.py: error: copy needs one argument, the new folder (course.py copy ~/commlib)",
+                  file=sys.stderr)
+            return 2
+        try:
+            dest = copy_course(Path(argv[1]))
+        except (ValueError, OSError) as e:
+            print(f"course.py: error: {e}", file=sys.stderr)
+            return 2
+        print(f"course.py: your copy of the course is {dest}, using the environment {VENV};\n"
+              f"  open it with: cd {dest} && python3 course.py lab --port PORT")
+        return 0
     if argv[0] == "notebooks" and lang is None:
         print(f"course.py: error: notebooks needs --lang, one of {', '.join(languages())}", file=sys.stderr)
         return 2

@@ -39,6 +39,7 @@ TABLES = {
     "topology_emulated.py": ["pacing, 1 NIC(s)", "pacing, 2 NIC(s)"],
     "whatif_accuracy.py": ["predicted ms", "bandwidth", "median |error| over the what-ifs:"],
     "whatif_scale.py": ["replay/diagnose", "replay / diagnose, worst case:", "flows: "],
+    "workshop_learners.py": ["2 learner(s) at once: chapter 1 in", "left behind: nothing", "learners per core"],
     "zero_vs_fsdp2.py": ["fsdp2", "final parameters, ours vs FSDP2"],
 }
 

@@ -233,7 +233,7 @@ def test_without_capabilities_a_keeper_is_tried_and_its_failure_said_in_one_line
     monkeypatch.setattr(userns, "probe", lambda: "cannot make a user namespace here (Operation not permitted); "
                                                  "run as root")
     ok, why = network.available()
-    if sys.platform.startswith("linux") and kernel.tool("ip") and kernel.tool("tc"):
+    if kernel.prerequisites() is None:
         assert not ok and "\n" not in why
         assert why == ("the kernel network cannot be built here: cannot make a user namespace here (Operation "
                        "not permitted); run as root")

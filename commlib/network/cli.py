@@ -15,7 +15,7 @@ import os
 import re
 
 from commlib.network import kernel, names
-from commlib.network.network import Network
+from commlib.network.network import Network, available
 
 
 class UsageError(Exception):
@@ -30,7 +30,7 @@ def _check(action: str, nodes: int, gpus_per_node: int, nics_per_node: int, band
         flags = re.sub(r"\b(nodes|gpus_per_node|nics_per_node|bandwidth)\b(?= must| x )",
                        lambda m: "--" + m.group(1).replace("_", "-"), str(e))   # the names as the command line has them
         raise UsageError(f"network {action}: {flags}") from None
-    ok, why = kernel.available()
+    ok, why = available()
     if not ok:
         raise UsageError(f"network {action}: {why}")
 

@@ -76,33 +76,32 @@ def privileged() -> bool:
     return bool(caps >> CAP_NET_ADMIN & 1 and caps >> CAP_SYS_ADMIN & 1) and os.environ.get(SWITCH) != "userns"
 
 
-def available() -> tuple[bool, str]:
-    """(True, how) where this process may build the kernel network, else (False, why), in one line. Tries, once
-    per process, what build() needs: a namespace, its mark, a veth pair, an HTB qdisc; nothing of it stays. Not
-    root: the same, inside a user namespace of this user's own (commlib.network.userns)."""
+def prerequisites() -> str | None:
+    """Why the kernel network cannot be built here whoever asks (not Linux, turned off, no iproute2), or None."""
     if not sys.platform.startswith("linux"):
-        return False, f"the kernel network needs Linux network namespaces; this is {sys.platform}"
+        return f"the kernel network needs Linux network namespaces; this is {sys.platform}"
     if os.environ.get(SWITCH) == "off":
-        return False, f"the kernel network is turned off here ({SWITCH}=off)"
+        return f"the kernel network is turned off here ({SWITCH}=off)"
     missing = [name for name in ("ip", "tc") if tool(name) is None]
     if missing:
-        return False, f"the kernel network needs iproute2 ({' and '.join(missing)} not found)"
-    mine = privileged()
-    key = "host" if mine else "userns"
-    if key not in _probed:
-        _probed[key] = _probe() if mine else _userns_probe()
-    why = _probed[key]
+        return f"the kernel network needs iproute2 ({' and '.join(missing)} not found)"
+    return None
+
+
+def available() -> tuple[bool, str]:
+    """(True, how) where this process may build the kernel network on the host (root), else (False, why), in one
+    line. Tries, once per process, what build() needs: a namespace, its mark, a veth pair, an HTB qdisc; nothing
+    of it stays. An ordinary user's: commlib.network.userns.available (network.available picks)."""
+    why = prerequisites()
     if why:
-        return False, f"the kernel network cannot be built here: {why}"
-    if not mine:
-        return True, "Linux namespaces in a user namespace of your own, shaped by tc HTB"
+        return False, why
+    if not privileged():
+        return False, "the kernel network on the host needs CAP_NET_ADMIN and CAP_SYS_ADMIN (root)"
+    if "host" not in _probed:
+        _probed["host"] = _probe()
+    if _probed["host"]:
+        return False, f"the kernel network cannot be built here: {_probed['host']}"
     return True, "Linux network namespaces with CAP_NET_ADMIN, shaped by tc HTB"
-
-
-def _userns_probe() -> str | None:
-    from commlib.network import userns
-
-    return userns.probe()
 
 
 def _probe() -> str | None:

@@ -35,8 +35,9 @@ _live: "weakref.WeakSet[Network]" = weakref.WeakSet()
 
 
 def available() -> tuple[bool, str]:
-    """(True, how) where the kernel network can be built here, else (False, why)."""
-    return kernel.available()
+    """(True, how) where the kernel network can be built here, else (False, why): on the host as root, in a
+    keeper's user namespace as an ordinary user (commlib.network.userns)."""
+    return kernel.available() if kernel.privileged() else userns.available()
 
 
 class Network:

@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 
+from commlib.network import kernel
 from commlib.network.kernel import NetworkError
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
@@ -174,6 +175,19 @@ def _last_line(proc) -> str:
     return f"ended: {lines[-1][:300]}" if lines else f"ended (exit code {proc.returncode})"
 
 
+def available() -> tuple[bool, str]:
+    """(True, how) where this process, not root, may build the kernel network in a keeper, else (False, why)
+    in one line, with what to do. Tried once per process (a keeper that builds a shaped veth pair)."""
+    why = kernel.prerequisites()
+    if why:
+        return False, why
+    if "userns" not in kernel._probed:
+        kernel._probed["userns"] = probe()
+    if kernel._probed["userns"]:
+        return False, f"the kernel network cannot be built here: {kernel._probed['userns']}"
+    return True, "Linux namespaces in a user namespace of your own, shaped by tc HTB"
+
+
 def probe() -> str | None:
     """None where a keeper can build a shaped veth pair here, else why (one line, with what to do)."""
     try:
@@ -205,8 +219,6 @@ def _become_root() -> None:
 
 
 def _ops() -> dict:
-    from commlib.network import kernel
-
     return {"build": kernel.build, "remove": kernel.remove, "reshape": kernel.reshape, "probe": kernel._probe,
             "nic_bytes": lambda plan: [[n, k, s, r] for (n, k), (s, r) in kernel.nic_bytes(plan).items()],
             "free_port": kernel.free_port}
