@@ -218,7 +218,8 @@ FLAGS = [{"kind": "waited", "wait_us": 7.0, "rank": 1}, {"kind": "small"}, {"kin
          {"kind": "busbw", "cpu": False, "or_missing_peer": True}]
 WHYS = [{"kind": "given", "preset": "dgx_h100", "cpu_job": True}, {"kind": "given", "preset": "dgx_h100",
         "cpu_job": False}, {"kind": "no_gpu_named", "unpriced": True}, {"kind": "cpu", "unpriced": True},
-        {"kind": "sxm", "gpu": "NVIDIA H100 80GB HBM3", "preset": "dgx_h100"}, {"kind": "no_preset", "gpu": "T4"}]
+        {"kind": "sxm", "gpu": "NVIDIA H100 80GB HBM3", "preset": "dgx_h100"}, {"kind": "no_preset", "gpu": "T4"},
+        {"kind": "network", "network": "2x1x1@2e+07"}]
 NOTES = [{"kind": "ranks_missing", "traces": 1, "world": 2}, {"kind": "late_start", "rank": 1, "group": "0",
          "us": 7e3}, {"kind": "unknown_group", "calls": 2}, {"kind": "unmatched", "case": "differs", "group": "0",
          "call": 1, "seen": [{"rank": 0, "op": "all_reduce", "bytes": 8}, {"rank": 1, "op": "all_gather",

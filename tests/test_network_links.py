@@ -6,6 +6,7 @@ import json
 import pytest
 
 from commlib import cost
+from commlib import topology as topo
 from commlib.__main__ import main
 from commlib.network import links, spec
 from commlib.network.kernel import PAYLOAD_FRACTION
@@ -144,3 +145,29 @@ def test_the_links_constants_are_the_committed_calibrations():
     run = json.loads(ej.ACCURACY_KERNEL.read_text())
     assert links.ALPHA_S == pytest.approx(run["fit"][0], rel=1e-3)
     assert links.INTRA == pytest.approx((run["intra"]["bandwidth"], run["intra"]["latency"]), rel=1e-3)
+
+
+def test_diagnose_prices_the_calls_on_the_network_the_traces_ran_on(traces, capsys):
+    from commlib import plan
+    from commlib.profiling import diagnosis, model
+
+    folder = traces(spec.parse("2x1@20e6").to_dict())
+    report = diagnosis.diagnose(folder)
+    assert report["hardware"] == "network 2x1x1@2e+07"
+    assert report["hardware_why"] == {"kind": "network", "network": "2x1x1@2e+07"}
+    hw = model.network_hardware("2x1x1@2e+07")
+    nic = links.topology(spec.parse("2x1@20e6")).inter
+    assert (hw.nodes, hw.gpus_per_node, hw.inter.bandwidth) == (2, 1, nic.bandwidth)
+    priced = [c for c in report["calls"] if c["model_ratio"] is not None]
+    assert priced and len(priced) == len([c for c in report["calls"] if c["group"] is not None])
+    for c in [c for c in priced if c["op"] == "all_reduce"][:20]:   # the call's time over this network's model
+        t = topo.breakdown("all_reduce", c["bytes"], plan.group_topology(hw, 2, 1), "multi_ring")["time_s"]
+        assert c["model_ratio"] == pytest.approx(c["duration_us"] * 1e-6 / t)
+    code = main(["diagnose", folder])
+    out = capsys.readouterr().out
+    assert code in (0, None) and "hardware: network 2x1x1@2e+07" in out and "--hardware PRESET" not in out
+    assert "calls priced on its links" in out
+    # a preset given still wins; traces without the stamp stay unpriced, as before
+    assert diagnosis.diagnose(folder, hardware="dgx_h100")["hardware"] == "dgx_h100"
+    assert diagnosis.diagnose(traces(None))["hardware"] is None
+    assert isinstance(hw, plan.Hardware)

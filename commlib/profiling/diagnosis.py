@@ -6,7 +6,7 @@ file, and gathers their records into one report; it computes and says nothing of
 
 1. Profile: every collective call on every rank (traces.py).
 2. Against the model (model.py): algbw, busbw, measured / model for each call on a hardware preset, given or
-   inferred from the GPU's name; a call more than `far` x its model flagged with a probable cause.
+   inferred from the GPU's name, or on the emulated network the traces say they ran on; a call more than `far` x its model flagged with a probable cause.
 3. Overlap per rank (overlap.py): communication time, the part hidden under compute, the exposed part, the part
    spent waiting for peers, idle time.
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 from commlib import _validate
 from commlib import plan
 from commlib.profiling import checks
-from commlib.profiling.model import call_row, model, pick_hardware
+from commlib.profiling.model import call_row, model, network_hardware, pick_hardware
 from commlib.profiling.overlap import measure
 from commlib.profiling.stragglers import find
 from commlib.profiling.traces import MAX_BYTES, RankTrace, load
@@ -38,6 +38,8 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
     world = next((r.world_size for r in ranks if r.world_size), None) or len(ranks)
     hardware, why = pick_hardware(ranks, hardware)
     hw = plan.hardware(hardware, max(1, -(-world // 8)), achievable) if hardware else None
+    if why["kind"] == "network":   # `network run`'s traces: priced on the emulated network they ran on
+        hw, hardware = network_hardware(why["network"]), f"network {why['network']}"
     found = find(ranks)
     late, waits = found["stragglers"], found["waits"]
     calls, overlaps, models = [], {}, {}

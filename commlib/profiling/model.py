@@ -24,6 +24,7 @@ import re
 from commlib import cost
 from commlib import plan
 from commlib import topology as topo
+from commlib.network import links, spec
 from commlib.profiling.stragglers import P2P
 from commlib.profiling.traces import Call, RankTrace
 
@@ -45,16 +46,42 @@ def infer_hardware(ranks: list[RankTrace]) -> tuple[str | None, dict]:
     return None, {"kind": "no_preset", "gpu": name}
 
 
+def traced_network(ranks: list[RankTrace]) -> spec.Spec | None:
+    """The emulated network the traces say they ran on (their commlib_network, which `network run` stamps), or
+    None where they say none; ValueError where one is not a network record or they disagree."""
+    said = set()
+    for r in ranks:
+        try:
+            said.add(spec.from_trace({spec.TRACE_KEY: r.network}))
+        except (TypeError, ValueError) as e:   # a record from elsewhere, or edited: the file is named
+            raise ValueError(f"{r.path}: its {spec.TRACE_KEY} is not a network record: {e}") from None
+    if len(said) > 1:
+        raise ValueError("the traces say they ran on different networks: "
+                         + ", ".join(sorted(str(s) if s else "none" for s in said)))
+    return said.pop() if said else None
+
+
 def pick_hardware(ranks: list[RankTrace], hardware: str | None) -> tuple[str | None, dict]:
     """diagnose's hardware: the preset given (checked) or inferred, and why as a record (infer_hardware's, or
-    {kind "given", preset, cpu_job}); an inferred why has unpriced True where no preset prices the calls."""
+    {kind "given", preset, cpu_job}); an inferred why has unpriced True where no preset prices the calls. Where
+    no preset is given or inferred and the traces name the emulated network they ran on: (None, {kind "network",
+    network}); network_hardware prices the calls on it."""
     if hardware is None:
         hardware, why = infer_hardware(ranks)
+        net = traced_network(ranks) if hardware is None else None
+        if net is not None:
+            return None, {"kind": "network", "network": str(net)}
         return hardware, {**why, "unpriced": hardware is None}
     if hardware not in topo.PRESETS:
         raise ValueError(f"hardware must be one of {tuple(topo.PRESETS)}, got {hardware!r}")
     cpu_job = not any(r.device for r in ranks) and ranks[0].backend == "gloo"
     return hardware, {"kind": "given", "preset": hardware, "cpu_job": cpu_job}
+
+
+def network_hardware(text: str) -> plan.Hardware:
+    """The emulated network a why of kind "network" names, as the hardware diagnose prices calls on: its nodes,
+    GPUs and NICs with the links the what-if fits (commlib.network.links). No GPU memory or FLOP/s are used."""
+    return plan.Hardware.from_topology(links.topology(spec.parse(text)), 1.0, 1.0)
 
 
 def model(call: Call, hw: plan.Hardware) -> dict | None:

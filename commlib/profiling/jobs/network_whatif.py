@@ -19,6 +19,7 @@ import subprocess
 import sys
 
 from commlib.network import links, spec
+from commlib.profiling.model import traced_network
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 EXAMPLE = os.path.join(ROOT, "examples", "ddp_train.py")   # the script a learner edits (torch DDP, profiled)
@@ -46,16 +47,7 @@ def check_flags(args) -> None:
 
 def traced(ranks) -> spec.Spec | None:
     """The network the traces say they ran on (None where they do not); ValueError where they disagree."""
-    said = set()
-    for r in ranks:
-        try:
-            said.add(spec.from_trace({spec.TRACE_KEY: r.network}))
-        except (TypeError, ValueError) as e:   # a record from elsewhere, or edited: the file is named
-            raise ValueError(f"{r.path}: its {spec.TRACE_KEY} is not a network record: {e}") from None
-    if len(said) > 1:
-        raise ValueError("the traces say they ran on different networks: "
-                         + ", ".join(sorted(str(s) if s else "none" for s in said)))
-    return said.pop() if said else None
+    return traced_network(ranks)
 
 
 def measured_and_scenario(args, ranks):

@@ -62,6 +62,9 @@ def hardware_text(why: dict) -> str:
     if kind == "given":
         return f"{why['preset']} (given)" + ("; the traces are a CPU job's: the model prices the calls on that "
                                               "hardware" if why["cpu_job"] else "")
+    if kind == "network":
+        return (f"the emulated network the traces ran on, {why['network']}: calls priced on its links as the "
+                "what-if fits them")
     if kind == "no_gpu_named":
         text = "no GPU named in the traces (no deviceProperties): no preset inferred"
     elif kind == "cpu":
