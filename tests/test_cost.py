@@ -294,3 +294,69 @@ def test_family_says_what_nccl_implements():
     assert "NCCL" not in cost.FAMILY["recursive_doubling"] and "NCCL" not in cost.FAMILY["rabenseifner"]
     assert "NCCL" in cost.FAMILY["ring"] and "NCCL" in cost.FAMILY["double_binary_tree"]
     assert set(cost.FAMILY) == set(cost.ALGORITHMS)
+
+
+def test_nccls_simple_buffer_holds_four_ring_all_reduce_slices():
+    """NCCL 2.30.7: NCCL_STEPS = 8 (device.h), ALLREDUCE_SLICESTEPS = NCCL_STEPS / 4 (collectives.h), 4 MiB buffer."""
+    from commlib.cost import links
+
+    assert (links.NCCL_STEPS, links.NCCL_BUFFSIZE) == (8, 4 * 2**20)
+    assert links.NCCL_SLICE_STEPS["all_reduce"] == links.NCCL_STEPS // 4 == 2
+    assert links.nccl_slices("all_reduce") == (4, 2**20)           # a slice is 2 steps of 512 KiB
+    assert links.nccl_slices("reduce_scatter") == links.nccl_slices("all_gather") == (4, 2**20)
+    assert links.nccl_slices("broadcast") == (8, 2**19)            # BROADCAST_SLICESTEPS = 1
+    assert links.nccl_slices("all_reduce", 2**20) == (4, 2**18)    # NCCL_BUFFSIZE=1M: smaller slices, as many
+    for bad in [dict(op="scan"), dict(op="all_reduce", buffsize=4)]:
+        with pytest.raises(ValueError, match=next(reversed(bad))):
+            links.nccl_slices(**bad)
+
+
+def test_nccl_ring_model_gives_each_protocol_its_own_latency_and_bandwidth():
+    """Exercise 2.1 (1 MB, 8 nodes x 1 GPU, 25 GB/s) in tuning.cc's terms: LL 6.6 + 14 x 5.0 us at half the line rate,
+    LL128 14.0 + 14 x 8.5 us at 0.92 of it, Simple (8.4 + 14 x 14.0) x 1.4 us at the line rate; algbw = busbw 8/14."""
+    from commlib.cost import links
+
+    hdr, n = cost.LINKS["ib_hdr"], 1e6
+    model = {p: links.nccl_ring_model("all_reduce", n, 8, 1, hdr.bandwidth, p) for p in links.PROTOCOLS}
+    assert model["LL"] == pytest.approx((76.6e-6, 12.5e9 * 8 / 14))
+    assert model["LL128"] == pytest.approx((133.0e-6, 23e9 * 8 / 14))
+    assert model["Simple"] == pytest.approx(((8.4 + 14 * 14.0) * 1.4e-6, 25e9 * 8 / 14))
+    ours = cost.breakdown("all_reduce", n, 8, hdr, "ring")
+    assert ours["latency_s"] == pytest.approx(model["LL"][0]) and n / ours["bandwidth_s"] == pytest.approx(
+        model["Simple"][1])                                    # the chapter's model: LL's latency, Simple's bandwidth
+    for p, (lat, algbw) in model.items():
+        assert links.nccl_ring_time("all_reduce", n, 8, 1, hdr.bandwidth, p) == pytest.approx(lat + n / algbw)
+        assert lat + n / algbw > ours["time_s"]
+
+
+@pytest.mark.parametrize("nodes, gpus, link", [(8, 1, "ib_hdr"), (64, 1, "ib_ndr"), (1, 8, "nvlink3"), (1, 8, "nvlink4")])
+@pytest.mark.parametrize("nbytes", [1e3, 1e6, 1e9])
+def test_the_links_model_is_below_nccls_for_every_protocol(nodes, gpus, link, nbytes):
+    """A Link pairs LL's latencies with the line rate: no protocol has both, so every protocol prices a ring higher."""
+    from commlib.cost import links
+
+    line = cost.LINKS[link]
+    ours = cost.collective_time("all_reduce", nbytes, nodes * gpus, line, "ring")
+    gpu = "hopper" if link == "nvlink4" else "ampere"
+    assert all(ours <= links.nccl_ring_time("all_reduce", nbytes, nodes, gpus, line.bandwidth, p, gpu=gpu) * (1 + 1e-12)
+               for p in links.PROTOCOLS)
+
+
+def test_nccl_ring_model_caps_and_refusals():
+    from commlib.cost import links
+
+    one_node = links.nccl_ring_model("all_reduce", 1e6, 1, 8, 450e9, "LL", gpu="hopper")[1]
+    assert one_node == pytest.approx(141e9 * 8 / 14)                      # llMaxBws, Hopper on one node
+    amd = links.nccl_ring_model("all_reduce", 1e6, 2, 8, 400e9, "LL", cpu="amd")[1]
+    assert amd == pytest.approx(22.5e9 * 16 / 30)                          # AMD CPUs, 2 nodes
+    ll128 = links.nccl_ring_model("all_gather", 1e6, 1, 8, 450e9, "LL128", gpu="hopper", channels=4)[1]
+    assert ll128 == pytest.approx(4 * 36.7e9 * 8 / 7)                      # perChMaxRingLL128Bws x channels
+    volta = links.nccl_ring_model("all_reduce", 1e6, 2, 8, 25e9, "Simple", gpu="volta")[0]
+    assert volta == pytest.approx(links.nccl_latency("all_reduce", 2, 8, "ring", "Simple") * 1.9)
+    assert links.nccl_ring_model("all_reduce", 64, 2, 8, 25e9, "Simple")[0] == links.nccl_latency(
+        "all_reduce", 2, 8, "ring", "Simple")                             # under 64 B per channel and rank: no plateau
+    for bad in [dict(nodes=1, gpus_per_node=1), dict(gpu="tpu"), dict(cpu="arm"), dict(bandwidth=0.0),
+                dict(protocol="simple"), dict(channels=0)]:
+        kw = dict(op="all_reduce", nbytes=1e6, nodes=2, gpus_per_node=8, bandwidth=25e9) | bad
+        with pytest.raises(ValueError):
+            links.nccl_ring_model(**kw)

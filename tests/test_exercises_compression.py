@@ -68,10 +68,14 @@ def test_ch5_crossover_says_whether_it_pays_on_the_link():
 
 @pytest.mark.parametrize("answer, ok, hint", [
     (["fp16", "powersgd"], True, "linear"),
+    (["fp16", "powersgd"], True, "one scale per rank, are all-gathered"),
     ({"powersgd", "fp16", "none"}, True, ""),
     (("PowerSGD ", "FP16"), True, ""),
     (["fp16", "powersgd", "topk"], False, "all-gather"),
     (["powersgd", "int8"], False, "own scale"),
+    (["fp16", "powersgd", "fp8"], False, "FP8 floats themselves add"),      # not int8's wrap-around: the per-rank scale
+    (["fp16", "powersgd", "fp8"], False, "one scale per rank"),
+    (["fp16", "powersgd", "int8", "fp8"], False, "log2(p) more bits"),
     (["fp16"], False, "linear in M"),
     ("powersgd", False, "fp16 values add"),
     (["fp16", "powersgd", "gzip"], False, "unknown"),
@@ -94,3 +98,10 @@ def test_none_asks_for_an_answer():
     assert all("Replace the None" in c(None).message for c in (ex.ch5_powersgd_bytes, ex.ch5_topk_bytes,
                                                                ex.ch5_crossover, ex.ch5_allreduce_compatible))
     assert math.isfinite(BW)
+
+
+def test_ch5_fp8_hint_is_not_int8s():
+    """Issue 63: FP8 floats can be summed in flight (NCCL's ncclFloat8e4m3/e5m2 on sm90+); commlib's fp8 codes cannot
+    because of their per-rank scale, not because codes wrap around as int8's do."""
+    fp8, int8 = (ex.ch5_allreduce_compatible(["fp16", "powersgd", m]).message for m in ("fp8", "int8"))
+    assert fp8 != int8 and "log2(p)" not in fp8 and "ncclFloat8e4m3" in fp8

@@ -21,6 +21,10 @@ of nsteps steps (all-reduce 2(p-1), reduce-scatter and all-gather p-1) over nNod
 So a 1 KiB all-reduce on 2 x 8 H100 costs 6.6 + 28 x 1.0 + 2 x 2.7 = 40.0 us in NCCL's model, not 2(p-1)
 network latencies. nccl_latency() evaluates the same formula for each protocol: Simple's latencies are
 larger (NVLink 3.4, NET 14 us) but only large messages use it, where the bytes dominate.
+
+A Link pairs LL's latencies with the line rate, and no protocol has both: LL moves 4 bytes of data in every 8
+(the model gives it half the bandwidth), Simple has the line rate and its own, larger latencies. nccl_ring_model()
+prices a Ring with each protocol's own pair, as NCCL's model does. nccl_slices(): the Simple protocol's buffer.
 """
 
 from __future__ import annotations
@@ -44,6 +48,27 @@ NCCL_HW_LATENCY = {  # hwLatencies[hardware][algorithm]
             "nvls_tree": (0.0, 0.0, 20.9)},
 }
 NET_OVERHEAD = 1.0  # us, getNetOverhead(): 1.0 on Intel and other CPUs, 2.0 on AMD; x3 for Simple
+# ncclTunerConstantsDefaults, GB/s: llMaxBws, LL's bandwidth cap, by GPU on one node and by CPU across 2 or 3+ nodes;
+# perChMaxRingLL128Bws, LL128's cap per channel of a Ring (the same for 1, 2 and 3+ nodes)
+NCCL_LL_MAX_BW = {"volta": 39.0, "ampere": 87.7, "hopper": 141.0, "blackwell": 282.0,
+                  ("intel", 2): 39.0, ("intel", 3): 20.4, ("amd", 2): 22.5, ("amd", 3): 19.0}
+NCCL_LL128_RING_MAX_BW = {"volta": 20.0, "ampere": 20.0, "hopper": 36.7, "blackwell": 40.0}
+
+# The Simple protocol's FIFO (NCCL 2.30.7): NCCL_BUFFSIZE bytes per peer and channel (DEFAULT_BUFFSIZE, src/init.cc),
+# cut into NCCL_STEPS steps (src/include/device.h). A Ring collective moves a slice of *_SLICESTEPS steps at a time
+# (src/include/collectives.h) and posts its step counter once per slice (postPeer: step += StepPerSlice, in
+# src/device/prims_simple.h).
+NCCL_BUFFSIZE = 1 << 22
+NCCL_STEPS = 8
+NCCL_SLICE_STEPS = {"all_reduce": NCCL_STEPS // 4, "all_gather": NCCL_STEPS // 4, "reduce_scatter": NCCL_STEPS // 4,
+                    "broadcast": 1, "reduce": 1, "all_to_all": 1}
+
+
+def nccl_slices(op: str, buffsize: int = NCCL_BUFFSIZE) -> tuple[int, int]:
+    """-> (slices the buffer holds, bytes per slice) for a Ring collective with the Simple protocol: the buffer's
+    NCCL_STEPS steps, NCCL_SLICE_STEPS[op] to a slice (all_reduce: 8 steps of 512 KiB, 4 slices of 1 MiB)."""
+    steps = NCCL_SLICE_STEPS[check.choice("op", op, NCCL_SLICE_STEPS)]
+    return NCCL_STEPS // steps, check.integer("buffsize", buffsize, NCCL_STEPS) // NCCL_STEPS * steps
 
 
 def nccl_latency(op: str, nodes: int, gpus_per_node: int, algorithm: str = "ring", protocol: str = "LL",
@@ -99,6 +124,38 @@ def nccl_choice(nodes: int, gpus_per_node: int, nvls: bool = True, collnet: bool
     lowest latency (ncclTopoGetAlgoTime: time = latency + bytes / bandwidth; at ~1 KiB the bytes add < 0.1 us)."""
     return min(((a, p, nccl_latency("all_reduce", nodes, gpus_per_node, a, p))
                 for a, p in nccl_candidates(nodes, gpus_per_node, nvls, collnet)), key=lambda c: c[2])
+
+
+def nccl_ring_model(op: str, nbytes: float, nodes: int, gpus_per_node: int, bandwidth: float, protocol: str = "LL",
+                    gpu: str = "ampere", cpu: str = "intel", channels: int = 2, **latency) -> tuple[float, float]:
+    """-> (latency s, algbw bytes/s) NCCL's tuning model gives one Ring collective of nbytes (NCCL 2.30.7
+    src/graph/tuning.cc, ncclTopoTuneModel and ncclTopoGetAlgoTime): the latency of nccl_latency(...), x1.4 (x1.9
+    before Ampere) for Simple on an all_reduce across nodes (the ring's "plateau effect"); algbw = busbw x ranks /
+    nsteps, busbw from bandwidth (bytes/s of the ring graph, its channels x their bandwidth: about the bottleneck
+    link's line rate): LL half of it, capped by llMaxBws; LL128 0.92 of it, capped per channel; Simple all of it.
+    latency: nccl_latency's keyword options."""
+    ranks = check.integer("nodes", nodes, 1) * check.integer("gpus_per_node", gpus_per_node, 1)
+    if ranks < 2:
+        raise ValueError(f"a ring needs at least 2 ranks, got nodes={nodes} x gpus_per_node={gpus_per_node}")
+    gpu, cpu = check.choice("gpu", gpu, NCCL_LL128_RING_MAX_BW), check.choice("cpu", cpu, ("intel", "amd"))
+    channels, nbytes = check.integer("channels", channels, 1), check.number("nbytes", nbytes, 0, unit="bytes")
+    lat = nccl_latency(op, nodes, gpus_per_node, "ring", protocol, **latency)
+    bus = check.number("bandwidth", bandwidth, 0, strict=True, unit="bytes/s") / 1e9  # GB/s, as tuning.cc
+    if protocol == "LL":
+        bus = min(NCCL_LL_MAX_BW[gpu if nodes == 1 else (cpu, min(nodes, 3))], bus * 0.5)
+    elif protocol == "LL128":
+        bus = min(bus * 0.92, channels * NCCL_LL128_RING_MAX_BW[gpu])
+    elif op == "all_reduce" and nodes > 1 and nbytes / (channels * ranks) >= 64:
+        lat *= 1.9 if gpu == "volta" else 1.4
+    nsteps = 2 * (ranks - 1) if op == "all_reduce" else ranks - 1
+    return lat, bus * 1e9 * ranks / nsteps
+
+
+def nccl_ring_time(op: str, nbytes: float, nodes: int, gpus_per_node: int, bandwidth: float, protocol: str = "LL",
+                   **options) -> float:
+    """Seconds NCCL's tuning model gives one Ring collective: latency + nbytes / algbw (nccl_ring_model)."""
+    latency, algbw = nccl_ring_model(op, nbytes, nodes, gpus_per_node, bandwidth, protocol, **options)
+    return latency + nbytes / algbw
 
 
 @dataclass(frozen=True)

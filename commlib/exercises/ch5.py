@@ -117,8 +117,8 @@ def ch5_crossover(answer, shape=(4096, 4096), rank: int = 4, world_size: int = 8
 
 
 def ch5_allreduce_compatible(answer) -> Verdict:
-    """Which of the compressed methods (fp16, powersgd, topk, int8, fp8) can be summed by an all-reduce as they
-    travel: fp16 and powersgd."""
+    """Which of the compressed methods (fp16, powersgd, topk, int8, fp8), as commlib's hooks encode them (int8 and
+    fp8 codes with one scale per rank), can be summed by an all-reduce as they travel: fp16 and powersgd."""
     missing = _missing(answer)
     if missing is not None:
         return missing
@@ -134,15 +134,20 @@ def ch5_allreduce_compatible(answer) -> Verdict:
     if "topk" in chosen:
         return Verdict(False, "top-k: each rank keeps different coordinates. Two sparse messages add up to up to 2k "
                               "entries, so a hop cannot add them and forward k: top-k needs an all-gather.")
-    if chosen & {"int8", "fp8"}:
-        return Verdict(False, "8-bit codes: each rank has its own scale, so codes of different ranks mean different "
+    if "int8" in chosen:
+        return Verdict(False, "int8 codes: each rank has its own scale, so codes of different ranks mean different "
                               "amounts; and even with one scale, the sum of p codes needs log2(p) more bits "
                               "(int8_ring_sum). They are all-gathered, or dequantised at every hop.")
+    if "fp8" in chosen:
+        return Verdict(False, "fp8 codes: FP8 floats themselves add (NCCL sums ncclFloat8e4m3 and ncclFloat8e5m2 "
+                              "on sm90 and later, rounding every partial sum to 3 or 2 mantissa bits), but this "
+                              "chapter's fp8 codes carry one scale per rank, so the same code means different "
+                              "amounts on different ranks. They are all-gathered with their scales.")
     if "powersgd" not in chosen:
         return Verdict(False, "PowerSGD: P = M Q is linear in M, with the same Q on every rank, so the sum of the "
                               "ranks' P is (sum of M) Q: P (and then Q) are all-reduced.")
     if "fp16" not in chosen:
         return Verdict(False, "fp16 values add up like any floats (with chapter 4's rounding and overflow): torch's "
                               "fp16_compress_hook all-reduces them.")
-    return Verdict(True, "fp16 (floats add) and PowerSGD (P and Q are linear in the gradient). Top-k and 8-bit "
-                         "codes are all-gathered, so their bytes grow with p.")
+    return Verdict(True, "fp16 (floats add) and PowerSGD (P and Q are linear in the gradient). Top-k and the 8-bit "
+                         "codes, one scale per rank, are all-gathered, so their bytes grow with p.")

@@ -8,6 +8,7 @@ and a search over configurations. Pure Python (no torch); sizes in bytes, times 
     flops.py      FLOPs of a step: 6 x params x tokens and the causal attention scores
     context.py    context parallelism: ring attention's bytes and what the attention hides of them
     summary.py    a cluster as people read it: one line (describe_topology) and its sources
+    zero_variants.py  what DeepSpeed's ZeRO-1/2 and FSDP2's kept units send, beside the ZeRO paper's collectives
 """
 
 from commlib.plan.hardware_model import (ALGORITHM, ALL_TO_ALL, GPU, GPUS, PRESET_GPU, Hardware, clear_cache,  # noqa: F401
@@ -24,3 +25,5 @@ from commlib.plan.flops import attention_flops, step_flops  # noqa: F401
 from commlib.plan.context import (cp_backward_bytes_per_rank, cp_bytes_per_rank, cp_layer_times,  # noqa: F401
                                   ring_exposed_s)
 from commlib.plan.summary import NODE_NAMES, describe_topology, topology_sources  # noqa: F401
+from commlib.plan.zero_variants import (ZERO12, fsdp_bytes_per_rank, zero12_bytes_per_rank,  # noqa: F401
+                                        zero12_collectives)
