@@ -23,6 +23,8 @@ from commlib.profiling.model import traced_network
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 EXAMPLE = os.path.join(ROOT, "examples", "ddp_train.py")   # the script a learner edits (torch DDP, profiled)
+PROMPT = ".venv/bin/python -m commlib"   # the commands as a learner types them in the course's folder (a Debian
+                                         # user has python3, not python; the course's environment is .venv)
 
 
 def check_flags(args) -> None:
@@ -126,7 +128,7 @@ def record_predict_run(script: str, base: str, scenario: str, folder: str, args=
     for name, net in (("base", base), ("scenario", scenario)):
         where = os.path.join(folder, name)
         s = spec.parse(net)
-        commands.append(f"python -m commlib network run --nodes {s.nodes} --gpus-per-node {s.gpus_per_node} "
+        commands.append(f"{PROMPT} network run --nodes {s.nodes} --gpus-per-node {s.gpus_per_node} "
                         f"--bandwidth {net.split('@')[1]} {os.path.relpath(script, ROOT)} --traces {name}/"
                         + "".join(f" {x}" for x in args))
         done = run(script, net, where, args, timeout)
@@ -135,7 +137,7 @@ def record_predict_run(script: str, base: str, scenario: str, folder: str, args=
             raise RuntimeError(f"network run on {net} exited {done.returncode}: {tail}")
         steps[name], cpu[name] = measured(where)
         if name == "base":
-            commands.append(f"python -m commlib whatif base/ --network {scenario}")
+            commands.append(f"{PROMPT} whatif base/ --network {scenario}")
             report = ask(where, scenario, timeout=timeout)
     predicted = report["scenarios"][-1]["step_us"] * 1e-6
     return {"base": base, "scenario": scenario, "measured_base_s": steps["base"], "predicted_s": predicted,
