@@ -4,7 +4,7 @@ the owner, with the host's links, addresses and routes unchanged throughout.
 
 These measure the kernel's shaping, not Python: a 20 MB/s NIC is far below what a loaded 2-core machine moves
 over a veth (>100 MB/s), so the shaped rate is what is measured. Skipped where the kernel network cannot be
-built (not root, not Linux); COMMLIB_REQUIRE_NETNS=1 (CI) makes that a failure instead.
+built on the host (not root, not Linux); COMMLIB_REQUIRE_NETNS=1 (CI) makes that a failure instead.
 """
 
 import json
@@ -24,7 +24,9 @@ import commlib as cl
 from commlib import network
 from commlib.network import calibrate, kernel, names
 
-OK, WHY = network.available()
+# the host's kernel network (root): these read its namespaces, marks and sweeps from this process; an ordinary
+# user's, in a keeper's user namespace, is tests/test_network_userns.py's
+OK, WHY = kernel.available()
 if not OK and os.environ.get("COMMLIB_REQUIRE_NETNS") == "1":
     raise RuntimeError(f"COMMLIB_REQUIRE_NETNS=1 but the kernel network is not available: {WHY}")
 pytestmark = pytest.mark.skipif(not OK, reason=f"kernel network not available: {WHY}")
