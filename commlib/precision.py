@@ -9,11 +9,12 @@ rounding after every hop exactly as the strategy's dtype would:
     predivide        cast to fp16, divide by p first (torch DDP's fp16_compress_hook), sum in fp16
     ddp_default      fp16 gradients, multiplied by 1/p while they are copied into the bucket, then summed in
                      fp16: what torch DDP does without a hook when the model is fp16 (reducer.cpp,
-                     mark_variable_ready_dense: at::mul_out(bucket_view, grad, 1/div_factor)); NCCL's
-                     ReduceOp.AVG (a pre-multiplication by 1/p in the type) and FSDP2's fp32/bf16 path are
-                     the same kind: a pre-division
+                     mark_variable_ready_dense: at::mul_out(bucket_view, grad, 1/div_factor), or
+                     bucket_view.div_(div_factor) where the gradient is a view of its bucket: the same for p a
+                     power of two); NCCL's ReduceOp.AVG (a pre-multiplication by 1/p in the type) and FSDP2's
+                     fp32/bf16 path are the same kind: a pre-division
     pre_post_divide  divide by f before and by p/f after the fp16 sum (FSDP's gradient predivide factor;
-                     FSDP1 for every dtype, FSDP2 for fp16 only)
+                     FSDP1 for every dtype, FSDP2 for every dtype but fp32 and bf16)
     bf16             cast to bf16, sum and divide in bf16 (fp32's range, 8 significant bits)
 
 order: "ring" (the partial sums of a ring reduce-scatter: chunk c starts at rank c+1 and ends at

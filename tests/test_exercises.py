@@ -75,6 +75,41 @@ def test_ch0_rank_max(cluster4):
     assert "KeyError" in ex.ch0_rank_max(cluster4, raises).message
 
 
+def local_max():
+    p = dist.get_world_size()
+    return float(max((3 * r) % p for r in range(p)))   # the right values, computed alone
+
+
+def barrier_then_local_max():
+    dist.barrier()                                      # a collective that exchanges no values
+    return local_max()
+
+
+def max_by_imported_name():
+    from torch.distributed import all_reduce
+
+    t = torch.tensor(float((3 * dist.get_rank()) % dist.get_world_size()))
+    all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
+def max_of_all_gather():
+    mine = torch.tensor([float((3 * dist.get_rank()) % dist.get_world_size())])
+    pieces = [torch.zeros(1) for _ in range(dist.get_world_size())]
+    dist.all_gather(pieces, mine)
+    return max(t.item() for t in pieces)
+
+
+def test_ch0_rank_max_needs_a_collective_not_only_the_values(cluster4):
+    """Issue 66: a local max passed 'use one collective'. The checker counts the calls each rank's process group made."""
+    for fn in (local_max, barrier_then_local_max):
+        v = ex.ch0_rank_max(cluster4, fn)
+        assert not v.ok and "called no collective" in v.message and "ReduceOp.MAX" in v.message
+    assert ex.ch0_rank_max(cluster4, max_by_imported_name).ok   # however the learner imported it
+    assert ex.ch0_rank_max(cluster4, max_of_all_gather).ok      # another single collective
+    assert ex.ch0_rank_max(cluster4, right_max).ok              # and the counting leaves the cluster as it was
+
+
 def test_ch0_rank_max_that_hangs_is_rejected_not_hung(cluster4):
     with timeout_of(cluster4, 2):
         v = ex.ch0_rank_max(cluster4, only_rank_0_reduces)
@@ -194,6 +229,9 @@ def test_ch4_checkers():
     assert "overflow" in ex.ch4_safe_strategy("pre_post_divide").message
     assert "flushes" in ex.ch4_safe_strategy("predivide").message
     assert "choose one of" in ex.ch4_safe_strategy("fp8").message
+    for name in ("BF16", "Bf16", " bf16 "):                   # issue 66: the name in any case is the name
+        assert ex.ch4_safe_strategy(name).ok
+    assert "overflow" in ex.ch4_safe_strategy("FP16").message and "4 bytes" in ex.ch4_safe_strategy("FP32_Accumulate").message
 
 
 def test_ch6_checkers():

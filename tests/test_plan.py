@@ -113,6 +113,21 @@ def test_megatron_bf16_keeps_fp32_main_gradients():
     assert plan.model_state_bytes(1.0, 8, 1) == pytest.approx(4 + 12 / 8)
 
 
+def test_megatron_distributed_optimizer_bytes_per_parameter():
+    """docs/user-guide/features/dist_optimizer.md: 16-bit gradients 20 bytes/param, 4 + 16/d distributed; fp32
+    gradients 18, 6 + 12/d. With 16-bit gradients the 16/d holds Adam's 12 and the fp32 copy of the gradient shard
+    (distrib_optimizer.py, _copy_model_grads_to_main_grads), freed before forward, which holds ZeRO-1's 4 + 12/d."""
+    for d in (1, 2, 8, 16, 64):
+        assert plan.megatron_state_bytes(1.0, d) == pytest.approx(4 + 16 / d)
+        assert plan.megatron_state_bytes(1.0, d, grad_bytes=4) == pytest.approx(6 + 12 / d)
+        assert plan.megatron_state_bytes(1.0, d) - plan.model_state_bytes(1.0, d, 1) == pytest.approx(4 / d)
+        assert plan.megatron_state_bytes(1.0, d, grad_bytes=4) == pytest.approx(plan.model_state_bytes(1.0, d, 1, 4))
+    assert plan.megatron_state_bytes(1.0) == 20 and plan.megatron_state_bytes(1.0, grad_bytes=4) == 18
+    assert plan.megatron_state_bytes(7e9, 8) == pytest.approx(7e9 * 6)
+    with pytest.raises(ValueError, match="grad_bytes must be one of"):
+        plan.megatron_state_bytes(1.0, 8, grad_bytes=3)
+
+
 def test_ddp_start_broadcast_tree_or_nccls_chain():
     assert plan.init_broadcast_bytes(1000, 8, "ring") == 1000   # NCCL: a chain, each rank forwards once
     with pytest.raises(ValueError, match="algorithm must be 'tree' or 'ring'"):

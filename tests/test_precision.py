@@ -232,6 +232,23 @@ def test_overflow_grows_with_world_size_and_magnitude():
     assert set(res) == {"fp16", "bf16"} and res["bf16"][0][1] > res["fp16"][0][1]  # bf16 keeps fewer bits
 
 
+def test_fp16_flushes_at_or_below_2_to_the_minus_25_and_rounds_up_above_it():
+    """Chapter 4's underflow boundary in torch.float16 arithmetic: 2^-25, half the smallest subnormal, is a tie that
+    rounds to even, 0; anything between 2^-25 and 2^-24 rounds up to 2^-24; below the smallest normal number,
+    2^-14, the spacing stays 2^-24, so fewer significant bits remain."""
+    h, tiny = torch.float16, 2.0 ** -24
+    t = torch.tensor(tiny, dtype=h)
+    assert torch.finfo(h).smallest_normal == 2.0 ** -14 and (t / 2).item() == 0.0
+    assert (t / 1.5).item() == tiny and (t / 1.999).item() == tiny and (t / 2.001).item() == 0.0
+    above = torch.nextafter(torch.tensor(2.0 ** -25), torch.tensor(1.0))
+    assert torch.tensor(2.0 ** -25).half().item() == 0.0 and above.half().item() == tiny
+    assert (torch.tensor(2.0 ** -14, dtype=h) - tiny).item() == 2.0 ** -14 - tiny    # subnormals: multiples of 2^-24
+    # so pre-division on 4 ranks flushes a gradient of 2^-24 (quotient 2^-26) and keeps one of 3 x 2^-24 (0.75 x 2^-24)
+    assert pr.report(pr.simulate_reduction(per_rank([[tiny]] * 4), "predivide"), per_rank([[tiny]] * 4))[
+        "flushed_to_zero"] == 1
+    assert pr.simulate_reduction(per_rank([[3 * tiny]] * 4), "predivide")[0].item() == 4 * tiny
+
+
 def torch_ddp_fp16_grads(values):
     """A one-parameter fp16 model under torch DDP, no hook: each rank's gradient is values[rank]."""
     class Scale(torch.nn.Module):

@@ -100,6 +100,16 @@ def test_allreduce_checker_accepts_the_multi_ring_and_names_each_mistake():
     assert "tree or NVLSTree" in ws.check_allreduce_time(ws.allreduce_s(TWO), TWO).message
 
 
+def test_the_nvls_verdict_prices_nvidias_measured_busbw_not_only_the_bound():
+    """nccl-tests #212: NVLS on 8 H100 reaches busbw ~480 GB/s (algbw ~275), not the model's bound, 370 x 8/9 algbw."""
+    n = ws.params() * ws.GRAD_BYTES
+    bound = topo.collective_time("all_reduce", n, ws.hardware(ONE).topology, "in_network")
+    measured = n * cost.bus_factor("all_reduce", 8) / 480e9
+    assert n / measured / 1e9 == pytest.approx(274.3, abs=0.1) and measured > 1.15 * bound
+    message = ws.check_allreduce_time(ws.allreduce_s(ONE), ONE).message
+    assert f"{bound * 1e3:.1f} ms by the model's bound, about {measured * 1e3:.0f} ms at the busbw NVIDIA measures" in message
+
+
 # ----------------------------------------------------------------------------------------- W4
 def test_step_time_of_any_fitting_configuration():
     e = ws.reference(TWO)
@@ -190,6 +200,17 @@ def test_precision_bf16_for_gradients_below_fp16s_normal_range():
     assert "4 bytes" in ws.check_precision("fp32_accumulate", TWO).message
     table = ws.precision_table(TWO)
     assert set(table) == set(precision.STRATEGIES) and table["bf16"]["flushed_to_zero"] == 0
+    assert ws.check_precision("BF16", TWO).ok and ws.check_precision(" Bf16 ", TWO).ok   # a name in any case
+
+
+def test_bf16_wins_only_at_this_small_scale_fp16_is_more_precise_at_magnitude_one():
+    """W7's discussion: at magnitude 1 FP16 (11 significant bits) is more precise than BF16 (8); at the job's RMS,
+    below FP16's smallest normal number, BF16 is."""
+    dp = ws.reference(TWO).config.dp
+    err = {(m, s): precision.experiment(dp, m, s)["mean_rel_error"] for m in (1.0, ws.gradient_rms())
+           for s in ("fp16", "bf16")}
+    assert err[1.0, "bf16"] > 4 * err[1.0, "fp16"] and err[ws.gradient_rms(), "bf16"] < err[ws.gradient_rms(), "fp16"]
+    assert "At magnitude 1 FP16 is the more precise" in ws.check_precision("bf16", TWO).message
 
 
 def test_fp32_reduction_costs_under_a_millisecond_here():
@@ -198,15 +219,46 @@ def test_fp32_reduction_costs_under_a_millisecond_here():
 
 
 def test_megatrons_default_fp32_gradients_against_the_assumed_bf16():
-    """megatron/training/arguments.py: --bf16 reduces in fp32 unless --grad-reduce-in-bf16; 6 + 12/d bytes per
-    parameter; buckets of max(40M, 1M x dp) parameters, 160 MB of fp32 (megatron/core/distributed)."""
+    """megatron/training/arguments.py: --bf16 reduces in fp32 unless --grad-reduce-in-bf16; the distributed optimizer
+    (docs/user-guide/features/dist_optimizer.md) holds 6 + 12/d bytes per parameter with fp32 gradients, 4 + 16/d
+    with 16-bit ones, whose fp32 shard copy lives from the optimizer step to zero_grad: forward and backward hold
+    4 + 12/d. Buckets of max(40M, 1M x dp) parameters, 160 MB of fp32 (megatron/core/distributed)."""
     for name in ws.CLUSTERS:
-        m, d = ws.megatron_default(name), ws.reference(name).config.dp
-        assert m["bytes_per_param"] == pytest.approx(6 + 12 / d) and m["assumed_bytes_per_param"] == 4 + 12 / d
+        m, d, e = ws.megatron_default(name), ws.reference(name).config.dp, ws.reference(name)
+        assert m["bytes_per_param"] == pytest.approx(6 + 12 / d) and m["assumed_bytes_per_param"] == 4 + 16 / d
+        assert m["assumed_backward_bytes_per_param"] == 4 + 12 / d == e.memory["model_states"] / ws.MODEL.params
+        assert m["assumed_step_memory"] == pytest.approx((4 + 16 / d) * ws.MODEL.params)
+        assert m["assumed_step_memory"] < 0.6 * e.memory["total"]        # "far below the peak of backward"
         assert m["bucket_mib"] * 2**20 == 160e6
-        assert m["memory"] == pytest.approx(ws.reference(name).memory["total"] + 2 * ws.MODEL.params)
+        assert m["memory"] == pytest.approx(e.memory["total"] + 2 * ws.MODEL.params)
         assert m["reduce_scatter_s"] > 1.6 * m["assumed_reduce_scatter_s"]   # twice the bytes, fewer buckets
         assert m["exposed_s"] > m["assumed_exposed_s"]
+
+
+def test_the_shortest_tail_is_the_embedding_alone_and_megatrons_cap_adds_to_it():
+    """Chapter 11's W6: the last bucket holds the embedding's gradient; caps of 25 and 100 MiB add only the first
+    RMSNorm to it, Megatron's default (max(40M, 1M x dp) parameters, 80 MB of BF16) a 32 MiB projection too."""
+    embedding = ws.MODEL.vocab * ws.MODEL.hidden * ws.GRAD_BYTES
+    megatron = max(ws.MEGATRON_BUCKET, 1_000_000 * ws.reference(TWO).config.dp) * ws.GRAD_BYTES
+    assert round(megatron / 1e6) == 80
+    tails = {cap: ws.timeline(TWO, cap).exposed_comm_s for cap in (25, 100, megatron / 2**20)}
+    assert [ws.buckets(TWO, cap)[2][-1] - embedding for cap in (25, 100)] == [8192, 8192]   # the first RMSNorm
+    assert ws.buckets(TWO, megatron / 2**20)[2][-1] - embedding == 32 * 2**20 + 8192 and tails[megatron / 2**20] > tails[25]
+    assert tails[25] == tails[100] and "little else shares its bucket" in ws.check_best_bucket(25, TWO).message
+
+
+def test_simple_protocol_latency_is_three_times_ll_and_still_hides():
+    """NCCL 2.30.7 tuning.cc, a Ring reduce-scatter on 2 x 8 H100: LL 6.6 + 14 x 1.0 + 2.7 us, Simple 8.4 + 14 x 3.4
+    (NVLink's Simple hop, above 3 x the 1 us net overhead) + 14 us = 70 us; with it the 25 MiB buckets still hide."""
+    from commlib.cost import links
+
+    ll, simple = (links.nccl_latency("reduce_scatter", 2, 8, "ring", p) for p in ("LL", "Simple"))
+    assert (links.NCCL_BASE_LATENCY["ring"][2], links.NCCL_HW_LATENCY["net"]["ring"][2],
+            links.NCCL_HW_LATENCY["nvlink"]["ring"][2]) == (8.4, 14.0, 3.4)
+    assert simple * 1e6 == pytest.approx(8.4 + 14.0 + 14 * 3.4) and round(simple / ll) == 3
+    compute, comm, _ = ws.buckets(TWO, 25)
+    tl = overlap.simulate(compute, [c + simple - ll for c in comm])
+    assert tl.comm_s < ws.backward_s(TWO) and tl.exposed_comm_s < 1.1 * ws.timeline(TWO, 25).exposed_comm_s
 
 
 def test_small_buckets_pay_nccls_latency_not_2p_network_hops():

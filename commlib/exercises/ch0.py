@@ -34,11 +34,11 @@ def ch0_rank_max(cluster, fn) -> Verdict:
         return bad
     p = cluster.world_size
     expected = max((3 * r) % p for r in range(p))
-    got, bad = _run_on_ranks(cluster, fn, hang="does every rank call the same collective?")
+    got, bad = _run_on_ranks(cluster, _counting_calls, fn, hang="does every rank call the same collective?")
     if bad is not None:
         return bad
     values = []
-    for rank, g in enumerate(got):
+    for rank, (g, calls) in enumerate(got):
         if g is None:
             return Verdict(False, f"rank {rank} returned None: end your function with return (the maximum, "
                                   "as a number or a one-element tensor).")
@@ -46,6 +46,11 @@ def ch0_rank_max(cluster, fn) -> Verdict:
         if bad is not None:
             return bad
         values.append(float(x))
+    silent = [rank for rank, (_, calls) in enumerate(got) if calls == 0]
+    if values == [expected] * p and silent:
+        return Verdict(False, f"the values are right, but rank {silent[0]} called no collective: it worked the "
+                              "maximum out alone. Let each rank compute only its own value, then combine them with "
+                              "one collective (dist.all_reduce with op=dist.ReduceOp.MAX).")
     if values == [expected] * p:
         return Verdict(True, f"every rank returned {expected}.")
     own = [float((3 * r) % p) for r in range(p)]
@@ -54,3 +59,35 @@ def ch0_rank_max(cluster, fn) -> Verdict:
     if values == [float(sum(own))] * p:
         return Verdict(False, "that is the sum: pass op=dist.ReduceOp.MAX to all_reduce.")
     return Verdict(False, f"expected {expected} on every rank, got {values}.")
+
+
+# what a rank's process group does for each collective and point-to-point call (ProcessGroup's methods, torch 2.13);
+# barrier is left out: it exchanges no values
+_CALLS = ("allreduce", "allreduce_coalesced", "allgather", "allgather_coalesced", "allgather_into_tensor_coalesced",
+          "all_gather_single", "all_gather_single_coalesced", "_allgather_base", "broadcast", "reduce", "reduce_scatter",
+          "reduce_scatter_single", "reduce_scatter_single_coalesced", "reduce_scatter_tensor_coalesced",
+          "_reduce_scatter_base", "alltoall", "alltoall_base", "all_to_all_single", "gather", "scatter", "send", "recv",
+          "recv_anysource")
+
+
+def _counting_calls(fn):
+    """Inside a rank: fn() -> (its result, the collective and point-to-point calls it made on any process group).
+    torch.distributed's functions all reach these methods, whatever name the learner imported them by."""
+    from torch._C._distributed_c10d import ProcessGroup
+
+    saved, counted = {n: getattr(ProcessGroup, n) for n in _CALLS if hasattr(ProcessGroup, n)}, [0]
+
+    def counting(method):
+        def call(self, *args, **kwargs):
+            counted[0] += 1
+            return method(self, *args, **kwargs)
+        return call
+
+    try:
+        for name, method in saved.items():
+            setattr(ProcessGroup, name, counting(method))
+        out = fn()
+    finally:
+        for name, method in saved.items():
+            setattr(ProcessGroup, name, method)
+    return out, counted[0]

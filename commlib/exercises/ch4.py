@@ -7,7 +7,7 @@ reads it); a nonsensical parameter, the notebook author's, is a ValueError/TypeE
 from __future__ import annotations
 
 from commlib import _validate as check
-from commlib.exercises.answers import _choice, _number, Verdict
+from commlib.exercises.answers import _choice, _is, _number, _plain, Verdict
 
 
 def ch4_overflow_world_size(answer, value: float = 3000.0) -> Verdict:
@@ -71,7 +71,7 @@ def ch4_safe_strategy(answer, world_size: int = 64) -> Verdict:
     from commlib import precision
 
     world_size = check.integer("world_size", world_size, 1, check.MAX_RANKS)
-    answer, bad = _choice(answer, precision.STRATEGIES)
+    answer, bad = _choice(_strategy(answer), precision.STRATEGIES)
     if bad is not None:
         return bad
     big = precision.experiment(world_size, 3000.0, answer)
@@ -87,3 +87,10 @@ def ch4_safe_strategy(answer, world_size: int = 64) -> Verdict:
                               f"(casting to fp16 alone flushes {base}).")
     return Verdict(True, f"{answer}: no overflow, nothing flushed, 2 bytes per value. The price is precision: "
                          f"mean relative error {big['mean_rel_error']:.1e} (8 significant bits).")
+
+
+def _strategy(answer):
+    """A strategy's name in any case or with spaces around it ("BF16 ") as precision.STRATEGIES spells it; any
+    other answer unchanged, for _choice to judge."""
+    text = _plain(answer) if _is(answer, str) else None
+    return text.strip().lower() if isinstance(text, str) else answer

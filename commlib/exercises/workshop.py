@@ -3,10 +3,9 @@
 The scenario, from which every number of the chapter is computed:
   model     Llama-2-7B (plan.MODELS["llama2_7b"]; its 291 tensors in tensors()), 16-bit weights and
             gradients, mixed-precision Adam: 16 bytes of model states per parameter (ZeRO paper).
-            ASSUMED: gradients kept and reduced in BF16, as Megatron-LM does only with --grad-reduce-in-bf16.
-            Its default with --bf16 keeps fp32 main gradients and reduces them in fp32
-            (megatron/training/arguments.py): 18 bytes per parameter, 6 + 12/d with its distributed
-            optimizer, twice the reduce-scatter bytes; megatron_default() prices what that changes.
+            ASSUMED: gradients kept and reduced in BF16, as Megatron-LM does only with --grad-reduce-in-bf16;
+            its default with --bf16 keeps and reduces fp32 gradients (megatron/training/arguments.py), twice the
+            reduce-scatter bytes: megatron_default() prices what that changes.
   clusters  CLUSTERS: 1 and 2 DGX H100 nodes (topology.preset "dgx_h100": NVLink4 inside a node, 8 NDR
             NICs per node, rail-connected), priced at NCCL's achievable link speeds (topology.ACHIEVABLE)
   step      SEQUENCES_PER_GPU sequences of 4096 tokens per GPU (weak scaling: the global batch grows
@@ -32,10 +31,11 @@ import math
 import torch
 
 from commlib import _validate as check
-from commlib import plan, precision
+from commlib import cost, plan, precision
 from commlib import topology as topo
 from commlib.cost.timeline import Timeline, make_buckets, simulate
 from commlib.exercises.answers import Verdict, _choice, _is, _missing, _number
+from commlib.exercises.ch4 import _strategy
 
 MODEL = plan.MODELS["llama2_7b"]
 NODE = "dgx_h100"
@@ -101,8 +101,7 @@ def reference(cluster: str) -> plan.Estimate:
 def allreduce_s(cluster: str, grad_bytes: float = GRAD_BYTES, achievable: bool = True,
                 algorithm: str = "multi_ring") -> float:
     """One all-reduce of every gradient over all the cluster's GPUs (topology.collective_time)."""
-    return topo.collective_time("all_reduce", params() * grad_bytes, hardware(cluster, achievable).topology,
-                                algorithm)
+    return topo.collective_time("all_reduce", params() * grad_bytes, hardware(cluster, achievable).topology, algorithm)
 
 
 def exposed_comm_s(e: plan.Estimate) -> float:
@@ -113,8 +112,7 @@ def exposed_comm_s(e: plan.Estimate) -> float:
 # ------------------------------------------------------------ overlap of the reference configuration
 def backward_s(cluster: str) -> float:
     """The reference's last micro-batch's backward: 4 of the 6 FLOPs per parameter and token (plan.step_flops)."""
-    e = reference(cluster)
-    return 2 / 3 * e.times["compute"] / e.config.microbatches
+    return 2 / 3 * reference(cluster).times["compute"] / reference(cluster).config.microbatches
 
 
 def buckets(cluster: str, bucket_cap_mb: float | None = None,
@@ -141,8 +139,7 @@ def buckets(cluster: str, bucket_cap_mb: float | None = None,
 
 def timeline(cluster: str, bucket_cap_mb: float | None = None, grad_bytes: float = GRAD_BYTES) -> Timeline:
     """The last micro-batch's backward with its bucketed reduce-scatters (overlap.simulate)."""
-    compute, comm, _ = buckets(cluster, bucket_cap_mb, grad_bytes)
-    return simulate(compute, comm)
+    return simulate(*buckets(cluster, bucket_cap_mb, grad_bytes)[:2])
 
 
 def param_gather_s(cluster: str) -> float:
@@ -153,8 +150,7 @@ def param_gather_s(cluster: str) -> float:
 def gather_ahead_s(cluster: str, bucket_cap_mb: float | None = None) -> float:
     """Exposed all-gather when it overlaps the next forward bucket by bucket (Megatron's overlap_param_gather):
     bucket i+1's gather starts when bucket i's forward does; forward is half of backward (2 of 6 FLOPs)."""
-    compute, _, sizes = buckets(cluster, bucket_cap_mb)
-    hw = hardware(cluster)
+    (compute, _, sizes), hw = buckets(cluster, bucket_cap_mb), hardware(cluster)
     gathers = [topo.collective_time("all_gather", n, hw.topology, "multi_ring") for n in reversed(sizes)]
     forward = [c / 2 for c in reversed(compute)]
     gathered = start = gathers[0]  # forward cannot start before the first bucket's parameters arrive
@@ -182,16 +178,16 @@ def step_s(cluster: str, bucket_cap_mb: float | None = None, grad_bytes: float =
 
 
 def megatron_default(cluster: str) -> dict:
-    """What Megatron-LM's default with --bf16 changes against the BF16 reduction assumed here: fp32 main gradients,
-    6 + 12/d bytes per parameter instead of 4 + 12/d (docs/user-guide/features/dist_optimizer.md), 4-byte
-    reduce-scatters in buckets of max(40M, 1M x dp) parameters (160 MB of fp32; 80 MB only in BF16)."""
-    e = reference(cluster)
+    """Megatron-LM's default with --bf16 against the BF16 reduction assumed here (plan.megatron_state_bytes): fp32
+    gradients, 6 + 12/d bytes per parameter throughout, where BF16 takes 4 + 12/d in forward and backward and 4 + 16/d
+    at the optimizer step; 4-byte reduce-scatters in buckets of max(40M, 1M x dp) parameters (160 MB)."""
+    e = reference(cluster)  # pure data parallelism with ZeRO-1 (buckets() and the tests hold it)
     d, hw = e.config.dp, hardware(cluster)
     bucket_mib = max(MEGATRON_BUCKET, 1_000_000 * d) * 4 / 2**20
-    z = e.config.zero_stage  # the reference is pure data parallelism (buckets() holds it): plan's states are these
-    memory = e.memory["total"] - e.memory["model_states"] + plan.model_state_bytes(MODEL.params, d, z, grad_bytes=4)
-    return {"bytes_per_param": plan.model_state_bytes(1.0, d, z, 4), "assumed_bytes_per_param":
-            plan.model_state_bytes(1.0, d, z),
+    memory = e.memory["total"] - e.memory["model_states"] + plan.megatron_state_bytes(MODEL.params, d, 4)
+    return {"bytes_per_param": plan.megatron_state_bytes(1.0, d, 4), "assumed_bytes_per_param":
+            plan.megatron_state_bytes(1.0, d), "assumed_backward_bytes_per_param": plan.model_state_bytes(1.0, d, 1),
+            "assumed_step_memory": plan.megatron_state_bytes(MODEL.params, d),  # the activations are freed by then
             "memory": memory, "fits": memory <= hw.gpu_memory, "bucket_mib": bucket_mib,
             "reduce_scatter_s": timeline(cluster, bucket_mib, 4).comm_s,
             "assumed_reduce_scatter_s": timeline(cluster).comm_s,
@@ -323,6 +319,8 @@ def check_allreduce_time(answer, cluster: str) -> Verdict:
         return bad
     b = topo.breakdown("all_reduce", params() * GRAD_BYTES, hardware(cluster).topology, "multi_ring")
     want, n, hw = b["time_s"], params() * GRAD_BYTES, hardware(cluster)
+    busbw = next(r.busbw_GBps[1] for r in topo.PUBLISHED if r.system == NODE and r.algorithm == "in_network")
+    nvls = n * cost.bus_factor("all_reduce", hw.world) / (busbw * 1e9)   # NVLS at the busbw NVIDIA measures
     k, nic = hw.nics_per_node, hw.inter.bandwidth
     right = (f"{want * 1e3:.1f} ms: busbw {b['busbw_GBps']:.0f} GB/s, bound by the {b['bottleneck']}. "
              + ("NCCL's rings leave each node through all its NICs, "
@@ -330,7 +328,8 @@ def check_allreduce_time(answer, cluster: str) -> Verdict:
                 "By default NCCL would run its tree or NVLSTree here, which send less across the network."
                 if hw.nodes > 1 else f"One ring on NVLink4 at the {hw.intra.bandwidth / 1e9:g} GB/s NCCL reaches. "
                 "By default NCCL runs NVLS here: "
-                f"{topo.collective_time('all_reduce', n, hw.topology, 'in_network') * 1e3:.1f} ms at best."))
+                f"{topo.collective_time('all_reduce', n, hw.topology, 'in_network') * 1e3:.1f} ms by the model's bound, "
+                f"about {nvls * 1e3:.0f} ms at the busbw NVIDIA measures (nccl-tests #212)."))
     line = allreduce_s(cluster, achievable=False)
     mistakes = [(2 * want, "BF16 gradients take 2 bytes per parameter, not fp32's 4."),
                 (line, f"that is at line rate; NCCL reaches less (NVLink4 {hw.intra.bandwidth / 1e9:g} of 450 GB/s, "
@@ -341,7 +340,8 @@ def check_allreduce_time(answer, cluster: str) -> Verdict:
     if hw.nodes > 1:
         one = "priced on one NIC: "
         mistakes += [(allreduce_s(cluster, algorithm="flat_ring"), one + "a single ring leaves each node through one "
-                      f"NIC. NCCL runs one ring per NIC (topology's multi_ring), so the node's {k} NICs add up."),
+                      "NIC. NCCL's channel search spreads its rings over the NICs (topology's multi_ring: one ring "
+                      f"per NIC), so the node's {k} NICs add up."),
                      (allreduce_s(cluster, achievable=False, algorithm="flat_ring"), one + "NCCL's rings leave each "
                       f"node through all {k} NICs (multi_ring), at the {nic / 1e9:g} GB/s each NCCL reaches."),
                      (allreduce_s(list(CLUSTERS)[0]), "that is the one-node time; on two nodes p = 16 and the NICs "
@@ -417,7 +417,7 @@ def check_best_bucket(answer, cluster: str, options=BUCKET_OPTIONS) -> Verdict:
     embedding = MODEL.vocab * MODEL.hidden * GRAD_BYTES / 2**20
     if exposed[answer] <= best + 1e-9:
         return Verdict(True, f"{listing}. The last bucket holds the embedding's gradient ({embedding:.0f} MiB), the "
-                             "last to be ready; any cap up to that size leaves the same exposed tail.")
+                             "last to be ready: the tail is shortest when little else shares its bucket.")
     return Verdict(False, f"{answer} MiB is slower: its last bucket, ready only when backward ends, is bigger. "
                           f"{listing}.")
 
@@ -425,7 +425,7 @@ def check_best_bucket(answer, cluster: str, options=BUCKET_OPTIONS) -> Verdict:
 def check_precision(answer, cluster: str) -> Verdict:
     """Chapter 4's strategy that reduces the job's gradients (RMS gradient_rms()) over the reference's data-parallel
     ranks with 2 bytes per value, no overflow, and the smallest mean relative error."""
-    answer, bad = _choice(answer, precision.STRATEGIES)
+    answer, bad = _choice(_strategy(answer), precision.STRATEGIES)
     if bad is not None:
         return bad
     rows = precision_table(cluster)
@@ -436,7 +436,8 @@ def check_precision(answer, cluster: str) -> Verdict:
     said = f"{answer}: {r['flushed_to_zero']} values flushed to zero, mean relative error {r['mean_rel_error']:.1e}"
     if answer == best:
         return Verdict(True, f"{said}, the smallest at 2 bytes per value. BF16 has FP32's exponent range: gradients "
-                             f"of RMS {gradient_rms():.1e} are normal numbers there.")
+                             f"of RMS {gradient_rms():.1e} are normal numbers there, and below FP16's smallest normal "
+                             f"number, {tiny:.1e}. At magnitude 1 FP16 is the more precise (chapter 4).")
     if WIRE_BYTES.get(answer, 2) != 2:
         return Verdict(False, f"{answer} sends {WIRE_BYTES[answer]} bytes per value, twice the traffic (and chapter "
                               "4's version casts to FP16 first). Whether you can afford 4 bytes is the discussion.")

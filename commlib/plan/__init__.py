@@ -18,7 +18,7 @@ from commlib.plan.planner import (BLOCKS, DP_COLLECTIVES, RECOMPUTE, SCHEDULES, 
                                   Config, Estimate, activation_bytes_per_layer, configurations, dp_bytes_per_rank,
                                   ep_bytes_per_rank, estimate, groups, init_broadcast_bytes, logits_bytes,
                                   microbatches_in_flight, model_activation_bytes_per_layer,
-                                  model_state_breakdown, model_state_bytes,
+                                  megatron_state_bytes, model_state_breakdown, model_state_bytes,
                                   pipeline_bubble, pp_bytes_per_rank, search, tp_bytes_per_rank,
                                   mesh_collectives, validate)
 from commlib.plan.flops import attention_flops, step_flops  # noqa: F401

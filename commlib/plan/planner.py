@@ -59,11 +59,18 @@ def model_state_breakdown(params, dp=1, zero_stage=0, param_bytes=2, grad_bytes=
 
 
 def model_state_bytes(params, dp=1, zero_stage=0, grad_bytes=2) -> float:
-    """Mixed-precision Adam, activations excluded (ZeRO paper, fig. 1): 16P; ZeRO-1 4P + 12P/N;
-    ZeRO-2 2P + 14P/N; ZeRO-3 16P/N (N = dp). grad_bytes=4: Megatron-LM's default with --bf16, which keeps
-    and reduces fp32 main gradients unless --grad-reduce-in-bf16 (megatron/training/arguments.py): 18P,
-    its distributed optimizer (ZeRO-1) 6P + 12P/N (docs/user-guide/features/dist_optimizer.md)."""
+    """Mixed-precision Adam, activations excluded (ZeRO paper, fig. 1): 16P; ZeRO-1 4P + 12P/N; ZeRO-2 2P + 14P/N;
+    ZeRO-3 16P/N (N = dp). grad_bytes=4: fp32 gradients, Megatron-LM's default with --bf16 unless
+    --grad-reduce-in-bf16 (megatron/training/arguments.py): 18P, ZeRO-1 6P + 12P/N; see megatron_state_bytes."""
     return sum(model_state_breakdown(params, dp, zero_stage, grad_bytes=_num("grad_bytes", grad_bytes)).values())
+
+
+def megatron_state_bytes(params, dp=1, grad_bytes=2) -> float:
+    """Megatron-LM's distributed optimizer, 16-bit weights (docs/user-guide/features/dist_optimizer.md): 16-bit
+    gradients 4P + 16P/d, fp32 6P + 12P/d. 16P/d: Adam's 12 and an fp32 copy of the gradient shard made at the step
+    (distrib_optimizer.py, _copy_model_grads_to_main_grads) and freed by zero_grad before forward: 4P + 12P/d there."""
+    copy = 4 * _num("params", params) / _int("dp", dp) if check.choice("grad_bytes", grad_bytes, (2, 4)) == 2 else 0
+    return model_state_bytes(params, dp, 1, grad_bytes) + copy
 
 
 BLOCKS = ("gpt", "llama")
@@ -295,8 +302,7 @@ def validate(model: Model, hw: Hardware, config: Config, global_batch: int) -> i
     for name in ("dp", "tp", "pp", "ep", "microbatches", "cp"):
         _int(f"config.{name}", getattr(c, name))
     if c.dp * c.tp * c.pp * c.cp != hw.world:
-        mesh, sizes = ("dp*tp*pp", f"{c.dp}*{c.tp}*{c.pp}") if c.cp == 1 else \
-            ("dp*tp*pp*cp", f"{c.dp}*{c.tp}*{c.pp}*{c.cp}")
+        mesh, sizes = ("dp*tp*pp", f"{c.dp}*{c.tp}*{c.pp}") if c.cp == 1 else ("dp*tp*pp*cp", f"{c.dp}*{c.tp}*{c.pp}*{c.cp}")
         raise ValueError(f"{mesh} = {sizes} = {c.dp * c.tp * c.pp * c.cp} must equal the world size "
                          f"{hw.world} ({hw.nodes} nodes x {hw.gpus_per_node} GPUs)")
     if c.cp > 1:
