@@ -380,3 +380,79 @@ def test_the_sources_the_chapters_quote_from_torch_say_so():
     assert "self._sync_buffers()" in inspect.getsource(DDP._pre_forward)
     assert "self.forward_sync_buffers" in inspect.getsource(DDP.will_sync_module_buffers)
     assert "``False`` for root modules" in " ".join(inspect.getsource(_fully_shard.fully_shard).split())
+
+
+# --- issue 66: chapter 0's "O(N)", chapter 4's flush boundary and loss scaling, chapter 11's Megatron figures ------
+def test_chapter_0_names_each_collectives_factor_behind_o_of_n():
+    """AllReduce's 2(p-1)/p is not the factor of all four: AllGather and ReduceScatter send (p-1)/p N per rank, a
+    pipelined Broadcast N (nccl-tests doc/PERFORMANCE.md's bus factors; the planner's dp and init bytes)."""
+    from commlib import cost, plan
+
+    for p in (2, 3, 8, 64):
+        assert cost.bytes_sent_per_rank("all_reduce", 1.0, p, "ring") == pytest.approx(2 * (p - 1) / p)
+        for op in ("all_gather", "reduce_scatter"):
+            assert cost.bytes_sent_per_rank(op, 1.0, p, "ring") == pytest.approx((p - 1) / p)
+            assert cost.bus_factor(op, p) == pytest.approx((p - 1) / p)
+        assert cost.bytes_sent_per_rank("broadcast", 1.0, p, "ring") == cost.bus_factor("broadcast", p) == 1
+        assert plan.dp_bytes_per_rank(1.0, p, 0, grad_bytes=1) == pytest.approx(2 * (p - 1) / p)
+        assert plan.dp_bytes_per_rank(1.0, p, 1, grad_bytes=1) == pytest.approx(2 * (p - 1) / p)  # RS + AG
+        assert plan.init_broadcast_bytes(1.0, p, "ring") == 1
+    prose = " ".join(source(cell("00_start_here", "c22e69e9")).split())
+    assert "2(p−1)/p·N for AllReduce, (p−1)/p·N for AllGather and ReduceScatter, and a pipelined Broadcast N" in prose
+    assert "hides a factor 2(p−1)/p" not in prose and "Tree or NVLSTree across nodes" in prose
+    assert "exactly as GPUs in a data centre do" not in source(cell("00_start_here", "10e5cc45"))
+
+
+def test_chapter_4_flush_boundary_is_2_to_the_minus_25():
+    prose = " ".join(source(cell("04_fp16_reduction", "1d4b485a")).split())
+    assert "at or below $2^{-25} \\approx 3 \\cdot 10^{-8}$" in prose and "rounds up to $2^{-24}$" in prose
+    assert "$2^{-24} \\approx 6 \\cdot 10^{-8}$" in prose and "$2^{-14} \\approx 6 \\cdot 10^{-5}$" in prose
+    assert (f"{2.0**-25:.0e}", f"{2.0**-24:.0e}", f"{2.0**-14:.0e}") == ("3e-08", "6e-08", "6e-05")
+    text = printed("04_fp16_reduction", "2^-24/1.5 in fp16")
+    if not text:
+        pytest.skip("chapter 4 not executed since its formats cell was edited")
+    assert "2^-24 / 2 in fp16  -> 0.0 " in text and "2^-24/1.5 in fp16  -> 5.960464477539063e-08 " in text
+
+
+def test_chapter_4_prints_gradscalers_defaults_as_torch_has_them():
+    import torch
+
+    s = torch.amp.GradScaler("cpu")
+    assert (s.get_scale(), s.get_growth_factor(), s.get_backoff_factor(), s.get_growth_interval()) == (2**16, 2, 0.5,
+                                                                                                        2000)
+    text = printed("04_fp16_reduction", "torch.amp.GradScaler(")
+    if not text:
+        pytest.skip("chapter 4 not executed since its loss-scaling cell was added")
+    assert text.strip() == "init_scale 65536, backoff_factor 0.5, growth_factor 2 every 2000 steps without inf"
+
+
+def test_chapter_11_megatron_tie_bucket_and_precision_sentences_hold():
+    import math
+
+    from commlib import plan
+    from commlib.cost import links
+    from commlib.exercises import workshop as ws
+
+    for name in ws.CLUSTERS:                          # W2: m = 2 and m = 4 tie; "Four need over 20 GB less"
+        fits, _ = plan.search(ws.MODEL, ws.hardware(name), ws.global_batch(name), ws.ASSUME)
+        tied = [e for e in fits if math.isclose(e.step_s, fits[0].step_s, rel_tol=1e-9)]
+        assert [e.config.microbatches for e in tied] == [2, 4]
+        assert 20e9 < tied[0].memory["total"] - tied[1].memory["total"] < 21e9
+    assert 1e9 < 81559 * 2**20 - ws.hardware(list(ws.CLUSTERS)[0]).gpu_memory < 10e9    # "the few GB the card has"
+    assert "Four need over 20 GB less" in " ".join(source(cell("11_workshop", "6f45e078")).split())
+    w6 = " ".join(source(cell("11_workshop", "f32aaf72")).split())
+    assert "three times as large: 8.4 µs, 14 µs for the step that crosses the network and 3.4 µs" in w6
+    ll, simple = (links.nccl_latency("reduce_scatter", 2, 8, "ring", p) for p in ("LL", "Simple"))
+    assert round(simple / ll) == 3 and "80 MB with `--grad-reduce-in-bf16`" in w6
+    assert "Any cap up to" not in w6
+    w7 = " ".join(source(cell("11_workshop", "b3812c81")).split())
+    assert f"{ws.gradient_rms():.1e}" == "1.2e-05" and "an RMS of $1.2 \\cdot 10^{-5}$" in w7
+    mem = " ".join(source(cell("11_workshop", "004e3633")).split())
+    assert "$6 + 12/d$ bytes per parameter with FP32 gradients and $4 + 16/d$ with BF16 ones" in mem
+    assert "instead of $4 + 12/d$" not in mem
+    text = printed("11_workshop", "ws.megatron_default(name)")
+    if not text:
+        pytest.skip("chapter 11 not executed since its Megatron cell was edited")
+    assert "BF16 gradients: 5.50 in forward and backward; 6.00 at the optimizer step" in text       # 4 + 12/8, 4 + 16/8
+    assert "BF16 gradients: 4.75 in forward and backward; 5.00 at the optimizer step" in text       # d = 16
+    assert "FP32 gradients: 7.50 throughout" in text and "FP32 gradients: 6.75 throughout" in text
