@@ -297,6 +297,15 @@ def test_chapters_1_and_2_count_nccls_buffer_in_steps_and_slices():
     assert f"`ALLREDUCE_SLICESTEPS` = {per_slice} steps" in two and f"{slices} slices of {size >> 20} MiB" in two
 
 
+def test_chapter_9_counts_nccls_buffer_in_steps_and_slices_too():
+    (text,) = [" ".join(source(c).split()) for c in cells("09_profiling")
+               if c["cell_type"] == "markdown" and "Pathology: the buffer is too small" in source(c)]
+    slices, _ = links.nccl_slices("all_reduce")
+    steps, per_slice = links.NCCL_STEPS, links.NCCL_SLICE_STEPS["all_reduce"]
+    assert f"`NCCL_STEPS` = {steps} steps, of which a ring all-reduce moves a slice of {per_slice}" in text
+    assert f"the buffer holds {slices} slices" in text and f"= {steps} slices" not in text and "`postPeer`" in text
+
+
 def test_chapter_2_names_the_protocol_of_each_term_of_its_model():
     """The per-call and per-hop latencies are LL's (Ring base, NVLink hop; Tree NET with one GPU per node), the
     larger ones Simple's; LL has half the bandwidth."""

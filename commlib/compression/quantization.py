@@ -6,9 +6,10 @@ because fp16 values can be added on the way (with the overflow and rounding of c
 
 quantize_hook, int8: code = round(delta / s), s = max|delta| / 127; fp8: code = fp8_e4m3(delta / s),
 s = max|delta| / 448 (the largest e4m3fn value). Codes do not survive an all-reduce that adds them in
-their own type: each rank has its own scale, so codes of different ranks mean different amounts, and
-even with one shared scale the sum of p codes needs log2(p) more bits than one code (int8_ring_sum
-shows the wrap-around). Done correctly, either all-gather every rank's codes and scale and sum the
+their own type: each rank has its own scale, so codes of different ranks mean different amounts. With one
+shared scale, int8's sum of p codes would still need log2(p) more bits than one code (int8_ring_sum shows
+the wrap-around); FP8 floats add as floats (NCCL sums ncclFloat8e4m3/e5m2 on SM 90 and newer), rounding at
+each hop, so for fp8 the per-rank scale is the whole objection. Done correctly, either all-gather every rank's codes and scale and sum the
 dequantised values in fp32 (what quantize_hook does: (p-1)(N + 4) bytes a rank, growing with p), or
 dequantise at every hop of the ring, add in fp32 and quantise again for the next hop (2(p-1)/p N bytes,
 but a rounding error at every hop that no error feedback sees; not implemented here).

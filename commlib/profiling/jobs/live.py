@@ -160,8 +160,9 @@ def time_in_chunks(total_bytes: int, chunk_bytes: int, repeats: int = 3) -> floa
 def time_ring_segments(nbytes: int, segment_bytes: int, repeats: int = 3) -> float:
     """Inside a rank: seconds for commlib's ring all-reduce of nbytes (float32) whose chunks travel in
     segments of segment_bytes, each one message (median of repeats, slowest rank). NCCL's NCCL_BUFFSIZE
-    sets the same thing for its Simple protocol: the per-peer FIFO is cut into NCCL_STEPS = 8 slices, so
-    a smaller buffer means smaller slices in flight, each paying its fixed cost."""
+    sets the same thing for its Simple protocol: the per-peer FIFO is cut into NCCL_STEPS = 8 steps, a ring
+    all-reduce's slice is 2 of them (cost.links.nccl_slices: 4 slices), so a smaller buffer means smaller slices
+    in flight, each paying its fixed cost."""
     import statistics
     import time
 
