@@ -21,7 +21,8 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from commlib.ui.language import fill, language, tr
+from commlib.ui.language import language, tr
+from commlib.ui.wrap import wrap
 
 
 WIDTH = 100  # characters per printed line: the book's column holds them, JupyterLab breaks no word
@@ -37,7 +38,7 @@ class Verdict:
         between words, the message's own line breaks kept."""
         if language() is not None:  # the notebook's language (commlib.set_language): Chinese lines take 2 columns
             text = tr("Correct. " if self.ok else "Not yet. ") + tr(self.message)
-            return "\n".join(out for line in text.split("\n") for out in (fill(line, WIDTH) or [""]))
+            return "\n".join(out for line in text.split("\n") for out in (wrap(line, WIDTH) or [""]))
         text = ("Correct. " if self.ok else "Not yet. ") + self.message
         return "\n".join(line if len(line) <= WIDTH else
                          textwrap.fill(line, WIDTH, break_long_words=False, break_on_hyphens=False)

@@ -1,0 +1,41 @@
+"""Chinese text wrapped by display width: a line of at most `columns` columns (a Chinese character takes two),
+broken after Chinese punctuation or at a space where one is near the end, else between two Chinese characters;
+never inside a Latin word or a number, and never before a closing mark (，。；：、）！？)."""
+
+from __future__ import annotations
+
+from commlib.ui.language import _TOKEN, width
+
+CLOSING = "，。；：、）！？”"
+SLACK = 20  # columns a line may give up to end at a mark or a space instead of inside a run of Chinese
+
+
+def wrap(line: str, columns: int = 100) -> list[str]:
+    """line as lines of at most `columns` display columns (a longer Latin word stays whole on its own line)."""
+    out, cur = [], []
+    for tok in _TOKEN.findall(line):
+        if cur and not tok.isspace() and tok not in CLOSING and width("".join(cur).rstrip() + tok) > columns:
+            cut = _break(cur)
+            out.append("".join(cur[:cut]).rstrip())
+            cur = cur[cut:]
+            while cur and cur[0].isspace():
+                cur.pop(0)
+        if cur or not tok.isspace():
+            cur.append(tok)
+    tail = "".join(cur).rstrip()
+    return out + [tail] if tail else out
+
+
+def _break(tokens: list[str]) -> int:
+    """Where to end the line: after the last closing mark, else at the last space, within SLACK columns of the
+    end; else at the end (between two Chinese characters, or before a word)."""
+    space, tail = None, 0
+    for i in range(len(tokens) - 1, 0, -1):
+        if tail > SLACK:
+            break
+        if tokens[i - 1] in CLOSING:
+            return i
+        if space is None and tokens[i].isspace():
+            space = i
+        tail += width(tokens[i])
+    return space if space is not None else len(tokens)
