@@ -72,7 +72,7 @@ ZH_CN = {
         "Ring 经过每块 NIC；\n分层规约；网络内规约\n（NVLS、SHARP）",
     "Overlap": "计算与通信重叠",
     "Exposed communication: the part\nnot hidden behind backward;\nthe last bucket never is":
-        "暴露的通信：没有藏在反向传播\n背后的部分；\n最后一个桶永远藏不住",
+        "暴露的通信：没有隐藏在反向传播\n背后的部分；\n最后一个桶永远无法隐藏",
     "Ch. 6, 7, 8, 9": "第 6、7、8、9 章",
     "Bucketed async all-reduce from\ngradient hooks (DDP); bucket size:\nα per bucket vs the tail":
         "由梯度 hook 分桶发起异步\nAllReduce（DDP）；桶的大小：\n每桶一个 α 与尾部的权衡",

@@ -177,7 +177,7 @@ def test_the_glossary_is_read_and_holds_the_source_chapters_words():
 
 # The native reviewer's rules (issue 53): (what the English says, what the Chinese must then say, what no
 # translation may say). GPU kernels stay "kernel" (内核 is Jupyter's and Linux's); work hidden behind other work is
-# 藏在…背后, never 之后/后面 (which read as "after"); the tree algorithm is 树形算法; a hook stays hook.
+# 隐藏在…背后, never 之后/后面 (which read as "after"); the tree algorithm is 树形算法; a hook stays hook.
 REVIEWED = [
     (r"\b(?:CUDA|NCCL|compute|backward|symmetric-memory)\*{0,2} kernels?\b", "kernel",
      r"(?:CUDA|NCCL|计算|反向传播|memory）)\s*内核"),
@@ -200,6 +200,50 @@ def test_the_reviewers_words_hold_in_every_catalog():
     assert problems == []
     names, terms = i18n.glossary(LANG)
     assert terms["contention"] == "资源争用"
+
+
+# One word each, as Chinese ML engineers write it (issue 62; the glossary's rows say the same): (what no Chinese
+# text may say, the word that belongs there). Every catalog, the preface and the knowledge map are read.
+BANNED = [
+    (r"(?<!隐)藏", "隐藏 (never 藏住, 藏在, 藏不住, 藏起来)"),
+    (r"定价|计价|估价", "估算"),
+    (r"恒等回放", "原样回放"),
+    (r"全局 ?batch|全局批(?!大小)", "全局批大小"),
+    (r"键块|查询块", "K 块 / Q 块"),
+    (r"训练步 ?(?:\{\d\}|\d)|(?<![一那这每该])步时|每步时间|单步时间", "每步耗时 (训练步 12 reads as step number 12)"),
+    (r"共到第", "第 1/3 步"),
+    (r"(?:\d|\})\s*us\b", "µs"),
+    (r"黑色刻度", "黑色短线 (刻度 are an axis's ticks)"),
+    (r"[\u4e00-\u9fff][,;:!?](?!//)|[\u4e00-\u9fff]\.(?:\s|$)", "full-width punctuation inside a Chinese sentence"),
+]
+
+
+def chinese_texts():
+    """(where, text) for every Chinese text the edition shows: each catalog's msgstr, the preface, the map."""
+    for po in sorted((ROOT / "locales" / LANG / "LC_MESSAGES").rglob("*.po")):
+        for en, zh in i18n.translations(po).items():
+            yield f"{po.relative_to(ROOT / 'locales' / LANG / 'LC_MESSAGES')}: {en[:50]!r}", zh
+    yield "preface.md", i18n.preface(LANG)
+    sys.path.insert(0, str(ROOT / "assets"))
+    import make_knowledge_map as km
+
+    yield from ((f"knowledge map: {k[:40]!r}", v) for k, v in km.ZH_CN.items())
+
+
+def test_one_word_each_and_no_banned_variant_comes_back():
+    import re
+
+    problems = [f"{where} says {m.group(0)!r}: write {word}" for where, zh in chinese_texts()
+                for never, word in BANNED  # a formula's arguments keep their comma: max(节点内一跳, 网络开销)
+                for m in [re.search(never, re.sub(r"\b(?:max|min)\([^)]*\)", "", zh))] if m]
+    assert problems == [], "\n".join(problems)
+    assert re.search(BANNED[0][0], "通信藏在反向传播背后") and not re.search(BANNED[0][0], "隐藏在反向传播背后")
+    assert re.search(BANNED[5][0], "训练步 {0} ms") and not re.search(BANNED[5][0], "三个训练步")
+    assert re.search(BANNED[7][0], "等了 {0} us") and not re.search(BANNED[7][0], "等了 {0} µs")
+    _, terms = i18n.glossary(LANG)
+    text = (ROOT / "locales" / LANG / "glossary.md").read_text(encoding="utf-8")
+    for word in ("| 隐藏 |", "| 估算 |", "| 原样回放 |", "| 全局批大小 |", "| K 块 / Q 块 |", "| 每步耗时 |", "µs"):
+        assert word in text, word
 
 
 def test_the_knowledge_map_has_every_label_in_chinese():
