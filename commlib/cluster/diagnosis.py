@@ -33,6 +33,7 @@ from __future__ import annotations
 import re
 from commlib.cluster import call_check, matching, p2p_log
 from commlib.cluster.matching import describe_record, group_text, ranks_text, sides, split  # noqa: F401
+from commlib.ui.language import language, tr  # each sentence in the notebook's language where it is made
 
 _OPS = {"ALLREDUCE": "all_reduce", "ALLGATHER": "all_gather", "_ALLGATHER_BASE": "all_gather_into_tensor",
         "REDUCE_SCATTER": "reduce_scatter", "_REDUCE_SCATTER_BASE": "reduce_scatter_tensor",
@@ -52,7 +53,7 @@ def _group_of(snapshots: dict, ranks, name: str | None = None) -> str:
         table = snap.get("groups", {})
         if name in table:
             return group_text(name, table[name][0])
-    return group_text(name, "") if name else "an unknown process group"
+    return group_text(name, "") if name else tr("an unknown process group")
 
 
 # ---------------------------------------------------------------------------- 1. torch's checks
@@ -73,10 +74,10 @@ def from_fingerprints(errors: dict, snapshots: dict | None = None) -> dict | Non
     for rank, key in sorted(prints.items()):
         classes.setdefault(key, []).append(rank)
     culprits, _ = split(classes)
-    text = sides(classes, lambda k: f"{k[0]} #{seqs[min(classes[k])]} of [{k[1]}] {matching.dtype(k[2])}")
+    text = sides(classes, lambda k: tr(f"{k[0]} #{seqs[min(classes[k])]} of [{k[1]}] {matching.dtype(k[2])}"))
     where = _group_of(snapshots or {}, culprits)
-    detail = (f"mismatch in {where}: {text} (caught before it ran by torch's fingerprint check, "
-              f"TORCH_DISTRIBUTED_DEBUG=DETAIL).")
+    detail = tr(f"mismatch in {where}: {text} (caught before it ran by torch's fingerprint check, "
+                f"TORCH_DISTRIBUTED_DEBUG=DETAIL).")
     return {"kind": "mismatch", "ranks": culprits, "detail": detail}
 
 
@@ -90,9 +91,21 @@ def from_call_check(errors: dict) -> dict | None:
         if m:
             culprits = [int(r) for r in m.group(2).split(",")]
             return {"kind": "mismatch", "ranks": culprits,
-                    "detail": f"{m.group(1)} (caught by commlib's debug check of roots and reduce ops, which "
-                              f"neither the Flight Recorder nor TORCH_DISTRIBUTED_DEBUG=DETAIL records)."}
+                    "detail": tr(f"{_said_in_ranks(m.group(1))} (caught by commlib's debug check of roots and reduce "
+                                 f"ops, which neither the Flight Recorder nor TORCH_DISTRIBUTED_DEBUG=DETAIL records).")}
     return None
+
+
+def _said_in_ranks(text: str) -> str:
+    """call_check's English sentence (made inside the ranks) in the notebook's language: as is in English."""
+    m = re.match(r"mismatch in process group (\S+) at its call #(\d+): (.*)$", text)
+    if language() is None or not m:
+        return text
+    said = [re.match(r"ranks? ([\d, ]+) called (.*)$", part) for part in m.group(3).split("; ")]
+    if not all(said):
+        return tr(text)
+    said = "；".join(tr(f"{ranks_text(int(r) for r in x.group(1).split(', '))} called {x.group(2)}") for x in said)
+    return tr(f"mismatch in {group_text(m.group(1), '')} at its call #{m.group(2)}: {said}")
 
 
 def from_call_log(snapshots: dict) -> dict | None:
@@ -116,9 +129,9 @@ def from_call_log(snapshots: dict) -> dict | None:
             culprits, _ = split(classes)
             n = next(iter(by_rank.values()))[0]
             return {"kind": "mismatch", "ranks": culprits,
-                    "detail": f"mismatch in {_group_of(snapshots, members, name)} at its call #{n} of a root or "
-                              f"reduce op: {sides(classes, lambda k: k)} (seen in commlib's log of roots and reduce "
-                              f"ops; the Flight Recorder records neither)."}
+                    "detail": tr(f"mismatch in {_group_of(snapshots, members, name)} at its call #{n} of a root "
+                                 f"or reduce op: {sides(classes, lambda k: k)} (seen in commlib's log of roots and "
+                                 f"reduce ops; the Flight Recorder records neither).")}
     return None
 
 
@@ -133,9 +146,9 @@ def from_monitored_barrier(errors: dict, world_size: int) -> dict | None:
             absent = sorted({int(r) for r in m.group(1).replace(" ", "").split(",") if r})
             inside = [r for r in range(world_size) if r not in absent]
             return {"kind": "missing", "ranks": absent,
-                    "detail": f"missing: {ranks_text(absent)} never reached the monitored_barrier that "
-                              f"{ranks_text(inside)} reached (torch's monitored_barrier names them), "
-                              f"in the group it was called on."}
+                    "detail": tr(f"missing: {ranks_text(absent)} never reached the monitored_barrier that "
+                                 f"{ranks_text(inside)} reached (torch's monitored_barrier names them), "
+                                 f"in the group it was called on.")}
     return None
 
 
@@ -148,8 +161,8 @@ def _call(w: dict) -> str:
     direction = {"send": " to", "isend": " to", "recv": " from", "irecv": " from"}.get(w["op"], "")
     peer_text = f"{direction} rank {peer}" if peer is not None and direction else ""
     peer_text += f" with tag {w['tag']}" if w.get("tag") else ""
-    where = f" at {w['where']}" if w.get("where") else ""
-    return f"{w['op']}{peer_text}{what}{where}"
+    where = f" at {tr(w['where'])}" if w.get("where") else ""
+    return tr(f"{w['op']}{peer_text}{what}{where}")
 
 
 def from_p2p(snapshots: dict) -> dict | None:
@@ -170,12 +183,17 @@ def from_p2p(snapshots: dict) -> dict | None:
     parts = []
     for rank, e in lost:
         peer = e["peer"]
-        told = (f"rank {peer} is gone" if snapshots.get(peer) is None else
-                f"rank {peer} never posted the matching {'recv' if e['op'] == 'send' else 'send'}")
-        parts.append(f"rank {rank} in {_call(e)}: {told}")
+        told = tr(f"rank {peer} is gone" if snapshots.get(peer) is None else
+                  f"rank {peer} never posted the matching {'recv' if e['op'] == 'send' else 'send'}")
+        parts.append(tr(f"rank {rank} in {_call(e)}: {told}"))
     return {"kind": "p2p", "ranks": culprits,
-            "detail": f"p2p: {ranks_text(culprits, 'wait')} in a send or recv that no peer matches "
-                      f"({'; '.join(parts)})."}
+            "detail": tr(f"p2p: {ranks_text(culprits, 'wait')} in a send or recv that no peer matches "
+                         f"({_join(parts)}).")}
+
+
+def _join(parts) -> str:
+    """Items of a sentence joined: '; ' in English, '；' in Chinese."""
+    return ("；" if language() is not None else "; ").join(parts)
 
 
 def _odd_tag(snapshots: dict, lost: list, culprits: list) -> list:
@@ -245,14 +263,14 @@ def from_returned(snapshots: dict, world_size: int, errors: dict, stuck, dead: d
     if found and found["ranks"] == done:
         return found  # the records say it in their own words: the collective it never entered
     gone = [r for r in done if not (snapshots.get(r) or {}).get("groups")]
-    how = "it returned with its process group destroyed" if gone == done else "it returned, having skipped it"
+    how = tr("it returned with its process group destroyed" if gone == done else "it returned, having skipped it")
     waits = _waits(snapshots, done)
     w = next((w for _, w in sorted(waits.items())), None)
     inside = f"the {_call(w)}" if w else "the communication"
     where = f", in {_group_of(snapshots, left, w['group'])}" if w and not w["p2p"] else ""
     return {"kind": "missing", "ranks": done,
-            "detail": f"missing: {ranks_text(done)} never entered {inside}{where} that {ranks_text(left)} "
-                      f"{'was' if len(left) == 1 else 'were'} left in: {how} (the odd rank by sequence)."}
+            "detail": tr(f"missing: {ranks_text(done)} never entered {inside}{where} that {ranks_text(left)} "
+                         f"{'was' if len(left) == 1 else 'were'} left in: {how} (the odd rank by sequence).")}
 
 
 def from_extra(snapshots: dict, world_size: int, errors: dict, stuck, dead: dict) -> dict | None:
@@ -264,10 +282,10 @@ def from_extra(snapshots: dict, world_size: int, errors: dict, stuck, dead: dict
     waits = _waits(snapshots)
     if not all(r in waits and not waits[r]["p2p"] for r in stuck):
         return None
-    calls = "; ".join(f"rank {r} in {_call(waits[r])}" for r in stuck)
+    calls = _join(tr(f"rank {r} in {_call(waits[r])}") for r in stuck)
     return {"kind": "mismatch", "ranks": stuck,
-            "detail": f"mismatch: {ranks_text(stuck)} called a collective that {ranks_text(done)} never called: "
-                      f"they returned ({calls}; a call the others lack, by sequence)."}
+            "detail": tr(f"mismatch: {ranks_text(stuck)} called a collective that {ranks_text(done)} never "
+                         f"called: they returned ({calls}; a call the others lack, by sequence).")}
 
 
 # ------------------------------------------------------------------ 8. what the cluster itself saw
@@ -285,17 +303,17 @@ def from_failures(snapshots: dict, errors: dict, dead: dict, stuck=()) -> dict |
     if not culprits:
         return None
     how = {r: (f"died ({dead[r]})" if r in dead else f"raised {_last_line(errors[r])}") for r in culprits}
-    said = "; ".join(f"rank {r} {how[r]}" for r in culprits)
+    said = _join(tr(f"rank {r} {how[r]}") for r in culprits)
     waits = _waits(snapshots, culprits)
     victims = sorted((set(waits) | set(errors) | set(stuck)) - set(culprits))
     if not victims:
         return {"kind": "unknown", "ranks": culprits,
-                "detail": f"unknown: {said}; no other rank was left waiting in a collective or a send/recv "
-                          f"(the error itself is the story)."}
+                "detail": tr(f"unknown: {said}; no other rank was left waiting in a collective or a send/recv "
+                             f"(the error itself is the story).")}
     inside = next((f" the {_call(w)}" for w in waits.values()), " the communication")
     return {"kind": "missing", "ranks": culprits,
-            "detail": f"missing: {said}, so {'it' if len(culprits) == 1 else 'they'} never entered{inside} that "
-                      f"{ranks_text(victims)} {'was' if len(victims) == 1 else 'were'} left in."}
+            "detail": tr(f"missing: {said}, so {'it' if len(culprits) == 1 else 'they'} never entered{inside} that "
+                         f"{ranks_text(victims)} {'was' if len(victims) == 1 else 'were'} left in.")}
 
 
 def _last_line(text) -> str:
@@ -315,13 +333,13 @@ def from_waiting(snapshots: dict) -> dict | None:
         if absent:
             inside = sorted(m for m in members if m not in absent)
             return {"kind": "missing", "ranks": absent,
-                    "detail": f"missing: {ranks_text(absent)} never entered the {_call(w)} that "
-                              f"{ranks_text(inside, 'wait')} in, in {_group_of(snapshots, inside, w['group'])}."}
+                    "detail": tr(f"missing: {ranks_text(absent)} never entered the {_call(w)} that "
+                                 f"{ranks_text(inside, 'wait')} in, in {_group_of(snapshots, inside, w['group'])}.")}
     p2p = {r: w for r, w in waits.items() if w["p2p"]}
     if p2p:
-        calls = "; ".join(f"rank {r} in {_call(w)}" for r, w in sorted(p2p.items()))
+        calls = _join(tr(f"rank {r} in {_call(w)}") for r, w in sorted(p2p.items()))
         return {"kind": "p2p", "ranks": sorted(p2p),
-                "detail": f"p2p: {ranks_text(p2p, 'wait')} in a send or recv that no peer matches ({calls})."}
+                "detail": tr(f"p2p: {ranks_text(p2p, 'wait')} in a send or recv that no peer matches ({calls}).")}
     return None
 
 
@@ -347,7 +365,7 @@ def diagnose(snapshots: dict, world_size: int, errors: dict | None = None, stuck
     why += (f"the records of {ranks_text(heard)} show no mismatched, missing or unmatched collective or send/recv"
             if heard else "no rank could be asked for its records")
     return {"kind": "unknown", "ranks": [],
-            "detail": f"unknown: {why}, so no rank can be named; {WHAT_WOULD_TELL}."}
+            "detail": tr(f"unknown: {why}, so no rank can be named; {WHAT_WOULD_TELL}.")}
 
 
 def summary(error, width: int = 100) -> str:
@@ -355,11 +373,18 @@ def summary(error, width: int = 100) -> str:
     error: the exception run() raised, or its .diagnosis."""
     import textwrap
 
+    from commlib.ui.language import language, tr  # the notebook's language: the detail stays English data in d
+
     d = getattr(error, "diagnosis", error)
     if not isinstance(d, dict) or "detail" not in d:
-        return f"no diagnosis: {type(error).__name__}"
+        return tr(f"no diagnosis: {type(error).__name__}")
     head = f"{type(error).__name__}: " if isinstance(error, BaseException) else ""
-    who = f"culprits={d['ranks']}" if d["ranks"] else "no culprit named (see below)"
+    who = f"culprits={d['ranks']}" if d["ranks"] else tr("no culprit named (see below)")
     lines = [f"{head}kind={d['kind']!r}, {who}"]
+    if language() is not None:  # Chinese: wrapped by display width, never inside a word
+        from commlib.ui.wrap import wrap
+
+        return "\n".join(lines + [("  " if i else "") + line for i, line in enumerate(wrap(tr(d["detail"]),
+                                                                                         width - 2))])
     lines += textwrap.wrap(d["detail"], width=width, subsequent_indent="  ")
     return "\n".join(lines)

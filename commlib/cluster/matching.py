@@ -12,6 +12,8 @@ blamed every rank of a 2x8 mesh for a later, unrelated hang).
 
 from __future__ import annotations
 
+from commlib.ui.language import language, tr  # what a learner reads, in the notebook's language (English: as is)
+
 _DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
            "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool"}
 _KEYS = ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes")
@@ -20,14 +22,17 @@ _KEYS = ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes")
 def ranks_text(ranks, verb: str = "") -> str:
     """'rank 2' / 'ranks 0, 1', with the verb agreeing: ranks_text([2], 'differ') -> 'rank 2 differs'."""
     ranks = sorted(ranks)
-    text = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+    if language() is not None and len(ranks) > 1:  # Chinese: "rank 0、1、3"
+        text = "rank " + "、".join(map(str, ranks))
+    else:
+        text = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
     if verb:
         text += " " + (verb if len(ranks) > 1 else {"wait": "waits"}.get(verb, verb + "s"))
     return text
 
 
 def group_text(name: str, desc: str) -> str:
-    return f"process group {name} ({desc})" if desc else f"process group {name}"
+    return tr(f"process group {name} ({desc})" if desc else f"process group {name}")
 
 
 def dtype(name: str) -> str:
@@ -56,7 +61,7 @@ def describe_record(entry: dict) -> str:
 def call_text(entry: dict) -> str:
     """'all_reduce #3 of [4] float32' from one Flight Recorder entry."""
     what = _size_dtype(entry)
-    return f"{_op(entry)} #{entry['collective_seq_id']}" + (f" of {what}" if what else "")
+    return tr(f"{_op(entry)} #{entry['collective_seq_id']}" + (f" of {what}" if what else ""))
 
 
 def split(classes: dict) -> tuple[list[int], list[int]]:
@@ -71,8 +76,10 @@ def split(classes: dict) -> tuple[list[int], list[int]]:
 
 def sides(classes: dict, describe) -> str:
     culprits, majority = split(classes)
-    parts = [f"{ranks_text(ranks)} called {describe(key)}"
+    parts = [tr(f"{ranks_text(ranks)} called {describe(key)}")
              for key, ranks in sorted(classes.items(), key=lambda kv: (sorted(kv[1]) == majority, min(kv[1])))]
+    if language() is not None:
+        return ("，而 " if majority else "；").join(parts)
     return (", where " if majority else "; ").join(parts)
 
 
@@ -164,18 +171,19 @@ def findings(snapshots: dict) -> list[dict]:
                 table = {i: ranks for i, (_, ranks) in enumerate(classes)}
                 culprits, _ = split(table)
                 found.append({"kind": "mismatch", "ranks": culprits,
-                              "detail": f"mismatch in {where}: {sides(table, lambda i: call_text(classes[i][0]))}."})
+                              "detail": tr(f"mismatch in {where}: {sides(table, lambda i: call_text(classes[i][0]))}.")})
             elif absent:
                 last = {r: max(per_rank[r], default=0) for r in absent}
                 if len(set(last.values())) == 1:
                     n = next(iter(last.values()))
                     they = "it" if len(absent) == 1 else "they"
-                    before = f"{they} had called none there" if n == 0 else f"{they} stopped at #{n}"
+                    before = tr(f"{they} had called none there" if n == 0 else f"{they} stopped at #{n}")
                 else:
-                    before = ", ".join(f"rank {r} stopped at #{n}" for r, n in last.items())
+                    before = ("，" if language() else ", ").join(tr(f"rank {r} stopped at #{n}")
+                                                                 for r, n in last.items())
                 found.append({"kind": "missing", "ranks": absent,
-                              "detail": f"missing: {ranks_text(absent)} never entered {call_text(classes[0][0])} "
-                                        f"in {where}, which {ranks_text(sorted(present))} entered ({before})."})
+                              "detail": tr(f"missing: {ranks_text(absent)} never entered {call_text(classes[0][0])} "
+                                           f"in {where}, which {ranks_text(sorted(present))} entered ({before}).")})
             else:
                 continue
             break  # the first live disagreement of a group is its story; later numbers follow from it
@@ -209,6 +217,7 @@ def torch_verdicts(snapshots: dict) -> str:
                     flagged.update((rank, first))
                     states[state.name] += 1
     if not flagged:
-        return f"torch's Op.match: all {compared} record pairs match"
+        return tr(f"torch's Op.match: all {compared} record pairs match")
     kinds = ", ".join(f"{n} {s}" for s, n in states.most_common())
-    return f"torch's Op.match: {kinds} in {compared} record pairs, which would blame {ranks_text(sorted(flagged))}"
+    return tr(f"torch's Op.match: {kinds} in {compared} record pairs, which would blame "
+              f"{ranks_text(sorted(flagged))}")

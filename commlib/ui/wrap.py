@@ -14,8 +14,8 @@ def wrap(line: str, columns: int = 100) -> list[str]:
     """line as lines of at most `columns` display columns (a longer Latin word stays whole on its own line)."""
     out, cur = [], []
     for tok in _TOKEN.findall(line):
-        if cur and not tok.isspace() and tok not in CLOSING and width("".join(cur).rstrip() + tok) > columns:
-            cut = _break(cur)
+        if cur and not tok.isspace() and width("".join(cur).rstrip() + tok) > columns:
+            cut = _break(cur, end=tok not in CLOSING)  # a closing mark takes the word before it along
             out.append("".join(cur[:cut]).rstrip())
             cur = cur[cut:]
             while cur and cur[0].isspace():
@@ -26,16 +26,19 @@ def wrap(line: str, columns: int = 100) -> list[str]:
     return out + [tail] if tail else out
 
 
-def _break(tokens: list[str]) -> int:
+def _break(tokens: list[str], end: bool = True) -> int:
     """Where to end the line: after the last closing mark, else at the last space, within SLACK columns of the
-    end; else at the end (between two Chinese characters, or before a word)."""
-    space, tail = None, 0
-    for i in range(len(tokens) - 1, 0, -1):
+    end; else at the end (between two Chinese characters, or before a word), or before the last token when the
+    next one is a closing mark (end=False)."""
+    space, tail, last = None, 0, len(tokens) if end else max(len(tokens) - 1, 1)
+    while not end and last > 1 and tokens[last] in CLOSING:
+        last -= 1
+    for i in range(last, 0, -1):
         if tail > SLACK:
             break
-        if tokens[i - 1] in CLOSING:
+        if tokens[i - 1] in CLOSING and (i == len(tokens) or tokens[i] not in CLOSING) and (end or i < len(tokens)):
             return i
-        if space is None and tokens[i].isspace():
+        if space is None and i < len(tokens) and tokens[i].isspace():
             space = i
-        tail += width(tokens[i])
-    return space if space is not None else len(tokens)
+        tail += width(tokens[i - 1])
+    return space if space is not None else last
