@@ -12,6 +12,7 @@ Learners per core: the most learners whose slowest chapter stays within the cour
 the cores this machine has.
 """
 
+import argparse
 import json
 import os
 import pwd
@@ -32,12 +33,13 @@ USER_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 def _users(k: int, base: Path) -> list[dict]:
-    """k learners: (name, uid, gid, home). As root, users made for the run; else this user k times."""
+    """k learners: (name, uid, gid, home). As root, users made for the run; else this user k times, each in a
+    folder of its own for this room."""
     out = []
     for i in range(1, k + 1):
         if os.geteuid() != 0:
-            home = base / f"learner{i}"
-            home.mkdir()
+            home = base / f"room{k}" / f"learner{i}"
+            home.mkdir(parents=True)
             out.append({"name": pwd.getpwuid(os.getuid()).pw_name, "uid": os.getuid(), "gid": os.getgid(),
                         "home": home, "made": False})
             continue
@@ -87,6 +89,8 @@ def _theirs(uids: set[int]) -> dict:
 def room(k: int, base: Path) -> dict:
     """k learners copy the course and run chapter 1 at once -> their times and what was left."""
     users = _users(k, base)
+    uids = {u["uid"] for u in users} - {os.geteuid()}
+    before = _theirs(uids) if uids else {"processes": [], "files": []}   # a former user's, with a uid reused
     copies = []
     for i, u in enumerate(users):
         dest = u["home"] / "commlib"
@@ -106,8 +110,8 @@ def room(k: int, base: Path) -> dict:
         out, _ = p.communicate(timeout=600)
         results.append({"learner": u["name"], "seconds": round(time.perf_counter() - t0, 2), "ok": p.returncode == 0,
                         "last": out.strip().splitlines()[-1] if out.strip() else ""})
-    uids = {u["uid"] for u in users} - {os.geteuid()}
-    left = _theirs(uids) if uids else {"processes": [], "files": []}
+    now = _theirs(uids) if uids else {"processes": [], "files": []}
+    left = {key: sorted(set(now[key]) - set(before[key])) for key in now}
     for u in users:
         if u["made"]:
             subprocess.run(["userdel", "--remove", u["name"]], capture_output=True, timeout=60,
@@ -117,18 +121,25 @@ def room(k: int, base: Path) -> dict:
     return {"learners": k, "results": results, "left": left}
 
 
+def _sizes(text: str) -> list[int]:
+    """--learners: room sizes, comma-separated, each 1 to 64."""
+    try:
+        sizes = [int(x) for x in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or any(not 1 <= k <= 64 for k in sizes):
+        raise argparse.ArgumentTypeError(f"--learners must be integers from 1 to 64, comma-separated, got {text!r}")
+    return sizes
+
+
 def main() -> int:
     ap = arguments.Parser(__doc__)
-    ap.add_argument("--learners", default="1,2,4,8", help="the room sizes to run, comma-separated (default 1,2,4,8)")
+    ap.add_argument("--learners", default="1,2,4,8", type=_sizes,
+                    help="the room sizes to run, comma-separated (default 1,2,4,8)")
     ap.add_argument("--out", help="write the figures as JSON to this file")
     ap.add_argument("--quick", action="store_true", help="a smoke run for CI: 1 and 2 learners")
     a = ap.parse_args()
-    try:
-        sizes = [int(x) for x in a.learners.split(",")]
-        if not sizes or any(not 1 <= k <= 64 for k in sizes):
-            raise ValueError
-    except ValueError:
-        ap.error(f"--learners must be integers from 1 to 64, comma-separated, got {a.learners!r}")
+    sizes = a.learners
     if a.quick:
         sizes = [1, 2]
     if os.geteuid() == 0 and not shutil.which("setpriv"):

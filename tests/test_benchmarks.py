@@ -106,6 +106,7 @@ BAD_ARGUMENTS = {  # script -> (arguments, words of the one line it must print)
     "pipeline_bubble.py": (["--microbatches", "4", "0"], "argument --microbatches: must be an int >= 1"),
     "plan_search.py": (["--nodes", "x"], "argument --nodes: must be an int, got 'x'"),
     "rank_output.py": (["--lines", "-1"], "argument --lines: must be an int >= 1"),
+    "workshop_learners.py": (["--learners", "0,2"], "--learners must be integers from 1 to 64, comma-separated"),
     "ring_steps.py": (["--repeats", "0"], "argument --repeats: must be an int >= 1"),
     "ring_overlap.py": (["--bandwidth", "nan"], "argument --bandwidth: must be a finite number"),
     "ring_vs_builtin.py": (["--sizes", "64Q"], "argument --sizes: size must look like 512, 1K, 64M or 1G"),

@@ -184,7 +184,9 @@ def test_a_sigkilled_launcher_leaves_no_process_and_a_network_clean_removes(tmp_
     while left_behind(proc.pid, str(script))[1] and time.monotonic() < deadline:
         time.sleep(0.05)
     spaces, procs = left_behind(proc.pid, str(script))
-    assert procs == [] and len(spaces) == 5
+    # root: the network, marked as the dead launcher's, waits for the sweep; an ordinary user's lived in the
+    # launcher's keeper, which died with it: nothing on the host at all
+    assert procs == [] and len(spaces) == (5 if kernel.privileged() else 0)
     clean = subprocess.run([sys.executable, "-m", "commlib", "network", "clean"], capture_output=True, text=True,
                            timeout=60)
     assert clean.returncode == 0 and left_behind(proc.pid, str(script)) == ([], [])
