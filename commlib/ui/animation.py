@@ -16,18 +16,18 @@ from dataclasses import dataclass
 
 from commlib.ui import plots
 from commlib.algorithms.trace import Event
-from commlib.ui.language import tr
+from commlib.ui.language import language, tr
 
 _PLAYER = """<div class="commlib-animation" style="display:inline-block;text-align:center;max-width:100%">
 <img src="{first}" alt="{caption}" style="max-width:100%">
 <div class="commlib-animation-controls" hidden style="margin:4px 0">
-<button type="button" data-go="first" title="first step">&laquo; first</button>
-<button type="button" data-go="back" title="previous step">&lsaquo; back</button>
-<button type="button" data-go="play" title="play every step">play</button>
-<button type="button" data-go="next" title="next step">next &rsaquo;</button>
-<button type="button" data-go="last" title="last step">last &raquo;</button>
-<input type="range" min="0" max="{last}" value="0" step="1" aria-label="step" style="vertical-align:middle">
-<span class="commlib-animation-step">step 0 of {last}</span>
+<button type="button" data-go="first" title="{first_step}">&laquo; {first_word}</button>
+<button type="button" data-go="back" title="{previous_step}">&lsaquo; {back}</button>
+<button type="button" data-go="play" title="{play_every_step}">{play}</button>
+<button type="button" data-go="next" title="{next_step}">{next} &rsaquo;</button>
+<button type="button" data-go="last" title="{last_step}">{last_word} &raquo;</button>
+<input type="range" min="0" max="{last}" value="0" step="1" aria-label="{step}" style="vertical-align:middle">
+<span class="commlib-animation-step">{step_0}</span>
 </div>
 <script>
 (function (root) {{
@@ -38,15 +38,15 @@ _PLAYER = """<div class="commlib-animation" style="display:inline-block;text-ali
   let k = 0, timer = null;
   function show(i) {{
     k = Math.max(0, Math.min(frames.length - 1, i));
-    img.src = frames[k]; img.alt = captions[k]; slider.value = k; label.textContent = "step " + k + " of " + (frames.length - 1);
+    img.src = frames[k]; img.alt = captions[k]; slider.value = k; label.textContent = {step_k};
     root.dataset.frame = k;
   }}
-  function stop() {{ clearInterval(timer); timer = null; play.textContent = "play"; }}
+  function stop() {{ clearInterval(timer); timer = null; play.textContent = {play_js}; }}
   const go = {{first: () => show(0), back: () => show(k - 1), next: () => show(k + 1), last: () => show(frames.length - 1),
     play: () => {{
       if (timer) return stop();
       if (k === frames.length - 1) show(0);
-      play.textContent = "pause";
+      play.textContent = {pause_js};
       timer = setInterval(() => {{ show(k + 1); if (k === frames.length - 1) stop(); }}, {interval});
     }}}};
   root.querySelectorAll("button").forEach(b => b.addEventListener("click", () => {{
@@ -59,6 +59,29 @@ _PLAYER = """<div class="commlib-animation" style="display:inline-block;text-ali
 }})(document.currentScript.parentElement);
 </script>
 </div>"""
+
+
+# the player's words: English as they read in the HTML, translated in the notebook's language (tr)
+WORDS = {"first_step": "first step", "first_word": "first", "previous_step": "previous step", "back": "back",
+         "play_every_step": "play every step", "play": "play", "next_step": "next step", "next": "next",
+         "last_step": "last step", "last_word": "last", "step": "step", "pause": "pause"}
+
+
+def _words(last: int) -> dict:
+    """The player's words for str.format: its captions, and the step counter ('step 0 of N') as HTML and as the
+    JavaScript expression that rewrites it."""
+    said = {key: html.escape(tr(word)) for key, word in WORDS.items()}
+    said.update(play_js=json.dumps(tr("play"), ensure_ascii=False),
+                pause_js=json.dumps(tr("pause"), ensure_ascii=False))
+    template = tr("step {} of {}")
+    if language() is None or template.count("{0}") != 1 or template.count("{1}") != 1:
+        said.update(step_0=f"step 0 of {last}", step_k='"step " + k + " of " + (frames.length - 1)')
+    else:  # "step {} of {}" as the catalog says it, its holes filled by the script
+        head, mid, tail = (json.dumps(part, ensure_ascii=False)
+                           for part in template.replace("{1}", "{0}").split("{0}"))
+        said.update(step_0=html.escape(tr(f"step 0 of {last}")),
+                    step_k=f"{head} + k + {mid} + (frames.length - 1) + {tail}")
+    return said
 
 
 @dataclass(frozen=True)
@@ -78,6 +101,7 @@ class Animation:
         uris = ["data:image/png;base64," + base64.b64encode(f).decode("ascii") for f in self.frames]
         captions = [tr(c) for c in self.captions]  # in the notebook's language (the browser draws any script)
         return _PLAYER.format(first=uris[0], caption=html.escape(captions[0]), last=len(uris) - 1,
+                              **_words(len(uris) - 1),
                               rest=json.dumps(uris[1:]),
                               captions=json.dumps(captions).replace("</", "<\\/"),
                               interval=int(self.interval_ms))

@@ -8,7 +8,7 @@ import html
 import ipywidgets as W
 
 from commlib.cluster import flight_recorder
-from commlib.ui.language import speaks
+from commlib.ui.language import language, speaks, tr
 
 
 def step_html(step: dict, position: int | None = None, total: int | None = None) -> str:
@@ -18,14 +18,14 @@ def step_html(step: dict, position: int | None = None, total: int | None = None)
     for rank, call in step["calls"].items():
         odd = rank in step["odd"]
         color = "#c0392b" if odd and call else ("#888888" if odd else "#222222")
-        text = html.escape(call) if call else "no record: never called it"
+        text = html.escape(call) if call else tr("no record: never called it")
         mark = " &larr;" if odd else ""
         rows.append(f"<div style='font-family:monospace;color:{color}'>rank {rank}: {text}{mark}</div>")
     title = f"process group {html.escape(step['group'])}, collective #{step['seq']}"
     if position is not None:
         title = f"entry {position} of {total}: {title}"
-    verdict = "every rank agrees" if not step["odd"] else f"ranks {step['odd']} differ or are missing"
-    return f"<b>{title}</b>: {verdict}" + "".join(rows)
+    verdict = tr("every rank agrees" if not step["odd"] else f"ranks {step['odd']} differ or are missing")
+    return f"<b>{tr(title)}</b>{'：' if language() else ': '}{verdict}" + "".join(rows)
 
 
 @speaks
