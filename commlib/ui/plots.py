@@ -8,6 +8,7 @@ from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from commlib.algorithms.trace import Event
 from commlib.ui.language import speaks
+from commlib.ui.ticks import set_ticks
 
 
 @speaks
@@ -205,7 +206,7 @@ def timeline(tl, ax=None, title: str = "", unit: float = 1e3):
     compute_end = max((e.end for e in tl.events if e.kind in ("forward", "compute")), default=0.0)
     ax.axvline(compute_end * unit, color="black", lw=1, ls=":")
     forward = any(e.kind == "forward" for e in tl.events)
-    ax.set_yticks([1, 0], ["forward, backward" if forward else "backward", "all-reduce"])
+    set_ticks(ax, "y", [1, 0], ["forward, backward" if forward else "backward", "all-reduce"])
     ax.set_xlabel("ms" if unit == 1e3 else "s")
     ax.set_xlim(0, max(tl.total_s * unit * 1.02, 1e-9))
     ax.set_title(title or f"step {tl.total_s * unit:.1f} ms, exposed communication {tl.exposed_comm_s * unit:.1f} ms, "
@@ -244,7 +245,7 @@ def profile_spans(report: dict, ax=None):
     for hs, he in hidden:  # draw the exposed parts: comm minus the hidden parts
         exposed = [piece for s, e in exposed for piece in ((s, min(e, hs)), (max(s, he), e)) if piece[1] > piece[0]]
     ax.broken_barh([(s * 1e3, (e - s) * 1e3) for s, e in exposed], (-0.3, 0.6), color="#C44E52")
-    ax.set_yticks([1, 0], ["compute", "communication"])
+    set_ticks(ax, "y", [1, 0], ["compute", "communication"])
     ax.set_xlabel("ms")
     ax.set_title(f"profiled step: compute {report['compute_s'] * 1e3:.1f} ms, communication {report['comm_s'] * 1e3:.1f} ms, "
                  f"exposed (red) {report['exposed_comm_s'] * 1e3:.1f} ms, idle {report['idle_s'] * 1e3:.1f} ms", fontsize=9)
@@ -334,7 +335,7 @@ def pipeline_timeline(events_by_rank, ax=None, title: str = "", unit: float = 1.
             ax.barh(p - 1 - s, width, left=left, height=0.7, color=f"C{i % 10}", alpha=0.45 if op == "F" else 0.9,
                     edgecolor="black", lw=0.5)
             ax.text(left + width / 2, p - 1 - s, f"{op}{i}", ha="center", va="center", fontsize=7)
-    ax.set_yticks(range(p), [f"stage {s}" for s in reversed(range(p))])
+    set_ticks(ax, "y", range(p), [f"stage {s}" for s in reversed(range(p))])
     ax.set_xlabel(xlabel)
     got = bubble(events_by_rank)
     name = {1e3: " ms", 1e6: " µs"}.get(unit, "")
@@ -379,7 +380,7 @@ def compression_tradeoff(variants: dict, title: str = ""):
     axes[1].set_xlabel("test accuracy at the end")
     axes[2].barh(ys, [variants[n]["overhead_s"] * 1e3 for n in names], color=colors)
     axes[2].set_xlabel("compressing + decompressing (ms/step)")
-    axes[0].set_yticks(list(ys), names)
+    set_ticks(axes[0], "y", list(ys), names)
     axes[0].invert_yaxis()
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
@@ -426,7 +427,7 @@ def step_vs_bandwidth(rows: list[dict], crossovers: dict | None = None, ax=None,
     ax.set_xscale("log")
     ax.set_ylim(bottom=0)
     ticks = [b / 1e6 for b in emulated] + [loop_x / 1e6]
-    ax.set_xticks(ticks, [f"{t:g}" for t in ticks[:-1]] + ["loopback"])
+    set_ticks(ax, "x", ticks, [f"{t:g}" for t in ticks[:-1]] + ["loopback"])
     ax.minorticks_off()
     ax.set_xlabel("emulated inter-node bandwidth (MB/s per direction)")
     ax.set_ylabel("step (ms)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 
 from commlib.ui.language import speaks
+from commlib.ui.ticks import set_ticks
 
 COMPUTE, COMM, WAIT = "C0", "C2", "#bbbbbb"   # profile_spans' colours (chapter 9); waits grey and hatched
 
@@ -40,7 +41,7 @@ def timelines(report: dict, scenarios=None, ax=None, steps: int | None = None):
             labels.append(f"{s['name'][:22]} · rank {r}")
             y -= 1
         y -= 0.4   # a gap between scenarios
-    ax.set_yticks([-i - 0.4 * (i // len(ranks)) for i in range(len(labels))], labels, fontsize=8)
+    set_ticks(ax, "y", [-i - 0.4 * (i // len(ranks)) for i in range(len(labels))], labels, fontsize=8)
     ax.set_xlim(0, longest * 1.02)
     ax.set_xlabel("ms from the rank's start" + (f" ({k} training steps)" if k > 1 else ""))
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
@@ -71,7 +72,7 @@ def flows(report: dict, scenarios=None, rank=None, ax=None):
             longest = max(longest, b)
         labels.append((y - 0.2, f"{s['name'][:24]} · rank {rank}"))
         y -= 1.2
-    ax.set_yticks([p for p, _ in labels], [t for _, t in labels], fontsize=8)
+    set_ticks(ax, "y", [p for p, _ in labels], [t for _, t in labels], fontsize=8)
     ax.set_xlim(0, longest / 1e3 * 1.03)
     ax.set_xlabel("ms from the rank's start")
     ax.set_title("each collective call (ms): calls in flight at once on rows of their own", fontsize=9)
