@@ -33,6 +33,8 @@ from commlib import algorithms as alg
 from commlib import cost
 from commlib import topology as topo
 from commlib.network import emulate
+from commlib.ui.language import language, tr, width  # the notebook's language (English: as is)
+from commlib.ui.wrap import wrap
 
 
 
@@ -252,9 +254,20 @@ def load_committed(path: str = COMMITTED) -> dict:
 def format_result(result: dict) -> str:
     """The measured/model table, the hierarchical-over-flat speedups and the pacing error, as text in lines
     of at most 100 characters (the book's column), wrapped between words."""
+    if language() is not None:  # each line in the notebook's language, wrapped by display width
+        return "\n".join(_wrapped(tr(line)) for line in _result_lines(result))
     return "\n".join(line if len(line) <= 100 else
                      textwrap.fill(line, 100, subsequent_indent="    ", break_long_words=False)
                      for line in _result_lines(result))
+
+
+def _wrapped(line: str, columns: int = 100) -> str:
+    """A Chinese line in lines of at most `columns` display columns, its indent kept, the rest indented by 4."""
+    if width(line) <= columns:
+        return line
+    indent = line[:len(line) - len(line.lstrip())]
+    parts = wrap(line.strip(), columns - max(len(indent), 4))
+    return "\n".join(("    " if i else indent) + part for i, part in enumerate(parts))
 
 
 AGREE = 0.15  # measured within 15% of the model: "agrees" (the benchmark's targets are 10-25%)
@@ -275,13 +288,22 @@ def agreement(result: dict) -> str:
             f, o = by[(k, n, "flat_ring")], by[(k, n, other)]
             measured, model = f["measured_s"] / o["measured_s"], f["model_s"] / o["model_s"]
             verdict = "agrees" if abs(measured / model - 1) <= AGREE else "does not agree"
-            lines.append(f"  {k} NIC(s): {other} vs flat ring, model {model:.2f}x faster, measured {measured:.2f}x: {verdict}")
+            lines.append(f"  {k} NIC(s): {other} vs flat ring, model {model:.2f}x faster, measured {measured:.2f}x: "
+                         f"{verdict}")
     for b in result["builtin"]:
         if result.get("network") == "kernel":
             r = b["measured_s"] / b["model_s"]
             lines.append(f"  {b['nics']} NIC(s): dist.all_reduce {r:.2f}x the flat ring's model: "
                          f"{'agrees' if abs(r - 1) <= AGREE else 'does not agree'}")
-    return "\n".join(lines)
+    return "\n".join(tr(line) for line in lines)
+
+
+def _header() -> str:
+    """The table's column names, right-aligned by display width (a Chinese name takes two columns each)."""
+    if language() is None:
+        return f"{'NICs':>4} {'algorithm':>13} {'size':>5} {'measured':>9} {'model':>9} {'measured/model':>15}"
+    names = (("NICs", 4), ("algorithm", 13), ("size", 5), ("measured", 9), ("model", 9), ("measured/model", 15))
+    return " ".join(" " * max(0, n - width(tr(name))) + tr(name) for name, n in names)
 
 
 def _result_lines(result: dict) -> list[str]:
@@ -289,14 +311,14 @@ def _result_lines(result: dict) -> list[str]:
     m = result["machine"]
     p, g, intra, nic = result["world_size"], result["gpus_per_node"], result["intra"], result["nic"]
     kernel = result.get("network") == "kernel"
-    how = ("kernel NIC (tc HTB), no latency added" if kernel else
-           f"emulated NIC (1/{result['ratio']:g}), latency {nic['latency'] * 1e3:g} ms")
+    how = tr("kernel NIC (tc HTB), no latency added" if kernel else
+             f"emulated NIC (1/{result['ratio']:g}), latency {nic['latency'] * 1e3:g} ms")
     lines = [f"network: {result.get('network', 'paced')}",
              f"{p} ranks as {p // g} nodes x {g}; intra (loopback, fitted) {intra['bandwidth'] / 1e9:.2f} GB/s, "
              f"alpha {intra['latency'] * 1e6:.0f} us; {how} {nic['bandwidth'] / 1e9:.3f} GB/s; gamma "
              f"{result['gamma'] * 1e9:.2f} ns/B; median of {result['repeats']}, slowest rank",
              f"machine: {m['cpus']} cores, load {m['load_start'][0]:.1f} at start, {m['load_end'][0]:.1f} at the end",
-             f"{'NICs':>4} {'algorithm':>13} {'size':>5} {'measured':>9} {'model':>9} {'measured/model':>15}"]
+             _header()]
     for r in result["rows"]:
         lines.append(f"{r['nics']:>4} {r['algorithm']:>13} {size(r['nbytes']):>5} {r['measured_s'] * 1e3:>7.1f}ms "
                      f"{r['model_s'] * 1e3:>7.1f}ms {r['measured_s'] / r['model_s']:>14.2f}x")

@@ -8,6 +8,7 @@ agreement: a ratio r agrees when 1/within <= r <= within.
 import os
 
 from commlib import _validate as check
+from commlib.ui.language import tr  # the notebook's language (English: as is)
 
 
 def _band(within: float) -> float:
@@ -20,8 +21,8 @@ def agreement(measured: float, model: float, within: float = 1.25) -> str:
     model = check.number("model", model, 0, strict=True)
     within, r = _band(within), measured / model
     if 1 / within <= r <= within:
-        return f"{r:.2f}x the model: agrees (within {within:g}x)"
-    return f"{r:.2f}x the model: {'above' if r > 1 else 'below'} the model"
+        return tr(f"{r:.2f}x the model: agrees (within {within:g}x)")
+    return tr(f"{r:.2f}x the model: {'above' if r > 1 else 'below'} the model")
 
 
 def versus(a_s: float, b_s: float, a: str, b: str, within: float = 1.1) -> str:
@@ -30,11 +31,11 @@ def versus(a_s: float, b_s: float, a: str, b: str, within: float = 1.1) -> str:
     b_s = check.number("b_s", b_s, 0, strict=True, unit="seconds")
     within, r = _band(within), b_s / a_s
     if 1 / within <= r <= within:
-        return f"{a} and {b} took the same time (within {within:g}x: {r:.2f}x)"
+        return tr(f"{a} and {b} took the same time (within {within:g}x: {r:.2f}x)")
     faster, slower, x = (a, b, r) if r > 1 else (b, a, 1 / r)
-    return f"{faster} was {x:.2f}x faster than {slower}"
+    return tr(f"{faster} was {x:.2f}x faster than {slower}")
 
 
 def machine() -> str:
     """The cores and the 1-minute load average now: a live timing is only as steady as the machine it ran on."""
-    return f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"
+    return tr(f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")

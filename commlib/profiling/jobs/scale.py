@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from commlib.profiling.jobs.committed import load_committed
+from commlib.ui.language import tr  # the notebook's language (English: as is)
 
 SCALE = Path(__file__).resolve().parents[3] / "benchmarks" / "diagnose_scale.json"
 
@@ -100,4 +101,4 @@ def summary(data: dict) -> list[str]:
             vs = f" ({same['peak_rss_bytes'] / 1e6:.0f} MB for 2 ranks)" if same else ""
             out.append(f"{r['ranks']} ranks x {_k(r['events_per_rank'])} events: {r['cli_s']:.2f} s, peak "
                        f"{r['peak_rss_bytes'] / 1e6:.0f} MB{vs}")
-    return out
+    return [tr(line) for line in out]  # in the notebook's language (English: as is)

@@ -17,6 +17,7 @@ from dataclasses import replace
 from commlib import cost
 from commlib import topology as topo
 from commlib.profiling.stragglers import P2P
+from commlib.ui.language import tr
 
 # "ring": one flat ring (topology's flat_ring); "tree": NCCL's double binary tree, within a node or one GPU per node
 ALGORITHMS = ("ring", "multi_ring", "hierarchical", "in_network", "tree")
@@ -102,8 +103,8 @@ def backend_table(nbytes: int, size: int) -> list[dict]:
     (one per node), as priced, and the source."""
     per_nic = {"all_reduce": 2 * (size - 1) / size, "reduce_scatter": (size - 1) / size,
                "all_gather": (size - 1) / size}
-    return [{"backend": b, "op": op, "runs": runs, "priced_as": as_, "nic_bytes": per_nic[as_] * nbytes,
-             "source": src} for (b, op), (runs, as_, src) in SENT.items()]
+    return [{"backend": b, "op": op, "runs": tr(runs), "priced_as": as_, "nic_bytes": per_nic[as_] * nbytes,
+             "source": src} for (b, op), (runs, as_, src) in SENT.items()]  # runs: in the notebook's language
 
 
 def fixed_part(t: topo.Topology | None) -> topo.Topology | None:

@@ -9,22 +9,23 @@ from __future__ import annotations
 import textwrap
 
 from commlib.profiling.read.reader import printable
-from commlib.ui.language import fill, language
+from commlib.ui.language import language
 from commlib.ui.language import width as columns
+from commlib.ui.wrap import wrap as by_columns
 
 
 def wrap(text: str, width: int, first: str = "", rest: str = "") -> list[str]:
     """text in lines of at most width columns, the first line opened by `first`, the others by `rest`: English
     exactly as textwrap.wrap; another language by display columns (a Chinese character takes two), between
-    words or between Chinese characters (language.fill)."""
+    words, after a Chinese mark or between Chinese characters (commlib.ui.wrap)."""
     if language() is None:
         return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest)
     whole = first + text
-    head = fill(whole, width)
+    head = by_columns(whole, width)
     if len(head) < 2 or not rest:
         return head
-    tail = whole[len(head[0]):].lstrip()   # fill keeps the first line's characters as they are
-    return head[:1] + [rest + line for line in fill(tail, width - columns(rest))]
+    tail = whole[len(head[0]):].lstrip()   # by_columns keeps the first line's characters as they are
+    return head[:1] + [rest + line for line in by_columns(tail, width - columns(rest))]
 
 
 def indent(prefix: str) -> str:
