@@ -347,3 +347,23 @@ def test_the_reports_tables_keep_their_columns_in_chinese(zh):
 
     lines = columns.fit([["场景", "每步 ms"], ["identity", "1.00"]], [10, 9], "<>")
     assert [language.width(line) for line in lines] == [19, 19] and lines[0] == "场景        每步 ms"
+
+
+def test_a_templates_words_reach_a_bare_number_and_read_in_chinese(zh):
+    """A template whose Chinese keeps no Chinese character ("{0}（fp32 logits）") is skipped when its hole is a bare
+    number (nothing of it looks translated), so "4.2 (fp32 logits)" stayed English inside the planner's listing
+    (issue 62). Every template with English words says something in Chinese, unless it keeps them all as names."""
+    from babel.messages.pofile import read_po
+
+    keeps_names = {"RuntimeError: {}", "{} · rank {}"}
+    wordless = []
+    for po in sorted((ROOT / "locales" / "zh_CN" / "LC_MESSAGES" / "commlib").glob("*.po")):
+        for m in read_po(po.open("rb")):
+            if m.id and "{}" in m.id and m.string and re.search(r"[A-Za-z]{2}", m.id.replace("{}", "")) \
+                    and not CJK.search(m.string) and m.id not in keeps_names:
+                wordless.append(f"{po.stem}: {m.id!r} -> {m.string!r}")
+    assert wordless == [], "\n".join(wordless)
+    listing = ("per GPU, against 80 GB: B: 6.7 (model states) + 161.1 (activations) + 4.2 (fp32 logits) + 0.8 "
+               "(ZeRO-3's gathered layers) = 172.8 GB.")
+    said = language.tr(listing)
+    assert "(fp32 logits)" not in said and "4.2（" in said and "（模型状态）" in said, said
