@@ -10,9 +10,11 @@ with venv and pip (the book also needs npm once, to fetch MathJax and the widget
 
     python3 course.py lab --lang zh_CN         # the Chinese edition's notebooks (written first), in JupyterLab
     python3 course.py book --lang zh_CN        # the Chinese edition of the book, into build/book-zh_CN
-    python3 course.py test --lang zh_CN        # nbval of the Chinese edition's notebooks, written afresh
+    python3 course.py test --lang zh_CN        # nbval of the Chinese edition's notebooks, written afresh, against
+                                               # the outputs of its own run; then English left in what they showed
     python3 course.py notebooks --lang zh_CN   # only write build/notebooks-zh_CN/ from notebooks/ and locales/
-                                               # (--execute: and run them, in Chinese, for the zh_CN book)
+                                               # (--execute [--only 03]: first run the chapters in Chinese and
+                                               # store their outputs in locales/zh_CN/outputs/, ~3 min)
 
 Extra arguments are passed on (to jupyter lab, to pytest, or to book/build.py). The environment is rebuilt
 only when requirements.txt or pyproject.toml change.
@@ -402,9 +404,17 @@ def main(argv: list[str]) -> int:
         cmd = lab_command(PY, ROOT, rest, folder)
     elif argv[0] == "book":
         cmd = [str(PY), str(ROOT / "book" / "build.py"), *argv[1:]]
-    else:  # test; with --lang, nbval of the edition's notebooks (the English outputs, commlib speaking lang)
+    else:  # test; with --lang, nbval of the edition's notebooks (the outputs of its own run), then what it showed
+        runs = pytest_runs(argv[1:] if lang is None else [folder, "-p", "book.nbrecord", *rest], usable_cores())
+        if lang is not None:  # the run records what it shows; tests/test_zh_english.py then reads it for English
+            record = ROOT / "build" / f"{lang}-nbval-record"
+            import shutil
+
+            shutil.rmtree(record, ignore_errors=True)
+            os.environ["COMMLIB_RECORD_RUN"] = str(record)
+            runs.append([str(ROOT / "tests" / "test_zh_english.py")])
         codes = []
-        for args in pytest_runs(argv[1:] if lang is None else [folder, *rest], usable_cores()):
+        for args in runs:
             codes.append(run([str(PY), "-m", "pytest", *args], signal.SIGINT))  # pytest cleans up on Ctrl-C
             if codes[-1] >= 128:  # a signal stopped it: so does course.py
                 return codes[-1]

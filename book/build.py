@@ -13,8 +13,9 @@ assets/ into build/book-src/; run Sphinx with MyST-NB (book/conf.py, execution o
 
 --lang zh_CN builds the Chinese edition from the same sources and the catalogs in locales/zh_CN/ (book/i18n.py),
 staged into build/book-src-zh_CN/ with its preface and the cell that sets commlib's language; its code cells show
-the outputs of the Chinese run (build/notebooks-zh_CN/, `book/i18n.py notebooks --execute`) where that run holds
-the same code, else the English outputs with the checkers' verdicts rendered in Chinese. Each edition links to the same page of the other, which lives beside it
+the outputs of the Chinese run committed in locales/zh_CN/outputs/ (book/outputs.py; `course.py notebooks --lang
+zh_CN --execute` writes them) where that run holds the same code, else the English outputs with the checkers'
+verdicts rendered in Chinese. Each edition links to the same page of the other, which lives beside it
 (build/book and build/book-zh_CN).
 """
 
@@ -38,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 sys.path.insert(0, str(BOOK))  # book/editions.py, also when this module is imported as book.build
 import editions  # noqa: E402
+import outputs  # noqa: E402
 WORK = ROOT / "build"  # staged sources (book-src/) and Sphinx's cache (book-doctrees/)
 VENDOR = ROOT / "build" / "book-vendor"
 DEFAULT_OUT = ROOT / "build" / "book"
@@ -160,8 +162,8 @@ def stage(src: Path, solutions: bool = True, working_tree: bool = False, lang: s
             nb = json.loads(data)
             if lang:  # commlib speaks lang: the outputs of the edition's own run, where it ran this code
                 nb = editions.with_language_cell(nb, lang)
-                ran = editions.executed_outputs(nb, WORK / f"notebooks-{lang}" / path.name, lang)
-                nb = ran if ran is not nb else editions.with_verdicts_in(nb, lang)  # else the verdicts in lang
+                ran = outputs.with_outputs(nb, path.stem, lang)  # locales/<lang>/outputs/
+                nb = ran if ran is not None else editions.with_verdicts_in(nb, lang)  # else the verdicts in lang
             nb = teaching.drop_solutions(nb) if not solutions else nb
             nb = editions.with_preface_cell(nb, lang) if lang and i == 0 else nb
             data = (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode()

@@ -46,8 +46,9 @@ def book_catalogs(lang: str, locales: Path = LOCALES) -> list[Path]:
     return sorted(p for p in base.rglob("*.po") if p.relative_to(base).parts[0] != "commlib")
 
 
-# ----- the notebooks in the edition's language: commlib speaks it (commlib.set_language), run by the learner or
-# by `book/i18n.py notebooks --execute`, whose outputs the edition's book shows
+# ----- the notebooks in the edition's language: commlib speaks it (commlib.set_language); a run in it by
+# `book/i18n.py notebooks --execute` is stored in locales/<lang>/outputs/ (book/outputs.py), which the edition's
+# notebooks and book show
 
 def language_cell(lang: str) -> dict:
     """The code cell that opens an edition's notebook: commlib's verdicts, captions and labels in lang."""
@@ -72,27 +73,6 @@ def code_digest(nb: dict) -> str:
     code = [c["source"] if isinstance(c["source"], str) else "".join(c["source"]) for c in nb["cells"]
             if c["cell_type"] == "code" and not c.get("id", "").startswith("language-")]
     return hashlib.sha256("\0".join(code).encode()).hexdigest()[:16]
-
-
-def executed_outputs(nb: dict, run: Path, lang: str) -> dict:
-    """nb (the English notebook, the language cell added) with the outputs and widget state of run, the edition's
-    notebook as executed in lang, cell by cell (their ids), when run holds the same code and was executed; else nb
-    as it is. A notebook run in lang prints its verdicts and draws its captions in lang."""
-    try:
-        done = json.loads(run.read_text(encoding="utf-8")) if run.is_file() and run.stat().st_size < 64 * 2**20 else None
-    except ValueError:
-        done = None
-    code = [c for c in (done or {}).get("cells", []) if c.get("cell_type") == "code"]
-    if (done is None or done.get("metadata", {}).get("commlib", {}).get("lang") != lang
-            or code_digest(done) != code_digest(nb) or not all(c.get("execution_count") for c in code)):
-        return nb
-    by_id = {c.get("id"): c for c in code}
-    out = dict(nb)
-    out["cells"] = [dict(c, outputs=by_id[c["id"]]["outputs"], execution_count=by_id[c["id"]]["execution_count"])
-                    if c["cell_type"] == "code" and c.get("id") in by_id else c for c in nb["cells"]]
-    widgets = done.get("metadata", {}).get("widgets")
-    out["metadata"] = {**nb.get("metadata", {}), **({"widgets": widgets} if widgets else {})}
-    return out
 
 
 _VERDICT = re.compile(r"^(Correct\. |Not yet\. )(.*(?:\n(?!Correct\. |Not yet\. ).*)*)", re.MULTILINE)

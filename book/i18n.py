@@ -3,7 +3,8 @@ notebooks translated from them.
 
     python book/i18n.py extract   [--lang zh_CN]   # build/gettext/*.pot from the chapters; locales/<lang>/ updated
     python book/i18n.py check     [--lang zh_CN] [--only 03 ...]   # extracts afresh, then what the tests hold
-    python book/i18n.py notebooks [--lang zh_CN] [--out DIR] [--execute]   # build/notebooks-<lang>/*.ipynb
+    python book/i18n.py notebooks [--lang zh_CN] [--out DIR] [--force]     # build/notebooks-<lang>/*.ipynb
+    python book/i18n.py notebooks --execute [--only 03 ...]   # run them in <lang>: locales/<lang>/outputs/
 
 `extract` stages the book's sources as book/build.py does (the notebooks as they are in notebooks/), runs
 `sphinx-build -b gettext` (one catalog per chapter: gettext_compact = False in book/conf.py), and merges the
@@ -14,10 +15,12 @@ A message is what Sphinx extracts from MyST: a paragraph, list item, heading or 
 Markdown, its lines joined by spaces. `notebooks` parses each markdown cell with the same MyST parser, looks
 each block up in the chapter's catalog and writes the translation in its place; code cells are copied unchanged,
 after one that sets commlib's language (commlib.set_language: its verdicts, captions and plot labels come from
-locales/<lang>/LC_MESSAGES/commlib/), their stored verdicts rendered again in that language
-(editions.with_verdicts_in). nbval checks them (pytest build/notebooks-<lang>): a run in that language must print
-the English edition's outputs, its verdicts in that language. With --execute the notebooks run in place, and the
-edition's book shows that run's outputs.
+locales/<lang>/LC_MESSAGES/commlib/), and their outputs those of a run in that language, committed in
+locales/<lang>/outputs/ (book/outputs.py; a chapter without current ones shows the English outputs, its verdicts
+rendered in that language: editions.with_verdicts_in). nbval checks them (pytest build/notebooks-<lang>): a run in
+that language must print what the edition's run printed. --execute runs the chapters afresh in that language
+(build/<lang>-run/, recording what they show: commlib.ui.shown) and writes their outputs into
+locales/<lang>/outputs/; the edition's book shows them too.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from pathlib import Path
 if str(Path(__file__).parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).parent))
 import editions  # noqa: E402
+import outputs  # noqa: E402
 from editions import (LANGS, LOCALES, ROOT, book_catalogs, check_lang, preface, with_language_cell,  # noqa: E402,F401
                       with_preface, with_preface_cell)
 
@@ -185,8 +189,9 @@ def write_notebooks(lang: str, out: Path | None = None, src: Path = ROOT / "note
                     force: bool = False) -> tuple[list[Path], dict[str, list[str]], list[Path]]:
     """build/notebooks-<lang>/NN_*.ipynb from notebooks/ and the catalogs, each opening with the cell that sets
     commlib's language; -> (paths written, {chapter: blocks the catalog lacks}, paths kept). Their code cells hold
-    the English outputs until they run (execute()). A notebook the learner has changed since it was written (run,
-    edited: its bytes differ from those recorded in .written.json) is kept, unless force."""
+    the outputs of the edition's run (locales/<lang>/outputs/) where it ran this code, else the English outputs
+    with their verdicts in lang. A notebook the learner has changed since it was written (run, edited: its bytes
+    differ from those recorded in .written.json) is kept, unless force."""
     import hashlib
 
     out = Path(out or ROOT / "build" / f"notebooks-{check_lang(lang)}")
@@ -208,7 +213,8 @@ def write_notebooks(lang: str, out: Path | None = None, src: Path = ROOT / "note
         table = translations(po) if po.exists() else {}
         nb, missing = translate_notebook(json.loads(path.read_text(encoding="utf-8")), table, src, out, lang)
         nb = with_language_cell(nb, lang)  # commlib speaks lang: verdicts, captions, plot labels
-        nb = editions.with_verdicts_in(nb, lang)  # the verdicts as a run in lang prints them, before any run
+        ran = outputs.with_outputs(nb, path.stem, lang, locales)  # the outputs of the edition's own run
+        nb = ran if ran is not None else editions.with_verdicts_in(nb, lang)  # else the English, verdicts in lang
         nb = with_preface_cell(nb, lang) if i == 0 else nb
         nb.setdefault("metadata", {})["commlib"] = {"lang": lang, "from": f"notebooks/{path.name}"}
         data = (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
@@ -221,17 +227,31 @@ def write_notebooks(lang: str, out: Path | None = None, src: Path = ROOT / "note
     return written, lacking, kept_
 
 
-def execute(paths: list[Path], timeout: int = 900) -> dict[str, float]:
-    """Run each notebook top to bottom in a fresh kernel, in place (tools/run_notebooks.py): commlib speaks the
-    edition's language, so its verdicts, captions and labels are the edition's; the book shows these outputs.
-    -> {notebook: seconds}. RuntimeError naming the notebook that failed."""
+def execute(lang: str, only: tuple[str, ...] = (), work: Path = ROOT / "build", timeout: int = 900,
+            say=print) -> dict[str, float]:
+    """Run the chapters (those whose names start with one of only; all without) top to bottom in lang, each in a
+    fresh kernel (tools/run_notebooks.py) in work/<lang>-run/, recording what they show into work/<lang>-record/
+    (COMMLIB_RECORD), and store their outputs in locales/<lang>/outputs/ (book/outputs.py). -> {chapter: seconds}.
+    RuntimeError naming the chapter that failed (the chapters before it are stored)."""
+    import shutil
+
+    run, records = Path(work) / f"{check_lang(lang)}-run", Path(work) / f"{lang}-record"  # beside notebooks-<lang>
+    for folder in (run, records):
+        shutil.rmtree(folder, ignore_errors=True)
+    paths, _, _ = write_notebooks(lang, run, force=True)
     took = {}
     for path in paths:
+        if only and not any(path.stem.startswith(o) for o in only):
+            continue
+        record = records / path.stem
+        env = {**os.environ, outputs.RECORD: str(record)}
         cmd = [sys.executable, str(ROOT / "tools" / "run_notebooks.py"), str(path)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
         if proc.returncode != 0:
             raise RuntimeError(f"{path.name} failed in its edition's run:\n{proc.stderr[-3000:]}")
-        took[path.name] = float(proc.stdout.rsplit(":", 1)[-1].split()[0])
+        took[path.stem] = float(proc.stdout.rsplit(":", 1)[-1].split()[0])
+        outputs.save(lang, path.stem, json.loads(path.read_text(encoding="utf-8")), record)
+        say(f"i18n: {path.stem} run in {lang} in {took[path.stem]:.1f} s; its outputs stored", flush=True)
     return took
 
 
@@ -365,11 +385,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("command", choices=("extract", "check", "notebooks"))
     ap.add_argument("--lang", default="zh_CN", choices=LANGS)
-    ap.add_argument("--only", nargs="*", default=(), help="chapters' number prefixes, for check (e.g. 03 09)")
+    ap.add_argument("--only", nargs="*", default=(),
+                    help="chapters' number prefixes, for check and notebooks --execute (e.g. 03 09)")
     ap.add_argument("--out", type=Path, help="for notebooks: the folder (default build/notebooks-<lang>)")
     ap.add_argument("--force", action="store_true", help="for notebooks: also replace those you ran or edited")
     ap.add_argument("--execute", action="store_true",
-                    help="for notebooks: run those written, in place, so that their outputs are the edition's")
+                    help="for notebooks: run the chapters in the edition's language and store their outputs in "
+                         "locales/<lang>/outputs/ (then write the notebooks with them)")
     args = ap.parse_args(argv)
     if args.command == "extract":
         templates = extract()
@@ -384,6 +406,14 @@ def main(argv: list[str] | None = None) -> int:
             print(p)
         print(f"i18n: {len(problems)} problem(s)" if problems else "i18n: the catalogs are complete")
         return 1 if problems else 0
+    if args.execute:
+        try:
+            took = execute(args.lang, tuple(args.only))
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            print(f"i18n: {e}", file=sys.stderr)
+            return 1
+        print(f"i18n: {len(took)} chapter(s) run in {args.lang} in {sum(took.values()):.0f} s; their outputs are in "
+              f"{outputs.folder(args.lang).relative_to(ROOT)}")
     written, lacking, kept_ = write_notebooks(args.lang, args.out, force=args.force)
     for chapter, missing in lacking.items():
         print(f"i18n: {chapter}: {len(missing)} block(s) not translated yet, left in English")
@@ -392,13 +422,6 @@ def main(argv: list[str] | None = None) -> int:
               f"--force replaces them with the current translation")
     folder = (written or kept_)[0].parent if written or kept_ else args.out
     print(f"i18n: {len(written)} notebook(s) written in {folder}", flush=True)
-    if args.execute:
-        try:
-            took = execute(written)
-        except (RuntimeError, subprocess.TimeoutExpired) as e:
-            print(f"i18n: {e}", file=sys.stderr)
-            return 1
-        print(f"i18n: {len(took)} notebook(s) run in {args.lang} in {sum(took.values()):.0f} s")
     return 0
 
 

@@ -62,11 +62,15 @@ def test_the_zh_CN_notebook_holds_the_english_code_cells_unchanged(written, path
     en = json.loads(path.read_text(encoding="utf-8"))
     zh = json.loads((out / path.name).read_text(encoding="utf-8"))
     code = lambda nb: [c for c in nb["cells"] if c["cell_type"] != "markdown"]  # noqa: E731
-    assert code(zh)[0] == i18n.editions.language_cell(LANG), "commlib speaks the edition's language from the start"
-    assert code(zh)[1:] == code(i18n.editions.with_verdicts_in(en, LANG)), "the English code, verdicts in Chinese"
+    first = i18n.editions.language_cell(LANG)
+    assert (code(zh)[0]["id"], code(zh)[0]["source"]) == (first["id"], first["source"]), \
+        "commlib speaks the edition's language from the start"
+    nb = i18n.editions.with_language_cell(en, LANG)  # the outputs of the Chinese run (tests/test_zh_outputs.py)
+    want = i18n.outputs.with_outputs(nb, path.stem, LANG) or i18n.editions.with_verdicts_in(nb, LANG)
+    assert code(zh) == code(want), "the English code, the outputs of the run in Chinese"
     assert [c["source"] for c in code(zh)[1:]] == [c["source"] for c in code(en)]
-    assert {k: v for k, v in zh["metadata"].items() if k != "commlib"} == \
-        i18n.editions.with_verdicts_in(en, LANG)["metadata"], "the English metadata, the widgets' captions in Chinese"
+    assert {k: v for k, v in zh["metadata"].items() if k != "commlib"} == want["metadata"], \
+        "the English metadata, the widgets' state of the run in Chinese"
     markdown = [c for c in zh["cells"] if c["cell_type"] == "markdown" and not c.get("id", "").startswith("preface-")]
     english = [c for c in en["cells"] if c["cell_type"] == "markdown"]
     assert len(markdown) == len(english)
@@ -301,26 +305,6 @@ def test_display_math_keeps_its_formula_and_may_translate_its_text_labels():
     assert out == "$$t = \\text{字节}/B$$\n" and missing == []
     assert i18n.TEXT_LABEL.sub("", "t = \\text{bytes}/B") == i18n.TEXT_LABEL.sub("", "t = \\text{字节}/B")
     assert "B^* = \\frac{\\text{bytes}_0 - \\text{bytes}_c}{t_c + \\text{extra latency}}" in i18n.math_messages()
-
-
-def test_the_book_shows_the_editions_own_run_only_where_it_ran_the_same_code(tmp_path):
-    ed = i18n.editions
-    code = lambda src, out=(), n=None: {"cell_type": "code", "id": f"c{len(src)}", "source": src,  # noqa: E731
-                                        "outputs": list(out), "execution_count": n, "metadata": {}}
-    en = ed.with_language_cell({"cells": [{"cell_type": "markdown", "source": "# T"}, code("print(1)", ["en"], 1)],
-                                "metadata": {}}, LANG)
-    assert [c["cell_type"] for c in en["cells"]] == ["markdown", "code", "code"]
-    assert en["cells"][1]["id"] == "language-zh_CN"
-    ran = {"cells": [ed.language_cell(LANG) | {"execution_count": 1}, code("print(1)", ["zh"], 2)],
-           "metadata": {"commlib": {"lang": LANG}, "widgets": {"w": 1}}}
-    path = tmp_path / "01_x.ipynb"
-    path.write_text(json.dumps(ran), encoding="utf-8")
-    shown = ed.executed_outputs(en, path, LANG)
-    assert shown["cells"][2]["outputs"] == ["zh"] and shown["metadata"]["widgets"] == {"w": 1}
-    for changed in ({"source": "print(2)"}, {"execution_count": None}):  # other code, or a run not finished
-        path.write_text(json.dumps(ran | {"cells": [ran["cells"][0], ran["cells"][1] | changed]}), encoding="utf-8")
-        assert ed.executed_outputs(en, path, LANG) == en
-    assert ed.executed_outputs(en, tmp_path / "none.ipynb", LANG) == en
 
 
 def test_the_stored_verdicts_are_rendered_as_a_run_in_chinese_prints_them():

@@ -18,6 +18,10 @@ A listing no template matches as a whole ("A: 1 ms, B: 2 ms.") is translated ite
 The system's LANG and LANGUAGE are never read: the English edition prints the same bytes on every machine. The
 language set here is passed on in COMMLIB_LANGUAGE, so ranks and commands started afterwards speak it too.
 Machine output (--json, CSV, every key) never goes through tr.
+
+With COMMLIB_RECORD set to a folder (book/i18n.py's run of the edition, `course.py test --lang`), every message tr
+gives is written there too, and setting the language starts commlib.ui.shown (what figures draw, widgets say,
+checkers answer to wrong answers); tests/test_zh_english.py reads it.
 """
 
 from __future__ import annotations
@@ -81,6 +85,10 @@ def set_language(lang: str | None) -> None:
                          f"for English")
     _state.update(lang=lang, table=None, templates=[])  # compiled when first needed (tr)
     os.environ[ENV] = lang
+    if _recording["on"]:
+        from commlib.ui import shown  # the one import of commlib here, and only while recording
+
+        shown.start()
 
 
 def language() -> str | None:
@@ -104,6 +112,18 @@ def tr(message: str) -> str:
     message itself (English, or a message no catalog has)."""
     if _state["lang"] is None or not isinstance(message, str) or not message:
         return message
+    if _recording["on"] and not _recording["depth"]:  # a message commlib shows, not a part of one
+        _recording["depth"] += 1
+        try:
+            said = _tr(message)
+        finally:
+            _recording["depth"] -= 1
+        record("tr", message, said)
+        return said
+    return _tr(message)
+
+
+def _tr(message: str) -> str:
     if _state["table"] is None:
         table, holes = catalog(_state["lang"])
         _state.update(table=table, templates=templates(holes))
@@ -248,6 +268,28 @@ def speaks(fn):
         return localize(fn(*args, **kwargs))
 
     return wrapper
+
+
+RECORD = "COMMLIB_RECORD"  # a folder: what this process shows is written there (commlib.ui.shown)
+_recording = {"on": bool(os.environ.get(RECORD)), "depth": 0, "seen": set()}
+
+
+def record(kind: str, text: str, said: str | None = None) -> None:
+    """Write {kind, text[, said]} once per process to COMMLIB_RECORD/<pid>.jsonl (kinds: tr, drawn, widget,
+    hint); nothing without COMMLIB_RECORD."""
+    folder, key = os.environ.get(RECORD), (kind, text, said)
+    if not folder or not isinstance(text, str) or not text.strip() or key in _recording["seen"]:
+        return
+    _recording["seen"].add(key)
+    import json
+
+    line = {"kind": kind, "text": text, **({"said": said} if said is not None else {})}
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, f"{os.getpid()}.jsonl"), "a", encoding="utf-8") as f:
+            f.write(json.dumps(line, ensure_ascii=False) + "\n")
+    except OSError:  # a record is a test's aid: a folder that cannot be written never breaks a chapter
+        pass
 
 
 if os.environ.get(ENV) not in ENGLISH:  # a rank or a command started by a notebook that set its language

@@ -1,0 +1,174 @@
+"""What a run in a notebook's language shows a learner, recorded (COMMLIB_RECORD, commlib.ui.language.record) so
+that a test can read it for English left behind (tests/test_zh_english.py): started by set_language while
+recording, in the notebook's kernel it records
+
+  - every text matplotlib draws (ticks, legends, titles, annotations): Text.draw;
+  - every widget's caption, tooltip, option labels and read-out, after each cell;
+  - every checker's answer to wrong answers: each checker the chapter calls (its own arguments) is called again
+    with the values its own comparisons test for (each close() target: the mistakes its hints name), each option
+    it accepts, and a few odd answers; a checker of the learner's function (fn(cluster, fn)) with functions that
+    return nothing, 0 or raise, on a cluster of its own; the verdicts' text is recorded ("hint"), never printed.
+
+Nothing of it runs unless COMMLIB_RECORD is set; a rank (no kernel, no matplotlib) records only what tr gives.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+
+from commlib.ui.language import record
+
+_state = {"started": False, "sweeping": False}
+
+
+def start() -> None:
+    """Hook what a kernel shows (above); once per process, and only in a kernel or where matplotlib is loaded."""
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    if _state["started"] or (shell is None and "matplotlib" not in sys.modules):
+        return
+    _state["started"] = True
+    from matplotlib.text import Text
+
+    draw = Text.draw
+
+    def recorded_draw(self, renderer, *args, **kwargs):
+        if self.get_visible():
+            record("drawn", self.get_text())
+        return draw(self, renderer, *args, **kwargs)
+
+    Text.draw = recorded_draw
+    if shell is not None:
+        shell.events.register("post_run_cell", lambda *_: _record_widgets())
+        _wrap_checkers()
+
+
+def widget_texts(state: dict, kind: str) -> list[str]:
+    """What a learner reads on a widget, from its traits or its saved state: its caption, tooltip, placeholder, the
+    labels of its options or tabs, and a read-out's text (HTML, Label). kind: the widget's class or model name."""
+    said = [state.get(k) for k in ("description", "tooltip", "description_tooltip", "placeholder")]
+    said += list(state.get("_options_labels") or ()) + list(state.get("titles") or ())
+    if kind.removesuffix("Model") in ("HTML", "HTMLMath", "Label"):
+        said.append(state.get("value"))
+    return [s for s in said if isinstance(s, str) and s.strip()]
+
+
+def _record_widgets() -> None:
+    from ipywidgets.widgets.widget import _instances
+
+    for widget in list(_instances.values()):
+        for text in widget_texts(getattr(widget, "_trait_values", {}), type(widget).__name__):
+            record("widget", text)
+
+
+# ----- the checkers' hints for wrong answers
+
+def _checkers():
+    """(module, name, function) of every checker of commlib.exercises (a public function returning a Verdict)."""
+    import importlib
+    import pkgutil
+
+    import commlib.exercises as ex
+
+    for info in pkgutil.iter_modules(ex.__path__):
+        module = importlib.import_module(f"commlib.exercises.{info.name}")
+        for name, fn in list(vars(module).items()):
+            if inspect.isfunction(fn) and not name.startswith("_") and fn.__module__ == module.__name__ and \
+                    inspect.signature(fn).return_annotation in ("Verdict", "'Verdict'"):
+                yield module, name, fn
+
+
+def _wrap_checkers() -> None:
+    import commlib.exercises as ex
+
+    for module, name, fn in list(_checkers()):
+        wrapped = _sweeping(fn)
+        setattr(module, name, wrapped)
+        if getattr(ex, name, None) is fn:
+            setattr(ex, name, wrapped)
+
+
+def _none(*args, **kwargs):
+    return None
+
+
+def _zero(*args, **kwargs):
+    return 0
+
+
+def _raise(*args, **kwargs):
+    raise RuntimeError("42")  # no words of its own in the hint that quotes it
+
+
+ODD = (None, "", -1, 0, 1, 1e30, "not an answer")
+
+
+def _sweeping(fn):
+    """fn, which after each call by a chapter calls fn again with wrong answers and records what it says."""
+    first = next(iter(inspect.signature(fn).parameters))
+
+    @functools.wraps(fn)
+    def checker(*args, **kwargs):
+        verdict = fn(*args, **kwargs)
+        if not _state["sweeping"] and args:
+            _state["sweeping"] = True
+            try:
+                if first == "cluster":  # the learner's functions run on a cluster of the sweep's own: the
+                    with type(args[0])(world_size=args[0].world_size) as c:  # chapter's keeps its own history
+                        _sweep(fn, [(c, wrong, *args[2:]) for wrong in (_none, _zero, _raise)], kwargs)
+                else:
+                    _sweep(fn, _wrong_answers(fn, args, kwargs), kwargs)
+            except Exception:  # a sweep that cannot run leaves the chapter as it is
+                pass
+            finally:
+                _state["sweeping"] = False
+        return verdict
+
+    return checker
+
+
+def _sweep(fn, calls: list[tuple], kwargs: dict) -> None:
+    for args in calls:
+        try:
+            said = fn(*args, **kwargs)
+        except Exception:  # a wrong answer that makes a checker raise is its own tests' matter
+            continue
+        record("hint", repr(said), fn.__name__)
+
+
+def _wrong_answers(fn, args: tuple, kwargs: dict) -> list[tuple]:
+    """Argument tuples with the answer replaced by every value the checker's comparisons test (answers.close's
+    targets, found by one call with an answer nothing equals), every option it accepts (answers._choice), and
+    ODD."""
+    from commlib.exercises import answers
+
+    seen, patched = [], []
+    close, choice = answers.close, answers._choice
+
+    def spy_close(value, *targets, **kw):
+        seen.extend(t for t in targets if isinstance(t, (int, float)))
+        return close(value, *targets, **kw)
+
+    def spy_choice(answer, options, *a, **kw):
+        seen.extend(options)
+        return choice(answer, options, *a, **kw)
+
+    module = sys.modules[fn.__module__]
+    for holder in {answers, module}:
+        for name, spy in (("close", spy_close), ("_choice", spy_choice)):
+            if hasattr(holder, name):
+                patched.append((holder, name, getattr(holder, name)))
+                setattr(holder, name, spy)
+    try:
+        fn(-123456.789, *args[1:], **kwargs)
+    except Exception:
+        pass
+    finally:
+        for holder, name, original in reversed(patched):
+            setattr(holder, name, original)
+    values = []
+    for v in [*seen, *ODD]:
+        if not any(v is w or (type(v) is type(w) and v == w) for w in values):
+            values.append(v)
+    return [(v, *args[1:]) for v in values]

@@ -1,0 +1,136 @@
+"""The zh_CN edition's own outputs (locales/zh_CN/outputs/, book/outputs.py): a run of every chapter in Chinese,
+committed; current for the chapters' code and the catalogs (else `python3 course.py notebooks --lang zh_CN
+--execute --only NN` writes them again), and what the zh_CN notebooks and book show."""
+
+import base64
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "book")]
+import editions  # noqa: E402
+import outputs  # noqa: E402
+
+LANG = "zh_CN"
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
+CJK = lambda text: any("\u3400" <= ch <= "\u9fff" for ch in text)  # noqa: E731
+
+
+def english(path: Path) -> dict:
+    return editions.with_language_cell(json.loads(path.read_text(encoding="utf-8")), LANG)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_chapters_chinese_outputs_are_current(path):
+    """Stale when the chapter's code changed or a message its run showed translates otherwise now (a catalog
+    edited): the zh_CN notebooks would show what a run no longer prints."""
+    why = outputs.stale(LANG, path.stem, english(path))
+    assert why == [], (f"the stored zh_CN outputs of {path.stem} are stale; write them again with\n"
+                       f"  python3 course.py notebooks --lang zh_CN --execute --only {path.stem[:2]}\n" + "\n".join(why[:20]))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_the_stored_run_speaks_chinese_and_keeps_its_figures_as_png_files(path):
+    stored = outputs.load(LANG, path.stem)
+    assert stored is not None
+    shown = [o for c in stored["cells"].values() for o in c["outputs"]]
+    text = json.dumps(shown, ensure_ascii=False)
+    assert CJK(text) or not shown, f"{path.stem}: nothing Chinese in its stored outputs"
+    pngs = [o["data"][outputs.PNG] for o in shown if outputs.PNG in o.get("data", {})]
+    assert all(base64.b64decode(p)[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    raw = json.loads((outputs.folder(LANG) / f"{path.stem}.json").read_text(encoding="utf-8"))
+    refs = {o["data"][outputs.PNG][1:] for c in raw["cells"].values() for o in c["outputs"]
+            if outputs.PNG in o.get("data", {})}
+    files = {p.relative_to(outputs.folder(LANG)).as_posix() for p in (outputs.folder(LANG) / path.stem).glob("*")}
+    assert refs == files, "PNG files without an output, or outputs without their file"
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    from book import i18n
+
+    out = tmp_path_factory.mktemp("nb") / "build" / f"notebooks-{LANG}"
+    i18n.write_notebooks(LANG, out)
+    return out
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_the_zh_CN_notebook_and_book_show_the_chinese_run(written, path, tmp_path):
+    """The notebook a learner opens (course.py lab --lang zh_CN) and the page of the zh_CN book: the English code,
+    the Chinese run's outputs and widget state, the English edition's nbval tags (nothing more left uncompared)."""
+    stored = outputs.load(LANG, path.stem)
+    en = english(path)
+    for nb in (json.loads((written / path.name).read_text(encoding="utf-8")), staged(path, tmp_path)):
+        code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+        assert [c["source"] for c in code] == [c["source"] for c in en["cells"] if c["cell_type"] == "code"]
+        assert [c["outputs"] for c in code] == [stored["cells"][c["id"]]["outputs"] for c in code]
+        assert [c["metadata"] for c in code] == [c["metadata"] for c in en["cells"] if c["cell_type"] == "code"]
+        assert nb["metadata"].get("widgets", {}) == stored["widgets"]
+
+
+def staged(path: Path, tmp_path: Path) -> dict:
+    import build
+
+    src = tmp_path / "src"
+    if not src.exists():
+        build.stage(src, lang=LANG, working_tree=True)
+    return json.loads((src / "notebooks" / path.name).read_text(encoding="utf-8"))
+
+
+def test_the_english_notebooks_hold_no_chinese_outputs():
+    for path in NOTEBOOKS:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        assert not CJK(json.dumps([c.get("outputs", []) for c in nb["cells"]], ensure_ascii=False)), path.name
+
+
+# ------------------------------------------------------------------ the parts, on a small chapter
+
+def chapter():
+    cells = [{"cell_type": "markdown", "id": "t", "metadata": {}, "source": "# T"},
+             {"cell_type": "code", "id": "a", "metadata": {}, "execution_count": 2, "source": "plot()",
+              "outputs": [{"output_type": "display_data", "metadata": {},
+                           "data": {"image/png": base64.b64encode(b"\x89PNG\r\n\x1a\nfake").decode(),
+                                    "text/plain": "<Figure>"}}]},
+             {"cell_type": "code", "id": "b", "metadata": {"tags": ["nbval-ignore-output"]}, "execution_count": 3,
+              "source": "print(1)", "outputs": [{"output_type": "stream", "name": "stdout", "text": "正确。\n"}]}]
+    return editions.with_language_cell({"cells": cells, "metadata": {"widgets": {"w": 1}}}, LANG)
+
+
+def test_outputs_are_stored_with_their_pngs_apart_and_shown_only_for_the_same_code(tmp_path):
+    record = tmp_path / "record"
+    record.mkdir()
+    (record / "1.jsonl").write_text('{"kind": "tr", "text": "Correct. ", "said": "正确。"}\n{"kind": "drawn", '
+                                    '"text": "带宽"}\n{"kind": "hint", "text": "还不对。", "said": "ch0_x"}\n{"kind": "tr"\n')
+    nb = chapter()
+    path = outputs.save(LANG, "01_x", nb, record, locales=tmp_path)
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    assert raw["cells"]["a"]["outputs"][0]["data"]["image/png"] == "@01_x/a-0.png"
+    assert (tmp_path / LANG / "outputs" / "01_x" / "a-0.png").read_bytes() == b"\x89PNG\r\n\x1a\nfake"
+    assert raw["messages"] == {"Correct. ": "正确。"} and raw["drawn"] == ["带宽"] and raw["hints"] == [["ch0_x", "还不对。"]]
+    bare = dict(nb, cells=[dict(c, outputs=[]) if c["cell_type"] == "code" else c for c in nb["cells"]], metadata={})
+    shown = outputs.with_outputs(bare, "01_x", LANG, locales=tmp_path)
+    assert shown["cells"][2]["outputs"] == nb["cells"][2]["outputs"] and shown["metadata"]["widgets"] == {"w": 1}
+    other = dict(nb, cells=[*nb["cells"][:3], dict(nb["cells"][3], source="print(2)")])
+    assert outputs.with_outputs(other, "01_x", LANG, locales=tmp_path) is None
+    assert outputs.with_outputs(nb, "02_none", LANG, locales=tmp_path) is None
+
+
+def test_stale_names_the_code_a_message_translated_otherwise_and_a_lost_png(tmp_path):
+    nb = chapter()
+    record = tmp_path / "record"
+    record.mkdir()
+    (record / "1.jsonl").write_text('{"kind": "tr", "text": "Correct. ", "said": "正确。"}\n', encoding="utf-8")
+    path = outputs.save(LANG, "01_x", nb, record, locales=tmp_path)
+    assert outputs.stale(LANG, "01_x", nb, locales=tmp_path) == []
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    raw["messages"]["Correct. "] = "对了。"
+    path.write_text(json.dumps(raw, ensure_ascii=False), encoding="utf-8")
+    other = dict(nb, cells=[*nb["cells"][:3], dict(nb["cells"][3], source="print(2)")])
+    (tmp_path / LANG / "outputs" / "01_x" / "a-0.png").unlink()
+    why = outputs.stale(LANG, "01_x", other, locales=tmp_path)
+    assert why == ["01_x: its code changed since the run",
+                   "01_x: 'Correct. ' now reads '正确。', the run showed '对了。'", "01_x: 01_x/a-0.png is missing"]
+    assert outputs.stale(LANG, "02_none", nb, locales=tmp_path)[0].startswith("02_none: no stored outputs")
