@@ -33,6 +33,7 @@ STORED = ROOT / "locales" / LANG / "outputs"
 ALLOWED = Path(__file__).with_name("zh_english_allowed.txt")
 CJK = re.compile(r"[\u3400-\u9fff\u3000-\u303f\uff00-\uffef]")
 SENTENCE = 4  # English words in a row that make a sentence
+WIDGET = "application/vnd.jupyter.widget-view+json"
 
 
 # ------------------------------------------------------------------ what a text is: English words, or not
@@ -62,7 +63,7 @@ _PUNCT = ".,;:!?()[]{}\"'“”‘’«»‹›…—–·•|*→←↑↓≈×
 _CODE = re.compile(r"`[^`]*`|'[^'\s]+'|\S+://\S+|(?<!\w)--?[A-Za-z][\w-]*")
 UNITS = {"s", "ms", "us", "µs", "ns", "min", "h", "B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB", "Gb", "Mb",
          "Tb", "bit", "Gbit", "Hz", "GHz", "FLOP", "FLOPs", "TFLOPs", "x"}
-_OPERATOR = re.compile(r"[=×/+\-·*−<>≤≥→^]+|->")  # a word beside one is a formula's name (compute = before × s)
+_OPERATOR = re.compile(r"[=×/+\-·*−<>≤≥→^]+|->|x")  # a word beside one is a formula's name (compute = before × s)
 
 
 def chunks(line: str, allowed) -> list[str | None]:
@@ -73,7 +74,12 @@ def chunks(line: str, allowed) -> list[str | None]:
         line = line.replace(phrase, " ")
     raw = CJK.sub(" ", _CODE.sub(" ", line)).split()
     out: list[str | None] = []
+    call = False  # inside a call's parentheses: max(compute, comm)
     for i, chunk in enumerate(raw):
+        if call or re.search(r"\w\(", chunk):
+            call = chunk.count("(") > chunk.count(")") or (call and ")" not in chunk)
+            out.append(None)
+            continue
         word = chunk.strip(_PUNCT)
         if word.endswith("'s"):
             word = word[:-2]
@@ -159,7 +165,7 @@ def output_texts(outputs: list[dict]) -> list[tuple[str, str, bool]]:
         if o.get("output_type") == "stream":
             found.append((f"printed ({o.get('name', 'stdout')})", _joined(o.get("text", "")), False))
         for kind, value in (o.get("data") or {}).items():
-            if kind == "text/plain" and "text/html" not in o["data"]:
+            if kind == "text/plain" and not {"text/html", WIDGET} & set(o["data"]):  # a widget's repr is not shown
                 found.append(("result", _joined(value), False))
             elif kind == "text/html":
                 found += [("HTML", t, True) for t in html_texts(_joined(value))]
@@ -257,6 +263,8 @@ ALLOW = (set(), [], [])
     ("the timeline below covers backward and its all-reduces", False,
      ["the", "timeline", "below", "covers", "backward", "and", "its", "all-reduces"]),
     ("compute", True, ["compute"]),
+    ("还不对。max(compute, comm) 忘了最后一个桶；compute = before × (1 - s) / s", True, []),
+    ("rank 0 的 all-reduce（per direction）", True, ["rank", "all-reduce", "per", "direction"]),
 ])
 def test_english_words_are_found_outside_code_units_and_acronyms(text, strict, words):
     assert english(text, ALLOW, strict) == words

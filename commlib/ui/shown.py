@@ -101,7 +101,7 @@ def _raise(*args, **kwargs):
     raise RuntimeError("42")  # no words of its own in the hint that quotes it
 
 
-ODD = (None, "", -1, 0, 1, 1e30, "not an answer")
+ODD = (None, "", -1, 0, 1, 1e30, "α")  # "α": a name no checker knows, and no English word in the hint that quotes it
 
 
 def _sweeping(fn):
