@@ -405,13 +405,14 @@ def main(argv: list[str]) -> int:
     elif argv[0] == "book":
         cmd = [str(PY), str(ROOT / "book" / "build.py"), *argv[1:]]
     else:  # test; with --lang, nbval of the edition's notebooks (the outputs of its own run), then what it showed
-        runs = pytest_runs(argv[1:] if lang is None else [folder, "-p", "book.nbrecord", *rest], usable_cores())
-        if lang is not None:  # the run records what it shows; tests/test_zh_english.py then reads it for English
-            record = ROOT / "build" / f"{lang}-nbval-record"
+        runs = pytest_runs(argv[1:] if lang is None else [folder, *rest], usable_cores())
+        if lang is not None:  # the run records what it shows (book/nbrecord.py, in every xdist worker too);
+            record = ROOT / "build" / f"{lang}-nbval-record"  # tests/test_zh_english.py then reads it for English
             import shutil
 
             shutil.rmtree(record, ignore_errors=True)
             os.environ["COMMLIB_RECORD_RUN"] = str(record)
+            os.environ["PYTEST_PLUGINS"] = ",".join(filter(None, [os.environ.get("PYTEST_PLUGINS"), "book.nbrecord"]))
             runs.append([str(ROOT / "tests" / "test_zh_english.py")])
         codes = []
         for args in runs:

@@ -57,27 +57,28 @@ def written(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory):
+    """The zh_CN book's sources as book/build.py stages them."""
+    import build
+
+    src = tmp_path_factory.mktemp("book") / "src"
+    build.stage(src, lang=LANG, working_tree=True)
+    return src
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_the_zh_CN_notebook_and_book_show_the_chinese_run(written, path, tmp_path):
+def test_the_zh_CN_notebook_and_book_show_the_chinese_run(written, staged, path):
     """The notebook a learner opens (course.py lab --lang zh_CN) and the page of the zh_CN book: the English code,
     the Chinese run's outputs and widget state, the English edition's nbval tags (nothing more left uncompared)."""
     stored = outputs.load(LANG, path.stem)
     en = english(path)
-    for nb in (json.loads((written / path.name).read_text(encoding="utf-8")), staged(path, tmp_path)):
+    for nb in (json.loads((folder / path.name).read_text(encoding="utf-8")) for folder in (written, staged / "notebooks")):
         code = [c for c in nb["cells"] if c["cell_type"] == "code"]
         assert [c["source"] for c in code] == [c["source"] for c in en["cells"] if c["cell_type"] == "code"]
         assert [c["outputs"] for c in code] == [stored["cells"][c["id"]]["outputs"] for c in code]
         assert [c["metadata"] for c in code] == [c["metadata"] for c in en["cells"] if c["cell_type"] == "code"]
         assert nb["metadata"].get("widgets", {}) == stored["widgets"]
-
-
-def staged(path: Path, tmp_path: Path) -> dict:
-    import build
-
-    src = tmp_path / "src"
-    if not src.exists():
-        build.stage(src, lang=LANG, working_tree=True)
-    return json.loads((src / "notebooks" / path.name).read_text(encoding="utf-8"))
 
 
 def test_the_english_notebooks_hold_no_chinese_outputs():
