@@ -184,3 +184,10 @@ def test_a_kept_network_needs_root(monkeypatch):
     with pytest.raises(kernel.NetworkError, match="needs root"):
         net.up(keep=True)
     assert net.keeper is None and not net.made
+
+
+def test_a_keeper_answers_whether_the_kernel_has_netem_as_the_host_would(monkeypatch):
+    monkeypatch.setenv(kernel.SWITCH, "userns")
+    asked_here = kernel.netem_available() if os.geteuid() == 0 else None
+    said = userns.netem_available()
+    assert isinstance(said, bool) and (asked_here is None or said == asked_here)

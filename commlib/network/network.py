@@ -61,7 +61,7 @@ class Network:
         ok, why = available() if kind != "paced" else (False, "kind='paced' was asked for")
         if kind == "kernel" and not ok:
             raise RuntimeError(f"kind='kernel' is not available here: {why}")
-        if kind != "paced" and ok and self.latency > 0 and not kernel.netem_available():
+        if kind != "paced" and ok and self.latency > 0 and not _netem_available():
             if kind == "kernel":
                 raise ValueError(f"latency={self.latency!r} needs the kernel's netem qdisc, which this kernel "
                                  f"lacks (tc: 'Specified qdisc kind is unknown'); use latency=0.0 or kind='paced'")
@@ -273,6 +273,11 @@ class Network:
         state = f", up as {self.name}" if self.made else ""
         return (f"Network(nodes={self.nodes}, gpus_per_node={self.gpus_per_node}, nics_per_node={self.nics_per_node}, "
                 f"bandwidth={self.bandwidth:g}, latency={self.latency:g}, kind={self.kind!r}{state})")
+
+
+def _netem_available() -> bool:
+    """Whether the kernel has netem, asked where the network would be built (the host, or a keeper)."""
+    return kernel.netem_available() if kernel.privileged() else userns.netem_available()
 
 
 def wrap(text: str) -> str:

@@ -188,6 +188,20 @@ def available() -> tuple[bool, str]:
     return True, "Linux namespaces in a user namespace of your own, shaped by tc HTB"
 
 
+def netem_available() -> bool:
+    """kernel.netem_available, asked of a keeper (an ordinary user cannot try it on the host)."""
+    try:
+        keeper = Keeper()
+    except (KeeperError, OSError):
+        return False
+    try:
+        return bool(keeper.call("netem"))
+    except (KeeperError, RuntimeError):
+        return False
+    finally:
+        keeper.close()
+
+
 def probe() -> str | None:
     """None where a keeper can build a shaped veth pair here, else why (one line, with what to do)."""
     try:
@@ -221,7 +235,7 @@ def _become_root() -> None:
 def _ops() -> dict:
     return {"build": kernel.build, "remove": kernel.remove, "reshape": kernel.reshape, "probe": kernel._probe,
             "nic_bytes": lambda plan: [[n, k, s, r] for (n, k), (s, r) in kernel.nic_bytes(plan).items()],
-            "free_port": kernel.free_port}
+            "free_port": kernel.free_port, "netem": kernel.netem_available}
 
 
 def main() -> None:
