@@ -367,6 +367,26 @@ def test_a_sigkill_during_network_up_leaves_what_clean_removes():
         kernel.remove(mine())
 
 
+def test_clean_lists_a_kept_network_whose_owner_ended_with_the_command_that_removes_it():
+    """`network up` keeps its network after it exits (by design): `clean` removes none of it, and says so,
+    naming it and the `down` command (issue 65: it said "nothing to remove" beside 65 kept namespaces)."""
+    up = subprocess.run([sys.executable, "-m", "commlib", "network", "up", "--nodes", "2", "--bandwidth", "1e6"],
+                        capture_output=True, text=True, timeout=60)
+    name = up.stdout.split(":", 1)[0]
+    try:
+        assert up.returncode == 0 and name.startswith(kernel.PREFIX + names.KEEP + "."), up
+        assert name in names.kept_networks()
+        clean = subprocess.run([sys.executable, "-m", "commlib", "network", "clean"], capture_output=True, text=True,
+                               timeout=60)
+        said = f"kept: {name}, made by `network up`, whose process has ended; it stays until: python -m commlib " \
+               f"network down {name}"
+        assert clean.returncode == 0 and said in clean.stdout.splitlines(), clean.stdout
+        assert len(of(name)) == 5   # switch, 2 nodes, 2 GPUs: untouched
+    finally:
+        subprocess.run([sys.executable, "-m", "commlib", "network", "down", name], capture_output=True, timeout=60)
+    assert of(name) == [] and name not in names.kept_networks()
+
+
 def test_the_largest_network_allowed_routes_between_its_farthest_gpus():
     """64 nodes x 1 GPU (network.MAX_RANKS): built in about a second; a TCP connection from the first GPU to the
     last and from the last to the second gets through (N(N-1) neighbours, static: none learnt, so the

@@ -80,10 +80,12 @@ def down(name: str) -> list[str]:
 def clean() -> list[str]:
     """Remove the namespaces the course made whose owner is no longer alive, and the log folders of `network run`s
     that are gone -> the lines to print. Those named like the course's but without its mark are left alone, and
-    said so."""
+    said so; a complete `network up` network is kept by design, and listed with the command that removes it."""
     remove, alone = names.leftovers()
     gone = kernel.remove(remove)
     logs = names.dead_run_logs()   # a SIGKILLed `network run`'s torchrun logs
     return ([f"removed {n}" for n in gone] + [f"removed {p} (a network run's logs)" for p in logs]
             or ["nothing to remove"]) + \
-        [f"left alone: {n} (named like the course's, but not marked as made by it)" for n in alone]
+        [f"left alone: {n} (named like the course's, but not marked as made by it)" for n in alone] + \
+        [f"kept: {n}, made by `network up`, whose process has ended; it stays until: python -m commlib network "
+         f"down {n}" for n in names.kept_networks()]

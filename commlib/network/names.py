@@ -5,6 +5,7 @@ namespace it made carries inside it, and the sweep that removes what a dead owne
     mark(netns_list, state)      # written inside each namespace: MADE while its owner builds or uses it, KEPT
     read_mark(netns) -> state    # None for a namespace this course did not make (whatever its name)
     sweep()                      # remove the marked namespaces whose owner is dead and that are not KEPT
+    kept_networks()              # the KEPT networks whose owner is dead (`network clean` lists them)
     run_logs()                   # a new `network run` log folder, TMP/commlib-network-run-PID.START-*
     dead_run_logs()              # those whose `network run` is gone (a SIGKILL skips its own removal)
 
@@ -183,6 +184,19 @@ def leftovers() -> tuple[list[str], list[str]]:
     for name in journals:  # their namespaces are in `remove` (or gone): the journal goes with them
         journal(name, None)
     return remove, alone
+
+
+def kept_networks() -> list[str]:
+    """The complete `network up` networks whose owner has ended (marked KEPT): kept by design until `network down
+    NAME`, so neither a start nor `clean` removes them -> their names (the part before -sw, -nI, -nIgJ)."""
+    out = set()
+    for name in namespaces():
+        owner = _owner(name)
+        if owner is None or not owner[0] or _start_time(owner[1]) == owner[2] or not name.endswith("-sw"):
+            continue
+        if read_mark(name) == KEPT:
+            out.add(name[:-len("-sw")])
+    return sorted(out)
 
 
 def run_logs() -> str:
