@@ -367,3 +367,195 @@ def test_a_templates_words_reach_a_bare_number_and_read_in_chinese(zh):
                "(ZeRO-3's gathered layers) = 172.8 GB.")
     said = language.tr(listing)
     assert "(fp32 logits)" not in said and "4.2（" in said and "（模型状态）" in said, said
+
+
+# ------------------------------------------------------------------ what commlib shows when it runs (issue 62)
+# The tests above read the source; these run it, in zh_CN: every hint a checker gives wrong answers, every text a
+# figure draws (tick labels and legends given as variables too), every widget's captions and read-outs, chapter
+# 10's diagnoses, the reports. A text fails on an English word outside code names, units, acronyms, the glossary's
+# names and tests/zh_english_allowed.txt (tests/test_zh_english.py's reading of a text).
+
+import language_samples as samples  # noqa: E402
+
+
+NAMES = {"bw", "Narayanan", "Megatron", "zig-zag", "token", "python", "paced"}  # a formula's name, authors, a
+# balance mode, a loanword, a command, the network kind Cluster(network=...) reports
+_CALL = re.compile(r"[\w.]+\((?:[^()]|\([^()]*\))*\)")   # plan.estimate(ws.MODEL, ws.hardware(cluster), config): code
+
+
+def _english(texts, strict: bool = True) -> list[str]:
+    from test_zh_english import allowlist, english
+
+    words, phrases, patterns = allowlist()
+    allowed = (words | NAMES, phrases, patterns)
+    return [f"{found[:4]} in {text[:160]!r}" for text in texts
+            for found in [english(_CALL.sub(" ", text), allowed, strict)] if found]
+
+
+@pytest.fixture
+def drawn_zh(zh, monkeypatch):
+    """zh_CN, with figures translated as where a font draws Chinese (any font does for reading their texts)."""
+    import warnings
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    monkeypatch.setattr(language, "cjk_font", lambda: "DejaVu Sans")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Glyph .* missing")
+        yield language
+
+
+def test_every_hint_a_checker_gives_wrong_answers_is_chinese(zh):
+    """Each checker called with odd answers, each of its options, and an answer matching each of its known
+    mistakes in turn: what it says, hints kept in variables and dicts included, is Chinese."""
+    english = []
+    for name, fn, kwargs in samples.checkers():
+        said = {text.replace("\n", " ") for text in samples.hints(fn, kwargs)}  # a verdict's lines are its wrapping
+        english += [f"{name}: {bad}" for bad in _english(sorted(said))]
+    assert english == [], f"{len(english)} hint(s) with English (add them to exercises.po):\n" + "\n".join(english)
+
+
+def test_every_figure_draws_chinese(drawn_zh):
+    """Every figure function drawn (twice: fixed tick labels are written afresh at each draw): its titles, labels,
+    legends and tick labels are Chinese or code names."""
+    english = []
+    for name, figure in samples.figures():
+        english += [f"{name}: {bad}" for bad in _english(samples.drawn(figure))]
+        english += [f"{name}, drawn again: {bad}" for bad in _english(samples.drawn(figure))]
+    assert english == [], f"{len(english)} figure text(s) in English (add them to ui.po):\n" + "\n".join(english)
+
+
+def test_a_figures_tick_labels_stay_translated_when_drawn_and_english_is_untouched(drawn_zh):
+    from commlib.cost.timeline import simulate
+    from commlib.ui import plots
+
+    tl = simulate([0.01], [0.008], overlap=True)
+    assert {"反向", "AllReduce"} <= set(samples.drawn(plots.timeline(tl).figure))
+    language.set_language(None)
+    ax = plots.timeline(tl)
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["backward", "all-reduce"]
+    assert ax.yaxis.get_major_ticks()[0].label1.get_fontfamily() == ["sans-serif"]
+
+
+def test_every_widget_says_chinese(zh):
+    """Every widget's captions and read-outs (the planner after its search, the replay at its last entry)."""
+    english = []
+    for name, box in samples.widgets():
+        english += [f"{name}: {bad}" for bad in _english(samples.widget_texts(box))]
+    assert english == [], f"{len(english)} widget text(s) in English (add them to ui.po):\n" + "\n".join(english)
+
+
+def test_the_animation_players_words_speak_and_its_english_html_is_unchanged(zh):
+    from html.parser import HTMLParser
+
+    from commlib.ui.animation import Animation
+
+    a = Animation((b"png", b"png2"), ("step 0/6: start: each rank holds its own data (the label lists whose data a "
+                                      "box holds)", "step 1/6: x"))
+    zh_html = a.to_html()
+
+    class Text(HTMLParser):
+        said: list = []
+
+        def handle_starttag(self, tag, attrs):
+            self.said += [v for k, v in attrs if k in ("title", "aria-label") and v]
+
+        def handle_data(self, data):
+            if data.strip() and "function" not in data:
+                self.said.append(data.strip())
+
+    reader = Text()
+    reader.feed(zh_html)
+    assert _english(reader.said) == [] and '"第 " + k + "/" + (frames.length - 1) + " 步"' in zh_html
+    assert 'play.textContent = "暂停"' in zh_html
+    language.set_language(None)
+    en = a.to_html()
+    for english in ('title="first step">&laquo; first</button>', '<span class="commlib-animation-step">step 0 of 1',
+                    'label.textContent = "step " + k + " of " + (frames.length - 1);', 'play.textContent = "play"; }',
+                    'play.textContent = "pause";', 'aria-label="step"'):
+        assert english in en
+
+
+def _diagnosed() -> list[dict]:
+    """One diagnosis of each kind chapter 10 shows, from made-up records (cluster/diagnosis.py, matching.py)."""
+    from commlib.cluster import call_check, diagnosis
+
+    groups = {"0": ["default_pg", [0, 1, 2, 3]]}
+    entry = samples._entry
+    odd = {r: {"fr": {"entries": [entry(1, "all_reduce"), entry(2, "broadcast" if r == 2 else "all_reduce")]},
+               "groups": groups} for r in range(4)}
+    short = {r: {"fr": {"entries": [entry(1, "all_reduce")] + ([entry(2, "all_reduce")] if r != 3 else [])},
+                 "groups": groups} for r in range(4)}
+    swap = {r: {"waiting": {"op": "recv", "p2p": True, "peer": r ^ 1, "tensor": {"shape": "[4]", "dtype": "float32"},
+                            "where": "swap() line 4"}} for r in range(2)}
+    fingerprint = ("Detected mismatch between collectives on ranks. Rank {} is running collective: "
+                   "CollectiveFingerPrint(SequenceNumber=1, OpType={}, TensorShape=[4], TensorDtypes=Float")
+    return [diagnosis.diagnose(odd, 4), diagnosis.diagnose(short, 4, stuck=[0, 1, 2]), diagnosis.from_waiting(swap),
+            diagnosis.from_fingerprints({r: fingerprint.format(r, "BROADCAST" if r == 2 else "ALLREDUCE")
+                                         for r in range(4)}),
+            diagnosis.from_call_check({2: f"{call_check.MARK}: mismatch in process group 0 at its call #1: rank 2 "
+                                          f"called all_reduce op=MAX; ranks 0, 1, 3 called all_reduce op=SUM "
+                                          f"[culprits: 2]"}),
+            diagnosis.from_monitored_barrier({0: "Ranks 3 failed to pass monitoredBarrier in 1000 ms"}, 4),
+            diagnosis.diagnose({r: None for r in range(2)}, 2),
+            diagnosis.from_failures({}, {1: "Traceback\nKeyError: 'x'"}, {}, stuck=[0])]
+
+
+def test_chapter_10s_diagnoses_are_chinese_and_wrapped_by_columns(zh):
+    from commlib.cluster import diagnosis
+
+    said = [diagnosis.summary(d) for d in _diagnosed()]
+    assert len(said) == 8 and all(s.startswith("kind=") for s in said)
+    assert _english(said) == [], "\n".join(_english(said))
+    assert all(language.width(line) <= 100 for s in said for line in s.splitlines())
+    language.set_language(None)
+    english = [d["detail"] for d in _diagnosed()]
+    assert english[0] == ("mismatch in process group 0 (default_pg): rank 2 called broadcast #2 of [4] float32, "
+                          "where ranks 0, 1, 3 called all_reduce #2 of [4] float32.")
+    assert not any(CJK.search(t) for t in english)
+
+
+def test_the_reports_are_chinese(zh):
+    """Chapter 3's emulated benchmark, chapter 2's wording, chapter 9's scale summary and what each backend runs:
+    every sentence Chinese; a measurement line (no Chinese, no sentence) stays as it is."""
+    from commlib.bench import emulated, wording
+    from commlib.profiling.jobs import scale
+    from commlib.profiling.replay import pricing
+
+    result = emulated.load_committed()
+    lines = (emulated.format_result(result) + "\n" + emulated.agreement(result)).splitlines()
+    lines += [wording.agreement(1.5, 1.0), wording.agreement(1.0, 1.0), wording.versus(1, 2, "ring", "tree"),
+              wording.versus(1, 1, "ring", "tree"), wording.machine()]
+    lines += scale.summary(scale.load_scale()) + [row["runs"] for row in pricing.backend_table(1 << 20, 2)]
+    assert _english(lines, strict=False) == [], "\n".join(_english(lines, strict=False))
+    assert all(language.width(line) <= 100 for line in lines)
+
+
+def test_a_chinese_verdict_breaks_after_a_mark_or_at_a_space_never_inside_a_word(zh):
+    from commlib.ui.wrap import wrap
+
+    text = ("还不对。" + "分层算法的 NVLink 阶段和网络阶段依次进行，" * 2 + "每个 rank 的带宽项（字节数 × β）与 "
+            "latency_term_of_the_model 一起决定每步耗时。") * 2
+    lines = wrap(text, 60)
+    assert all(language.width(line) <= 60 for line in lines)
+    assert all(line[-1] in "，。；：）？" or line.endswith(" ") is False and text[text.index(line) + len(line)] == " "
+               for line in lines[:-1])
+    assert "".join(lines).replace(" ", "") == text.replace(" ", "")
+    assert not any(line[:1] in "，。；：）" for line in lines[1:])
+    assert all("latency_term_of_the_model" in line for line in lines if "latency_term" in line)
+
+
+def test_a_message_taken_out_of_the_catalog_is_caught(drawn_zh, monkeypatch):
+    """The checks above fail when one message leaves the catalog: a hint kept in a dict, a figure's tick label."""
+    from commlib import exercises
+    from commlib.ui import plots
+
+    table, holes = language.catalog("zh_CN")
+    del table._catalog["a slower network link"]
+    holes.pop("stage {}")
+    monkeypatch.setattr(language, "_state", {"lang": "zh_CN", "table": table, "templates": language.templates(holes)})
+    hints = _english(text.replace("\n", " ") for text in samples.hints(exercises.ch9_replay_blind, {}))
+    assert any("slower" in bad for bad in hints)
+    figure = plots.pipeline_timeline([[("F", 0, 0.0, 1.0)], [("F", 0, 1.0, 2.0)]]).figure
+    assert any("stage" in bad for bad in _english(samples.drawn(figure)))
