@@ -235,6 +235,8 @@ def execute(lang: str, only: tuple[str, ...] = (), work: Path = ROOT / "build", 
     RuntimeError naming the chapter that failed (the chapters before it are stored)."""
     import shutil
 
+    from commlib.ui import shown
+
     run, records = Path(work) / f"{check_lang(lang)}-run", Path(work) / f"{lang}-record"  # beside notebooks-<lang>
     for folder in (run, records):
         shutil.rmtree(folder, ignore_errors=True)
@@ -243,8 +245,8 @@ def execute(lang: str, only: tuple[str, ...] = (), work: Path = ROOT / "build", 
     for path in paths:
         if only and not any(path.stem.startswith(o) for o in only):
             continue
-        record = records / path.stem
-        env = {**os.environ, outputs.RECORD: str(record)}
+        record = records / path.stem  # the kernel records what it shows there (commlib.ui.shown)
+        env = {**os.environ, outputs.RECORD: str(record), "IPYTHONDIR": shown.ipython_dir(record)}
         cmd = [sys.executable, str(ROOT / "tools" / "run_notebooks.py"), str(path)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
         if proc.returncode != 0:

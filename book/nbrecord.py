@@ -1,7 +1,7 @@
 """A pytest plugin for nbval's run of an edition's notebooks (`course.py test --lang zh_CN` loads it through
 PYTEST_PLUGINS=book.nbrecord, so that its pytest-xdist workers load it too): with COMMLIB_RECORD_RUN set to a
-folder, each notebook's kernel records what it shows into <folder>/<notebook>/ (COMMLIB_RECORD, set before nbval
-starts the kernel: commlib.ui.shown), and every cell's outputs of this run are written beside (outputs.jsonl,
+folder, each notebook's kernel records what it shows into <folder>/<notebook>/ (COMMLIB_RECORD and IPYTHONDIR, set
+before nbval starts the kernel: commlib.ui.shown), and every cell's outputs of this run are written beside (outputs.jsonl,
 images left out). tests/test_zh_english.py reads them."""
 
 from __future__ import annotations
@@ -27,7 +27,10 @@ def pytest_runtest_setup(item):
     """Before nbval starts the notebook's kernel (its first cell's setup): the kernel inherits where to record."""
     folder = _folder(item)
     if folder is not None:
+        from commlib.ui import shown
+
         os.environ[RECORD] = str(folder)
+        os.environ["IPYTHONDIR"] = shown.ipython_dir(folder)  # its startup file starts the record
 
 
 @pytest.hookimpl(wrapper=True)

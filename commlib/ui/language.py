@@ -20,8 +20,8 @@ language set here is passed on in COMMLIB_LANGUAGE, so ranks and commands starte
 Machine output (--json, CSV, every key) never goes through tr.
 
 With COMMLIB_RECORD set to a folder (book/i18n.py's run of the edition, `course.py test --lang`), every message tr
-gives is written there too, and setting the language starts commlib.ui.shown (what figures draw, widgets say,
-checkers answer to wrong answers); tests/test_zh_english.py reads it.
+gives is written there too (record; commlib.ui.shown adds what figures draw, widgets say and checkers answer to
+wrong answers); tests/test_zh_english.py reads it.
 """
 
 from __future__ import annotations
@@ -85,10 +85,6 @@ def set_language(lang: str | None) -> None:
                          f"for English")
     _state.update(lang=lang, table=None, templates=[])  # compiled when first needed (tr)
     os.environ[ENV] = lang
-    if _recording["on"]:
-        from commlib.ui import shown  # the one import of commlib here, and only while recording
-
-        shown.start()
 
 
 def language() -> str | None:

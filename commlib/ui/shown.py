@@ -1,6 +1,7 @@
 """What a run in a notebook's language shows a learner, recorded (COMMLIB_RECORD, commlib.ui.language.record) so
-that a test can read it for English left behind (tests/test_zh_english.py): started by set_language while
-recording, in the notebook's kernel it records
+that a test can read it for English left behind (tests/test_zh_english.py). In a notebook's kernel started with
+IPYTHONDIR=ipython_dir(folder) (book/i18n.py's run of the edition, book/nbrecord.py's nbval run), IPython's
+startup file calls start(), which records
 
   - every text matplotlib draws (ticks, legends, titles, annotations): Text.draw;
   - every widget's caption, tooltip, option labels and read-out, after each cell;
@@ -9,7 +10,7 @@ recording, in the notebook's kernel it records
     it accepts, and a few odd answers; a checker of the learner's function (fn(cluster, fn)) with functions that
     return nothing, 0 or raise, on a cluster of its own; the verdicts' text is recorded ("hint"), never printed.
 
-Nothing of it runs unless COMMLIB_RECORD is set; a rank (no kernel, no matplotlib) records only what tr gives.
+Nothing of it runs in a learner's kernel; a rank records only what tr gives (language.record).
 """
 
 from __future__ import annotations
@@ -23,10 +24,26 @@ from commlib.ui.language import record
 _state = {"started": False, "sweeping": False}
 
 
+STARTUP = "from commlib.ui import shown\n\nshown.start()\n"
+
+
+def ipython_dir(folder) -> str:
+    """An IPython folder under folder whose startup file calls start(): a kernel started with IPYTHONDIR set to it
+    records what it shows. -> its path."""
+    from pathlib import Path
+
+    startup = Path(folder) / "ipython" / "profile_default" / "startup"
+    startup.mkdir(parents=True, exist_ok=True)
+    (startup / "00-commlib-shown.py").write_text(STARTUP, encoding="utf-8")
+    return str(Path(folder) / "ipython")
+
+
 def start() -> None:
-    """Hook what a kernel shows (above); once per process, and only in a kernel or where matplotlib is loaded."""
+    """Hook what a kernel shows (above); once per process, and only in a kernel with COMMLIB_RECORD set."""
+    import os
+
     shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
-    if _state["started"] or (shell is None and "matplotlib" not in sys.modules):
+    if _state["started"] or shell is None or not os.environ.get("COMMLIB_RECORD"):
         return
     _state["started"] = True
     from matplotlib.text import Text
@@ -39,9 +56,8 @@ def start() -> None:
         return draw(self, renderer, *args, **kwargs)
 
     Text.draw = recorded_draw
-    if shell is not None:
-        shell.events.register("post_run_cell", lambda *_: _record_widgets())
-        _wrap_checkers()
+    shell.events.register("post_run_cell", lambda *_: _record_widgets())
+    _wrap_checkers()
 
 
 def widget_texts(state: dict, kind: str) -> list[str]:
