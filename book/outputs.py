@@ -2,13 +2,14 @@
 reports, widgets' state), committed beside its catalogs, one file per chapter, its figures as PNG files:
 
     locales/<lang>/outputs/NN_name.json       {"from", "code", "messages", "drawn", "hints", "cells", "widgets"}
-    locales/<lang>/outputs/NN_name/<cell id>-<k>.png
+    locales/<lang>/outputs/NN_name/<sha256[:16]>.png
 
 "code" is the digest of the chapter's code cells (editions.code_digest) the run executed; "messages" is every
 message commlib looked up in its catalogs during the run, with what it gave ({English: shown}); "drawn" every text
 its figures drew (ticks, legends, titles); "hints" what each checker the chapter calls
 says to wrong answers (commlib.ui.shown); "cells" each code cell's outputs and execution count, by cell id, an
-image output's PNG named "@NN_name/<cell id>-<k>.png"; "widgets" the widgets' saved state (the book shows it).
+image's PNG (an output's, a widget's, an animation's frame) named "@NN_name/<hash>.png"; "widgets" the widgets'
+saved state (the book shows it).
 
 `python3 course.py notebooks --lang zh_CN --execute` (book/i18n.py) runs the chapters and writes these files.
 They are stale when the chapter's code changed or a message the run used translates differently now (stale()),
@@ -19,7 +20,9 @@ English outputs; nbval of the edition's notebooks compares a fresh run in the ed
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
+import re
 from pathlib import Path
 
 from editions import LOCALES, check_lang, code_digest
@@ -54,6 +57,51 @@ def read_record(record: Path) -> dict:
             "hints": [list(h) for h in sorted(hints)]}
 
 
+_URI = re.compile(r"data:image/png;base64,([A-Za-z0-9+/=]+)")
+_REF = re.compile(r"data:image/png;base64,@([\w./-]+\.png)")
+
+
+def _pngs_apart(value, chapter: str, pngs: Path):
+    """value (outputs, widget state: any JSON) with every PNG in it written to pngs/<its hash>.png and named
+    there instead: an output's or a widget's "image/png" as "@NN_name/<hash>.png", a data URI inside HTML (an
+    animation's frames) as "data:image/png;base64,@NN_name/<hash>.png"."""
+    def keep(b64: str) -> str:
+        data = base64.b64decode(b64)
+        name = f"{hashlib.sha256(data).hexdigest()[:16]}.png"
+        pngs.mkdir(parents=True, exist_ok=True)
+        if not (pngs / name).exists():
+            (pngs / name).write_bytes(data)
+        return f"@{chapter}/{name}"
+
+    if isinstance(value, dict):
+        return {k: keep(v) if k == PNG and isinstance(v, str) and not v.startswith("@") else
+                _pngs_apart(v, chapter, pngs) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_pngs_apart(v, chapter, pngs) for v in value]
+    if isinstance(value, str) and "data:image/png;base64," in value:
+        return _URI.sub(lambda m: "data:image/png;base64," + keep(m.group(1)), value)
+    return value
+
+
+def _pngs_back(value, base: Path):
+    """_pngs_apart undone: each named PNG file read back as base64."""
+    read = lambda ref: base64.b64encode((base / ref).read_bytes()).decode("ascii")  # noqa: E731
+    if isinstance(value, dict):
+        return {k: read(v[1:]) if k == PNG and isinstance(v, str) and v.startswith("@") else _pngs_back(v, base)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_pngs_back(v, base) for v in value]
+    if isinstance(value, str) and "data:image/png;base64,@" in value:
+        return _REF.sub(lambda m: "data:image/png;base64," + read(m.group(1)), value)
+    return value
+
+
+def png_files(value) -> set[str]:
+    """The PNG files (NN_name/<hash>.png) a stored chapter names."""
+    text = json.dumps(value, ensure_ascii=False)
+    return set(re.findall(r'"@([\w./-]+\.png)"', text)) | set(_REF.findall(text))
+
+
 def save(lang: str, chapter: str, nb: dict, record: Path, locales: Path = LOCALES) -> Path:
     """Write the outputs of nb (the edition's notebook of chapter NN_name, executed in lang) and its run's record
     into locales/<lang>/outputs/; its old PNG files go. -> the JSON file."""
@@ -62,27 +110,16 @@ def save(lang: str, chapter: str, nb: dict, record: Path, locales: Path = LOCALE
     base = folder(lang, locales)
     pngs = base / chapter
     shutil.rmtree(pngs, ignore_errors=True)
-    cells = {}
-    for cell in nb["cells"]:
-        if cell["cell_type"] != "code":
-            continue
-        outs = []
-        for k, o in enumerate(cell.get("outputs", [])):
-            o = json.loads(json.dumps(o))
-            data = o.get("data", {})
-            if isinstance(data.get(PNG), str):
-                name = f"{cell['id']}-{k}.png"
-                pngs.mkdir(parents=True, exist_ok=True)
-                (pngs / name).write_bytes(base64.b64decode(data[PNG]))
-                data[PNG] = f"@{chapter}/{name}"
-            outs.append(o)
-        cells[cell["id"]] = {"execution_count": cell.get("execution_count"), "outputs": outs}
+    cells = {c["id"]: {"execution_count": c.get("execution_count"), "outputs": c.get("outputs", [])}
+             for c in nb["cells"] if c["cell_type"] == "code"}
     ran = read_record(record)
     stored = {"from": f"notebooks/{chapter}.ipynb", "code": code_digest(nb), "messages": ran["messages"],
-              "drawn": ran["drawn"], "hints": ran["hints"], "cells": cells, "widgets": nb.get("metadata", {}).get("widgets", {})}
+              "drawn": ran["drawn"], "hints": ran["hints"], "cells": cells,
+              "widgets": nb.get("metadata", {}).get("widgets", {})}
+    stored = _pngs_apart(stored, chapter, pngs)
     path = base / f"{chapter}.json"
     base.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(stored, indent=1, ensure_ascii=False, sort_keys=False) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(stored, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return path
 
 
@@ -93,13 +130,7 @@ def load(lang: str, chapter: str, locales: Path = LOCALES) -> dict | None:
     path = base / f"{chapter}.json"
     if not path.is_file():
         return None
-    stored = json.loads(path.read_text(encoding="utf-8"))
-    for cell in stored["cells"].values():
-        for o in cell["outputs"]:
-            data = o.get("data", {})
-            if isinstance(data.get(PNG), str) and data[PNG].startswith("@"):
-                data[PNG] = base64.b64encode((base / data[PNG][1:]).read_bytes()).decode("ascii")
-    return stored
+    return _pngs_back(json.loads(path.read_text(encoding="utf-8")), base)
 
 
 def with_outputs(nb: dict, chapter: str, lang: str, locales: Path = LOCALES) -> dict | None:
@@ -147,9 +178,5 @@ def stale(lang: str, chapter: str, nb: dict, locales: Path = LOCALES) -> list[st
     finally:
         language.set_language(before)
     base = folder(lang, locales)
-    for cell in stored["cells"].values():
-        for o in cell["outputs"]:
-            ref = o.get("data", {}).get(PNG)
-            if isinstance(ref, str) and ref.startswith("@") and not (base / ref[1:]).is_file():
-                why.append(f"{chapter}: {ref[1:]} is missing")
+    why += [f"{chapter}: {ref} is missing" for ref in sorted(png_files(stored)) if not (base / ref).is_file()]
     return why
