@@ -236,7 +236,12 @@ def execute(lang: str, only: tuple[str, ...] = (), work: Path = ROOT / "build", 
     import shutil
 
     from commlib.ui import shown
+    from commlib.ui.language import cjk_font
 
+    if lang.startswith(("zh", "ja", "ko")) and cjk_font() is None:  # its figures would keep their English labels
+        raise RuntimeError(f"no font here draws {lang}'s characters, so the run's figures would stay English: install "
+                           "one (Debian: apt-get install fonts-noto-cjk) and remove matplotlib's font cache "
+                           "(~/.cache/matplotlib/fontlist-*.json)")
     run, records = Path(work) / f"{check_lang(lang)}-run", Path(work) / f"{lang}-record"  # beside notebooks-<lang>
     for folder in (run, records):
         shutil.rmtree(folder, ignore_errors=True)

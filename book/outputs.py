@@ -1,10 +1,11 @@
 """An edition's own outputs: what its notebooks show after a run in its language (figures, printed text, verdicts,
 reports, widgets' state), committed beside its catalogs, one file per chapter, its figures as PNG files:
 
-    locales/<lang>/outputs/NN_name.json       {"from", "code", "messages", "drawn", "hints", "cells", "widgets"}
+    locales/<lang>/outputs/NN_name.json       {"from", "code", "font", "messages", "drawn", "hints", "cells", "widgets"}
     locales/<lang>/outputs/NN_name/<sha256[:16]>.png
 
-"code" is the digest of the chapter's code cells (editions.code_digest) the run executed; "messages" is every
+"code" is the digest of the chapter's code cells (editions.code_digest) the run executed; "font" the font its
+figures drew Chinese with; "messages" is every
 message commlib looked up in its catalogs during the run, with what it gave ({English: shown}); "drawn" every text
 its figures drew (ticks, legends, titles); "hints" what each checker the chapter calls
 says to wrong answers (commlib.ui.shown); "cells" each code cell's outputs and execution count, by cell id, an
@@ -37,8 +38,9 @@ def folder(lang: str, locales: Path = LOCALES) -> Path:
 
 def read_record(record: Path) -> dict:
     """The record a run in the edition's language wrote (commlib.ui.language.record: one JSONL file per process)
-    -> {"messages": {English: shown}, "drawn": [texts], "widget": [texts], "hints": [[checker, verdict]]}."""
-    messages, drawn, widget, hints = {}, set(), set(), set()
+    -> {"messages": {English: shown}, "drawn": [texts], "widget": [texts], "hints": [[checker, verdict]], "font": the
+    font the kernel had for Chinese ("none": its figures kept English labels; None: nothing recorded)}."""
+    messages, drawn, widget, hints, fonts = {}, set(), set(), set(), set()
     for path in sorted(Path(record).glob("*.jsonl")) if Path(record).is_dir() else []:
         for line in path.read_text(encoding="utf-8").splitlines():
             try:
@@ -53,8 +55,10 @@ def read_record(record: Path) -> dict:
                 widget.add(item["text"])
             elif item.get("kind") == "hint":
                 hints.add((item.get("said") or "", item["text"]))
+            elif item.get("kind") == "font":
+                fonts.add(item["text"])
     return {"messages": dict(sorted(messages.items())), "drawn": sorted(drawn), "widget": sorted(widget),
-            "hints": [list(h) for h in sorted(hints)]}
+            "hints": [list(h) for h in sorted(hints)], "font": ", ".join(sorted(fonts)) or None}
 
 
 _URI = re.compile(r"data:image/png;base64,([A-Za-z0-9+/=]+)")
@@ -113,7 +117,7 @@ def save(lang: str, chapter: str, nb: dict, record: Path, locales: Path = LOCALE
     cells = {c["id"]: {"execution_count": c.get("execution_count"), "outputs": c.get("outputs", [])}
              for c in nb["cells"] if c["cell_type"] == "code"}
     ran = read_record(record)
-    stored = {"from": f"notebooks/{chapter}.ipynb", "code": code_digest(nb), "messages": ran["messages"],
+    stored = {"from": f"notebooks/{chapter}.ipynb", "code": code_digest(nb), "font": ran["font"], "messages": ran["messages"],
               "drawn": ran["drawn"], "hints": ran["hints"], "cells": cells,
               "widgets": nb.get("metadata", {}).get("widgets", {})}
     stored = _pngs_apart(stored, chapter, pngs)

@@ -176,11 +176,12 @@ def _joined(value) -> str:
     return "".join(value) if isinstance(value, list) else str(value)
 
 
-def from_run(run: Path) -> dict[str, list[tuple[str, str, bool]]]:
-    """{chapter: [(kind, text, strict)]} of a recorded nbval run (book/nbrecord.py, commlib.ui.shown)."""
+def from_run(run: Path) -> tuple[dict[str, list[tuple[str, str, bool]]], dict[str, str | None]]:
+    """({chapter: [(kind, text, strict)]}, {chapter: the font its figures drew Chinese with}) of a recorded nbval
+    run (book/nbrecord.py, commlib.ui.shown)."""
     from outputs import read_record
 
-    shown = {}
+    shown, fonts = {}, {}
     for folder in sorted(p for p in run.iterdir() if p.is_dir()):
         texts = []
         path = folder / "outputs.jsonl"
@@ -191,14 +192,15 @@ def from_run(run: Path) -> dict[str, list[tuple[str, str, bool]]]:
         texts += [("on a widget", t, True) for t in ran["widget"]]
         texts += [(f"{checker}'s hint", t, True) for checker, t in ran["hints"]]
         shown[folder.name] = texts
-    return shown
+        fonts[folder.name] = ran["font"]
+    return shown, fonts
 
 
-def from_stored(folder: Path = STORED) -> dict[str, list[tuple[str, str, bool]]]:
-    """{chapter: [(kind, text, strict)]} of the committed run (locales/zh_CN/outputs/)."""
+def from_stored(folder: Path = STORED) -> tuple[dict[str, list[tuple[str, str, bool]]], dict[str, str | None]]:
+    """The same of the committed run (locales/zh_CN/outputs/)."""
     from commlib.ui.shown import widget_texts
 
-    shown = {}
+    shown, fonts = {}, {}
     for path in sorted(folder.glob("[0-9]*.json")):
         stored = json.loads(path.read_text(encoding="utf-8"))
         texts = [t for cell in stored["cells"].values() for t in output_texts(cell["outputs"])]
@@ -209,7 +211,8 @@ def from_stored(folder: Path = STORED) -> dict[str, list[tuple[str, str, bool]]]
                 texts += [("on a widget", x, True) for x in (html_texts(t) if "<" in t else [t])]
         texts += [(f"{checker}'s hint", t, True) for checker, t in stored.get("hints", [])]
         shown[path.stem] = texts
-    return shown
+        fonts[path.stem] = stored.get("font")
+    return shown, fonts
 
 
 def english_left(shown: dict[str, list[tuple[str, str, bool]]], allowed=None) -> dict[str, list[str]]:
@@ -228,11 +231,12 @@ def english_left(shown: dict[str, list[tuple[str, str, bool]]], allowed=None) ->
     return left
 
 
-def shown_now() -> tuple[str, dict]:
+def shown_now() -> tuple[str, dict, dict]:
+    """(which run, its texts by chapter, its fonts by chapter): the run COMMLIB_RECORD_RUN names, else the committed."""
     run = os.environ.get("COMMLIB_RECORD_RUN")
     if run and Path(run).is_dir() and any(Path(run).iterdir()):
-        return f"the run recorded in {run}", from_run(Path(run))
-    return f"the committed run ({STORED.relative_to(ROOT)})", from_stored()
+        return f"the run recorded in {run}", *from_run(Path(run))
+    return f"the committed run ({STORED.relative_to(ROOT)})", *from_stored()
 
 
 # ------------------------------------------------------------------ the tests
@@ -244,9 +248,11 @@ def shown():
 
 @pytest.mark.parametrize("chapter", [p.stem for p in NOTEBOOKS])
 def test_every_text_a_chapter_shows_in_zh_CN_is_chinese(shown, chapter):
-    where, texts = shown
+    where, texts, fonts = shown
     assert chapter in texts, f"{chapter}: nothing recorded in {where} (did the chapter run?)"
     assert texts[chapter], f"{chapter}: {where} recorded no text"
+    assert fonts.get(chapter) != "none", (f"{chapter}: the run had no font that draws Chinese, so its figures kept "
+                                          "their English labels (Debian: apt-get install fonts-noto-cjk)")
     left = english_left({chapter: texts[chapter]}).get(chapter, [])
     assert left == [], f"{chapter}: {len(left)} text(s) in English in {where}:\n" + "\n".join(left)
 
@@ -279,7 +285,7 @@ def test_an_html_outputs_text_titles_and_script_captions_are_read():
 if __name__ == "__main__":
     if len(sys.argv) > 1:
         os.environ["COMMLIB_RECORD_RUN"] = sys.argv[1]
-    where, texts = shown_now()
+    where, texts, _ = shown_now()
     left = english_left(texts)
     print(f"# English in what the zh_CN chapters show ({where}): {sum(map(len, left.values()))} text(s)")
     for chapter, lines in left.items():

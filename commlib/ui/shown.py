@@ -48,6 +48,10 @@ def start() -> None:
     _state["started"] = True
     from matplotlib.text import Text
 
+    from commlib.ui.language import cjk_font
+
+    record("font", cjk_font() or "none")  # none: the figures keep their English labels (language.localize)
+
     draw = Text.draw
 
     def recorded_draw(self, renderer, *args, **kwargs):
