@@ -140,8 +140,9 @@ def figures():
     }
     for name, make in made.items():
         thing = make()
-        yield name, thing if hasattr(thing, "savefig") else getattr(thing, "figure", None) or thing[0].figure
-    plt.close("all")
+        figure = thing if hasattr(thing, "savefig") else getattr(thing, "figure", None) or thing[0].figure
+        yield name, figure
+        plt.close(figure)
 
 
 def drawn(figure) -> list[str]:
