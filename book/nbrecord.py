@@ -1,8 +1,8 @@
 """A pytest plugin for nbval's run of an edition's notebooks (`course.py test --lang zh_CN` loads it through
 PYTEST_PLUGINS=book.nbrecord, so that its pytest-xdist workers load it too): with COMMLIB_RECORD_RUN set to a
 folder, each notebook's kernel records what it shows into <folder>/<notebook>/ (COMMLIB_RECORD and IPYTHONDIR, set
-before nbval starts the kernel: commlib.ui.shown), and every cell's outputs of this run are written beside (outputs.jsonl,
-images left out). tests/test_zh_english.py reads them."""
+before nbval starts the kernel: commlib.ui.shown), and every cell's outputs of this run are written beside
+(outputs.jsonl, images left out). tests/test_zh_english.py reads them."""
 
 from __future__ import annotations
 

@@ -271,8 +271,8 @@ _recording = {"on": bool(os.environ.get(RECORD)), "depth": 0, "seen": set()}
 
 
 def record(kind: str, text: str, said: str | None = None) -> None:
-    """Write {kind, text[, said]} once per process to COMMLIB_RECORD/<pid>.jsonl (kinds: tr, drawn, widget,
-    hint); nothing without COMMLIB_RECORD."""
+    """Write {kind, text[, said]} once per process to COMMLIB_RECORD/<pid>.jsonl (kinds: tr, and commlib.ui.shown's
+    font, drawn, widget, hint); nothing without COMMLIB_RECORD."""
     folder, key = os.environ.get(RECORD), (kind, text, said)
     if not folder or not isinstance(text, str) or not text.strip() or key in _recording["seen"]:
         return

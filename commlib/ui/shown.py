@@ -6,8 +6,8 @@ startup file calls start(), which records
   - every text matplotlib draws (ticks, legends, titles, annotations): Text.draw;
   - every widget's caption, tooltip, option labels and read-out, after each cell;
   - every checker's answer to wrong answers: each checker the chapter calls (its own arguments) is called again
-    with the values its own comparisons test for (each close() target: the mistakes its hints name), each option
-    it accepts, and a few odd answers; a checker of the learner's function (fn(cluster, fn)) with functions that
+    with the values its own comparisons test for (each answers.close target: the mistakes its hints name), each
+    option it lists to a name it does not know, and a few odd answers; a checker of the learner's function (fn(cluster, fn)) with functions that
     return nothing, 0 or raise, on a cluster of its own; the verdicts' text is recorded ("hint"), never printed.
 
 Nothing of it runs in a learner's kernel; a rank records only what tr gives (language.record).
@@ -159,36 +159,48 @@ def _sweep(fn, calls: list[tuple], kwargs: dict) -> None:
 
 def _wrong_answers(fn, args: tuple, kwargs: dict) -> list[tuple]:
     """Argument tuples with the answer replaced by every value the checker's comparisons test (answers.close's
-    targets, found by one call with an answer nothing equals), every option it accepts (answers._choice), and
-    ODD."""
+    targets, found by one call with an answer nothing equals), every option it accepts (_options), and ODD."""
     from commlib.exercises import answers
 
-    seen, patched = [], []
-    close, choice = answers.close, answers._choice
+    seen, module = [], sys.modules[fn.__module__]
+    close = answers.close
 
-    def spy_close(value, *targets, **kw):
+    def spy(value, *targets, **kw):
         seen.extend(t for t in targets if isinstance(t, (int, float)))
         return close(value, *targets, **kw)
 
-    def spy_choice(answer, options, *a, **kw):
-        seen.extend(options)
-        return choice(answer, options, *a, **kw)
-
-    module = sys.modules[fn.__module__]
-    for holder in {answers, module}:
-        for name, spy in (("close", spy_close), ("_choice", spy_choice)):
-            if hasattr(holder, name):
-                patched.append((holder, name, getattr(holder, name)))
-                setattr(holder, name, spy)
+    holders = [h for h in {answers, module} if getattr(h, "close", None) is close]
+    for holder in holders:
+        holder.close = spy
     try:
         fn(-123456.789, *args[1:], **kwargs)
     except Exception:
         pass
     finally:
-        for holder, name, original in reversed(patched):
-            setattr(holder, name, original)
+        for holder in holders:
+            holder.close = close
     values = []
-    for v in [*seen, *ODD]:
+    for v in [*seen, *_options(fn, args, kwargs), *ODD]:
         if not any(v is w or (type(v) is type(w) and v == w) for w in values):
             values.append(v)
     return [(v, *args[1:]) for v in values]
+
+
+def _options(fn, args: tuple, kwargs: dict) -> list:
+    """The options a checker that asks for one of several accepts, read from what it says to a name it does not
+    know ("choose one of ('ring', 'tree')..."); [] for any other checker."""
+    import ast
+
+    try:
+        said = fn("α", *args[1:], **kwargs).message
+    except Exception:
+        return []
+    text = said.partition("choose one of ")[2]
+    for i, ch in enumerate(text):
+        if ch in ")]":
+            try:
+                value = ast.literal_eval(text[:i + 1])
+            except (ValueError, SyntaxError):
+                continue
+            return list(value) if isinstance(value, (tuple, list)) else []
+    return []
