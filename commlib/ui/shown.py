@@ -7,8 +7,9 @@ startup file calls start(), which records
   - every widget's caption, tooltip, option labels and read-out, after each cell;
   - every checker's answer to wrong answers: each checker the chapter calls (its own arguments) is called again
     with the values its own comparisons test for (each answers.close target: the mistakes its hints name), each
-    option it lists to a name it does not know, and a few odd answers; a checker of the learner's function (fn(cluster, fn)) with functions that
-    return nothing, 0 or raise, on a cluster of its own; the verdicts' text is recorded ("hint"), never printed.
+    option it lists to a name it does not know, and a few odd answers; a checker of the learner's function
+    (fn(cluster, fn)) with functions that return nothing, 0 or raise, on a cluster of its own; the verdicts' text
+    is recorded ("hint"), never printed.
 
 Nothing of it runs in a learner's kernel; a rank records only what tr gives (language.record).
 """
