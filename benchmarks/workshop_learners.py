@@ -43,16 +43,15 @@ def _users(k: int, base: Path) -> list[dict]:
             out.append({"name": pwd.getpwuid(os.getuid()).pw_name, "uid": os.getuid(), "gid": os.getgid(),
                         "home": home, "made": False})
             continue
-        name = f"{PREFIX}{i}"
-        made = False
+        name = f"{PREFIX}{i}"   # this benchmark's own users: one left by a killed run is taken over, and removed
         try:
             pwd.getpwnam(name)
         except KeyError:
             subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", name], check=True,
                            capture_output=True, timeout=60, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
-            made = True
         p = pwd.getpwnam(name)
-        out.append({"name": name, "uid": p.pw_uid, "gid": p.pw_gid, "home": Path(p.pw_dir), "made": made})
+        shutil.rmtree(Path(p.pw_dir) / "commlib", ignore_errors=True)   # a killed run's copy
+        out.append({"name": name, "uid": p.pw_uid, "gid": p.pw_gid, "home": Path(p.pw_dir), "made": True})
     return out
 
 
@@ -89,6 +88,19 @@ def _theirs(uids: set[int]) -> dict:
 def room(k: int, base: Path) -> dict:
     """k learners copy the course and run chapter 1 at once -> their times and what was left."""
     users = _users(k, base)
+    try:
+        return _room(users)
+    finally:
+        for u in users:
+            if u["made"]:
+                subprocess.run(["userdel", "--remove", u["name"]], capture_output=True, timeout=60,
+                               env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+            else:
+                shutil.rmtree(u["home"] / "commlib", ignore_errors=True)
+
+
+def _room(users: list[dict]) -> dict:
+    k = len(users)
     uids = {u["uid"] for u in users} - {os.geteuid()}
     before = _theirs(uids) if uids else {"processes": [], "files": []}   # a former user's, with a uid reused
     copies = []
@@ -112,12 +124,6 @@ def room(k: int, base: Path) -> dict:
                         "last": out.strip().splitlines()[-1] if out.strip() else ""})
     now = _theirs(uids) if uids else {"processes": [], "files": []}
     left = {key: sorted(set(now[key]) - set(before[key])) for key in now}
-    for u in users:
-        if u["made"]:
-            subprocess.run(["userdel", "--remove", u["name"]], capture_output=True, timeout=60,
-                           env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
-        else:
-            shutil.rmtree(u["home"] / "commlib", ignore_errors=True)
     return {"learners": k, "results": results, "left": left}
 
 
