@@ -20,6 +20,7 @@ import sys
 
 from commlib.network import links, spec
 from commlib.profiling.model import traced_network
+from commlib.ui.language import tr  # the notebook's language (English: as is)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 EXAMPLE = os.path.join(ROOT, "examples", "ddp_train.py")   # the script a learner edits (torch DDP, profiled)
@@ -150,12 +151,12 @@ def verdict(loop: dict, tolerance: float = 0.10) -> str:
     CPU per step of both runs: the replay keeps the base run's, so a CPU that ran the same ops faster or slower
     in the scenario's run moves the step by that much, which no network model can see."""
     ok = abs(loop["error"]) <= tolerance
-    out = (f"{loop['base']} -> {loop['scenario']}: whatif predicted {loop['predicted_s'] * 1e3:.1f} ms per step,\n"
-           f"the run measured {loop['measured_s'] * 1e3:.1f} ms ({loop['error']:+.0%}): "
-           + (f"within {tolerance:.0%}" if ok else f"off by more than {tolerance:.0%}"))
+    out = tr(f"{loop['base']} -> {loop['scenario']}: whatif predicted {loop['predicted_s'] * 1e3:.1f} ms per step,\n"
+             f"the run measured {loop['measured_s'] * 1e3:.1f} ms ({loop['error']:+.0%}): "
+             + (f"within {tolerance:.0%}" if ok else f"off by more than {tolerance:.0%}"))
     if loop.get("cpu_base_s") is None or loop.get("cpu_s") is None:
         return out
     kept, ran = loop["cpu_base_s"] * 1e3, loop["cpu_s"] * 1e3
-    return out + (f"\nCPU per step (ops and the gaps between them): {kept:.1f} ms recorded on {loop['base']},"
-                  f" kept by the\nreplay; {ran:.1f} ms in the run on {loop['scenario']} "
-                  f"({ran - kept:+.1f} ms, {(ran - kept) / (loop['measured_s'] * 1e3):+.0%} of its step)")
+    return out + "\n" + tr(f"CPU per step (ops and the gaps between them): {kept:.1f} ms recorded on {loop['base']},"
+                            f" kept by the\nreplay; {ran:.1f} ms in the run on {loop['scenario']} "
+                            f"({ran - kept:+.1f} ms, {(ran - kept) / (loop['measured_s'] * 1e3):+.0%} of its step)")
