@@ -117,7 +117,8 @@ def save(lang: str, chapter: str, nb: dict, record: Path, locales: Path = LOCALE
     cells = {c["id"]: {"execution_count": c.get("execution_count"), "outputs": c.get("outputs", [])}
              for c in nb["cells"] if c["cell_type"] == "code"}
     ran = read_record(record)
-    stored = {"from": f"notebooks/{chapter}.ipynb", "code": code_digest(nb), "font": ran["font"], "messages": ran["messages"],
+    stored = {"from": f"notebooks/{chapter}.ipynb", "code": code_digest(nb), "font": ran["font"],
+              "messages": ran["messages"],
               "drawn": ran["drawn"], "hints": ran["hints"], "cells": cells,
               "widgets": nb.get("metadata", {}).get("widgets", {})}
     stored = _pngs_apart(stored, chapter, pngs)
@@ -177,7 +178,7 @@ def stale(lang: str, chapter: str, nb: dict, locales: Path = LOCALES) -> list[st
             now = language.tr(message)
             if now != shown:
                 at = next((i for i, (a, b) in enumerate(zip(now, shown)) if a != b), min(len(now), len(shown)))
-                cut = lambda t: ("…" if at > 30 else "") + t[max(at - 30, 0):at + 40]  # noqa: E731 (where they differ)
+                cut = lambda t: ("…" if at > 30 else "") + t[max(at - 30, 0):at + 40]  # noqa: E731
                 why.append(f"{chapter}: {message[:60]!r} now reads {cut(now)!r}, the run showed {cut(shown)!r}")
     finally:
         language.set_language(before)

@@ -63,7 +63,7 @@ _PUNCT = ".,;:!?()[]{}\"'“”‘’«»‹›…—–·•|*→←↑↓≈×
 _CODE = re.compile(r"`[^`]*`|'[^'\s]+'|\S+://\S+|(?<!\w)--?[A-Za-z][\w-]*")
 UNITS = {"s", "ms", "us", "µs", "ns", "min", "h", "B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB", "Gb", "Mb",
          "Tb", "bit", "Gbit", "Hz", "GHz", "FLOP", "FLOPs", "TFLOPs", "x"}
-_OPERATOR = re.compile(r"[=×/+\-·*−<>≤≥→^]+|->|x")  # a word beside one is a formula's name (compute = before × s)
+_OPERATOR = re.compile(r"[=×/+\-·*−<>≤≥→^]+|->|x")  # beside one, a formula's name: a = b × s
 
 
 def chunks(line: str, allowed) -> list[str | None]:
@@ -84,7 +84,8 @@ def chunks(line: str, allowed) -> list[str | None]:
         if word.endswith("'s"):
             word = word[:-2]
         beside = [c for c in raw[max(i - 1, 0):i] + raw[i + 1:i + 2]]
-        english = (re.fullmatch(r"[A-Za-z][A-Za-z'-]*[A-Za-z]", word) is not None and not re.fullmatch(r"[A-Z0-9-]+", word)
+        english = (re.fullmatch(r"[A-Za-z][A-Za-z'-]*[A-Za-z]", word) is not None
+                   and not re.fullmatch(r"[A-Z0-9-]+", word)
                    and not re.search(r"[a-z][A-Z]", word) and word not in UNITS and word.lower() not in words
                    and word not in words and not any(_OPERATOR.fullmatch(c) for c in beside)
                    and not re.search(r"[(/=]\w|\w[(/=]", chunk))  # f(x), a/b: code or a formula

@@ -28,8 +28,8 @@ def test_every_chapters_chinese_outputs_are_current(path):
     """Stale when the chapter's code changed or a message its run showed translates otherwise now (a catalog
     edited): the zh_CN notebooks would show what a run no longer prints."""
     why = outputs.stale(LANG, path.stem, english(path))
-    assert why == [], (f"the stored zh_CN outputs of {path.stem} are stale; write them again with\n"
-                       f"  python3 course.py notebooks --lang zh_CN --execute --only {path.stem[:2]}\n" + "\n".join(why[:20]))
+    assert why == [], (f"the stored zh_CN outputs of {path.stem} are stale; write them again with\n  python3 "
+                       f"course.py notebooks --lang zh_CN --execute --only {path.stem[:2]}\n" + "\n".join(why[:20]))
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -73,8 +73,9 @@ def test_the_zh_CN_notebook_and_book_show_the_chinese_run(written, staged, path)
     stored = outputs.load(LANG, path.stem)
     en = english(path)
     if stored["code"] != editions.code_digest(en):
-        pytest.skip("the chapter's code changed since its Chinese run (test_every_chapters_chinese_outputs_are_current)")
-    for nb in (json.loads((folder / path.name).read_text(encoding="utf-8")) for folder in (written, staged / "notebooks")):
+        pytest.skip("its code changed since its Chinese run (test_every_chapters_chinese_outputs_are_current)")
+    for folder in (written, staged / "notebooks"):
+        nb = json.loads((folder / path.name).read_text(encoding="utf-8"))
         code = [c for c in nb["cells"] if c["cell_type"] == "code"]
         assert [c["source"] for c in code] == [c["source"] for c in en["cells"] if c["cell_type"] == "code"]
         assert [c["outputs"] for c in code] == [stored["cells"][c["id"]]["outputs"] for c in code]
@@ -104,12 +105,14 @@ def chapter():
 def test_outputs_are_stored_with_their_pngs_apart_and_shown_only_for_the_same_code(tmp_path):
     record = tmp_path / "record"
     record.mkdir()
-    (record / "1.jsonl").write_text('{"kind": "tr", "text": "Correct. ", "said": "正确。"}\n{"kind": "drawn", '
-                                    '"text": "带宽"}\n{"kind": "hint", "text": "还不对。", "said": "ch0_x"}\n{"kind": "tr"\n')
+    (record / "1.jsonl").write_text('{"kind": "tr", "text": "Correct. ", "said": "正确。"}\n'
+                                    '{"kind": "drawn", "text": "带宽"}\n'
+                                    '{"kind": "hint", "text": "还不对。", "said": "ch0_x"}\n{"kind": "tr"\n')
     nb = chapter()
     frame = base64.b64encode(b"\x89PNG\r\n\x1a\nframe").decode()
     nb["cells"][3]["outputs"].append({"output_type": "display_data", "metadata": {}, "data": {
-        "text/html": f'<img src="data:image/png;base64,{frame}"><script>f = ["data:image/png;base64,{frame}"]</script>'}})
+        "text/html": f'<img src="data:image/png;base64,{frame}">'
+                     f'<script>f = ["data:image/png;base64,{frame}"]</script>'}})
     path = outputs.save(LANG, "01_x", nb, record, locales=tmp_path)
     raw = json.loads(path.read_text(encoding="utf-8"))
     png = raw["cells"]["a"]["outputs"][0]["data"]["image/png"]
@@ -117,7 +120,8 @@ def test_outputs_are_stored_with_their_pngs_apart_and_shown_only_for_the_same_co
     html = raw["cells"]["b"]["outputs"][1]["data"]["text/html"]
     assert frame not in html and html.count("data:image/png;base64,@01_x/") == 2
     assert len(outputs.png_files(raw)) == 2 and len(list((tmp_path / LANG / "outputs" / "01_x").glob("*.png"))) == 2
-    assert raw["messages"] == {"Correct. ": "正确。"} and raw["drawn"] == ["带宽"] and raw["hints"] == [["ch0_x", "还不对。"]]
+    assert raw["messages"] == {"Correct. ": "正确。"} and raw["drawn"] == ["带宽"]
+    assert raw["hints"] == [["ch0_x", "还不对。"]]
     bare = dict(nb, cells=[dict(c, outputs=[]) if c["cell_type"] == "code" else c for c in nb["cells"]], metadata={})
     shown = outputs.with_outputs(bare, "01_x", LANG, locales=tmp_path)
     assert [c.get("outputs") for c in shown["cells"]] == [c.get("outputs") for c in nb["cells"]]
