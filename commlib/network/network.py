@@ -88,7 +88,7 @@ class Network:
         shape = (f"{self.nodes} node(s) x {self.gpus_per_node} GPU(s), {self.nics_per_node} NIC(s) per node of "
                  f"{self.bandwidth / 1e6:g} MB/s")
         if self.kind == "kernel":
-            how = "Linux namespaces, tc HTB" if kernel.privileged() else "Linux namespaces of yours, tc HTB"
+            how = "Linux namespaces, tc HTB" if kernel.privileged() else "your own Linux namespaces, tc HTB"
             return f"network: kernel ({shape}; {how})"
         return wrap(f"network: paced ({shape}; commlib's Python pacer: {self.reason})")
 
