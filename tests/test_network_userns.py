@@ -95,7 +95,7 @@ def test_a_keeper_ends_with_its_parent_even_on_sigkill():
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
         deadline = time.monotonic() + 30
-        while _state(keeper) not in ("gone", "Z"):   # PR_SET_PDEATHSIG: SIGKILL as its parent died
+        while _state(keeper) not in ("gone", "Z"):   # its stdin, which only the parent held, closed
             assert time.monotonic() < deadline, "the keeper outlived its parent"
             time.sleep(0.05)
     finally:
@@ -191,3 +191,20 @@ def test_a_keeper_answers_whether_the_kernel_has_netem_as_the_host_would(monkeyp
     asked_here = kernel.netem_available() if os.geteuid() == 0 else None
     said = userns.netem_available()
     assert isinstance(said, bool) and (asked_here is None or said == asked_here)
+
+
+def test_a_keeper_made_from_a_thread_that_ends_lives_on():
+    """A Network may be brought up from a short-lived thread: the keeper must outlive the thread, not the
+    process (why it does not use PR_SET_PDEATHSIG, which follows the creating thread)."""
+    import threading
+
+    made = []
+    t = threading.Thread(target=lambda: made.append(userns.Keeper()))
+    t.start()
+    t.join()
+    keeper = made[0]
+    try:
+        assert keeper.call("probe") is None   # it answers: a PDEATHSIG would have killed it as the thread ended
+    finally:
+        keeper.close()
+    assert keeper.proc.poll() is not None

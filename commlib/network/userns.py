@@ -14,7 +14,9 @@ namespace (setns(2), while it has one thread), then its GPU's namespace, which i
     keeper.close()                     # its namespaces go with it (nothing of them is on the host's /run)
 
 Nothing is left behind: every namespace lives inside the keeper's mount namespace, so when the keeper ends (close,
-its parent's death: PR_SET_PDEATHSIG, a SIGKILL) the kernel frees them once the last rank in them has ended.
+or its parent's death, a SIGKILL too: its stdin, a pipe only the parent holds, closes) the kernel frees them once
+the last rank in them has ended. (Not PR_SET_PDEATHSIG: that fires when the parent's *thread* ends, and a Network
+may be brought up from a thread that ends before the ranks do.)
 The keeper answers one JSON line per request on its stdin (operations by name, from a fixed list).
 """
 
@@ -24,7 +26,6 @@ import ctypes
 import json
 import os
 import select
-import signal
 import subprocess
 import sys
 import threading
@@ -35,7 +36,6 @@ from commlib.network.kernel import NetworkError
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 MS_REC, MS_PRIVATE = 0x4000, 0x40000
-PR_SET_PDEATHSIG = 1
 START_TIMEOUT_S = 20.0   # a Python process that imports no torch: well under a second
 CALL_TIMEOUT_S = 120.0   # the largest build (16 nodes x 8 GPUs): seconds
 SYSCTLS = {  # where a distribution turns an ordinary user's namespaces off: (the value that does, the one that not)
@@ -155,8 +155,11 @@ class Keeper:
             except (OSError, subprocess.TimeoutExpired):
                 self.proc.kill()
                 self.proc.wait()
-        for stream in (self.proc.stdout, self.proc.stderr):
-            stream.close()
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            try:
+                stream.close()
+            except OSError:   # a pipe whose reader is gone
+                pass
 
 
 def _child_env() -> dict:
@@ -240,7 +243,6 @@ def _ops() -> dict:
 
 def main() -> None:
     """The keeper: become root in namespaces of our own, say so, then run requests until stdin closes."""
-    _libc().prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     out = sys.stdout
     sys.stdout = sys.stderr   # only replies on stdout
     try:
