@@ -104,14 +104,15 @@ def english(text: str, allowed, strict: bool) -> list[str]:
         if strict or CJK.search(line):
             bad += [w for w in found if w]
             continue
-        run = []
-        for w in [*found, None]:
-            if w:
-                run.append(w)
-                continue
-            if len(run) >= SENTENCE:
-                bad += run
+        for column in re.split(r" {2,}|\t| \| ", line):  # a table's columns are no sentence
             run = []
+            for w in [*chunks(column, allowed), None]:
+                if w:
+                    run.append(w)
+                    continue
+                if len(run) >= SENTENCE:
+                    bad += run
+                run = []
     return bad
 
 
@@ -267,6 +268,7 @@ ALLOW = (set(), [], [])
     ("每节点 8 NICs", True, ["NICs"]),
     ("总线带宽 busbw_GBps 为 `all_reduce` 的 2(p-1)/p 倍，12.5 GB/s，NCCL", True, []),
     ("ring all-reduce of 4 MiB: 12.3 ms", False, []),
+    ("dtype bits      largest        eps  min normal  min subnormal  mantissa bits", False, []),
     ("the timeline below covers backward and its all-reduces", False,
      ["the", "timeline", "below", "covers", "backward", "and", "its", "all-reduces"]),
     ("compute", True, ["compute"]),
