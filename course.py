@@ -307,15 +307,21 @@ def run(cmd: list[str], stop: int = signal.SIGTERM, grace_s: float = 30.0, cwd: 
 
 COMMANDS = ("lab", "test", "book", "notebooks", "copy")
 NOT_COPIED = (".venv", ".git", "build", "__pycache__", ".pytest_cache", ".ipynb_checkpoints", "*.egg-info", SHARED,
-              ".hypothesis", ".ruff_cache", "test-output", "traces", ".whl", "node_modules")   # runs' leftovers
+              ".hypothesis", ".ruff_cache", "test-output", ".whl", "node_modules")   # runs' leftovers, any folder
+NOT_COPIED_HERE = ("notebooks/traces",)   # the chapters' traces (assets/traces, the sample traces, are copied)
 
 
-def _not_copied(folder: str, entries: list[str]) -> set[str]:
-    """copytree's ignore: NOT_COPIED, and whatever this user cannot read (another user's run's leftovers)."""
+def _not_copied(root: Path):
+    """copytree's ignore for a copy of root: NOT_COPIED (any folder), NOT_COPIED_HERE (paths under root), and
+    whatever this user cannot read (another user's run's leftovers)."""
     import fnmatch
 
-    skip = {e for e in entries if any(fnmatch.fnmatch(e, p) for p in NOT_COPIED)}
-    return skip | {e for e in entries if not os.access(os.path.join(folder, e), os.R_OK)}
+    def ignore(folder: str, entries: list[str]) -> set[str]:
+        here = Path(folder).resolve().relative_to(root)
+        skip = {e for e in entries if any(fnmatch.fnmatch(e, p) for p in NOT_COPIED)
+                or (here / e).as_posix() in NOT_COPIED_HERE}
+        return skip | {e for e in entries if not os.access(os.path.join(folder, e), os.R_OK)}
+    return ignore
 
 
 def copy_course(dest: Path, root: Path = ROOT, venv_dir: Path | None = None) -> Path:
@@ -329,7 +335,7 @@ def copy_course(dest: Path, root: Path = ROOT, venv_dir: Path | None = None) -> 
         raise ValueError(f"copy: {dest} exists and is not an empty folder; name a new one")
     if not (venv_dir / ".commlib-installed").is_file():
         raise ValueError(f"copy: {venv_dir} is not built yet; run `python3 course.py test` in {root} first")
-    shutil.copytree(root, dest, ignore=_not_copied, dirs_exist_ok=True)
+    shutil.copytree(root, dest, ignore=_not_copied(Path(root).resolve()), dirs_exist_ok=True)
     (dest / SHARED).write_text(str(venv_dir) + "\n", encoding="utf-8")
     return dest
 SERIAL = ("-n", "--numprocesses", "--dist", "-p", "--pdb", "--trace", "-m", "--collect-only", "--co", "-s")

@@ -157,6 +157,7 @@ def test_a_learners_copy_uses_the_shared_environment(tmp_path, monkeypatch):
     dest = course.copy_course(tmp_path / "mine", venv_dir=venv)
     assert (dest / "course.py").is_file() and (dest / "notebooks" / "01_collectives.ipynb").is_file()
     assert not (dest / ".venv").exists() and not (dest / ".git").exists() and not (dest / ".hypothesis").exists()
+    assert (dest / "assets" / "traces" / "README.md").is_file() and not (dest / "notebooks" / "traces").exists()
     assert (dest / course.SHARED).read_text().strip() == str(venv)
     monkeypatch.delenv("COMMLIB_VENV", raising=False)
     assert course.venv_path(dest) == venv and course.venv_path(tmp_path) == tmp_path / ".venv"
