@@ -560,3 +560,18 @@ def test_a_message_taken_out_of_the_catalog_is_caught(drawn_zh, monkeypatch):
     assert any("slower" in bad for bad in hints)
     figure = plots.pipeline_timeline([[("F", 0, 0.0, 1.0)], [("F", 0, 1.0, 2.0)]]).figure
     assert any("stage" in bad for bad in _english(samples.drawn(figure)))
+
+
+def test_fill_is_textwraps_for_english_and_wraps_chinese_by_width_with_its_indent():
+    import textwrap
+
+    from commlib.ui.language import width
+    from commlib.ui.wrap import fill
+
+    english = " gloo all_gather on 2 ranks only: " + "each send is posted before its recv, " * 6
+    assert fill(english, 100, " " * 22) == textwrap.fill(english, 100, subsequent_indent=" " * 22)
+    chinese = " gloo all_gather 仅在 2 个 rank 时：" + "每个 send 都在它的 recv 之前发起，" * 8
+    lines = fill(chinese, 100, " " * 22).splitlines()
+    assert lines[0].startswith(" gloo all_gather") and all(line.startswith(" " * 22) for line in lines[1:])
+    assert all(width(line) <= 100 for line in lines) and len(lines) > 2
+    assert "".join("".join(line.split()) for line in lines) == "".join(chinese.split())   # nothing lost or doubled

@@ -4,6 +4,8 @@ never inside a Latin word or a number, and never before a closing mark (，。�
 
 from __future__ import annotations
 
+import textwrap
+
 from commlib.ui.language import _TOKEN, width
 
 CLOSING = "，。；：、）！？”"
@@ -42,3 +44,16 @@ def _break(tokens: list[str], end: bool = True) -> int:
             space = i
         tail += width(tokens[i - 1])
     return space if space is not None else last
+
+
+def fill(text: str, columns: int = 100, indent: str = "") -> str:
+    """textwrap.fill(text, columns, subsequent_indent=indent) where text has no Chinese (the English edition prints
+    exactly what it did); Chinese text wrapped by display width (wrap), its later lines indented."""
+    if text.isascii():
+        return textwrap.fill(text, columns, subsequent_indent=indent)
+    body = text.lstrip()
+    lead = text[:len(text) - len(body)]   # kept, as textwrap keeps it (a right-aligned name)
+    first = wrap(body, columns - width(lead))[0]
+    rest = body[len(first):].strip()
+    later = [indent + line for line in wrap(rest, columns - width(indent))] if rest else []
+    return "\n".join([lead + first] + later)
