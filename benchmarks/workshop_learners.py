@@ -7,7 +7,7 @@ waits for the chapter (nbval of notebooks/01_collectives.ipynb: every cell, its 
     sudo python benchmarks/workshop_learners.py [--learners 1,2,4,8] [--out FILE] [--quick]
 
 As root, each learner is a user of its own (made with useradd, removed at the end with its home); otherwise
-every learner runs as this user, in a folder of its own. --quick (what CI runs): 1 and 2 learners.
+every learner runs as this user, in a folder of its own. --quick (what CI runs): 2 learners.
 Learners per core: the most learners whose slowest chapter stays within the course's 60 s a chapter, over
 the cores this machine has.
 """
@@ -143,11 +143,11 @@ def main() -> int:
     ap.add_argument("--learners", default="1,2,4,8", type=_sizes,
                     help="the room sizes to run, comma-separated (default 1,2,4,8)")
     ap.add_argument("--out", help="write the figures as JSON to this file")
-    ap.add_argument("--quick", action="store_true", help="a smoke run for CI: 1 and 2 learners")
+    ap.add_argument("--quick", action="store_true", help="a smoke run for CI: 2 learners")
     a = ap.parse_args()
     sizes = a.learners
     if a.quick:
-        sizes = [1, 2]
+        sizes = [2]
     if os.geteuid() == 0 and not shutil.which("setpriv"):
         ap.error("as root each learner is a user of its own, which needs setpriv (util-linux)")
     cores = len(os.sched_getaffinity(0))
@@ -171,7 +171,7 @@ def main() -> int:
     print(f"machine: {cores} cores, load {load0:.1f} at start, {os.getloadavg()[0]:.1f} at the end; "
           f"{'users of their own' if os.geteuid() == 0 else 'one user'}")
     print(f"learners per core (chapter 1 within {CHAPTER_LIMIT_S:.0f} s for each): {per_core:.1f}"
-          + ("" if not a.quick else " (--quick: 1 and 2 learners only)"))
+          + ("" if not a.quick else " (--quick: 2 learners only)"))
     if a.out:
         Path(a.out).write_text(json.dumps({"cores": cores, "load": [load0, os.getloadavg()[0]], "rooms": rooms,
                                            "learners_per_core": per_core}, indent=1, default=str) + "\n")
