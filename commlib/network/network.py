@@ -87,9 +87,8 @@ class Network:
         take more, each within the book's column (COLUMN)."""
         shape = (f"{self.nodes} node(s) x {self.gpus_per_node} GPU(s), {self.nics_per_node} NIC(s) per node of "
                  f"{self.bandwidth / 1e6:g} MB/s")
-        if self.kind == "kernel":
-            how = "Linux namespaces, tc HTB" if kernel.privileged() else "your own Linux namespaces, tc HTB"
-            return f"network: kernel ({shape}; {how})"
+        if self.kind == "kernel":   # root's or a keeper's (an ordinary user's): the same network
+            return f"network: kernel ({shape}; Linux namespaces, tc HTB)"
         return wrap(f"network: paced ({shape}; commlib's Python pacer: {self.reason})")
 
     def spec(self) -> Spec:
