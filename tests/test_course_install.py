@@ -69,7 +69,7 @@ def no_gpu_no_torch(monkeypatch):
     monkeypatch.setattr(course, "installed_torch", lambda python: None)
     for key in [k for k in os.environ if k.startswith("PIP_")]:
         monkeypatch.delenv(key)
-    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)   # this machine's pip.conf (a local wheel folder) is not a learner's
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)   # this machine's pip.conf (its local wheels): not a learner's
     said = []
     return lambda *a, **k: said.append(" ".join(map(str, a))), said
 

@@ -157,7 +157,8 @@ def test_the_switch_turns_the_kernel_network_off_in_one_line(monkeypatch):
 
 
 @pytest.mark.parametrize("key, value, fix", [
-    ("kernel.apparmor_restrict_unprivileged_userns", "1", "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"),
+    ("kernel.apparmor_restrict_unprivileged_userns", "1",
+     "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"),
     ("kernel.unprivileged_userns_clone", "0", "sudo sysctl -w kernel.unprivileged_userns_clone=1"),
     ("user.max_user_namespaces", "0", "sudo sysctl -w user.max_user_namespaces=15000"),
 ])

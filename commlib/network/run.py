@@ -164,9 +164,10 @@ def run(script: str, args: list[str], nodes: int, gpus_per_node: int, nics_per_n
         for n in range(net.nodes):
             prefix = net.netns_path(f"{net.name}-n{n}g")
             node_env = env | {GPUS: prefix, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": f"node {n} rank ${{rank}}: "}
+            enter = _enter_and_die_with_us(prefix + "0", net.userns_path)
             procs.append(subprocess.Popen(_torchrun(net, n, port, script, args, tmp), env=node_env,
                                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          start_new_session=True, preexec_fn=_enter_and_die_with_us(prefix + "0", net.userns_path)))
+                                          start_new_session=True, preexec_fn=enter))
         for n, p in enumerate(procs):
             tails[n] = []
             for stream, sink in ((p.stdout, out), (p.stderr, err)):
