@@ -191,33 +191,31 @@ def available() -> tuple[bool, str]:
     return True, "Linux namespaces in a user namespace of your own, shaped by tc HTB"
 
 
+def _ask_once(op: str):
+    """op() in a keeper started for it and ended after it -> its result; KeeperError, OSError or NetworkError
+    (a RuntimeError) where the keeper could not start or answer."""
+    keeper = Keeper()
+    try:
+        return keeper.call(op)
+    finally:
+        keeper.close()
+
+
 def netem_available() -> bool:
     """kernel.netem_available, asked of a keeper (an ordinary user cannot try it on the host)."""
     try:
-        keeper = Keeper()
-    except (KeeperError, OSError):
+        return bool(_ask_once("netem"))
+    except (OSError, RuntimeError):
         return False
-    try:
-        return bool(keeper.call("netem"))
-    except (KeeperError, RuntimeError):
-        return False
-    finally:
-        keeper.close()
 
 
 def probe() -> str | None:
     """None where a keeper can build a shaped veth pair here, else why (one line, with what to do)."""
     try:
-        keeper = Keeper()
-    except (KeeperError, OSError) as e:
+        why = _ask_once("probe")
+    except (OSError, RuntimeError) as e:
         return f"{e}; {advice()}"
-    try:
-        why = keeper.call("probe")
-        return None if why is None else f"{why}; {advice()}"
-    except (KeeperError, RuntimeError) as e:
-        return f"{e}; {advice()}"
-    finally:
-        keeper.close()
+    return None if why is None else f"{why}; {advice()}"
 
 
 # ---- the keeper process ---------------------------------------------------------------------------------------

@@ -48,16 +48,11 @@ def check_flags(args) -> None:
         raise ValueError("--measured-on and --measured-network both say what the traces ran on: give one")
 
 
-def traced(ranks) -> spec.Spec | None:
-    """The network the traces say they ran on (None where they do not); ValueError where they disagree."""
-    return traced_network(ranks)
-
-
 def measured_and_scenario(args, ranks):
     """(measured: a Topology or args.measured_on, the --network Scenario or None) for checked args."""
     from commlib.profiling.replay.whatif import Scenario
 
-    own = traced(ranks)
+    own = traced_network(ranks)
     given = args.measured_network
     if given is not None and own is not None and given != own:
         raise ValueError(f"--measured-network {given} is not the network the traces say they ran on ({own}, "
