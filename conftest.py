@@ -5,6 +5,8 @@ run, measured cells included (nbval compares none of their text), fits in tools.
 the check tests/test_browser.py makes on JupyterLab's run of the chapters it runs there; here it covers all of them.
 """
 
+import os
+import secrets
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,40 @@ def pytest_runtest_call(item):
         if wide:
             item.raise_cell_error(f"printed lines wider than the book's column ({COLUMN} characters): {wide}")
     return result
+
+
+def ipc_kernel_manager(base):
+    """nbval's KernelManager, its kernels on Unix sockets of their own (transport ipc), as course.py lab runs them.
+    Over TCP, jupyter_client picks five free ports, lets them go, and the kernel binds them once it has started:
+    seconds later under load, and the suite's ranks and stores bind ports all the while. A port taken in between
+    kills the kernel, and every cell of the chapter errors in setup (CI: a workshop learner's chapter 1, 18 errors,
+    while the suite ran). Each kernel's sockets are named in the user's Jupyter runtime folder by a prefix of its
+    own (pid and random), so two kernels never pick the same name; shutting the kernel down removes them."""
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    class IpcKernelManager(base):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            folder = Path(jupyter_runtime_dir())
+            prefix = folder / f"nbval-{os.getpid()}-{secrets.token_hex(4)}-ipc"
+            if len(str(prefix)) <= 96:  # sun_path holds 107 bytes, with "-N" after the prefix; else keep tcp
+                folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+                self.transport = "ipc"
+                self.ip = str(prefix)
+
+    return IpcKernelManager
+
+
+def pytest_configure(config):
+    if os.name == "nt":  # no Unix sockets for zmq there
+        return
+    try:
+        from nbval import kernel
+    except ImportError:
+        return
+    if not getattr(kernel.KernelManager, "commlib_ipc", False):
+        kernel.KernelManager = ipc_kernel_manager(kernel.KernelManager)
+        kernel.KernelManager.commlib_ipc = True
 
 
 DURATIONS = Path(__file__).resolve().parent / "tests" / "durations.json"

@@ -85,6 +85,14 @@ def _theirs(uids: set[int]) -> dict:
     return {"processes": sorted(procs), "files": sorted(files)}
 
 
+def _why(out: str) -> str:
+    """A failed run's first error, as pytest printed it (its first line starting 'E '), for the report."""
+    for line in out.splitlines():
+        if line.startswith("E ") and line[1:].strip():
+            return line[1:].strip()[:300]
+    return ""
+
+
 def room(k: int, base: Path) -> dict:
     """k learners copy the course and run chapter 1 at once -> their times and what was left."""
     users = _users(k, base)
@@ -121,7 +129,7 @@ def _room(users: list[dict]) -> dict:
     for u, p in zip(users, procs):
         out, _ = p.communicate(timeout=600)
         results.append({"learner": u["name"], "seconds": round(time.perf_counter() - t0, 2), "ok": p.returncode == 0,
-                        "last": out.strip().splitlines()[-1] if out.strip() else ""})
+                        "last": out.strip().splitlines()[-1] if out.strip() else "", "why": _why(out)})
     now = _theirs(uids) if uids else {"processes": [], "files": []}
     left = {key: sorted(set(now[key]) - set(before[key])) for key in now}
     return {"learners": k, "results": results, "left": left}
@@ -162,7 +170,7 @@ def main() -> int:
             bad = [x for x in r["results"] if not x["ok"]]
             left = r["left"]["processes"] or r["left"]["files"]
             failed |= bool(bad or left)
-            said = "" if not bad else f"; FAILED: {bad[0]['learner']}: {bad[0]['last']}"
+            said = "" if not bad else f"; FAILED: {bad[0]['learner']}: {bad[0]['last']}: {bad[0]['why']}"
             print(f"{k:>3} learner(s) at once: chapter 1 in {min(times):6.1f} - {max(times):6.1f} s{said}; "
                   f"left behind: {'nothing' if not left else left}")
     fit = [r["learners"] for r in rooms if max(x["seconds"] for x in r["results"]) <= CHAPTER_LIMIT_S

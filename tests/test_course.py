@@ -93,6 +93,19 @@ def test_lab_trusts_the_course_notebooks_and_runs_kernels_without_tcp(tmp_path):
     assert not [a for a in course.lab_command("python", ROOT) if "ping" in a]
 
 
+@pytest.mark.skipif(os.name == "nt", reason="zmq has no Unix sockets there")
+def test_nbval_s_kernels_run_on_unix_sockets_of_their_own_not_on_tcp_ports():
+    """Before: nbval's kernels took five TCP ports that jupyter_client had found free and let go, bound once the
+    kernel had started, seconds later under load; in CI a workshop learner's chapter 1 had all 18 cells error in
+    setup while the suite's ranks bound ports (the root conftest.py hands nbval a KernelManager on ipc)."""
+    from jupyter_core.paths import jupyter_runtime_dir
+    from nbval import kernel
+
+    a, b = kernel.KernelManager(), kernel.KernelManager()
+    assert a.transport == b.transport == "ipc" and a.ip != b.ip
+    assert Path(a.ip).parent == Path(jupyter_runtime_dir()) and Path(a.ip).name.startswith(f"nbval-{os.getpid()}-")
+
+
 @pytest.mark.parametrize("args, cores, runs", [
     ([], 2, [["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder", "-m", "not alone"], ["-m", "alone"]]),
     (["-k", "cluster", "-x"], 16, [["-n", "4", "--dist", "loadfile", "--no-loadscope-reorder", "-m", "not alone",
