@@ -234,15 +234,20 @@ def _router(plan: dict, n: int) -> list[str]:
 
 
 def _gpu(node: dict, g: dict, gso_max_size: int | None = None) -> list[str]:
-    """A GPU's namespace: its address on the node's bridge, the node as its gateway, its neighbours static;
-    where the plan asks for small packets, none larger than gso_max_size (gso_cap)."""
+    """A GPU's namespace: its address on the node's bridge, the node as its gateway to the cluster's addresses
+    (198.18.0.0/15) and to nothing else, its neighbours static; where the plan asks for small packets, none larger
+    than gso_max_size (gso_cap). No default route: a name lookup in a rank (c10d looks up the name of each peer's
+    address, and the host's resolver is out of reach) fails at once instead of waiting out the resolver's timeout,
+    5 s of every `network run` here (issue 65: chapter 9's loop)."""
     small = [f"link set eth0 gso_max_size {gso_max_size}"] if gso_max_size else []
     lines = ["link set lo up", f"addr add {g['address']}/24 dev eth0", *small, "link set eth0 up",
-             f"route add default via {node['lan']} dev eth0",
+             f"route add {CLUSTER_ADDRESSES} via {node['lan']} dev eth0",
              f"neigh replace {node['lan']} lladdr {node['mac']} dev eth0 nud permanent"]
     return lines + [f"neigh replace {o['address']} lladdr {o['mac']} dev eth0 nud permanent"
                     for o in node["gpus"] if o is not g]
 
+
+CLUSTER_ADDRESSES = "198.18.0.0/15"   # RFC 2544: every NIC and GPU address (Network.nic_address, gpu_address)
 
 _QUIET = {"ipv6.conf.all.disable_ipv6": "1", "ipv6.conf.default.disable_ipv6": "1",
           "ipv4.conf.all.rp_filter": "0", "ipv4.conf.default.rp_filter": "0"}
