@@ -90,6 +90,9 @@ def test_the_example_runs_profiled_and_its_traces_say_which_network(tmp_path):
     code, out, err, pid = network_run(ROOT / "examples" / "ddp_train.py", "--traces", tmp_path / "traces")
     assert code == 0, err
     assert sorted(line.split(":", 1)[0] for line in out.splitlines()) == ["node 0 rank 0", "node 1 rank 1"], out
+    cores = len(os.sched_getaffinity(0))   # the ranks compute on this machine's cores, not a cluster's (issue 64)
+    assert our_lines(err)[0].endswith(f"2 rank(s) of {ROOT / 'examples' / 'ddp_train.py'}, sharing this machine's "
+                                      f"{cores} core(s)"), err
     for rank in range(2):
         doc = json.loads((tmp_path / "traces" / f"rank{rank}.json").read_text())
         assert spec.from_trace(doc) == spec.Spec(2, 1, 1, 50e6, kind="kernel")
