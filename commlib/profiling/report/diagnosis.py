@@ -11,7 +11,7 @@ import re
 from commlib import columns
 from commlib.profiling.read.reader import printable
 from commlib.profiling.report.words import flag_text, hardware_text, indent, note_text, wrap
-from commlib.ui.language import tr
+from commlib.ui.language import language, tr
 
 
 def describe(s: dict, groups=None) -> str:
@@ -133,8 +133,9 @@ def group_label(name, size) -> str:
 def format_report(report: dict, limit: int = 12) -> str:
     """The report as text, under 100 columns a line: calls grouped, flags, overlap, stragglers; in the learner's
     language (language.tr; the JSON never is)."""
+    why = hardware(report["hardware_why"])
     out = [tr(f"# {len(report['ranks'])} rank(s) of a {report['world_size']}-rank {report['backend']} job; "
-              f"hardware: {report['hardware'] or 'none'}"), f"#   ({hardware(report['hardware_why'])})"]
+              f"hardware: {report['hardware'] or 'none'}"), f"#   （{why}）" if language() else f"#   ({why})"]
     calls = [[tr(h) for h in ("op", "bytes", "group (size)", "algo", "calls", "mean us", "busbw GB/s", "x model",
                               "flagged")]]
     calls += [[r["op"], _f(r["bytes"], "d"), group_label(r["group"], r["group_size"]), r["algorithm"] or "?",

@@ -8,7 +8,7 @@ import math
 from commlib import columns
 from commlib.profiling.report.diagnosis import note
 from commlib.profiling.report.words import indent, note_text, wrap
-from commlib.ui.language import tr
+from commlib.ui.language import language, tr
 
 
 def json_report(report: dict) -> dict:
@@ -50,9 +50,10 @@ def format_report(report: dict) -> str:
                          "waiting: the part of its communication spent waiting for a later peer, on the "
                          "communication lane: hidden under compute or exposed, it adds to the step only through "
                          "exposed (more, smaller buckets wait more, mostly hidden)"), 98)
+    colon = "：" if language() else ": "   # a Chinese sentence takes the full-width colon
     for s in report["scenarios"][2:]:
         for line in s["assumptions"]:
-            out += wrap(f"{tr(s['name'])}: {tr(line)}", 98, "", "  ")
+            out += wrap(f"{tr(s['name'])}{colon}{tr(line)}", 98, "", "  ")
     label = tr("note: ")
     for n in report["notes"]:
         out += wrap(note(n), 98, label, indent(label))
