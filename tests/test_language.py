@@ -575,3 +575,19 @@ def test_fill_is_textwraps_for_english_and_wraps_chinese_by_width_with_its_inden
     assert lines[0].startswith(" gloo all_gather") and all(line.startswith(" " * 22) for line in lines[1:])
     assert all(width(line) <= 100 for line in lines) and len(lines) > 2
     assert "".join("".join(line.split()) for line in lines) == "".join(chinese.split())   # nothing lost or doubled
+
+
+def test_a_checker_s_list_of_choices_reads_as_chinese_sentences():
+    """Before (native read of chapter 9): "从 (0，1，2)（一个 rank）：答案 中选一个应当是一个数": the listing, its unit
+    and the problem with the answer were matched by the wrong template and came out interleaved."""
+    from commlib.exercises.answers import _choice
+
+    language.set_language("zh_CN")
+    try:
+        said = [repr(_choice(answer, options, unit)[1]) for answer, options, unit in [
+            ("x", (0, 1, 2), "a rank"), ("z", ("a", "b"), "a letter"), ([1, 2], (1, 2), "MiB")]]
+    finally:
+        language.set_language(None)
+    assert said == ["还不对。从以下选项中选一个（一个 rank）：(0, 1, 2)。答案应当是一个数，收到的是 str。",
+                    "还不对。从以下选项中选一个（一个字母）：('a', 'b')。",
+                    "还不对。从以下选项中选一个（MiB）：(1, 2)。答案应当是一个数，收到的是 list。"], said
