@@ -71,18 +71,19 @@ UNITS = {"s", "ms", "us", "µs", "ns", "min", "h", "B", "KB", "MB", "GB", "TB", 
 _OPERATOR = re.compile(r"[=×/+\-·*−<>≤≥→^]+|->|x")  # beside one, a formula's name: a = b × s
 
 
-def chunks(line: str, allowed) -> list[str | None]:
+def chunks(line: str, allowed, depth: list[int] | None = None) -> list[str | None]:
     """The line's words in order: an English word as itself, anything else (code, numbers, units, acronyms,
-    Chinese, a formula's names, allowed words) as None."""
+    Chinese, a formula's names, allowed words) as None. depth: [the parentheses a call left open], carried from
+    one line of a text to the next (a hint's call wrapped after an argument) and updated."""
     words, phrases, _ = allowed
     for phrase in phrases:
         line = line.replace(phrase, " ")
     raw = CJK.sub(" ", _CODE.sub(" ", line)).split()
     out: list[str | None] = []
-    call = False  # inside a call's parentheses: max(compute, comm)
+    depth = depth if depth is not None else [0]  # inside a call's parentheses: max(compute, f(x), comm)
     for i, chunk in enumerate(raw):
-        if call or re.search(r"\w\(", chunk):
-            call = chunk.count("(") > chunk.count(")") or (call and ")" not in chunk)
+        if depth[0] or re.search(r"\w\(", chunk):
+            depth[0] = max(0, depth[0] + chunk.count("(") - chunk.count(")"))
             out.append(None)
             continue
         word = chunk.strip(_PUNCT)
@@ -101,11 +102,11 @@ def chunks(line: str, allowed) -> list[str | None]:
 def english(text: str, allowed, strict: bool) -> list[str]:
     """The English words of text that fail it: strict (a figure's, a widget's, a checker's text, or any line with
     Chinese in it), every one; else (a printed line with no Chinese: a measurement line) only a sentence's."""
-    bad = []
+    bad, depth = [], [0]
     for line in html.unescape(text).splitlines():
         if not line.strip() or any(p.search(line) for p in allowed[2]):
             continue
-        found = chunks(line, allowed)
+        found = chunks(line, allowed, depth if strict else [0])
         if strict or CJK.search(line):
             bad += [w for w in found if w]
             continue
