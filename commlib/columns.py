@@ -4,13 +4,19 @@
 
 Each column is as wide as its given width or as its widest cell plus one, whichever is more, so at least
 one space parts every two cells (a group of 1000 ranks, a 100 GB message) and the usual values keep the
-layout the widths give. Widths are display columns: a Chinese character takes two (language.width), so a
-table keeps its columns in the zh_CN edition. Pure Python.
+layout the widths give. Widths are display columns: a Chinese character takes two (width, the one measure of
+display columns: ui.language fills lines by it, ui.wrap wraps them), so a table keeps its columns in the zh_CN
+edition. Pure Python: imports nothing of commlib.
 """
 
 from __future__ import annotations
 
-from commlib.ui.language import width
+import unicodedata
+
+
+def width(text: str) -> int:
+    """Columns the text takes in a monospaced font: a Chinese character or full-width mark takes two."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
 
 
 def fit(rows: list[list[str]], widths: list[int], align: str) -> list[str]:

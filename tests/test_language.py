@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from commlib import columns
 from commlib.ui import language
 from commlib.exercises import Verdict
 from commlib.exercises.answers import WIDTH
@@ -62,7 +63,7 @@ def test_a_rendered_verdict_is_rebuilt_from_its_template_and_wrapped_by_columns(
     assert language.tr("a message no catalog has, 3 ms.") == "a message no catalog has, 3 ms."
     long = repr(Verdict(True, "the replay keeps every compute duration as measured: a change in compute speed is "
                               "not in the trace. Links, nodes and buckets change only communication, which it prices."))
-    assert all(language.width(line) <= WIDTH for line in long.split("\n")) and long.count("\n") == 1
+    assert all(columns.width(line) <= WIDTH for line in long.split("\n")) and long.count("\n") == 1
 
 
 def test_every_verdict_the_chapters_print_comes_out_chinese(zh):
@@ -346,7 +347,7 @@ def test_the_reports_tables_keep_their_columns_in_chinese(zh):
     from commlib import columns
 
     lines = columns.fit([["场景", "每步 ms"], ["identity", "1.00"]], [10, 9], "<>")
-    assert [language.width(line) for line in lines] == [19, 19] and lines[0] == "场景        每步 ms"
+    assert [columns.width(line) for line in lines] == [19, 19] and lines[0] == "场景        每步 ms"
 
 
 def test_a_templates_words_reach_a_bare_number_and_read_in_chinese(zh):
@@ -509,7 +510,7 @@ def test_chapter_10s_diagnoses_are_chinese_and_wrapped_by_columns(zh):
     said = [diagnosis.summary(d) for d in _diagnosed()]
     assert len(said) == 8 and all(s.startswith("kind=") for s in said)
     assert _english(said) == [], "\n".join(_english(said))
-    assert all(language.width(line) <= 100 for s in said for line in s.splitlines())
+    assert all(columns.width(line) <= 100 for s in said for line in s.splitlines())
     language.set_language(None)
     english = [d["detail"] for d in _diagnosed()]
     assert english[0] == ("mismatch in process group 0 (default_pg): rank 2 called broadcast #2 of [4] float32, "
@@ -530,7 +531,7 @@ def test_the_reports_are_chinese(zh):
               wording.versus(1, 1, "ring", "tree"), wording.machine()]
     lines += scale.summary(scale.load_scale()) + [row["runs"] for row in pricing.backend_table(1 << 20, 2)]
     assert _english(lines, strict=False) == [], "\n".join(_english(lines, strict=False))
-    assert all(language.width(line) <= 100 for line in lines)
+    assert all(columns.width(line) <= 100 for line in lines)
 
 
 def test_a_chinese_verdict_breaks_after_a_mark_or_at_a_space_never_inside_a_word(zh):
@@ -539,7 +540,7 @@ def test_a_chinese_verdict_breaks_after_a_mark_or_at_a_space_never_inside_a_word
     text = ("还不对。" + "分层算法的 NVLink 阶段和网络阶段依次进行，" * 2 + "每个 rank 的带宽项（字节数 × β）与 "
             "latency_term_of_the_model 一起决定每步耗时。") * 2
     lines = wrap(text, 60)
-    assert all(language.width(line) <= 60 for line in lines)
+    assert all(columns.width(line) <= 60 for line in lines)
     assert all(line[-1] in "，。；：）？" or line.endswith(" ") is False and text[text.index(line) + len(line)] == " "
                for line in lines[:-1])
     assert "".join(lines).replace(" ", "") == text.replace(" ", "")
@@ -565,7 +566,7 @@ def test_a_message_taken_out_of_the_catalog_is_caught(drawn_zh, monkeypatch):
 def test_fill_is_textwraps_for_english_and_wraps_chinese_by_width_with_its_indent():
     import textwrap
 
-    from commlib.ui.language import width
+    from commlib.columns import width
     from commlib.ui.wrap import fill
 
     english = " gloo all_gather on 2 ranks only: " + "each send is posted before its recv, " * 6

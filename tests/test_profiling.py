@@ -10,6 +10,7 @@ import torch
 
 import commlib as cl
 from commlib import overlap, profiling as pf
+from commlib.cost import intervals
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -28,9 +29,9 @@ def test_breakdown_of_a_constructed_trace():
 
 
 def test_union_and_intersection():
-    assert pf.union([(3, 4), (0, 2), (1, 3), (6, 6)]) == [(0, 4)]
-    assert pf.intersect([(0, 2), (5, 8)], [(1, 6)]) == [(1, 2), (5, 6)]
-    assert pf.length(pf.union([(0, 1), (0.5, 2)])) == 2
+    assert intervals.union([(3, 4), (0, 2), (1, 3), (6, 6)]) == [(0, 4)]
+    assert intervals.intersect([(0, 2), (5, 8)], [(1, 6)]) == [(1, 2), (5, 6)]
+    assert intervals.length(intervals.union([(0, 1), (0.5, 2)])) == 2
 
 
 def event(name, thread, start_us, end_us, parent=None, shapes=None, device="DeviceType.CPU"):

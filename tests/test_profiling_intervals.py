@@ -1,10 +1,10 @@
-"""profiling/intervals.py: the numpy paths against the plain merge."""
+"""cost/intervals.py: the numpy paths against the plain merge."""
 
 import random
 
 import numpy as np
 
-from commlib.profiling.intervals import intersect, length, overlap_length, overlap_lengths, union
+from commlib.cost.intervals import intersect, length, overlap_length, overlap_lengths, union
 
 
 def test_numpy_union_equals_the_python_union():
@@ -30,7 +30,7 @@ def test_overlap_length_equals_the_length_of_the_intersection():
 def test_bridged_closes_only_the_gaps_shorter_than_asked():
     import numpy as np
 
-    from commlib.profiling.intervals import bridged
+    from commlib.cost.intervals import bridged
 
     spans = np.array([[0.0, 10.0], [12.0, 12.001], [20.0, 30.0], [34.9, 40.0], [40.0, 41.0]])
     assert bridged(spans, 5.0).tolist() == [[0.0, 12.001], [20.0, 41.0]]

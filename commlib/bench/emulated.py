@@ -32,8 +32,9 @@ from commlib import _validate as check
 from commlib import algorithms as alg
 from commlib import cost
 from commlib import topology as topo
+from commlib.columns import width
 from commlib.network import emulate
-from commlib.ui.language import language, tr, width  # the notebook's language (English: as is)
+from commlib.ui.language import language, tr  # the notebook's language (English: as is)
 from commlib.ui.wrap import wrap
 
 

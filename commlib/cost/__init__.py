@@ -5,6 +5,7 @@
     schedules.py  who sends to whom in each algorithm (shared with the code that runs them)
     links.py      link presets with their sources, and published measurements (Published)
     timeline.py   the overlap timeline model: DDP's buckets, one backward and one communication stream
+    intervals.py  interval arithmetic on (start, end) spans: union, intersect, length, overlap (not imported here)
 Across nodes and NICs: commlib.topology. Planning whole jobs: commlib.plan.
 """
 

@@ -3,7 +3,6 @@
     read/        the only code that opens a trace: files, reader (streaming, bounded, typed), parallel
                  (many files in worker processes), fields, kernels, annotations, streams, steps
     groups.py    process groups; calls.py: a rank's records -> collective Calls; traces.py: -> RankTrace, load
-    intervals.py union, intersect, length, overlap of spans (live profiling, diagnosis and the replay use it)
     model.py, overlap.py, stragglers.py, checks.py   the analyses, one a file: records of numbers and short
                  codes, never sentences; diagnosis.py runs them (`python -m commlib diagnose`)
     replay/      graph, critical, regroup, pricing, whatif: the job replayed with new prices
@@ -11,9 +10,9 @@
                  nothing
     jobs/        the live side, apart: live (torch.profiler in ranks), recording, synthetic, emulated_job, scale
 
+Interval arithmetic on spans (union, intersect, length, overlap) is the ground floor's: commlib.cost.intervals.
 Chapters, README and benchmarks import these modules by their own paths (no module re-exports another)."""
 
-from commlib.profiling.intervals import intersect, length, union  # noqa: F401
 from commlib.profiling.jobs.live import (COMM_KERNEL_WORDS, COMM_PREFIXES, Interval, breakdown,  # noqa: F401
                                          intervals_from_events, profile, time_async, time_in_chunks,
                                          time_ring_segments)

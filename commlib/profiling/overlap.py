@@ -1,5 +1,5 @@
 """Step 3 of the source chapter, per rank: how much of its communication ran under compute, and how much the step
-waited for it. The one place a walk of a rank's spans meets intervals.py.
+waited for it. The one place a walk of a rank's spans meets cost/intervals.py.
 
     o, beside = measure(rank, waits)    # waits: stragglers.find's; beside: per call, the compute under it (us)
     o = overlap(rank)                   # the same record, without the waiting
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from commlib.profiling.intervals import length, overlap_length, overlap_lengths, union, union_array
+from commlib.cost.intervals import length, overlap_length, overlap_lengths, union, union_array
 from commlib.profiling.traces import RankTrace
 
 

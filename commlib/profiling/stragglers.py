@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from commlib.profiling.intervals import length, union
+from commlib.cost.intervals import length, union
 
 P2P = ("send", "recv", "send_recv")
 NOISE = 4.0   # about 2.7 standard deviations of the sum of a pair's symmetric arrival noise

@@ -31,8 +31,9 @@ import gettext
 import io
 import os
 import re
-import unicodedata
 from pathlib import Path
+
+from commlib.columns import width  # display columns: a Chinese character takes two
 
 LOCALES = Path(__file__).resolve().parents[2] / "locales"
 ENV = "COMMLIB_LANGUAGE"
@@ -157,11 +158,6 @@ def _by_parts(message: str) -> str:
             if done != parts:
                 return own.join(done)
     return message
-
-
-def width(text: str) -> int:
-    """Columns the text takes in a monospaced font: a Chinese character or full-width mark takes two."""
-    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
 
 
 _TOKEN = re.compile(r"[\u2e80-\u9fff\uff00-\uffef\u3000-\u303f]|[^\s\u2e80-\u9fff\uff00-\uffef\u3000-\u303f]+|\s+")

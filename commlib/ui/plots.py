@@ -233,7 +233,7 @@ def bucket_sweep(caps_mb, steps_s, exposed_s, ax=None):
 @speaks
 def profile_spans(report: dict, ax=None):
     """A profile's merged compute and communication spans on two rows, exposed communication in red."""
-    from commlib.profiling import intersect, union
+    from commlib.cost.intervals import intersect, union
 
     if ax is None:
         _, ax = plt.subplots(figsize=(9, 1.9))

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import textwrap
 
-from commlib.ui.language import _TOKEN, width
+from commlib.columns import width
+from commlib.ui.language import _TOKEN
 
 CLOSING = "，。；：、）！？”"
 SLACK = 20  # columns a line may give up to end at a mark or a space instead of inside a run of Chinese

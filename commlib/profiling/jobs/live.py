@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 
 from commlib.cluster.output import PROFILER_CHATTER, dropping_stderr_lines
-from commlib.profiling.intervals import intersect, length, union
+from commlib.cost.intervals import intersect, length, union
 
 COMM_PREFIXES = ("gloo:", "nccl:")
 COMM_KERNEL_WORDS = ("nccl",)

@@ -39,11 +39,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from commlib.cost.intervals import bridged, overlap_lengths, union_array
 from commlib.profiling.replay.clocks import clock_offsets
 from commlib.profiling.replay.critical import critical_path
 from commlib.profiling.replay.flows import Flows
 from commlib.profiling.stragglers import matched
-from commlib.profiling.intervals import bridged, overlap_lengths, union_array
 
 SLACK_US, SLACK_SHARE, STATED_SHARE = 100.0, 0.25, 0.02   # a gap ending within SLACK_US + a share of it after
 # a call's end waited for it (a loaded host wakes late: 3-7 ms after a 20-ms all-gather); beside a stated wait, 2%

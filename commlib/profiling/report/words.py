@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import textwrap
 
+from commlib.columns import width as columns
 from commlib.profiling.read.reader import printable
 from commlib.ui.language import language
-from commlib.ui.language import width as columns
 from commlib.ui.wrap import wrap as by_columns
 
 

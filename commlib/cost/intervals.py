@@ -1,6 +1,7 @@
 """Interval arithmetic on (start, end) spans in seconds: union, intersection, length, and how much of each span
-another set of spans covers. Live profiling (live.py), diagnose and the replay (graph.py) all use these; numpy
-is imported only where an (n, 2) array is merged."""
+another set of spans covers; the one home of it, on the ground floor beside the timeline model. Live profiling
+(profiling/jobs/live.py), diagnose, the replay (profiling/replay) and the figures (ui/plots.py) all use these;
+numpy is imported only where an (n, 2) array is merged."""
 
 from __future__ import annotations
 
