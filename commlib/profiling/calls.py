@@ -11,7 +11,8 @@ from commlib import _validate
 from commlib.profiling.groups import parse_ranks
 from commlib.profiling.read.fields import OddField, count, dims_numel, numel
 from commlib.profiling.read.kernels import kernel_info
-from commlib.profiling.read.reader import Records, TraceError, printable
+from commlib.profiling.read.reader import TraceError, printable
+from commlib.profiling.read.records import Records
 
 # canonical op names from torch's "Collective name", c10d op names, gloo:/nccl: annotations, NCCL kernels
 OP_NAMES = {

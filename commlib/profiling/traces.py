@@ -48,8 +48,8 @@ from commlib.profiling.read.parallel import read_all
 from commlib.profiling.jobs.recording import record  # noqa: F401  (traces.record, as chapters 9 and 10 call it)
 from commlib.profiling.read.kernels import kernel_info  # noqa: F401  (traces.kernel_info, as chapter 9 calls it)
 from commlib.profiling.read.steps import step_spans
-from commlib.profiling.read.reader import (C10D_OR_PARAM_COMMS, CPU_OP, MAX_BYTES, PROFILER_STEP, Records,  # noqa: F401
-                                      TraceError, no_gc, printable, read_records)
+from commlib.profiling.read.reader import MAX_BYTES, TraceError, no_gc, printable, read_records  # noqa: F401
+from commlib.profiling.read.records import C10D_OR_PARAM_COMMS, CPU_OP, PROFILER_STEP, Records  # noqa: F401
 
 # the real GPU trace that ships with the course (assets/traces/README.md: its source, licence and trimming)
 SAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),

@@ -4,9 +4,9 @@
 
 Streaming and bounded: the file (gzip or plain) is decompressed BLOCK bytes at a time and a file whose
 decompressed size passes max_bytes stops there (or past a deadline, time_limit()). Each block's complete
-events are decoded at once by msgspec into the typed Event below (fields no analysis reads are skipped by the
-decoder, never built), then sorted into Records; what no analysis needs (flow events, Python frames, CUDA
-runtime calls other than the launches' times, ...) is dropped there. Splitting a block at an event boundary:
+events are decoded at once by msgspec into the typed Event (events.py: fields no analysis reads are skipped by
+the decoder, never built), then sorted into Records (records.py); what no analysis needs (flow events, Python
+frames, CUDA runtime calls other than the launches' times, ...) is dropped there. Splitting a block at an event boundary:
 the last `}, {` in it whose prefix decodes as a list of events (a `}, {` inside a string or a nested list does
 not decode, so the decoder proves the cut). Linear on any input: each byte is searched for a cut once (in C),
 a failed decode is retried only once the pending bytes have doubled, and past SPLIT_LIMIT pending bytes (no
@@ -26,82 +26,19 @@ import gc
 import re
 import sys
 import time
-from array import array
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
 from commlib import _validate
+from commlib.profiling.read.events import Event
 from commlib.profiling.read.files import TraceError, blocks, printable  # noqa: F401  (TraceError, printable: from here too)
+from commlib.profiling.read.records import Records
 
 MAX_BYTES = 4 << 30   # default decompressed-size limit per file (python -m commlib diagnose --max-bytes)
 BLOCK = 4 << 20       # bytes decompressed and decoded at a time
 HEAD = 64 << 20       # traceEvents must start within this many bytes to be streamed; else the file is decoded whole
 SPLIT_LIMIT = 8 * BLOCK   # bytes pending past which no more cuts are tried (a copy of them is made per try)
-TIME_LIMIT = 1e17     # |ts| and dur in us past this (3,000 years) are not a clock's: no trace writes them
-COMM_PREFIXES = ("gloo:", "nccl:", "c10d::", "record_param_comms", "commlib:")
-COPIES = ("gpu_memcpy", "gpu_memset")
-# CpuOps.kinds bits
-CPU_OP, C10D_OR_PARAM_COMMS, PROFILER_STEP = 1, 2, 4
-COMM = 8   # (not stored) a name starting with COMM_PREFIXES
-OPTIMIZER_STEP = 16   # torch.optim's "Optimizer.step#SGD.step": where a step ends in a trace without ProfilerStep#N
-COMMLIB_STEP = 32     # "commlib:step": one training step, marked by commlib's own jobs (several in one ProfilerStep)
-
-
-class Args(msgspec.Struct, gc=False):
-    """The `args` fields some analysis reads (kernels, launches, collective ops); every other one is skipped.
-    Collective arguments (torch >= 2.2 writes them on the NCCL kernel and on record_param_comms) are kept as
-    written (Any): a later check, not the decoder, decides what an odd value means."""
-    # ids are compared, never computed with: any JSON scalar is kept (ROCm traces write the stream as a string)
-    external_id: int | str | None = msgspec.field(default=None, name="External id")
-    correlation: int | str | None = None
-    stream: int | str | None = None
-    device: int | str | None = None
-    # a "Stream Wait Event" (cuda_sync, with enable_cuda_sync_events): the stream it waits on and the event's record
-    wait_on_stream: int | str | None = None
-    record_corr: int | str | None = msgspec.field(default=None, name="wait_on_cuda_event_record_corr_id")
-    collective: Any = msgspec.field(default=None, name="Collective name")
-    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
-    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
-    group_size: Any = msgspec.field(default=None, name="Group size")
-    dtype: Any = None
-    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
-    pg_desc: Any = msgspec.field(default=None, name="Process Group Description")
-    pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
-    # record_shapes' lists: left undecoded (Raw) on the many ops that are not collectives, decoded on the rest
-    input_dims: Any = msgspec.field(default=None, name="Input Dims")
-    input_type: Any = msgspec.field(default=None, name="Input type")
-
-
-class KernelArgs:
-    """A compute kernel's args: only its stream and correlation are read (streams.py); every other field is
-    None. A third of an Args' memory, on the commonest event kept (200k of a 1M-event trace)."""
-    __slots__ = ("stream", "correlation")
-    external_id = device = wait_on_stream = record_corr = collective = in_nelems = out_nelems = group_size = None
-    dtype = pg_name = pg_desc = pg_ranks = input_dims = input_type = None
-
-    def __init__(self, stream, correlation):
-        self.stream, self.correlation = stream, correlation
-
-
-class _LazyArgs(Args):
-    input_dims: msgspec.Raw = msgspec.field(default=None, name="Input Dims")
-    input_type: msgspec.Raw = msgspec.field(default=None, name="Input type")
-
-
-class Event(msgspec.Struct, gc=False):
-    """One Chrome-trace event: complete events (ph "X") are the ones read; ts and dur in microseconds. gc=False:
-    no cycles through it, so the garbage collector need not track a million of them."""
-    ph: str | None = None
-    cat: str | None = None
-    name: str = ""
-    ts: float | None = None
-    dur: float = 0.0
-    pid: int | str | None = None
-    tid: int | str | None = None
-    args: _LazyArgs | None = None
-    index: int = msgspec.field(default=-1, name="__commlib_event_index__")   # its place in traceEvents (set by Records.add)
 
 
 class _Head(msgspec.Struct):
@@ -121,161 +58,7 @@ class _Whole(msgspec.Struct):
 _EVENTS = msgspec.json.Decoder(list[Event])
 _HEAD = msgspec.json.Decoder(_Head)
 _WHOLE = msgspec.json.Decoder(_Whole)
-_ANY = msgspec.json.Decoder()
 _ARRAY = re.compile(rb'"traceEvents"\s*:\s*\[')
-
-
-@dataclass
-class CpuOps:
-    """Every cpu_op / user_annotation, as columns: start, end (us), thread, kinds (CPU_OP, C10D_OR_PARAM_COMMS,
-    PROFILER_STEP bits). Only the Gloo path reads them all (compute and the timeline on CPU)."""
-    start: array = field(default_factory=lambda: array("d"))
-    end: array = field(default_factory=lambda: array("d"))
-    tid: list = field(default_factory=list)
-    kinds: bytearray = field(default_factory=bytearray)
-
-
-class Launches:
-    """The CUDA runtime calls' times by correlation id, as columns (a dict of 200k tuples was 40 MB of a 1M-event
-    trace): get(correlation) -> (ts, tid) or None, by bisect in the sorted ids once the columns are complete."""
-
-    def __init__(self):
-        self.corr, self.ts, self.tid, self._index = [], array("d"), [], None
-
-    def __len__(self) -> int:
-        return len(self.corr)
-
-    def get(self, correlation, default=None):
-        if self._index is None:
-            self._index = _Sorted(self.corr)
-        i = self._index.find(correlation)
-        return default if i is None else (self.ts[i], self.tid[i])
-
-
-class _Sorted:
-    """Positions of ids in a column by value: int ids in a sorted numpy array (searchsorted), any other in a dict.
-    The last occurrence of an id wins (as a dict filled in file order would)."""
-
-    def __init__(self, ids: list):
-        import numpy as np
-
-        ints = [i for i, x in enumerate(ids) if type(x) is int]
-        self.other = {x: i for i, x in enumerate(ids) if type(x) is not int}
-        keys = np.array([ids[i] for i in ints], dtype=np.int64) if ints else np.zeros(0, np.int64)
-        pos = np.array(ints, dtype=np.int64)
-        order = np.lexsort((pos, keys))   # by id, then position: the last of equal ids is the rightmost
-        self.keys, self.pos = keys[order], pos[order]
-
-    def find(self, x):
-        if type(x) is not int:
-            return self.other.get(x)
-        j = int(self.keys.searchsorted(x, side="right")) - 1
-        return int(self.pos[j]) if j >= 0 and self.keys[j] == x else None
-
-
-@dataclass
-class Records:
-    """What the analyses read of one rank's trace, in file order. kernels, copies and comm_ops are Events (their
-    stream, correlation, External id and collective arguments kept for later analyses); launches maps a
-    cuda_runtime event's correlation to its (ts, tid)."""
-    path: str
-    info: dict = field(default_factory=dict)        # distributedInfo ({} when missing)
-    devices: list = field(default_factory=list)     # deviceProperties
-    network: Any = None                             # the emulated network it ran on (commlib.network.spec), raw
-    kernels: list = field(default_factory=list)     # cat "kernel"
-    copies: list = field(default_factory=list)      # cat gpu_memcpy / gpu_memset (busy, as HTA counts them)
-    launches: Launches = field(default_factory=Launches)   # correlation -> (ts, tid) of the CUDA runtime call
-    comm_ops: list = field(default_factory=list)    # names starting with COMM_PREFIXES, any category
-    syncs: list = field(default_factory=list)       # cat cuda_sync "Stream Wait Event": waits between streams
-    cpu: CpuOps = field(default_factory=CpuOps)
-    events: int = 0                                 # complete events with a timestamp, all kept or not
-    nbytes: int = 0                                 # decompressed size read
-    seen: int = 0                                   # events decoded so far, of any kind
-    _names: dict = field(default_factory=dict, repr=False)
-    _kinds: dict = field(default_factory=dict, repr=False)   # CPU op name -> _name_kinds(name)
-
-    def add(self, events: list) -> None:
-        """Sort one block's decoded events into the records; drop the rest. The per-event work is the reader's
-        largest cost after the decode (1M events): CPU ops, the commonest, come first, and what their name
-        says (a collective? c10d? a step marker?) is worked out once per distinct name."""
-        kernels, copies, comm_ops, syncs = self.kernels, self.copies, self.comm_ops, self.syncs
-        launch_corr, launch_ts, launch_tid = self.launches.corr.append, self.launches.ts.append, self.launches.tid.append
-        names, kinds_of = self._names, self._kinds
-        self.launches._index = None
-        cpu = self.cpu
-        start, end, tids, kinds = cpu.start.append, cpu.end.append, cpu.tid.append, cpu.kinds.append
-        seen, n = self.seen, 0
-        for i, e in enumerate(events):
-            ts = e.ts
-            if e.ph != "X" or ts is None:
-                continue
-            dur = e.dur
-            if not (0.0 <= dur < TIME_LIMIT and -TIME_LIMIT < ts < TIME_LIMIT):   # NaN fails too
-                self._refuse(e, seen + i)
-            n += 1
-            cat = e.cat
-            if cat == "cpu_op" or cat == "user_annotation":
-                name = e.name
-                k = kinds_of.get(name)
-                if k is None:
-                    k = kinds_of[name] = _name_kinds(name)
-                if k & COMM:
-                    e.index = seen + i
-                    _decode_shapes(e)
-                    comm_ops.append(e)
-                start(ts)
-                end(ts + dur)
-                tids(e.tid)
-                kinds((cat == "cpu_op") | (k & (C10D_OR_PARAM_COMMS | PROFILER_STEP | OPTIMIZER_STEP | COMMLIB_STEP)))
-            elif cat == "kernel" or cat in COPIES:
-                e.index = seen + i
-                e.name = names.setdefault(e.name, e.name)   # one string per distinct kernel name, not per kernel
-                a = e.args
-                if a is not None:
-                    if cat == "kernel" and e.name[:4].lower() != "nccl":   # compute: its stream and launch only
-                        e.args = KernelArgs(a.stream, a.correlation)
-                    elif a.input_dims is not None or a.input_type is not None:
-                        a.input_dims = a.input_type = None   # a Raw would keep the whole block alive
-                (kernels if cat == "kernel" else copies).append(e)
-            elif cat == "cuda_runtime":
-                if e.args is not None and e.args.correlation is not None:
-                    launch_corr(e.args.correlation)
-                    launch_ts(ts)
-                    launch_tid(e.tid)
-            elif cat == "cuda_sync":
-                if e.name == "Stream Wait Event" and e.args is not None:
-                    e.index = seen + i
-                    e.args.input_dims = e.args.input_type = None   # a Raw keeps the bytes it came from alive
-                    syncs.append(e)
-            elif e.name.startswith(COMM_PREFIXES):
-                e.index = seen + i
-                _decode_shapes(e)
-                comm_ops.append(e)
-        self.events += n
-        self.seen += len(events)
-
-    def _refuse(self, e: Event, index: int):
-        key, what = ("dur", "a duration (>= 0)") if not 0.0 <= e.dur < TIME_LIMIT else ("ts", "a time")
-        raise TraceError(self.path, f"traceEvents[{index}] ({printable(e.name[:40])}): field '{key}' is "
-                                    f"{getattr(e, key)!r}, not {what} in us a profiler writes")
-
-
-def _name_kinds(name: str) -> int:
-    """What a CPU op's name says, as CpuOps.kinds bits (and COMM: a collective's, kept as an event)."""
-    return ((COMM if name.startswith(COMM_PREFIXES) else 0)
-            | (C10D_OR_PARAM_COMMS if name.startswith(("c10d::", "record_param_comms")) else 0)
-            | (PROFILER_STEP if name.startswith("ProfilerStep") else 0)
-            | (OPTIMIZER_STEP if name.startswith("Optimizer.step#") else 0)
-            | (COMMLIB_STEP if name == "commlib:step" else 0))
-
-
-def _decode_shapes(e: Event) -> None:
-    a = e.args
-    if a is not None:
-        a.input_dims = None if a.input_dims is None else _ANY.decode(a.input_dims)
-        a.input_type = None if a.input_type is None else _ANY.decode(a.input_type)
-
-
 _CUT = re.compile(rb"\{\s*,\s*\}")   # '}, {' as it reads backwards
 _SPACE = re.compile(rb"\S")
 

@@ -4,7 +4,7 @@ schedule (no marks), the ends of torch.optim's optimizer steps."""
 
 import math
 
-from commlib.profiling.read.reader import COMMLIB_STEP, OPTIMIZER_STEP, PROFILER_STEP
+from commlib.profiling.read.records import COMMLIB_STEP, OPTIMIZER_STEP, PROFILER_STEP
 
 
 def step_spans(cpu, wall: tuple[float, float]) -> list[tuple[float, float]]:

@@ -16,7 +16,8 @@ consumer the first kernel of `stream` launched after the wait (correlation above
 - consumer an NCCL kernel, producer a compute kernel: the call was ready when that kernel ended (issued);
 - consumer a compute kernel, producer an NCCL kernel: the compute lane waited for the call (waits: from the end
   of the kernel before the consumer on its stream, if the call ended after it, to the consumer's start).
-Without these events (the default) graph.py infers both from the timeline's gaps.
+Without these events (the default) the replay infers both from the timeline's gaps (replay/graph.py the queue
+points, replay/waits.py the waits).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def _corr(x):
 
 
 def edges(kernels, nccl, syncs) -> tuple[dict, dict]:
-    """kernels: every kernel Event (reader.Event: ts, dur, args.stream, args.correlation); nccl: the NCCL kernel
+    """kernels: every kernel Event (events.Event: ts, dur, args.stream, args.correlation); nccl: the NCCL kernel
     Events in call order (call i is nccl[i]); syncs: the "Stream Wait Event" Events. -> (issued {call: us},
     waits {call: (from_us, to_us)})."""
     if not syncs:

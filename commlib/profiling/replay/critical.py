@@ -52,7 +52,7 @@ def critical_path(rs, g, set_end, last_in) -> dict:
             wk = st.hist_w[k]
             w = st.g.waits[wk]
             if st.wait_bound[wk] == "call":   # the call, up to where the lane went on (a Gloo worker may stamp
-                point, cap = ("call", w.call), lower   # its end after the waiting thread resumed: graph.EARLY_US)
+                point, cap = ("call", w.call), lower   # its end after the waiting thread resumed: waits.EARLY_US)
             else:
                 point, below = ("lane", w.t_from + (st.hist_shift[k - 1] if k else 0.0)), k - 1
         else:

@@ -10,7 +10,7 @@ each parameter's gradient was ready, so the gradients of a traced bucket are tak
 between its queue point and the previous one's (the first bucket's all at once), and a parameter may be split
 between buckets: a step of B bytes gets ceil(B / cap) buckets. A step's all-reduces are those queued within one
 ProfilerStep#N (torch.profiler's schedule marks every step), or, in a trace without the marks, between two
-waits of the program (graph.Wait). A wait for a traced bucket waits for the new bucket holding its last byte, or,
+waits of the program (waits.Wait). A wait for a traced bucket waits for the new bucket holding its last byte, or,
 if that one is queued only after the wait (bytes of later traced buckets fill it), for the last one queued
 before the wait ends; with none, the wait stays a gap of the lane, as measured.
 """
@@ -23,7 +23,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from commlib.profiling.replay.graph import Graph, RankGraph, Wait
+from commlib.profiling.replay.graph import Graph, RankGraph
+from commlib.profiling.replay.waits import Wait
 from commlib.profiling.traces import Call
 
 LANE = ("regrouped",)   # the comm lane of the new buckets: one, in order, as DDP issues them
