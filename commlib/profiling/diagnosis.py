@@ -36,15 +36,18 @@ def diagnose(traces, hardware: str | None = None, far: float = 2.0, achievable: 
     _validate.instance("achievable", achievable, bool)
     ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces, max_bytes)
     world = next((r.world_size for r in ranks if r.world_size), None) or len(ranks)
+    # the analyses in the order each needs the last one's: stragglers, then overlap (its waits), then the model
+    # (model.py, entered once: the hardware, then every call's row, which takes the waits and the overlap's)
+    found = find(ranks)
+    late, waits = found["stragglers"], found["waits"]
+    measured = [measure(r, waits) for r in ranks]
     hardware, why = pick_hardware(ranks, hardware)
     hw = plan.hardware(hardware, max(1, -(-world // 8)), achievable) if hardware else None
     if why["kind"] == "network":   # `network run`'s traces: priced on the emulated network they ran on
         hw, hardware = network_hardware(why["network"]), f"network {why['network']}"
-    found = find(ranks)
-    late, waits = found["stragglers"], found["waits"]
     calls, overlaps, models = [], {}, {}
-    for r in ranks:
-        overlaps[r.rank], beside = measure(r, waits)
+    for r, (overlap, beside) in zip(ranks, measured):
+        overlaps[r.rank] = overlap
         fastest = {}
         for c in r.calls:
             key = (c.op, c.bytes, c.group)
