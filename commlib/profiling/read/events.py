@@ -63,7 +63,8 @@ class Event(msgspec.Struct, gc=False):
     pid: int | str | None = None
     tid: int | str | None = None
     args: _LazyArgs | None = None
-    index: int = msgspec.field(default=-1, name="__commlib_event_index__")   # its place in traceEvents (set by Records.add)
+    # its place in traceEvents (set by Records.add)
+    index: int = msgspec.field(default=-1, name="__commlib_event_index__")
 
 
 _ANY = msgspec.json.Decoder()

@@ -97,7 +97,8 @@ class Records:
         largest cost after the decode (1M events): CPU ops, the commonest, come first, and what their name
         says (a collective? c10d? a step marker?) is worked out once per distinct name."""
         kernels, copies, comm_ops, syncs = self.kernels, self.copies, self.comm_ops, self.syncs
-        launch_corr, launch_ts, launch_tid = self.launches.corr.append, self.launches.ts.append, self.launches.tid.append
+        launches = self.launches
+        launch_corr, launch_ts, launch_tid = launches.corr.append, launches.ts.append, launches.tid.append
         names, kinds_of = self._names, self._kinds
         self.launches._index = None
         cpu = self.cpu
