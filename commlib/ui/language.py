@@ -8,6 +8,7 @@ titles, axes and legends. English unless a notebook asks:
     tr("busbw (GB/s)")                # the catalog's translation for the current language
     tr(f"{p} ranks, {n:g} bytes")     # a rendered message: matched against the catalog's templates, "{} ranks,
                                       # {} bytes" -> "{0} 个 rank，{1} 字节", each filled part translated in turn
+    tr("step", "step time")           # one English word with two meanings: the msgid under its msgctxt
 
 The catalogs are gettext's, one per package that speaks (locales/<lang>/LC_MESSAGES/commlib/*.po, beside the
 book's), compiled when the language is set (Babel). A message the catalog lacks, or marks fuzzy, stays English.
@@ -31,6 +32,7 @@ import gettext
 import io
 import os
 import re
+import string
 from pathlib import Path
 
 from commlib.columns import width  # display columns: a Chinese character takes two
@@ -64,8 +66,8 @@ def catalog(lang: str, locales: Path | None = None) -> tuple[gettext.GNUTranslat
         with open(po, "rb") as f:
             for m in read_po(f, abort_invalid=True):
                 if m.id and isinstance(m.id, str) and m.string and not m.fuzzy:
-                    merged.add(m.id, m.string)
-                    if HOLE in m.id and m.id.replace(HOLE, "").strip():
+                    merged.add(m.id, m.string, context=m.context)  # a msgctxt's message: tr(message, context)
+                    if HOLE in m.id and m.id.replace(HOLE, "").strip() and not m.context:
                         holes[m.id] = (m.string, ITEM in m.flags)
     buf = io.BytesIO()
     write_mo(buf, merged)
@@ -104,11 +106,19 @@ def templates(holes: dict[str, tuple[str, bool]]) -> list[tuple[re.Pattern, str]
     return [(p, s) for _, p, s in sorted(found, key=lambda x: -x[0])]
 
 
-def tr(message: str) -> str:
+def tr(message: str, context: str | None = None) -> str:
     """message in the current language: the catalog's translation, or a template's filled in (see above), or
-    message itself (English, or a message no catalog has)."""
+    message itself (English, or a message no catalog has). context: the msgctxt of a word with two meanings
+    ("step" as a step's time: context "step time"), looked up as it is, no template."""
     if _state["lang"] is None or not isinstance(message, str) or not message:
         return message
+    if context is not None:
+        if _state["table"] is None:  # compiled when first needed
+            table, holes = catalog(_state["lang"])
+            _state.update(table=table, templates=templates(holes))
+        said = _state["table"].pgettext(context, message)
+        record("tr", message, said)
+        return said
     if _recording["on"] and not _recording["depth"]:  # a message commlib shows, not a part of one
         _recording["depth"] += 1
         try:
@@ -135,10 +145,27 @@ def _tr(message: str) -> str:
             if parts == list(m.groups()) and not _CJK.search(msgstr):
                 continue  # "{}: {}" around two English parts: nothing of it is translated
             try:
-                return msgstr.format(*parts)
+                return _fill(msgstr, parts)
             except (IndexError, KeyError, ValueError):  # a msgstr whose holes do not fit: English, never an error
                 return message
     return _by_parts(message)
+
+
+def _fill(msgstr: str, parts: list[str]) -> str:
+    """msgstr.format(*parts), less the space the msgstr keeps beside a hole where the hole's text meets Chinese on
+    both sides of it: "{0} 的速度是" filled with 无 reads 无的速度是 (a space parts Chinese from Latin letters and
+    digits only); filled with a name (powersgd r=4 的速度是) the space stays."""
+    out = []
+    for literal, field, spec, _ in string.Formatter().parse(msgstr):
+        if out and literal.startswith(" ") and _CJK.search(out[-1][-1:]) and _CJK.match(literal[1:2]):
+            literal = literal[1:]
+        out.append(literal)
+        if field is not None:
+            value = format(parts[int(field)], spec or "")
+            if value and _CJK.match(value[:1]) and literal.endswith(" ") and _CJK.search(literal[-2:-1]):
+                out[-1] = literal[:-1]
+            out.append(value)
+    return "".join(out)
 
 
 SEPARATORS = {"; ": "；", " = ": " = ", " + ": " + ", ", ": "，"}  # a listing the checker joined: its items apart
@@ -212,6 +239,7 @@ def localize(thing):
             new = tr(s)
             if new != s:
                 text.set_text(new)
+            if new != s or _CJK.search(new):  # translated here, or already (a label tr(word, context) gave)
                 text.set_fontfamily([font, "DejaVu Sans"])
         return thing
     description = getattr(thing, "description", None)

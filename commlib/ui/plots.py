@@ -7,7 +7,7 @@ import matplotlib.ticker
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from commlib.algorithms.trace import Event
-from commlib.ui.language import speaks
+from commlib.ui.language import speaks, tr
 from commlib.ui.ticks import set_ticks
 
 
@@ -219,7 +219,7 @@ def bucket_sweep(caps_mb, steps_s, exposed_s, ax=None):
     """Step time and exposed communication vs bucket size."""
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.4))
-    ax.semilogx(caps_mb, [s * 1e3 for s in steps_s], "o-", base=2, label="step")
+    ax.semilogx(caps_mb, [s * 1e3 for s in steps_s], "o-", base=2, label=tr("step", "step time"))
     ax.semilogx(caps_mb, [s * 1e3 for s in exposed_s], "s--", base=2, label="exposed communication")
     best = min(range(len(caps_mb)), key=lambda i: steps_s[i])
     ax.axvline(caps_mb[best], color="gray", ls=":", lw=1)

@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 
 from commlib.ui import plots
 from commlib.algorithms import trace
-from commlib.ui.language import speaks
+from commlib.ui.language import language, speaks, tr
 
 
 def _show(out: W.Output, fig) -> None:
@@ -15,6 +15,13 @@ def _show(out: W.Output, fig) -> None:
     out.outputs = ()
     out.append_display_data(fig)
     plt.close(fig)
+
+
+def _labelled(values) -> list:
+    """A dropdown's options: in English the values themselves (the widget as the English edition shows it), else
+    (label, value) pairs, each label in the notebook's language and each value as code passes it ("custom",
+    recompute="selective")."""
+    return list(values) if language() is None else [(tr(v), v) for v in values]
 
 
 def _row(children) -> W.HBox:
@@ -89,7 +96,7 @@ def cost_calculator(links: dict | None = None, gamma: float = 0.0) -> W.VBox:
     links = dict(links or cost.LINKS)
     op = W.Dropdown(options=[o for o in cost.OPS if o != "sendrecv"], value="all_reduce", description="op")
     algorithm = W.Dropdown(options=cost.PAIRS["all_reduce"], value="ring", description="algorithm")
-    link = W.Dropdown(options=list(links), value=list(links)[0], description="link")
+    link = W.Dropdown(options=_labelled(links), value=list(links)[0], description="link")
     p = W.IntSlider(value=8, min=2, max=1024, description="ranks p")
     size = W.FloatLogSlider(value=1e8, base=10, min=3, max=11, step=0.25, description="bytes n", readout_format=".3g")
     out = W.HTML()
@@ -189,7 +196,7 @@ def topology_calculator(nbytes: float = 1e9) -> W.VBox:
 
     links = {name: link for name, link in cost.LINKS.items()}
     links.update({f"{name} (achievable)": link for name, link in topo.ACHIEVABLE.items()})
-    node = W.Dropdown(options=["custom", *topo.PRESETS], value="dgx_h100", description="node")
+    node = W.Dropdown(options=_labelled(["custom", *topo.PRESETS]), value="dgx_h100", description="node")
     achievable = W.Checkbox(value=True, description="NCCL's achievable speeds")
     nodes = W.IntSlider(value=2, min=1, max=64, description="nodes")
     gpus = W.IntSlider(value=8, min=1, max=72, description="GPUs/node")
@@ -287,7 +294,7 @@ def planner(model: str = "llama2_7b", node: str = "dgx_h100", nodes: int = 2, gl
     from commlib import topology as topo
 
     style = {"description_width": "initial"}
-    preset = W.Dropdown(options=[*plan.MODELS, "custom"], value=model, description="model")
+    preset = W.Dropdown(options=_labelled([*plan.MODELS, "custom"]), value=model, description="model")
     shape = {k: W.IntText(description=k, layout=W.Layout(width="150px"), style=style)
              for k in ("layers", "hidden", "heads", "seq", "vocab", "ffn", "experts", "topk")}
     machine = W.Dropdown(options=list(topo.PRESETS), value=node, description="node")
@@ -301,7 +308,7 @@ def planner(model: str = "llama2_7b", node: str = "dgx_h100", nodes: int = 2, gl
     batch = W.IntText(value=global_batch, description="global batch", style=style, layout=W.Layout(width="170px"))
     mfu = W.FloatSlider(value=0.4, min=0.05, max=1.0, step=0.05, description="MFU")
     hide = W.FloatSlider(value=0.0, min=0.0, max=1.0, step=0.1, description="DP overlap", style=style)
-    recompute = W.Dropdown(options=list(plan.RECOMPUTE), value="selective", description="recompute", style=style)
+    recompute = W.Dropdown(options=_labelled(plan.RECOMPUTE), value="selective", description="recompute", style=style)
     search = W.Button(description="fastest that fits")
     out, found = W.HTML(), W.HTML()
     busy = [False]
@@ -349,7 +356,7 @@ def planner(model: str = "llama2_7b", node: str = "dgx_h100", nodes: int = 2, gl
             return
         rows = [(e.config.dp, e.config.tp, e.config.pp, e.config.ep, e.config.zero_stage, e.config.microbatches,
                  f"{e.step_s:,.3f} s", _gb(e.memory["total"])) for e in fits[:5]]
-        head = ("dp", "tp", "pp", "ep", "ZeRO", "micro-batches", "step", "memory")
+        head = ("dp", "tp", "pp", "ep", "ZeRO", "micro-batches", tr("step", "step time"), "memory")
         found.value = (f"<p>{len(fits)} of {n} configurations fit; the fastest:</p>" + html_table(head, rows, "r" * 8)
                        if fits else f"<p>none of {n} configurations fits.</p>")
 
