@@ -175,7 +175,8 @@ def stale(lang: str, chapter: str, nb: dict, locales: Path = LOCALES) -> list[st
     language.set_language(lang)
     try:
         for message, shown in stored["messages"].items():
-            now = language.tr(message)
+            context, _, word = message.rpartition(language.CONTEXT)  # "step time\x04step": tr(word, context)
+            now = language.tr(word, context) if context else language.tr(message)
             if now != shown:
                 at = next((i for i, (a, b) in enumerate(zip(now, shown)) if a != b), min(len(now), len(shown)))
                 cut = lambda t: ("…" if at > 30 else "") + t[max(at - 30, 0):at + 40]  # noqa: E731

@@ -592,3 +592,15 @@ def test_a_checker_s_list_of_choices_reads_as_chinese_sentences():
     assert said == ["还不对。从以下选项中选一个（一个 rank）：(0, 1, 2)。答案应当是一个数，收到的是 str。",
                     "还不对。从以下选项中选一个（一个字母）：('a', 'b')。",
                     "还不对。从以下选项中选一个（MiB）：(1, 2)。答案应当是一个数，收到的是 list。"], said
+
+
+def test_a_word_with_two_meanings_reads_by_its_msgctxt_and_a_chinese_hole_keeps_no_space(zh):
+    """ui.po's "step" is a step (步: a slider's, the training curves' axis) and, under msgctxt "step time", a
+    step's time (每步耗时: the bucket sweep's curve, the planner's column); English reads the word either way. A
+    template's space beside a hole parts Chinese from Latin letters and digits, never Chinese from Chinese
+    (issue 62: 无 的速度是)."""
+    assert (zh.tr("step"), zh.tr("step", "step time")) == ("步", "每步耗时")
+    assert zh._fill("{0} 的速度是 {2} 的 {1} 倍", ["无", "2.50", "powersgd r=4"]) == "无的速度是 powersgd r=4 的 2.50 倍"
+    assert zh._fill("在 {0} 个 rank 上：{1}", ["3", "完全"]) == "在 3 个 rank 上：完全"
+    zh.set_language(None)
+    assert zh.tr("step", "step time") == "step"

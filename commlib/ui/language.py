@@ -43,6 +43,7 @@ ENGLISH = (None, "", "en")
 _state: dict = {"lang": None, "table": None, "templates": []}
 HOLE = "{}"
 ITEM = "commlib-item"
+CONTEXT = "\x04"  # msgctxt and msgid, joined as gettext's catalogs join them
 _CJK = re.compile(r"[\u3400-\u9fff]")
 
 
@@ -117,7 +118,7 @@ def tr(message: str, context: str | None = None) -> str:
             table, holes = catalog(_state["lang"])
             _state.update(table=table, templates=templates(holes))
         said = _state["table"].pgettext(context, message)
-        record("tr", message, said)
+        record("tr", f"{context}{CONTEXT}{message}", said)  # gettext's own key: apart from the word alone
         return said
     if _recording["on"] and not _recording["depth"]:  # a message commlib shows, not a part of one
         _recording["depth"] += 1
