@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from commlib import columns
 from commlib.ui import language
@@ -604,3 +606,33 @@ def test_a_word_with_two_meanings_reads_by_its_msgctxt_and_a_chinese_hole_keeps_
     assert zh._fill("在 {0} 个 rank 上：{1}", ["3", "完全"]) == "在 3 个 rank 上：完全"
     zh.set_language(None)
     assert zh.tr("step", "step time") == "step"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["第", "行处来自", "的", " ", "4", "rank", "recv", "（[4] float32）", "：", "，",
+                                 "send；", "swap()", "12345678"]), max_size=80), st.integers(20, 100))
+@example(["行处来自", "行处来自", "第", " ", "4"], 19)   # "…第 4": 20 columns, where the space was not counted
+def test_a_wrapped_chinese_line_never_passes_its_columns(tokens, limit):
+    """Before: a line ending '…停在 swap() 第 4' took the space before the 4 for nothing, so wrap(text, 98) gave a
+    99-column line and chapter 10's p2p diagnosis printed 101-column lines in Chinese."""
+    from commlib.ui.wrap import wrap
+
+    text = "".join(tokens)
+    lines = wrap(text, limit)
+    wider = [line for line in lines if columns.width(line) > limit]
+    assert all(line.isascii() and " " not in line for line in wider), wider   # only a Latin word kept whole
+    assert "".join(lines).replace(" ", "") == text.replace(" ", "")
+
+
+def test_a_table_with_chinese_headers_gives_back_unused_room_to_stay_within_the_column():
+    """Before: chapter 9's what-if table in Chinese was 109 columns wide (关键路径通信占比 in a 10-column slot), its
+    diagnose table 101: the columns widened for the headers and kept the room the English names need."""
+    rows = [["场景", "每步耗时 ms", "相对实测", "计算 ms", "暴露 ms", "等待 ms", "关键路径通信占比"],
+            ["dgx_h100，2 × 8 个 GPU", "220.36", "1.00", "38.55", "13.55", "0.00", "12%"]]
+    widths, align = [38, 9, 8, 11, 11, 11, 10], "<>>>>>>"
+    assert [columns.width(line) for line in columns.fit(rows, widths, align)] == [109, 109]
+    lines = columns.fit(rows, widths, align, 100)
+    assert [columns.width(line) for line in lines] == [100, 100]
+    assert [line.split() for line in lines] == [" ".join(r).split() for r in rows]   # every cell kept
+    english = [["scenario", "step ms"], ["measured", "73.64"]]
+    assert columns.fit(english, [38, 9], "<>", 100) == columns.fit(english, [38, 9], "<>")   # room to spare

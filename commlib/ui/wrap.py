@@ -17,7 +17,8 @@ def wrap(line: str, columns: int = 100) -> list[str]:
     """line as lines of at most `columns` display columns (a longer Latin word stays whole on its own line)."""
     out, cur = [], []
     for tok in _TOKEN.findall(line):
-        if cur and not tok.isspace() and width("".join(cur).rstrip() + tok) > columns:
+        # the spaces before tok count; what a break after an early mark leaves may still be too long: again
+        while cur and not tok.isspace() and width("".join(cur) + tok) > columns:
             cut = _break(cur, end=tok not in CLOSING)  # a closing mark takes the word before it along
             out.append("".join(cur[:cut]).rstrip())
             cur = cur[cut:]

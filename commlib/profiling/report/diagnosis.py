@@ -141,7 +141,7 @@ def format_report(report: dict, limit: int = 12) -> str:
     calls += [[r["op"], _f(r["bytes"], "d"), group_label(r["group"], r["group_size"]), r["algorithm"] or "?",
                str(r["calls"]), f"{r['mean_us']:.1f}", _f(r["busbw_GBps"], ".2f"), _f(r["model_ratio"]),
                str(r["flagged"])] for r in summary(report)[:limit]]
-    out += columns.fit(calls, [15, 11, 13, 7, 6, 10, 11, 9, 8], "<>>>>>>>>")  # widths grow with the values
+    out += columns.fit(calls, [15, 11, 13, 7, 6, 10, 11, 9, 8], "<>>>>>>>>", 100)  # widths grow with the values
     flags = {}
     for c in report["calls"]:
         if c["flag"]:

@@ -44,7 +44,7 @@ def format_report(report: dict) -> str:
                      f"{s['step_us'] / first:.2f}" if first > 0 else "-",
                      f"{slow['compute_us'] / k / 1e3:.2f}", f"{slow['exposed_us'] / k / 1e3:.2f}",
                      f"{slow['waiting_us'] / k / 1e3:.2f}", f"{s['critical_path']['comm_share']:.0%}"])
-    out += columns.fit(rows, [38, 9, 8, 11, 11, 11, 10], "<>>>>>>")
+    out += columns.fit(rows, [38, 9, 8, 11, 11, 11, 10], "<>>>>>>", 100)
     out += wrap(tr("step: the slowest rank's; compute, exposed, waiting: that rank's; comm path: the share of "
                          "transfers on the critical path (cut at that rank's start, so never longer than its step); "
                          "waiting: the part of its communication spent waiting for a later peer, on the "
