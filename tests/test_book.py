@@ -68,7 +68,7 @@ def test_every_checker_call_has_its_question_above_it(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_every_printed_line_fits_the_column(path):
     assert wide_output_lines(json.loads(path.read_text())) == [], \
-        f"printed lines longer than {COLUMN} characters: they break mid-word in JupyterLab and wrap in the book"
+        f"printed lines wider than {COLUMN} columns: they break mid-word in JupyterLab and wrap in the book"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -93,7 +93,9 @@ def test_the_checks_catch_what_they_look_for():
     # a question of an earlier section does not count
     assert len(checkers_without_a_question({"cells": [md("## A\n\nWhy?"), md("## B\n\nText."), code(call)]})) == 1
     assert wide_output_lines({"cells": [code("print()", "x" * 100 + "\n" + "y" * 101)]}) == \
-        ["cell 0: 101 chars: " + repr("y" * 50)]
+        ["cell 0: 101 columns: " + repr("y" * 50)]
+    assert wide_output_lines({"cells": [code("print()", "步" * 50 + "\n" + "x" + "步" * 50)]}) == \
+        ["cell 0: 101 columns: " + repr("x" + "步" * 49)]   # a Chinese character takes two columns
 
 
 def test_no_page_says_author_name_not_set(built):

@@ -47,6 +47,17 @@ def test_the_stored_run_speaks_chinese_and_keeps_its_figures_as_png_files(path):
     assert "base64," not in json.dumps(raw).replace("base64,@", ""), "a PNG kept inside the JSON"
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_the_stored_run_s_printed_lines_fit_the_book_s_column(path):
+    """By display width: a Chinese character takes two columns (chapter 9's what-if table was 109 wide, chapter
+    10's p2p diagnosis 101, where the English run fits)."""
+    from tools.printed import wide_output_lines
+
+    stored = outputs.load(LANG, path.stem)
+    cells = [{"cell_type": "code", "id": cid, "outputs": c["outputs"]} for cid, c in stored["cells"].items()]
+    assert wide_output_lines({"cells": cells}) == []
+
+
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
     from book import i18n

@@ -5,8 +5,10 @@ COLUMN = 100  # characters of a printed line that the book's column and JupyterL
 
 
 def wide_output_lines(nb: dict, width: int = COLUMN) -> list[str]:
-    """Printed lines (stream and text/plain outputs, not widgets' fallbacks) longer than width characters.
-    -> 'cell <id>: <length> chars: <start of the line>'."""
+    """Printed lines (stream and text/plain outputs, not widgets' fallbacks) wider than `width` display columns (a
+    Chinese character takes two, as in the book's monospace column). -> 'cell <id>: <width> columns: <start>'."""
+    from commlib.columns import width as columns
+
     bad = []
     for i, cell in enumerate(nb["cells"]):
         for out in cell.get("outputs", []) if cell["cell_type"] == "code" else []:
@@ -15,6 +17,6 @@ def wide_output_lines(nb: dict, width: int = COLUMN) -> list[str]:
                 continue  # a widget's or an HTML table's text/plain is a fallback the reader does not see
             text = out.get("text") or data.get("text/plain") or ""
             text = "".join(text) if isinstance(text, list) else text
-            bad += [f"cell {cell.get('id', i)}: {len(line)} chars: {line[:50]!r}"
-                    for line in text.splitlines() if len(line) > width]
+            bad += [f"cell {cell.get('id', i)}: {columns(line)} columns: {line[:50]!r}"
+                    for line in text.splitlines() if columns(line) > width]
     return bad
