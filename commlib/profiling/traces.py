@@ -34,6 +34,7 @@ f4d0062), which NCCL >= 2.19's ncclDevKernel_* names are not. What this module n
 
 from __future__ import annotations
 
+import operator
 import os
 import re
 from dataclasses import dataclass, field
@@ -102,19 +103,21 @@ def _read(path: str, max_bytes: int) -> RankTrace:
     info = rec.info
     leaves = None
     rank = _rank_of(path, info)
-    is_nccl = [k.name.lower().startswith("nccl") for k in rec.kernels]
+    nccl_name = {}   # one test per distinct kernel name (Records keeps one string per name)
+    is_nccl = [nccl_name[n] if n in nccl_name else nccl_name.setdefault(n, n.lower().startswith("nccl"))
+               for n in map(_NAME, rec.kernels)]
     own, own_threads, own_issued, own_waits = commlib_calls(rank, rec.comm_ops, Call)   # commlib's background work
     comm_threads = {e.tid for e in rec.comm_ops if e.name.startswith("gloo:")} | {t for t, _ in own_threads}
     cpu = rec.cpu
     notes, shards, threads, issued, waits = [], set(), [], {}, {}
-    copies = _spans([(k.ts, k.ts + k.dur) for k in rec.copies])
+    copies = _event_spans(rec.copies)
     if any(is_nccl) or (rec.kernels and not comm_threads):
         nccl = sorted((k for k, n in zip(rec.kernels, is_nccl) if n), key=lambda k: k.ts)
         calls = _cuda_calls(rank, rec, nccl, shards)
         notes += [n for n in [streams.stream_overlaps(path, nccl)] if n]
         issued, waits = streams.edges(rec.kernels, nccl, rec.syncs)
-        compute = _spans([(k.ts, k.ts + k.dur) for k, n in zip(rec.kernels, is_nccl) if not n])
-        timeline = _spans([(k.ts, k.ts + k.dur) for k in [*rec.kernels, *rec.copies]])
+        compute = _event_spans([k for k, n in zip(rec.kernels, is_nccl) if not n])
+        timeline = _event_spans([*rec.kernels, *rec.copies])
         backend = "nccl"
     elif not comm_threads and any(e.name.startswith("nccl:") for e in rec.comm_ops):
         calls = _cpu_nccl_calls(rank, rec, shards)   # NCCL seen from the CPU only (no CUDA activity recorded)
@@ -151,8 +154,9 @@ def _read(path: str, max_bytes: int) -> RankTrace:
         raise TraceError(path, f"distributedInfo.world_size is {_validate.shown_safely(x.value)}, not a number of "
                                f"ranks (1 to {MAX_RANKS})") from None
     if rank is not None and info["world_size"] is not None and rank >= info["world_size"]:
+        world = info["world_size"]
         raise TraceError(path, f"rank {rank} (distributedInfo.rank, or the file's name) is not a rank of its "
-                               f"{info['world_size']}-rank job (distributedInfo.world_size): 0 to {info['world_size'] - 1}")
+                               f"{world}-rank job (distributedInfo.world_size): 0 to {world - 1}")
     job = (info.get("world_size"), info.get("backend"), info.get("nccl_version"))
     size = {g.name: g.size for g in groups}
     if not groups and info.get("world_size"):   # no pg_config: a call the trace does not size is taken as the
@@ -223,6 +227,18 @@ def _spans(pairs):
     import numpy as np
 
     return np.array(pairs, dtype=np.float64).reshape(-1, 2)
+
+
+_NAME, _TS, _DUR = (operator.attrgetter(a) for a in ("name", "ts", "dur"))
+
+
+def _event_spans(events: list):
+    """(n, 2) spans (ts, ts + dur) of events, as _spans([(e.ts, e.ts + e.dur) ...]) gives them (the same float
+    sums), built from two columns rather than n tuples."""
+    import numpy as np
+
+    ts = np.fromiter(map(_TS, events), dtype=np.float64, count=len(events))
+    return np.column_stack((ts, ts + np.fromiter(map(_DUR, events), dtype=np.float64, count=len(events))))
 
 
 def _with_size(call: Call, pg_size, world_size, n_groups) -> Call:

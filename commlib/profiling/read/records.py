@@ -57,10 +57,14 @@ class _Sorted:
     def __init__(self, ids: list):
         import numpy as np
 
-        ints = [i for i, x in enumerate(ids) if type(x) is int]
-        self.other = {x: i for i, x in enumerate(ids) if type(x) is not int}
-        keys = np.array([ids[i] for i in ints], dtype=np.int64) if ints else np.zeros(0, np.int64)
-        pos = np.array(ints, dtype=np.int64)
+        if all(type(x) is int for x in ids):   # the common case: one conversion, no list of positions
+            self.other, keys = {}, np.array(ids, dtype=np.int64) if ids else np.zeros(0, np.int64)
+            pos = np.arange(len(ids), dtype=np.int64)
+        else:
+            ints = [i for i, x in enumerate(ids) if type(x) is int]
+            self.other = {x: i for i, x in enumerate(ids) if type(x) is not int}
+            keys = np.array([ids[i] for i in ints], dtype=np.int64) if ints else np.zeros(0, np.int64)
+            pos = np.array(ints, dtype=np.int64)
         order = np.lexsort((pos, keys))   # by id, then position: the last of equal ids is the rightmost
         self.keys, self.pos = keys[order], pos[order]
 
@@ -90,16 +94,18 @@ class Records:
     nbytes: int = 0                                 # decompressed size read
     seen: int = 0                                   # events decoded so far, of any kind
     _names: dict = field(default_factory=dict, repr=False)
-    _kinds: dict = field(default_factory=dict, repr=False)   # CPU op name -> _name_kinds(name)
+    _kinds: dict = field(default_factory=dict, repr=False)   # cpu_op name -> _name_kinds(name, True)
+    _note_kinds: dict = field(default_factory=dict, repr=False)   # user_annotation name -> _name_kinds(name, False)
 
     def add(self, events: list) -> None:
         """Sort one block's decoded events into the records; drop the rest. The per-event work is the reader's
-        largest cost after the decode (1M events): CPU ops, the commonest, come first, and what their name
-        says (a collective? c10d? a step marker?) is worked out once per distinct name."""
-        kernels, copies, comm_ops, syncs = self.kernels, self.copies, self.comm_ops, self.syncs
+        largest cost after the decode (1M events), so each kind takes as few Python steps as it can: CPU ops, the
+        commonest, come first, and what a CPU op's name says (its kinds byte; a collective's?) and whether a
+        kernel's name is NCCL's are worked out once per distinct name."""
+        kernels, copies, syncs = self.kernels, self.copies, self.syncs
         launches = self.launches
         launch_corr, launch_ts, launch_tid = launches.corr.append, launches.ts.append, launches.tid.append
-        names, kinds_of = self._names, self._kinds
+        names, op_kinds, note_kinds = self._names, self._kinds, self._note_kinds
         self.launches._index = None
         cpu = self.cpu
         start, end, tids, kinds = cpu.start.append, cpu.end.append, cpu.tid.append, cpu.kinds.append
@@ -113,45 +119,61 @@ class Records:
                 self._refuse(e, seen + i)
             n += 1
             cat = e.cat
-            if cat == "cpu_op" or cat == "user_annotation":
-                name = e.name
-                k = kinds_of.get(name)
+            if cat == "cpu_op":
+                k = op_kinds.get(e.name)
                 if k is None:
-                    k = kinds_of[name] = _name_kinds(name)
-                if k & COMM:
-                    e.index = seen + i
-                    decode_shapes(e)
-                    comm_ops.append(e)
+                    k = op_kinds[e.name] = _name_kinds(e.name, True)
+                if k > 0xFF:   # a collective's op: kept whole too
+                    k = self._comm_op(e, seen + i, k)
                 start(ts)
                 end(ts + dur)
                 tids(e.tid)
-                kinds((cat == "cpu_op") | (k & (C10D_OR_PARAM_COMMS | PROFILER_STEP | OPTIMIZER_STEP | COMMLIB_STEP)))
+                kinds(k)
+            elif cat == "cuda_runtime":
+                a = e.args
+                if a is not None and a.correlation is not None:
+                    launch_corr(a.correlation)
+                    launch_ts(ts)
+                    launch_tid(e.tid)
             elif cat == "kernel" or cat in COPIES:
                 e.index = seen + i
-                e.name = names.setdefault(e.name, e.name)   # one string per distinct kernel name, not per kernel
+                name = names.get(e.name)
+                if name is None:   # one string per distinct kernel name, not per kernel; and if it is NCCL's
+                    name = names[e.name] = (e.name, e.name[:4].lower() == "nccl")
+                e.name = name[0]
                 a = e.args
                 if a is not None:
-                    if cat == "kernel" and e.name[:4].lower() != "nccl":   # compute: its stream and launch only
+                    if cat == "kernel" and not name[1]:   # compute: its stream and launch only
                         e.args = KernelArgs(a.stream, a.correlation)
                     elif a.input_dims is not None or a.input_type is not None:
                         a.input_dims = a.input_type = None   # a Raw would keep the whole block alive
                 (kernels if cat == "kernel" else copies).append(e)
-            elif cat == "cuda_runtime":
-                if e.args is not None and e.args.correlation is not None:
-                    launch_corr(e.args.correlation)
-                    launch_ts(ts)
-                    launch_tid(e.tid)
+            elif cat == "user_annotation":
+                k = note_kinds.get(e.name)
+                if k is None:
+                    k = note_kinds[e.name] = _name_kinds(e.name, False)
+                if k > 0xFF:
+                    k = self._comm_op(e, seen + i, k)
+                start(ts)
+                end(ts + dur)
+                tids(e.tid)
+                kinds(k)
             elif cat == "cuda_sync":
                 if e.name == "Stream Wait Event" and e.args is not None:
                     e.index = seen + i
                     e.args.input_dims = e.args.input_type = None   # a Raw keeps the bytes it came from alive
                     syncs.append(e)
             elif e.name.startswith(COMM_PREFIXES):
-                e.index = seen + i
-                decode_shapes(e)
-                comm_ops.append(e)
+                self._comm_op(e, seen + i, 0)
         self.events += n
         self.seen += len(events)
+
+    def _comm_op(self, e: Event, index: int, k: int) -> int:
+        """Keep e, a collective's op, whole (its record_shapes decoded); -> its CpuOps.kinds byte (k without COMM)."""
+        e.index = index
+        decode_shapes(e)
+        self.comm_ops.append(e)
+        return k & 0xFF
 
     def _refuse(self, e: Event, index: int):
         key, what = ("dur", "a duration (>= 0)") if not 0.0 <= e.dur < TIME_LIMIT else ("ts", "a time")
@@ -159,9 +181,11 @@ class Records:
                                     f"{getattr(e, key)!r}, not {what} in us a profiler writes")
 
 
-def _name_kinds(name: str) -> int:
-    """What a CPU op's name says, as CpuOps.kinds bits (and COMM: a collective's, kept as an event)."""
-    return ((COMM if name.startswith(COMM_PREFIXES) else 0)
+def _name_kinds(name: str, cpu_op: bool) -> int:
+    """What a CPU op's name says: its CpuOps.kinds byte (CPU_OP where it is a cpu_op, not a user_annotation), plus
+    COMM << 8 where it is a collective's (kept as an event too)."""
+    return ((COMM << 8 if name.startswith(COMM_PREFIXES) else 0)
+            | (CPU_OP if cpu_op else 0)
             | (C10D_OR_PARAM_COMMS if name.startswith(("c10d::", "record_param_comms")) else 0)
             | (PROFILER_STEP if name.startswith("ProfilerStep") else 0)
             | (OPTIMIZER_STEP if name.startswith("Optimizer.step#") else 0)
