@@ -16,8 +16,11 @@ ParserConfig.get_minimum_args(), set through ParserConfig.set_default_cfg; needs
 traceinsight or holistictraceanalysis distribution) is recorded. Every row records the 1-minute load before and
 after it: the machine may be shared. The 2 x 1M-event case runs twice: on the machine as it is (quiet, under
 `flock -x`), and again under a load of BUSY it makes itself (BUSY processes spinning `while True: pass`, started
-after the traces are written, killed after the case), json.load and diagnose alike: the issue's target is the
-same diagnose / json.load ratio under that load as quiet (within 1.3x).
+after the traces are written, killed after the case), json.load and diagnose alike. BUSY is 1 (it was 3 before
+issue 65 item 3): one other busy process beside the reader, which counts on every core (one reading process per
+core: on 2 cores the parent and one worker, so 3 runnable processes share 2 cores; json.load uses one core and
+is barely slowed). The targets: diagnose / json.load <= 0.25 quiet, <= 0.35 under that load (and within 1.3x
+of quiet).
 Holistic Trace Analysis where it cannot run here: its figures are carried from the file's previous run, said so
 in meta (hta_from), never mixed silently.
 --quick (what CI runs): small sizes, no HTA, writes nothing. The full run writes its figures, labelled with the
@@ -80,7 +83,7 @@ FULL = [("gpu", "gpu", True, 2, 10_000, True), ("gpu", "gpu", True, 2, 100_000, 
 QUICK = [("gpu", "gpu", True, 2, 2_000, False), ("gpu", "gpu", True, 2, 20_000, False),
          ("gpu, no kernel args", "gpu", False, 2, 5_000, False), ("cpu/gloo", "cpu", True, 2, 5_000, False),
          ("4 ranks", "gpu", True, 4, 5_000, False)]
-BUSY = 3   # busy-loop processes of the loaded run: a load of ~3 on top of the machine's own
+BUSY = 1   # busy-loop processes of the loaded run: a load of ~1 on top of the machine's own (3 before issue 65)
 LOADED = ("gpu, loaded", "gpu", True, 2, 1_000_000, False)   # the quick run: the same at 2 x 20,000 events
 
 
@@ -275,8 +278,9 @@ def targets(rows: list[dict], cores: int) -> list[str]:
         if loaded and b["json_load_s"] and loaded["json_load_s"]:
             q, lo = b["cli_s"] / b["json_load_s"], loaded["cli_s"] / loaded["json_load_s"]
             out.append(f"under load: {loaded['busy_loops']} busy loops (1-minute load {loaded['load_1min'][0]:.1f} to "
-                       f"{loaded['load_1min'][1]:.1f}): diagnose / json.load = {lo:.2f} against {q:.2f} quiet, "
-                       f"{lo / q:.2f}x (target <= 1.3x); peak RSS {_mb(loaded['peak_rss_bytes'])} MB")
+                       f"{loaded['load_1min'][1]:.1f}, {cores} cores): diagnose / json.load = {lo:.2f} (target "
+                       f"<= 0.35) against {q:.2f} quiet, {lo / q:.2f}x (target <= 1.3x); peak RSS "
+                       f"{_mb(loaded['peak_rss_bytes'])} MB")
     one = next((r for r in rows if r["case"] == "one rank"), None)
     many = next((r for r in rows if r["ranks"] > 2), None)
     if many and not one:
@@ -299,7 +303,8 @@ def main() -> None:
                     help="JSON file for the figures (full run: benchmarks/diagnose_scale.json)")
     args = ap.parse_args()
     # the full run's largest case: a 2 x 1M-event job read by diagnose (~0.6 GB) and by HTA (~2.6 GB)
-    ap.check_memory(ranks=1, per_rank=(0.2 if args.quick else 3.5) * 1e9, what="--quick" if args.quick else "the full run")
+    ap.check_memory(ranks=1, per_rank=(0.2 if args.quick else 3.5) * 1e9,
+                    what="--quick" if args.quick else "the full run")
     cases = QUICK if args.quick else FULL
     hta_py = None if args.quick else hta_python(args.hta_python)
     out = args.out or (None if args.quick else os.path.join(ROOT, "benchmarks", "diagnose_scale.json"))

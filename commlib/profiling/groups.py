@@ -192,6 +192,10 @@ def _monotone(n: int, k: int, cap: int):
             yield combo
 
 
+def _same(a, b) -> bool:
+    return a is b or (type(a) is type(b) and a == b)
+
+
 def file_calls(ranks: list) -> list:
     """The ranks with every call under its process group of the job, sized by the group's ranks: NCCL calls
     as the trace names them; Gloo calls by their worker thread (groups.assign_gloo; group None where that
@@ -215,7 +219,10 @@ def file_calls(ranks: list) -> list:
             nbytes = c.bytes
             if i in r.shards:   # an older trace's all-gather: nccl-tests counts the gathered total
                 nbytes = nbytes * size if nbytes is not None and size else None
-            calls.append(replace(c, group=name, group_size=size, bytes=nbytes))
+            if _same(name, c.group) and _same(size, c.group_size) and _same(nbytes, c.bytes):
+                calls.append(c)   # nothing to change (most calls): replace() costs more than all the rest
+            else:
+                calls.append(replace(c, group=name, group_size=size, bytes=nbytes))
         if any(i in r.shards and c.bytes is None for i, c in enumerate(calls)):
             r.notes.append(f"{os.path.basename(r.path)}: all-gathers recorded with one rank's shard and no known "
                            "group: their bytes (shard x group size) are not known, nothing is flagged on them")

@@ -59,6 +59,7 @@ def kernel_info(name: str) -> dict:
     m = _SYM.match(short)
     if m:
         algo = m["algo"]
-        return {"op": KERNEL_OPS[m["op"]], "algorithm": f"sym_{algo}", "protocol": "ll" if re.search(r"(^|x|_)LL", algo) else None,
+        return {"op": KERNEL_OPS[m["op"]], "algorithm": f"sym_{algo}",
+                "protocol": "ll" if re.search(r"(^|x|_)LL", algo) else None,
                 "form": "symmetric", "since": SYMMETRIC_SINCE[m["k"]]}
     return {"op": None, "algorithm": None, "protocol": None, "form": None, "since": None}

@@ -69,7 +69,8 @@ class _Pool:
         from commlib.profiling.read import reader
         from commlib.profiling.read.reader import TraceError
 
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))   # the clone
+        here = os.path.abspath(__file__)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(here))))   # the clone
         env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
         procs, sel = [], selectors.DefaultSelector()
         out, todo, busy = [None] * len(files), list(range(len(files)))[::-1], {}   # busy: proc -> (i, deadline)

@@ -4,9 +4,9 @@
 
 Streaming and bounded: the file (gzip or plain) is decompressed BLOCK bytes at a time and a file whose
 decompressed size passes max_bytes stops there (or past a deadline, time_limit()). Each block's complete
-events are decoded at once by msgspec into the typed Event (events.py: fields no analysis reads are skipped by
-the decoder, never built), then sorted into Records (records.py); what no analysis needs (flow events,
-Python frames, CUDA runtime calls other than the launches' times, ...) is dropped there. Splitting a block at an
+events are decoded at once, in place (no copy of the block), by msgspec into the typed Event (events.py: fields
+no analysis reads are skipped by the decoder, never built), then sorted into Records (records.py); what no
+analysis needs (flow events, Python frames, CUDA runtime calls other than the launches' times, ...) is dropped there. Splitting a block at an
 event boundary: the last `}, {` in it whose prefix decodes as a list of events (a `}, {` inside a string or a
 nested list does not decode, so the decoder proves the cut). Linear on any input: each byte is searched for a
 cut once (in C), a failed decode is retried only once the pending bytes have doubled, and past SPLIT_LIMIT
@@ -174,11 +174,11 @@ def _read_records(path: str, max_bytes: int, deadline: float | None) -> Records:
                 continue
             head = {"distributedInfo": h.distributedInfo, "deviceProperties": h.deviceProperties,
                     "network": h.network}
-            del buf[:m.end()]
-            offset, streaming = m.end(), True
+            del buf[:m.end() - 1]   # buf[0]: the list's '[' (offset: its place in the file)
+            offset, streaming = m.end() - 1, True
         if streaming:
             offset += _take_events(rec, buf, path, offset, done, split)
-    prefix = b'{"traceEvents":[' if streaming else b""
+    prefix = b'{"traceEvents":' if streaming else b""   # buf starts with a '['
     buf[:0] = prefix   # decoded in place: a copy of what is left would double the peak (a file of spaces)
     try:
         whole = (_HEAD if streaming else _WHOLE).decode(buf)
@@ -198,10 +198,11 @@ def _read_records(path: str, max_bytes: int, deadline: float | None) -> Records:
 
 
 def _take_events(rec: Records, buf: bytearray, path: str, offset: int, done: int, split: dict) -> int:
-    """Decode the complete events at the front of buf into rec and remove them; returns the bytes removed.
-    split: where the search for a cut stopped and the size at the last failed decode, so that no byte is
-    searched twice and a failed decode is retried only once buf has doubled: linear work on any input (an
-    event bigger than a block, a string full of '}, {')."""
+    """Decode the complete events at the front of buf (after its first byte, '[') into rec, in place, and remove
+    them, leaving the ',' after them as the next '['; returns the bytes removed. split: where the search for a
+    cut stopped and the size at the last failed decode, so that no byte is searched twice and a failed decode is
+    retried only once buf has doubled: linear work on any input (an event bigger than a block, a string full of
+    '}, {')."""
     if (split["tried"] and len(buf) < 2 * split["tried"]) or len(buf) > SPLIT_LIMIT:
         return 0   # past SPLIT_LIMIT no cut has decoded for many blocks: the rest is decoded whole, in place
     tries = 0
@@ -209,21 +210,30 @@ def _take_events(rec: Records, buf: bytearray, path: str, offset: int, done: int
         if tries == 8:   # a cut inside a string or a nested list does not decode: try a few before it
             break
         tries += 1
+        after, buf[cut + 1] = buf[cut + 1], 0x5D   # buf[0] is '[': buf[:cut + 2] is the list, decoded in place
+        view = memoryview(buf)
+        piece = view[:cut + 2]
         try:
-            with memoryview(buf) as view:   # one copy of the block, and no view left to block del buf[...]
-                piece = b"".join((b"[", view[:cut + 1], b"]"))
             events = _EVENTS.decode(piece)
         except msgspec.ValidationError as e:   # a real event with a field of the wrong type
-            raise TraceError(path, _problem(e, offset, done, 1, rec.seen)) from None
+            raise TraceError(path, _problem(e, offset, done, 0, rec.seen)) from None
         except msgspec.DecodeError:
+            piece.release()
+            view.release()
+            buf[cut + 1] = after
             continue
-        rec.add(events)
+        rec.add(events)   # which keeps no msgspec.Raw (a view of piece) of them; on a TraceError buf is dropped
+        del events
+        piece.release()   # no view left to block del buf[...]
+        view.release()
+        buf[cut + 1] = after
         j = cut + 1
-        while buf[j] != 0x2C:   # past the ',' to the next event
+        while buf[j] != 0x2C:   # to the ',' before the next event: it becomes the next list's '['
             j += 1
-        del buf[:j + 1]
+        del buf[:j]
+        buf[0] = 0x5B
         split["scanned"] = split["tried"] = 0
-        return j + 1
+        return j
     split["scanned"] = len(buf)
     if tries:
         split["tried"] = len(buf)
