@@ -6,8 +6,8 @@ Streaming and bounded: the file (gzip or plain) is decompressed BLOCK bytes at a
 decompressed size passes max_bytes stops there (or past a deadline, time_limit()). Each block's complete
 events are decoded at once, in place (no copy of the block), by msgspec into the typed Event (events.py: fields
 no analysis reads are skipped by the decoder, never built), then sorted into Records (records.py); what no
-analysis needs (flow events, Python frames, CUDA runtime calls other than the launches' times, ...) is dropped there. Splitting a block at an
-event boundary: the last `}, {` in it whose prefix decodes as a list of events (a `}, {` inside a string or a
+analysis needs (flow events, Python frames, CUDA runtime calls other than the launches' times, ...) is dropped
+there. Splitting a block at an event boundary: the last `}, {` in it whose prefix decodes as a list of events (a `}, {` inside a string or a
 nested list does not decode, so the decoder proves the cut). Linear on any input: each byte is searched for a
 cut once (in C), a failed decode is retried only once the pending bytes have doubled, and past SPLIT_LIMIT
 pending bytes (no cut decoded for many blocks) the rest is decoded whole, in place. A file whose layout is not torch's
