@@ -7,8 +7,8 @@ decompressed size passes max_bytes stops there (or past a deadline, time_limit()
 events are decoded at once, in place (no copy of the block), by msgspec into the typed Event (events.py: fields
 no analysis reads are skipped by the decoder, never built), then sorted into Records (records.py); what no
 analysis needs (flow events, Python frames, CUDA runtime calls other than the launches' times, ...) is dropped
-there. Splitting a block at an event boundary: the last `}, {` in it whose prefix decodes as a list of events (a `}, {` inside a string or a
-nested list does not decode, so the decoder proves the cut). Linear on any input: each byte is searched for a
+there. Splitting a block at an event boundary: the last `}, {` in it whose prefix decodes as a list of events
+(a `}, {` inside a string or a nested list does not decode, so the decoder proves the cut). Linear on any input: each byte is searched for a
 cut once (in C), a failed decode is retried only once the pending bytes have doubled, and past SPLIT_LIMIT
 pending bytes (no cut decoded for many blocks) the rest is decoded whole, in place. A file whose layout is not torch's
 (traceEvents not a top-level key near the start) is decoded whole too: then memory holds the file, up to
