@@ -2,17 +2,17 @@
 
     rec = read_records("rank0.json.gz", max_bytes=4 << 30)   # -> Records; TraceError naming the file if not
 
-Streaming and bounded: the file (gzip or plain) is decompressed BLOCK bytes at a time and a file whose
-decompressed size passes max_bytes stops there (or past a deadline, time_limit()). Each block's complete
-events are decoded at once, in place (no copy of the block), by msgspec into the typed Event (events.py: fields
-no analysis reads are skipped by the decoder, never built), then sorted into Records (records.py); what no
-analysis needs (flow events, Python frames, CUDA runtime calls other than the launches' times, ...) is dropped
-there. Splitting a block at an event boundary: the last `}, {` in it whose prefix decodes as a list of events
-(a `}, {` inside a string or a nested list does not decode, so the decoder proves the cut). Linear on any input: each byte is searched for a
-cut once (in C), a failed decode is retried only once the pending bytes have doubled, and past SPLIT_LIMIT
-pending bytes (no cut decoded for many blocks) the rest is decoded whole, in place. A file whose layout is not torch's
-(traceEvents not a top-level key near the start) is decoded whole too: then memory holds the file, up to
-max_bytes, and no copy of it.
+Streaming and bounded: the file (gzip or plain) is decompressed BLOCK bytes at a time and a file whose decompressed
+size passes max_bytes stops there (or past a deadline, time_limit()). Each block's complete events are decoded at
+once, in place (no copy of the block), by msgspec into the typed Event (events.py: fields no analysis reads are
+skipped by the decoder, never built), then sorted into Records (records.py); what no analysis needs (flow events,
+Python frames, CUDA runtime calls other than the launches' times, ...) is dropped there. Splitting a block at an
+event boundary: the last `}, {` in it whose prefix decodes as a list of events (a `}, {` inside a string or a nested
+list does not decode, so the decoder proves the cut). Linear on any input: each byte is searched for a cut at most
+twice (in C), a failed decode is retried only once the pending bytes have doubled, and past SPLIT_LIMIT pending
+bytes (no cut decoded for many blocks) the rest is decoded whole, in place. A file whose layout is not torch's
+(traceEvents not a top-level key near the start) is decoded whole too: then memory holds the file, up to max_bytes,
+and no copy of it.
 
 Why msgspec (0.22.0, BSD): measured on a 100k-event synthetic trace (24 MB, benchmarks/diagnose_scale.py), the
 stdlib's json.loads took 0.93 s, orjson.loads 0.55 s, msgspec decoding into these structs 0.26 s (2 loaded
