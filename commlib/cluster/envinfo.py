@@ -15,13 +15,17 @@ def memory_bytes() -> int | None:
         return None
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, not the machine's count; the count where there is none)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def report() -> dict:
     """A dict of facts about this machine; every value is read here, now."""
     import numpy
     import torch
     import torch.distributed as dist
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     mem = memory_bytes()
     return {
@@ -29,7 +33,7 @@ def report() -> dict:
         "platform": platform.platform(),
         "torch": torch.__version__,
         "numpy": numpy.__version__,
-        "cpu cores usable": cores,
+        "cpu cores usable": usable_cores(),
         "memory GiB": round(mem / 2**30, 1) if mem else None,
         "gloo available": dist.is_gloo_available(),
         "nccl available": dist.is_nccl_available(),

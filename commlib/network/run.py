@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 
+from commlib.cluster.envinfo import usable_cores
 from commlib.cluster.output import PROFILER_CHATTER
 from commlib.network import names
 from commlib.network.network import Network
@@ -154,9 +155,8 @@ def run(script: str, args: list[str], nodes: int, gpus_per_node: int, nics_per_n
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
         net.up()
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         err.write(f"network run: {net.summary()}; {net.world_size} rank(s) of {script}, sharing this machine's "
-                  f"{cores} core(s)\n")   # issue 64: more ranks than cores compute slower than a real cluster's
+                  f"{usable_cores()} core(s)\n")   # issue 64: more ranks than cores compute slower than a real cluster's
         err.flush()
         port = net.free_port(f"{net.name}-n0g0")
         env = os.environ | {"COMMLIB_NETWORK": net.spec().to_json(), FAILURES: failures, "OMP_NUM_THREADS": "1",

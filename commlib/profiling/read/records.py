@@ -119,10 +119,12 @@ class Records:
                 self._refuse(e, seen + i)
             n += 1
             cat = e.cat
-            if cat == "cpu_op":
-                k = op_kinds.get(e.name)
+            if cat == "cpu_op" or cat == "user_annotation":
+                cpu_op = cat == "cpu_op"
+                cached = op_kinds if cpu_op else note_kinds
+                k = cached.get(e.name)
                 if k is None:
-                    k = op_kinds[e.name] = _name_kinds(e.name, True)
+                    k = cached[e.name] = _name_kinds(e.name, cpu_op)
                 if k > 0xFF:   # a collective's op: kept whole too
                     k = self._comm_op(e, seen + i, k)
                 start(ts)
@@ -148,16 +150,6 @@ class Records:
                     elif a.input_dims is not None or a.input_type is not None:
                         a.input_dims = a.input_type = None   # a Raw would keep the whole block alive
                 (kernels if cat == "kernel" else copies).append(e)
-            elif cat == "user_annotation":
-                k = note_kinds.get(e.name)
-                if k is None:
-                    k = note_kinds[e.name] = _name_kinds(e.name, False)
-                if k > 0xFF:
-                    k = self._comm_op(e, seen + i, k)
-                start(ts)
-                end(ts + dur)
-                tids(e.tid)
-                kinds(k)
             elif cat == "cuda_sync":
                 if e.name == "Stream Wait Event" and e.args is not None:
                     e.index = seen + i
