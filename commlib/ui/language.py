@@ -114,10 +114,7 @@ def tr(message: str, context: str | None = None) -> str:
     if _state["lang"] is None or not isinstance(message, str) or not message:
         return message
     if context is not None:
-        if _state["table"] is None:  # compiled when first needed
-            table, holes = catalog(_state["lang"])
-            _state.update(table=table, templates=templates(holes))
-        said = _state["table"].pgettext(context, message)
+        said = _table().pgettext(context, message)
         record("tr", f"{context}{CONTEXT}{message}", said)  # gettext's own key: apart from the word alone
         return said
     if _recording["on"] and not _recording["depth"]:  # a message commlib shows, not a part of one
@@ -131,12 +128,16 @@ def tr(message: str, context: str | None = None) -> str:
     return _tr(message)
 
 
-def _tr(message: str) -> str:
+def _table() -> gettext.GNUTranslations:
+    """The current language's catalog, compiled when first needed (its templates with it)."""
     if _state["table"] is None:
         table, holes = catalog(_state["lang"])
         _state.update(table=table, templates=templates(holes))
-    table = _state["table"]
-    text = table.gettext(message)
+    return _state["table"]
+
+
+def _tr(message: str) -> str:
+    text = _table().gettext(message)
     if text != message:
         return text
     for pattern, msgstr in _state["templates"]:
