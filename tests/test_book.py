@@ -8,7 +8,8 @@ no output is wider than the book's column; the math rendered; both commands that
 it; no footer says "Author name not set"; every internal link and #anchor resolves. The ring animation is on
 a page and steps. The zh_CN edition is built beside it (book/build.py --lang zh_CN), as it is published: a few of
 its pages load cleanly, hold Chinese prose and the edition's preface, find a Chinese word in search, and every
-English page links to its zh_CN page and back. Screenshots go to test-output/book/. Without chromium the browser tests skip as
+English page links to its zh_CN page and back. Screenshots go to test-output/book/ (the whole page where
+something looks wrong, or all with COMMLIB_SCREENSHOTS=full). Without chromium the browser tests skip as
 test_browser.py's do.
 
 Without a browser (from the notebooks themselves): every checker call has its question above it in the same
@@ -288,6 +289,7 @@ def _visit(browser, site: str, name: str, query: str = "allreduce", tag: str = "
         return route.abort()
 
     page.route("**/*", local_only)
+    state = None
     try:
         # search.html is opened with a query, once: a second navigation would abort the first one's requests
         response = page.goto(f"{site}/{name}" + (f"?q={query}" if name == "search.html" else ""), wait_until="load")
@@ -316,8 +318,18 @@ def _visit(browser, site: str, name: str, query: str = "allreduce", tag: str = "
         state.update(problems=list(problems), offsite=list(offsite), broken=broken, found=found)
         return state
     finally:
-        page.screenshot(path=str(OUT / (tag + name.replace("/", "_").removesuffix(".html") + ".png")), full_page=True)
+        # the whole page where something looks wrong (or COMMLIB_SCREENSHOTS=full), else its first screen: a
+        # full-page screenshot of every page was 22 of this module's 75 s on 2 cores
+        full = os.environ.get("COMMLIB_SCREENSHOTS") == "full" or state is None or _suspect(state)
+        page.screenshot(path=str(OUT / (tag + name.replace("/", "_").removesuffix(".html") + ".png")), full_page=full)
         page.close()
+
+
+def _suspect(state: dict) -> bool:
+    """Whether a page's state holds anything the tests below flag (then its screenshot shows the whole page)."""
+    keys = ("problems", "offsite", "broken", "wide", "scrolling", "cjkBoxes")   # a state cut short counts too
+    return (any(state.get(k, True) for k in keys) or any(state.get("views", [1])) or any(state.get("math", [1]))
+            or state.get("searchBoxes") != 1)
 
 
 @pytest.fixture(scope="module")
