@@ -173,7 +173,7 @@ def _whatif(args) -> int:
         ranks = load(args.traces, args.max_bytes)
         measured, scenario = nw.measured_and_scenario(args, ranks)
         scenario = scenario or scenario_from_args(args.hardware, args.nodes, args.gpus_per_node, args.algorithm,
-                                                  args.bucket_mb, args.compress)
+                                                  args.bucket_mb, args.compress, args.this_machine)
         codec = args.codec_ns_per_byte * 1e-9 if args.codec_ns_per_byte is not None else None
         report = whatif(ranks, [scenario], measured=measured, codec=codec, excess=getattr(args, "excess", "fixed"))
     except (TraceError, ValueError) as e:
@@ -303,6 +303,9 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--codec-ns-per-byte", type=_positive(float), default=None,
                    help="with --compress: encode + decode time per gradient byte (default: what "
                         "benchmarks/compression_tradeoff.py measured on a CPU; a GPU codec is far faster)")
+    w.add_argument("--this-machine", action="store_true",
+                   help="predict the emulated cluster on this machine (ranks sharing its cores: compute stretched "
+                        "by ranks per core), not a real cluster of one processor per rank")
     w.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     w.add_argument("--max-bytes", default=4 << 30, type=_trace_limit,
                    help="refuse a trace file larger than this once decompressed, e.g. 512M (default 4G)")

@@ -6,12 +6,15 @@ README's recipe, its traces saying which network they ran on. Edit it: the model
     python -m commlib whatif traces/ --measured-network 2x1@20e6 --network 4x1@80e6
 
 Under `network run` each rank finds the network in COMMLIB_NETWORK; commlib.network.spec.record(prof) writes it
-into the trace (top-level key "commlib_network"), so the what-if knows what the traces were measured on.
+into the trace (top-level key "commlib_network"), so the what-if knows what the traces were measured on. The same
+steps are first run and timed without the profiler: their step goes into the trace too ("commlib_untraced"), and
+the what-if scales the traced compute to it, so that it predicts the job as it runs unprofiled.
 Runs under plain torchrun too (then the traces carry no network).
 """
 
 import argparse
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -19,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from commlib.network import spec
+from commlib.profiling.jobs.recording import job_step_s, stamp_untraced
 
 
 def main() -> None:
@@ -28,7 +32,8 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=4, help="linear layers (default 4)")
     ap.add_argument("--batch", type=int, default=32, help="samples per rank per step (default 32)")
     ap.add_argument("--bucket-mb", type=float, default=25.0, help="DDP's bucket_cap_mb (default 25)")
-    ap.add_argument("--steps", type=int, default=2, help="training steps recorded, after 1 warm-up (default 2)")
+    ap.add_argument("--steps", type=int, default=2, help="training steps timed without the profiler, then recorded, "
+                                                         "each after 1 warm-up (default 2)")
     args = ap.parse_args()
     if args.steps < 1:
         ap.error(f"argument --steps: must be at least 1, got {args.steps}")
@@ -51,12 +56,21 @@ def main() -> None:
         opt.step()
         return loss.item()
 
+    train_step()                               # warm-up: DDP builds its buckets
+    times = []
+    for _ in range(args.steps):                # the same steps without the profiler, timed
+        t = time.perf_counter()
+        train_step()
+        times.append(time.perf_counter() - t)
+    untraced = job_step_s(times)               # the slowest rank per step, the median over steps
+
     os.makedirs(args.traces, exist_ok=True)
     path = os.path.join(args.traces, f"rank{rank}.json")
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
                  schedule=schedule(wait=0, warmup=1, active=args.steps, repeat=1),   # 1 warm-up step, then
                  on_trace_ready=lambda p: p.export_chrome_trace(path)) as prof:      # --steps recorded, once
         spec.record(prof)                      # the network (COMMLIB_NETWORK) into the trace, if there is one
+        stamp_untraced(prof, untraced)         # the untraced step: whatif keeps the profiler's time out
         for step in range(1 + args.steps):     # warm-up + active steps: the trace is written as the last ends
             loss = train_step()
             prof.step()

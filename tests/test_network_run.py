@@ -96,6 +96,7 @@ def test_the_example_runs_profiled_and_its_traces_say_which_network(tmp_path):
     for rank in range(2):
         doc = json.loads((tmp_path / "traces" / f"rank{rank}.json").read_text())
         assert spec.from_trace(doc) == spec.Spec(2, 1, 1, 50e6, kind="kernel")
+        assert doc["commlib_untraced"]["step_s"] > 0   # its steps timed unprofiled: whatif calibrates to it
         assert any(e.get("name", "").startswith("gloo:all_reduce") for e in doc["traceEvents"])
     assert left_behind(pid, "examples/ddp_train.py") == ([], [])
 

@@ -79,6 +79,7 @@ class RankTrace:
     network: object = field(default=None, repr=False)         # "commlib_network" as written (network.spec), or None
     leaves: object = None     # (n, 2) the innermost compute ops and the others' starts and ends (_leaves), us
     pid: object = field(default=None, repr=False)   # Gloo: the process id its worker threads' events carry
+    untraced: object = field(default=None, repr=False)   # "commlib_untraced" as written (jobs/recording), or None
 
 
 def _rank_of(path: str, info: dict) -> int | None:
@@ -171,7 +172,8 @@ def _read(path: str, max_bytes: int) -> RankTrace:
              for c in calls]
     return RankTrace(path, rank, info.get("world_size"), backend, device, calls, compute, wall, job, groups, threads,
                      copies, shards, notes, _holds(rec), assumed, issued, waits, steps, rec.network,
-                     compute if leaves is None else leaves, _process(rec) if backend == "gloo" else None)
+                     compute if leaves is None else leaves, _process(rec) if backend == "gloo" else None,
+                     rec.untraced)
 
 
 def _process(rec: Records):

@@ -10,7 +10,8 @@ The compute is an emulated accelerator: every layer runs its real (small) matmul
 an op that sleeps a set time (layer_s forward, twice that backward). Why: N ranks on a 2-core laptop would
 slow each other's real compute as N grows, and a replay keeps compute as measured; an accelerator's kernels do
 not slow down when more ranks share the host. The op is a cpu_op of its own name in the trace, so the replay
-reads it as compute. The steps are timed without the profiler; one more step is recorded (traces.record).
+reads it as compute. The steps are timed without the profiler, and the job's step (job_step) goes into the trace
+(recording.record's untraced_s: whatif calibrates its compute to it); `recorded` more steps are recorded.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def train(folder: str, bandwidth: float, latency: float = 5e-4, gpus_per_node: i
     from commlib.algorithms.background import Background, average_hook
     from commlib.network import emulate
     from commlib.overlap import BucketedDDP
-    from commlib.profiling.jobs.recording import record
+    from commlib.profiling.jobs.recording import job_step_s, record
 
     if job not in JOBS:
         raise ValueError(f"job must be one of {JOBS}, got {job!r}")
@@ -113,7 +114,8 @@ def train(folder: str, bandwidth: float, latency: float = 5e-4, gpus_per_node: i
             t = time.perf_counter()
             step()
             times.append(time.perf_counter() - t)
-        path = record(lambda: [_marked(step) for _ in range(recorded)], folder + "/rank{rank}.json", warmup=1)
+        path = record(lambda: [_marked(step) for _ in range(recorded)], folder + "/rank{rank}.json", warmup=1,
+                      untraced_s=job_step_s(times))   # the job's untraced step: whatif keeps the profiler out
     return {"step_s": times, "path": path, "recorded": recorded}
 
 

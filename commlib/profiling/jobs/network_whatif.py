@@ -73,14 +73,17 @@ def measured_and_scenario(args, ranks):
     shape = m_spec is None or (new.nodes, new.gpus_per_node) != (m_spec.nodes, m_spec.gpus_per_node)
     return measured, Scenario(f"network {new}", topology=links.topology(new), nodes=new.nodes if shape else None,
                               gpus_per_node=new.gpus_per_node if shape else None, algorithm=args.algorithm,
-                              bucket_mb=args.bucket_mb, compress=args.compress)
+                              bucket_mb=args.bucket_mb, compress=args.compress,
+                              this_machine=bool(getattr(args, "this_machine", False)))
 
 
 # ------------------------------------------------------------------------------------------- the loop
-def ask(folder: str, network: str, measured: str | None = None, timeout: float = 120.0) -> dict:
-    """`python -m commlib whatif FOLDER --network NETWORK [--measured-network M] --json` -> its JSON report;
-    ValueError with the command's one line where it refused."""
+def ask(folder: str, network: str, measured: str | None = None, timeout: float = 120.0,
+        this_machine: bool = False) -> dict:
+    """`python -m commlib whatif FOLDER --network NETWORK [--measured-network M] [--this-machine] --json` -> its
+    JSON report; ValueError with the command's one line where it refused."""
     argv = ["whatif", folder, "--network", network, "--json"] + (["--measured-network", measured] if measured else [])
+    argv += ["--this-machine"] if this_machine else []
     done = _commlib(argv, timeout)
     if done.returncode:
         raise ValueError(done.stderr.strip() or f"whatif exited {done.returncode}")
@@ -116,10 +119,13 @@ def measured(traces) -> tuple[float, float]:
     return row["step_us"] * 1e-6, (slow["compute_us"] + slow["idle_us"]) / k * 1e-6
 
 
-def record_predict_run(script: str, base: str, scenario: str, folder: str, args=(), timeout: float = 120.0) -> dict:
+def record_predict_run(script: str, base: str, scenario: str, folder: str, args=(), timeout: float = 120.0,
+                       this_machine: bool = False) -> dict:
     """Record SCRIPT on network `base`, ask whatif for `scenario`, run it there -> {"base", "scenario",
     "measured_base_s", "predicted_s", "measured_s", "error" (predicted / measured - 1), "cpu_base_s", "cpu_s"
-    (the CPU per step of each run: measured(); the replay keeps the first), "commands" (as typed)}."""
+    (the CPU per step of each run: measured(); the replay keeps the first), "commands" (as typed)}.
+    this_machine: whatif --this-machine, the prediction for the ranks sharing this machine's cores (what the run
+    measures) rather than for a real cluster."""
     steps, cpu, commands = {}, {}, []
     for name, net in (("base", base), ("scenario", scenario)):
         where = os.path.join(folder, name)
@@ -133,8 +139,8 @@ def record_predict_run(script: str, base: str, scenario: str, folder: str, args=
             raise RuntimeError(f"network run on {net} exited {done.returncode}: {tail}")
         steps[name], cpu[name] = measured(where)
         if name == "base":
-            commands.append(f"{PROMPT} whatif base/ --network {scenario}")
-            report = ask(where, scenario, timeout=timeout)
+            commands.append(f"{PROMPT} whatif base/ --network {scenario}" + (" --this-machine" if this_machine else ""))
+            report = ask(where, scenario, timeout=timeout, this_machine=this_machine)
     predicted = report["scenarios"][-1]["step_us"] * 1e-6
     return {"base": base, "scenario": scenario, "measured_base_s": steps["base"], "predicted_s": predicted,
             "measured_s": steps["scenario"], "error": predicted / steps["scenario"] - 1, "cpu_base_s": cpu["base"],

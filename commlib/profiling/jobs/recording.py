@@ -1,20 +1,52 @@
 """Write a rank's torch.profiler trace from inside the rank: what the course's live runs diagnose.
 
     c.run(lambda: record(step, "traces/rank{rank}.json"))   # in every rank -> the path written
+    record(step, path, untraced_s=job_step_s(times))         # + the job's step timed without the profiler
+
+The untraced step goes into the trace as its top-level "commlib_untraced" ({"step_s": seconds}): whatif scales the
+replay's compute so that the identity replay gives it (replay/compute.calibrate), keeping the profiler's own time
+out of its predictions, and prints the traced / untraced ratio.
 """
 
 from __future__ import annotations
 
+import json
 import os
+
+UNTRACED_KEY = "commlib_untraced"   # read by profiling/read/reader.py (RankTrace.untraced)
+
+
+def job_step_s(times) -> float:
+    """Inside every rank, each with its own step times (seconds, as many on every rank): the job's step, per step
+    the slowest rank's, the median over the steps (every rank gets the same)."""
+    import statistics
+
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([float(x) for x in times], dtype=torch.float64)
+    if not len(t):
+        raise ValueError("times must hold at least one step time, got none")
+    if dist.is_initialized():
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return statistics.median(t.tolist())
+
+
+def stamp_untraced(prof, step_s: float) -> None:
+    """Write the job's untraced step (seconds) into a torch.profiler.profile's trace, before it is exported."""
+    if isinstance(step_s, bool) or not isinstance(step_s, (int, float)) or not 0 < step_s < float("inf"):
+        raise ValueError(f"untraced_s must be a step time > 0 seconds, got {step_s!r}")
+    prof.add_metadata_json(UNTRACED_KEY, json.dumps({"step_s": float(step_s)}))
 
 
 def record(step, path: str, *args, warmup: int = 1, late_rank: int | None = None, late_s: float = 0.0,
-           **kwargs) -> str:
+           untraced_s: float | None = None, **kwargs) -> str:
     """Inside a rank: run step(*args, **kwargs) `warmup` times under the profiler's warm-up (it absorbs the
     ranks' different profiler start-up times), then once recorded, and write this rank's trace to path
     ("{rank}" in it becomes the rank). late_rank sleeps late_s before the recorded step: a straggler, on
     purpose. commlib's background work (algorithms.background) during the recorded step is written into the
-    trace too (the profiler cannot see its thread). Returns the path written."""
+    trace too (the profiler cannot see its thread). untraced_s: the job's step timed without the profiler
+    (job_step_s), written into the trace (stamp_untraced). Returns the path written."""
     import time
     import warnings
 
@@ -34,6 +66,8 @@ def record(step, path: str, *args, warmup: int = 1, late_rank: int | None = None
                                               schedule=schedule(wait=0, warmup=warmup, active=1),
                                               on_trace_ready=lambda p: p.export_chrome_trace(out)) as prof:
         warnings.filterwarnings("ignore", ".*Profiler clears events")  # one cycle is all we record
+        if untraced_s is not None:
+            stamp_untraced(prof, untraced_s)
         for i in range(warmup + 1):
             if i == warmup and rank == late_rank:
                 time.sleep(late_s)
@@ -69,8 +103,6 @@ def _add_background_work(path: str, start: float, end: float, after: list[float]
     """Write into this rank's trace the commlib background work (algorithms.background) that ran between start
     and end (host clock, s), placed on the trace's clock by the commlib:clock marks (_trace_offset), and starting
     no earlier than its commlib:queue mark (work cannot start before it was queued)."""
-    import json
-
     from commlib.algorithms import background
 
     work = [(b.tid, w) for b in background.LIVE for w in b.done if w[3] > start and w[2] < end]

@@ -45,6 +45,7 @@ class _Head(msgspec.Struct):
     distributedInfo: Any = None
     deviceProperties: Any = None
     network: Any = msgspec.field(default=None, name="commlib_network")   # commlib.network.spec.TRACE_KEY
+    untraced: Any = msgspec.field(default=None, name="commlib_untraced")   # jobs/recording.UNTRACED_KEY
     traceEvents: list[Event] = []
 
 
@@ -53,6 +54,7 @@ class _Whole(msgspec.Struct):
     distributedInfo: Any = None
     deviceProperties: Any = None
     network: Any = msgspec.field(default=None, name="commlib_network")
+    untraced: Any = msgspec.field(default=None, name="commlib_untraced")
 
 
 _EVENTS = msgspec.json.Decoder(list[Event])
@@ -173,7 +175,7 @@ def _read_records(path: str, max_bytes: int, deadline: float | None) -> Records:
                 streaming = False
                 continue
             head = {"distributedInfo": h.distributedInfo, "deviceProperties": h.deviceProperties,
-                    "network": h.network}
+                    "network": h.network, "untraced": h.untraced}
             del buf[:m.end() - 1]   # buf[0]: the list's '[' (offset: its place in the file)
             offset, streaming = m.end() - 1, True
         if streaming:
@@ -193,6 +195,7 @@ def _read_records(path: str, max_bytes: int, deadline: float | None) -> Records:
     rec.info = info if isinstance(info, dict) else {}
     rec.devices = devices if isinstance(devices, list) else []
     rec.network = whole.network if whole.network is not None else head.get("network")
+    rec.untraced = whole.untraced if whole.untraced is not None else head.get("untraced")
     rec.nbytes = done
     return rec
 

@@ -84,6 +84,7 @@ class Records:
     info: dict = field(default_factory=dict)        # distributedInfo ({} when missing)
     devices: list = field(default_factory=list)     # deviceProperties
     network: Any = None                             # the emulated network it ran on (commlib.network.spec), raw
+    untraced: Any = None                            # the job's untraced step (jobs/recording.record), raw
     kernels: list = field(default_factory=list)     # cat "kernel"
     copies: list = field(default_factory=list)      # cat gpu_memcpy / gpu_memset (busy, as HTA counts them)
     launches: Launches = field(default_factory=Launches)   # correlation -> (ts, tid) of the CUDA runtime call

@@ -16,7 +16,14 @@ ranks pays a handshake that only 2 ranks pay (pricing.HANDSHAKE): asked on more,
 as NCCL's, hierarchical, in-network; `algorithm` swaps it) on the group's own shape: its members per node from
 its ranks' stride. Scaling out (`nodes`, `gpus_per_node`) keeps every rank's compute and grows the
 data-parallel group (the world group, or the largest one that all-reduces) by the new world size over the old;
-other groups keep their sizes.
+other groups keep their sizes. What that group does is read from the traces (compute.roles): gradients once a
+step (data parallelism), or activations through every layer (tensor parallelism: the replay then grows the model
+with the ranks, and says so), or it cannot tell. A scenario on the measured network, shape and algorithm, with no
+bucket or compression, keeps every call's measured duration: the identity replay's answer.
+The profiler's own time: where the traces carry the job's untraced step (`commlib_untraced`, written by
+jobs/recording.record) or `untraced=` gives it, every scenario's compute is scaled so that the identity replay
+gives that step (compute.calibrate): the scenarios predict the job as it runs without the profiler. A scenario
+with `this_machine` predicts the emulated cluster on this machine's cores (compute.share) rather than a real one.
 Figures are per training step: the traces' ProfilerStep#N marks count the steps (or `steps=`), and the
 output says how many it averaged. `bucket_mb` regroups each step's data-parallel all-reduces by DDP's rule
 (regroup.py); `compress` divides their bytes
@@ -31,7 +38,7 @@ from dataclasses import dataclass, replace
 
 from commlib import _validate
 from commlib import topology as topo
-from commlib.profiling.replay import graph
+from commlib.profiling.replay import compute, graph
 from commlib.profiling.checks import doubts
 from commlib.profiling.model import infer_hardware
 from commlib.profiling.replay.pricing import (ALGORITHMS, COMMLIB_ALGORITHMS, TRADEOFF, Pricer,  # noqa: F401  (the API)
@@ -57,11 +64,12 @@ class Scenario:
     algorithm: str | None = None
     bucket_mb: float | None = None
     compress: float | None = None
+    this_machine: bool = False   # the emulated cluster on this machine's cores, not a real one (compute.share)
 
     def label(self, t=None) -> str:
         """Its name, or what it changes: 'dgx_h100, 8 x 8 GPUs, hierarchical, 50 MiB buckets, 4x compressed'."""
         if self.name:
-            return self.name
+            return self.name + (" (this machine)" if self.this_machine else "")
         parts = []
         if self.topology is not None:
             parts.append(self.topology if isinstance(self.topology, str) else self.topology.name or "topology")
@@ -69,13 +77,13 @@ class Scenario:
             parts.append(f"{t.nodes} x {t.gpus_per_node} GPUs")
         parts += [self.algorithm or "", f"{self.bucket_mb:g} MiB buckets" if self.bucket_mb else "",
                   f"{self.compress:g}x compressed" if self.compress else ""]
-        return ", ".join(p for p in parts if p) or "as measured"
+        return (", ".join(p for p in parts if p) or "as measured") + (" (this machine)" if self.this_machine else "")
 
 
 # ------------------------------------------------------------------------------------- the what-if
 def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: str | None = None,
            codec: float | None = None, steps: int | None = None, max_bytes: int = MAX_BYTES,
-           excess: str = "fixed") -> dict:
+           excess: str = "fixed", untraced: float | None = None, cores: int | None = None) -> dict:
     """Traces (files, a folder, or RankTraces) -> {"scenarios": [measured, identity replay, each Scenario],
     "measured_on", "dp_group", "world_size", "notes"}. measured: the topology the traces ran on (a Topology or a
     preset; default: the GPU named in the traces, else unknown: transfers then keep their measured time unless a
@@ -83,14 +91,20 @@ def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: st
     codec_s_per_byte). steps: the training steps the traces hold (default: their ProfilerStep#N marks, else 1);
     every figure is per step, their mean. excess: what a call's time above its model does in a scenario, "fixed"
     (its software's, kept) or "bytes" (it moves with its bytes: a TCP link shaped to a rate, as the course's
-    kernel network; sharing.py says what was measured)."""
+    kernel network; sharing.py says what was measured). untraced: the job's step run without the profiler, seconds
+    (default: the traces' commlib_untraced, else none: nothing corrected). cores: the usable cores of the machine
+    that `this_machine` scenarios price (default: this one's, cluster.envinfo.usable_cores)."""
     if excess not in EXCESS:
         raise ValueError(f"excess must be one of {EXCESS}, got {excess!r}")
     ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces, max_bytes)
     gamma = _validate.number("gamma", gamma, low=0.0)
+    untraced = _validate.number("untraced", untraced, low=0.0) if untraced is not None else None
+    if untraced == 0:
+        raise ValueError("untraced must be a step time > 0 seconds, got 0")
+    cores = _validate.integer("cores", cores, low=1) if cores is not None else None
     try:   # what goes wrong from here on is about these traces: the message names them
         with no_gc():   # the replay makes millions of small objects, no cycles: the collector would walk them all
-            return _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps, excess)
+            return _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps, excess, untraced, cores)
     except (ValueError, ZeroDivisionError, OverflowError) as e:
         named = any(str(e).startswith(str(r.path)) for r in ranks)
         raise ValueError(str(e) if named else f"{_where(ranks)}: {e}") from None
@@ -105,7 +119,8 @@ def _where(ranks) -> str:
     return f"{os.path.dirname(paths[0]) or '.'}/ ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''})"
 
 
-def _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps, excess="fixed") -> dict:
+def _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps, excess="fixed", untraced=None,
+            cores=None) -> dict:
     marks = min(len(getattr(r, "steps", None) or []) for r in ranks) if ranks else 0
     steps = _validate.integer("steps", steps, low=1) if steps is not None else max(1, marks)
     world = next((r.world_size for r in ranks if r.world_size), None) or len(ranks)
@@ -128,14 +143,41 @@ def _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps, excess="f
         _dp_groups(ranks, world, strides)
     base = graph.replay(g)
     rows = [_row("measured", _measured(ranks, base), steps=steps), _row("identity replay", base, steps=steps)]
+    reducing = {c.group for r in ranks for c in r.calls if c.op in ("all_reduce", "reduce_scatter") and c.group}
+    roles = compute.roles(g, sorted(reducing | set(dp)))
+    profiler = _profiler(ranks, g, base["step_us"] / steps, untraced, steps)
+    scale = profiler["compute_factor"] if profiler else 1.0
     for sc in scenarios:
         if not isinstance(sc, Scenario):
             raise TypeError(f"scenarios must be Scenario objects, got {type(sc).__name__}")
-        priced, said, t, net = _scenario(g, sc, m_topo, world, dp, strides, gamma, codec, ranks[0].backend, excess)
-        rows.append(_row(sc.label(t), graph.replay(priced, net), said, steps))
+        priced, said, t, net = _scenario(g, sc, m_topo, world, dp, strides, gamma, codec, ranks[0].backend, excess,
+                                         roles, scale, cores)
+        rows.append({**_row(sc.label(t), graph.replay(priced, net), said, steps),
+                     "cluster": "this machine" if sc.this_machine else "real"})
     return {"world_size": world, "ranks": [r.rank for r in ranks], "backend": ranks[0].backend, "steps": steps,
-            "measured_on": _describe(m_topo), "dp_groups": sorted(dp), "scenarios": rows, "notes": notes + g.notes,
+            "measured_on": _describe(m_topo), "dp_groups": sorted(dp), "group_roles": roles, "profiler": profiler,
+            "scenarios": rows, "notes": notes + g.notes,
             "doubts": doubts(ranks, world)}   # diagnose's notes that make the replay doubtful (checks.py)
+
+
+def _profiler(ranks, g, traced_us: float, untraced, steps: int) -> dict | None:
+    """The untraced step (given, or the traces' commlib_untraced) against the traced one, and the factor on the
+    compute that makes the identity replay give it (compute.calibrate); None where no untraced step is known."""
+    source = "given"
+    if untraced is None:
+        said = [(r, getattr(r, "untraced", None)) for r in ranks]
+        said = [(r, u) for r, u in said if u is not None]
+        for r, u in said:
+            s = u.get("step_s") if isinstance(u, dict) else None
+            if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0 < s < float("inf"):
+                raise ValueError(f"{r.path}: its commlib_untraced is not {{\"step_s\": seconds > 0}}: "
+                                 f"{_validate.shown_safely(u)}")
+        if not said:
+            return None
+        untraced, source = max(u["step_s"] for _, u in said), "traces"
+    factor, got = compute.calibrate(g, untraced * 1e6, steps)
+    return {"traced_us": traced_us, "untraced_us": untraced * 1e6, "ratio": traced_us / (untraced * 1e6),
+            "compute_factor": factor, "calibrated_us": got, "source": source}
 
 
 def _topology(name: str, value, world: int) -> topo.Topology:
@@ -164,8 +206,9 @@ def _dp_groups(ranks, world: int, strides: dict) -> frozenset:
 
 
 def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gamma, codec, backend=None,
-              excess="fixed"):
-    """The graph with this scenario's calls and transfers -> (graph, the assumptions it made, as lines)."""
+              excess="fixed", roles=None, scale=1.0, cores=None):
+    """The graph with this scenario's calls and transfers -> (graph, the assumptions it made, as lines). scale: the
+    compute's factor for the profiler (_profiler); roles: what each group does (compute.roles)."""
     said = []
     if sc.algorithm is not None and sc.algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {sc.algorithm!r}")
@@ -188,9 +231,18 @@ def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gam
     if factor != 1:
         if not dp:
             raise ValueError("scaling out needs a data-parallel group, and these traces have no all-reduce")
-        said.append(f"{world} -> {new_world} ranks: data-parallel group(s) {', '.join(sorted(dp))} "
-                    f"{'grow' if factor > 1 else 'shrink'} x{factor:g}; compute per rank as measured"
-                    + (", the new ranks as fast as the traced ones" if factor > 1 else ""))
+        said += _grows(world, new_world, sorted(dp), roles or {}, sc.this_machine)
+    if sc.this_machine:
+        cores = cores or _usable_cores()
+        share = compute.share(new_world, world, cores)
+        said.append(f"on this machine ({cores} usable core(s)): {new_world} ranks against the traced {world}, each "
+                    f"rank's compute x{share:.2f} (ranks per core beyond one, new over traced)")
+        scale *= share
+    g = compute.stretch(g, scale) if scale != 1 else g
+    if (base == m_topo and new_world == world and sc.algorithm is None and sc.bucket_mb is None
+            and sc.compress is None):
+        said.append("the network as measured: every call keeps its measured duration, as in the identity replay")
+        return g, said, base, None
     compress = _validate.number("compress", sc.compress, low=1.0) if sc.compress is not None else None
     per_byte = 0.0
     if compress == 1:   # no compression: no codec runs, nothing is charged
@@ -242,6 +294,40 @@ def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gam
     return g.priced(transfer, solo), said, base, net
 
 
+def _grows(world: int, new: int, groups: list, roles: dict, here: bool) -> list[str]:
+    """The scale-out's assumption, in what the growing groups do (compute.roles)."""
+    names, grow = ", ".join(groups), new > world
+    kind = {roles.get(n, "unknown") for n in groups}
+    kind = kind.pop() if len(kind) == 1 else "unknown"
+    f = f"{new / world:g}"
+    if kind == "gradients":
+        if here:
+            return [f"{world} -> {new} ranks: data-parallel group(s) {names} {'grow' if grow else 'shrink'} x{f}"]
+        return [f"{world} -> {new} ranks: data-parallel group(s) {names} {'grow' if grow else 'shrink'} x{f}; compute "
+                "per rank as measured" + (", the new ranks as fast as the traced ones" if grow else "")]
+    if kind == "activations":
+        line = (f"{world} -> {new} ranks: group(s) {names} all-reduce activations through every layer, forward and "
+                "backward (tensor parallelism, not data parallelism): the replay grows them x"
+                f"{f} as if the model grew with the ranks (each rank keeps its shard, its bytes and its compute); the "
+                f"same model on {new} ranks would have smaller shards and less compute per rank, which it does not "
+                "predict") if grow else (
+                f"{world} -> {new} ranks: group(s) {names} all-reduce activations through every layer, forward and "
+                f"backward (tensor parallelism, not data parallelism): the replay shrinks them x{f} as if the model "
+                "shrank with the ranks (each rank keeps its shard, its bytes and its compute); the same model on "
+                f"{new} ranks would have larger shards and more compute per rank, which it does not predict")
+    else:
+        line = (f"{world} -> {new} ranks: group(s) {names} that all-reduce {'grow' if grow else 'shrink'} x{f} "
+                "(the traces do not show whether they carry gradients or activations)")
+    return [line] + ([] if here else ["for a real cluster: compute per rank as measured, each rank on a processor "
+                                      "of its own"])
+
+
+def _usable_cores() -> int:
+    from commlib.cluster.envinfo import usable_cores   # here only: it imports torch's package, not diagnose's
+
+    return usable_cores()
+
+
 def _measured(ranks, base: dict) -> dict:
     """The measured row: each rank's wall as its step; the split as the identity replay (which reproduces it)."""
     out = {"ranks": {}, "critical_path": base["critical_path"], "forced": 0}
@@ -267,7 +353,7 @@ def _describe(t) -> str | None:
 
 
 def scenario_from_args(hardware=None, nodes=None, gpus_per_node=None, algorithm=None, bucket_mb=None,
-                       compress=None) -> Scenario:
+                       compress=None, this_machine=False) -> Scenario:
     """The CLI's flags as one Scenario."""
     return replace(Scenario(), topology=hardware, nodes=nodes, gpus_per_node=gpus_per_node, algorithm=algorithm,
-                   bucket_mb=bucket_mb, compress=compress)
+                   bucket_mb=bucket_mb, compress=compress, this_machine=bool(this_machine))

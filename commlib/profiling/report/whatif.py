@@ -28,6 +28,24 @@ def json_report(report: dict) -> dict:
     return clean(said)
 
 
+def _profiler(report: dict) -> list[str]:
+    """The profiler's line: the traced step against the untraced one, and what the scenarios did about it."""
+    p = report.get("profiler")
+    if "profiler" not in report:
+        return []
+    if p is None:
+        return wrap(tr("profiler: no untraced step with these traces: the scenarios are of the job as traced, the "
+                       "profiler's own time included (nothing corrected)"), 98)
+    where = tr("the traces' commlib_untraced" if p["source"] == "traces" else "given")
+    t, u = p["traced_us"] / 1e3, p["untraced_us"] / 1e3
+    if p["compute_factor"] == 1:
+        return wrap(tr(f"profiler: traced steps {t:.2f} ms, untraced {u:.2f} ms ({where}), x{p['ratio']:.2f}: no "
+                       "faster without the profiler, nothing corrected"), 98)
+    return wrap(tr(f"profiler: traced steps {t:.2f} ms, untraced {u:.2f} ms ({where}), x{p['ratio']:.2f}: every "
+                   f"scenario's compute x{p['compute_factor']:.3f} (x0.5 at most), the identity replay so scaled "
+                   f"{p['calibrated_us'] / 1e3:.2f} ms"), 98)
+
+
 def format_report(report: dict) -> str:
     """The scenarios side by side (the slowest rank's split), then each one's assumptions, under 100 columns; in
     the learner's language (language.tr; the JSON never is)."""
@@ -50,6 +68,12 @@ def format_report(report: dict) -> str:
                          "waiting: the part of its communication spent waiting for a later peer, on the "
                          "communication lane: hidden under compute or exposed, it adds to the step only through "
                          "exposed (more, smaller buckets wait more, mostly hidden)"), 98)
+    out += _profiler(report)
+    if report["scenarios"][2:]:
+        here = [s for s in report["scenarios"][2:] if s.get("cluster") == "this machine"]
+        out += wrap(tr("scenarios marked (this machine): the emulated cluster whose ranks share this machine's cores; "
+                       "the others: a real cluster, each rank on a processor of its own") if here else
+                    tr("scenarios: a real cluster, each rank on a processor of its own"), 98)
     colon = "：" if language() else ": "   # a Chinese sentence takes the full-width colon
     for s in report["scenarios"][2:]:
         for line in s["assumptions"]:

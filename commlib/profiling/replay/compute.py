@@ -1,0 +1,149 @@
+"""The replay's compute, changed on purpose: stretched or shrunk (graph.py keeps it as measured), and what a
+job's groups do.
+
+    g2 = stretch(g, [0.8, 0.8])             # each rank's compute spans x0.8, the gaps between them as measured
+    f, got = calibrate(g, 60_000.0, 4)      # the factor whose replay gives 60 ms per step (4 steps traced)
+    share(4, 2, 2)                          # 2.0: 4 ranks on 2 cores compute at half the speed of 2 ranks
+    roles(g, {"0", "1"})                    # {"0": "gradients", "1": "activations"}: what the traces show
+
+Why stretch: (1) the profiler's overhead. A traced step runs slower than an untraced one (on many small CPU ops,
+20-37% under load, issue 64): the recording's own untraced steps say how much, and `calibrate` finds the factor
+on the compute that makes the identity replay give them; every scenario is replayed with it. (2) this machine.
+Ranks that share fewer cores than they are compute at (ranks / usable cores) of one core's speed each: a
+what-if for the emulated cluster a learner can run stretches the compute by the new share over the traced one.
+A stretch is a warp of each rank's own clock: a point t moves by (factor - 1) x the compute before it, so every
+compute span grows by the factor and every gap (a wait, Python between ops) keeps its length; queue points,
+waits and calls move with the compute before them, and no call's duration changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from commlib.profiling.replay import graph
+
+MIN_FACTOR = 0.5       # calibrate's bracket: the profiler is taken to add at most as much as the compute itself
+                       # (a step whose untraced time its compute cannot explain differs by its calls or noise)
+ITERATIONS = 30        # bisection steps (2^-30 of the bracket: far below a microsecond on any step)
+TOLERANCE = 1e-4       # calibrate stops once the replayed step is this close to the target (relative)
+
+
+def _warp(spans: np.ndarray, factor: float):
+    """t (array, rank's clock) -> t + (factor - 1) * the compute before t."""
+    if not len(spans) or factor == 1.0:
+        return lambda t: np.asarray(t, dtype=float)
+    starts, lengths = spans[:, 0], spans[:, 1] - spans[:, 0]
+    before = np.concatenate(([0.0], np.cumsum(lengths)))
+
+    def w(t):
+        t = np.asarray(t, dtype=float)
+        k = np.searchsorted(starts, t, side="right") - 1
+        inside = np.clip(t - starts[np.maximum(k, 0)], 0.0, lengths[np.maximum(k, 0)])
+        return t + (factor - 1.0) * np.where(k >= 0, before[np.maximum(k, 0)] + inside, 0.0)
+    return w
+
+
+def stretch(g: graph.Graph, factors) -> graph.Graph:
+    """The graph with rank position p's compute x factors[p] (a number: every rank's); the gaps between compute,
+    every call's duration and the transfers as they were."""
+    factors = [float(factors)] * len(g.ranks) if np.isscalar(factors) else [float(f) for f in factors]
+    if len(factors) != len(g.ranks) or not all(f > 0 and np.isfinite(f) for f in factors):
+        raise ValueError(f"factors must be one positive number per rank ({len(g.ranks)}), got {factors!r}")
+    out = []
+    for r, f in zip(g.ranks, factors):
+        if f == 1.0 or not len(r.spans):
+            out.append(r)
+            continue
+        w = _warp(r.spans, f)
+        one = lambda t: float(w([t])[0])  # noqa: E731
+        calls = [replace(c, start_us=s) for c, s in zip(r.calls, w([c.start_us for c in r.calls]).tolist())]
+        waits = [replace(x, t_from=one(x.t_from), t_to=one(x.t_to)) for x in r.waits]
+        steps = [(one(a), one(b)) for a, b in r.steps]
+        out.append(replace(r, spans=w(r.spans.reshape(-1)).reshape(-1, 2), calls=calls, waits=waits, steps=steps,
+                           queue=w(r.queue).tolist() if r.queue else [], end=one(r.end)))
+    return replace(g, ranks=out)
+
+
+def calibrate(g: graph.Graph, target_us: float, steps: int = 1) -> tuple[float, float]:
+    """The factor on every rank's compute whose replay (the traced transfers kept) gives target_us per step ->
+    (factor, that replay's step per step). Only ever shrinks, and by MIN_FACTOR at most: a replay already at or
+    below the target keeps its compute (1.0); one the compute cannot bring down to it stops at MIN_FACTOR. The replay's step grows with the compute (every task waits for the max of its
+    inputs), so a bisection finds it."""
+    def step(f):
+        return graph.replay(stretch(g, f))["step_us"] / steps
+    top = step(1.0)
+    if top <= target_us:
+        return 1.0, top
+    lo, hi, got = MIN_FACTOR, 1.0, top
+    if step(lo) >= target_us:   # more than the compute can explain (the gaps, the calls): as far as it goes
+        return lo, step(lo)
+    for _ in range(ITERATIONS):
+        mid = (lo + hi) / 2
+        got = step(mid)
+        if abs(got / target_us - 1) <= TOLERANCE:
+            return mid, got
+        lo, hi = (mid, hi) if got < target_us else (lo, mid)
+    return mid, got
+
+
+def share(ranks: int, traced_ranks: int, cores: int) -> float:
+    """How much slower each of `ranks` computes than each of the traced ones, all on `cores` usable cores: the
+    ranks per core beyond one, new over traced (4 ranks on 2 cores against 2 traced: 2.0)."""
+    return max(1.0, ranks / cores) / max(1.0, traced_ranks / cores)
+
+
+# ----------------------------------------------------------------------------------- what a group does
+def roles(g: graph.Graph, groups) -> dict:
+    """Each group in `groups` (those that all-reduce or reduce-scatter) -> what the traces show it doing, step by
+    step, on every rank that calls it:
+    "activations": at least two calls in the step, all of one size (an activation's), three in four of them
+    needed at once (the program waits for the call with next to no compute since it queued it: under AT_ONCE of
+    the call's time), the first before half of the step's compute: a tensor-parallel group, which all-reduces
+    activations through every layer, forward and backward;
+    "gradients": otherwise, where its first call in the step comes after a quarter of the step's compute (forward
+    has ended; a step's forward is about a third of it): a data-parallel group's gradients, once a step;
+    "unknown": neither, or ranks or steps that disagree."""
+    out = {}
+    for name in groups:
+        seen = {_role(r, name) for r in g.ranks if any(c.group == name for c in r.calls)}
+        out[name] = seen.pop() if len(seen) == 1 else "unknown"
+    return out
+
+
+AT_ONCE = 0.05   # compute between a call's queue point and the wait for it, against the call's time: "at once"
+
+
+def _role(r: graph.RankGraph, name) -> str:
+    idx = [i for i, c in enumerate(r.calls) if c.group == name and c.op in ("all_reduce", "reduce_scatter")]
+    if not idx or not len(r.spans):
+        return "unknown"
+    steps = r.steps or [(r.start, r.end)]
+    shifted = _warp(r.spans, 2.0)   # t + the compute before t
+
+    def before(t):
+        return float(shifted([t])[0] - t)
+    needed = {}   # call -> the least compute between its queue point and a wait for it
+    for w in r.waits:
+        needed[w.call] = min(needed.get(w.call, np.inf), before(w.t_from) - before(r.queue[w.call]))
+    starts = np.array([s for s, _ in steps])
+    by = {}
+    for i in idx:
+        by.setdefault(max(0, int(np.searchsorted(starts, r.queue[i], side="right")) - 1), []).append(i)
+    kinds = set()
+    for k, calls in by.items():
+        a, b = steps[k]
+        total = before(b) - before(a)
+        if total <= 0:
+            return "unknown"
+        first = (before(min(r.queue[i] for i in calls)) - before(a)) / total
+        at_once = sum(needed.get(i, np.inf) <= AT_ONCE * max(r.calls[i].duration_us, 1e-9) for i in calls)
+        if (len(calls) >= 2 and len({r.calls[i].bytes for i in calls}) == 1 and at_once >= 0.75 * len(calls)
+                and first < 0.5):
+            kinds.add("activations")
+        elif first >= 0.25:
+            kinds.add("gradients")
+        else:
+            return "unknown"
+    return kinds.pop() if len(kinds) == 1 else "unknown"
