@@ -5,7 +5,7 @@
     python -m commlib diagnose TRACE... [--hardware PRESET] [--json] [--max-bytes 4G]   # per-rank traces
     python -m commlib whatif TRACE... --hardware PRESET [--nodes N] [--gpus-per-node G] [--algorithm A]
                                       [--bucket-mb B] [--compress R] [--measured-on PRESET] [--json]
-    python -m commlib whatif TRACE... --network 4x1@80e6 [--measured-network 2x1@20e6] [--bucket-mb B] ...
+    python -m commlib whatif TRACE... --network 4x1@80e6 [--measured-network 2x1@20e6] [--this-machine] ...
     python -m commlib learner-copies OUT_DIR [NOTEBOOK ...] [--force]
     python -m commlib network up --nodes N --gpus-per-node G [--nics-per-node K] --bandwidth B | down NAME | clean
     python -m commlib network run [--nodes N] [--gpus-per-node G] [--nics-per-node K] --bandwidth B [--timeout S]

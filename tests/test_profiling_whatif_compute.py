@@ -233,3 +233,75 @@ def test_the_new_lines_have_chinese_translations():
     for words in ("张量并行", "本机", "profiler：记录 trace 时每步", "标有（本机）的场景"):
         assert words in text, text
     assert "tensor parallelism" not in text and "usable core" not in text
+
+
+def _megatron_step(folder):
+    """Inside a rank: a Megatron-style tensor-parallel MLP of 4 layers (a column- then a row-parallel matmul, the
+    activations all-reduced after each layer forward and their gradients backward), recorded."""
+    import torch
+    import torch.distributed as dist
+
+    from commlib.profiling.jobs.recording import record
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    p, h = dist.get_world_size(), 64
+    layers = [(torch.randn(h, 4 * h // p, requires_grad=True), torch.randn(4 * h // p, h, requires_grad=True))
+              for _ in range(4)]
+
+    class Reduce(torch.autograd.Function):   # Megatron's g: all-reduce forward, identity backward
+        @staticmethod
+        def forward(ctx, x):
+            x = x.clone()
+            dist.all_reduce(x)
+            return x
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad
+
+    class Copy(torch.autograd.Function):   # Megatron's f: identity forward, all-reduce backward
+        @staticmethod
+        def forward(ctx, x):
+            return x
+
+        @staticmethod
+        def backward(ctx, grad):
+            grad = grad.clone()
+            dist.all_reduce(grad)
+            return grad
+
+    x = torch.randn(32, h)
+
+    def step():
+        y = x
+        for a, b in layers:
+            y = Reduce.apply(torch.relu(Copy.apply(y) @ a) @ b)
+        y.square().mean().backward()
+
+    return record(step, folder + "/rank{rank}.json")
+
+
+def test_a_live_megatron_style_job_is_read_as_tensor_parallel_not_data_parallel(tmp_path):
+    import sys
+
+    import cloudpickle
+
+    import commlib as cl
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    with cl.Cluster(world_size=2) as c:
+        c.run(_megatron_step, str(tmp_path))
+    report = whatif.whatif(str(tmp_path), [whatif.Scenario(nodes=4)], measured="dgx_h100")
+    assert report["group_roles"] == {"0": "activations"}
+    line = report["scenarios"][2]["assumptions"][0]
+    assert "all-reduce activations through every layer" in line and "data-parallel group" not in line, line
+
+
+def test_the_cli_takes_this_machine_and_names_the_cluster(capsys):
+    from commlib.__main__ import main
+
+    assert main(["whatif", tr.SAMPLE, "--hardware", "dgx_h100", "--nodes", "2", "--this-machine", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["scenarios"][-1]
+    assert row["name"] == "dgx_h100, 2 x 8 GPUs (this machine)" and row["cluster"] == "this machine"
+    assert any(line.startswith("on this machine (") for line in row["assumptions"]), row["assumptions"]
