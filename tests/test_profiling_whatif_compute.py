@@ -192,6 +192,27 @@ def test_roles_tell_activations_from_gradients_and_say_unknown_otherwise():
     assert compute.roles(graph.build(early), ["0"]) == {"0": "unknown"}
 
 
+def test_a_step_that_a_stray_op_slowed_is_outvoted():
+    """Three steps of the data-parallel job; in one, an op after the buckets (a loaded machine's stray, 769 us)
+    puts them in its first tenth of compute. Two of three steps still say gradients (on every rank): gradients.
+    Slowed in two of the three, the group is "unknown"."""
+    def three(slowed):
+        out = []
+        for rank in data_parallel():
+            calls, spans, waits, steps = [], [], {}, []
+            for k in range(3):
+                o = 1000.0 * k
+                calls += [tr.Call(c.rank, c.op, c.group, c.group_size, c.bytes, c.dtype, c.start_us + o,
+                                  c.duration_us, None, None, None) for c in rank.calls]
+                spans += [(o, o + 100.0), (o + 120.0, o + 130.0)] + ([(o + 131.0, o + 900.0)] if k in slowed else [])
+                waits[3 * k + 2] = (o + 100.0, o + 120.0)
+                steps.append((o, o + 950.0))
+            out.append(_rank(rank.rank, calls, spans, waits, steps))
+        return out
+    assert compute.roles(graph.build(three({1})), ["0"]) == {"0": "gradients"}
+    assert compute.roles(graph.build(three({0, 2})), ["0"]) == {"0": "unknown"}
+
+
 @pytest.mark.parametrize("make, says, not_says", [
     (tensor_parallel, ["2 -> 4 ranks: group(s) 0 all-reduce activations through every layer, forward and backward "
                        "(tensor parallelism, not data parallelism)", "same model on 4 ranks would have smaller shards",

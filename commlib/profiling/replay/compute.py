@@ -104,46 +104,54 @@ def roles(g: graph.Graph, groups) -> dict:
     activations through every layer, forward and backward;
     "gradients": otherwise, where its first call in the step comes after a quarter of the step's compute (forward
     has ended; a step's forward is about a third of it): a data-parallel group's gradients, once a step;
-    "unknown": neither, or ranks or steps that disagree."""
+    "unknown": neither. Each rank's steps vote (a loaded machine's stray op can move one step's compute): a kind
+    that has two in three of all the votes, else "unknown"."""
     out = {}
     for name in groups:
-        seen = {_role(r, name) for r in g.ranks if any(c.group == name for c in r.calls)}
-        out[name] = seen.pop() if len(seen) == 1 else "unknown"
+        votes = [v for r in g.ranks if any(c.group == name for c in r.calls) for v in _votes(r, name)]
+        best = max(set(votes), key=votes.count) if votes else "unknown"
+        out[name] = best if votes.count(best) >= VOTE * len(votes) else "unknown"
     return out
 
 
 AT_ONCE = 0.05   # compute between a call's queue point and the wait for it, against the call's time: "at once"
+VOTE = 2 / 3     # the share of the steps' votes a kind needs
 
 
-def _role(r: graph.RankGraph, name) -> str:
-    idx = [i for i, c in enumerate(r.calls) if c.group == name and c.op in ("all_reduce", "reduce_scatter")]
-    if not idx or not len(r.spans):
-        return "unknown"
-    steps = r.steps or [(r.start, r.end)]
+def _votes(r: graph.RankGraph, name) -> list[str]:
+    """What each step of this rank shows the group doing (roles)."""
+    idx = np.array([i for i, c in enumerate(r.calls) if c.group == name and c.op in ("all_reduce", "reduce_scatter")],
+                   dtype=np.int64)
+    if not len(idx) or not len(r.spans):
+        return ["unknown"]
     shifted = _warp(r.spans, 2.0)   # t + the compute before t
 
     def before(t):
-        return float(shifted([t])[0] - t)
-    needed = {}   # call -> the least compute between its queue point and a wait for it
-    for w in r.waits:
-        needed[w.call] = min(needed.get(w.call, np.inf), before(w.t_from) - before(r.queue[w.call]))
-    starts = np.array([s for s, _ in steps])
-    by = {}
-    for i in idx:
-        by.setdefault(max(0, int(np.searchsorted(starts, r.queue[i], side="right")) - 1), []).append(i)
-    kinds = set()
-    for k, calls in by.items():
-        a, b = steps[k]
-        total = before(b) - before(a)
-        if total <= 0:
-            return "unknown"
-        first = (before(min(r.queue[i] for i in calls)) - before(a)) / total
-        at_once = sum(needed.get(i, np.inf) <= AT_ONCE * max(r.calls[i].duration_us, 1e-9) for i in calls)
-        if (len(calls) >= 2 and len({r.calls[i].bytes for i in calls}) == 1 and at_once >= 0.75 * len(calls)
-                and first < 0.5):
-            kinds.add("activations")
+        t = np.asarray(t, dtype=float)
+        return shifted(t) - t
+    queue = np.asarray(r.queue, dtype=float)
+    needed = np.full(len(r.calls), np.inf)   # per call: the least compute between its queue point and a wait for it
+    if r.waits:
+        calls = np.array([w.call for w in r.waits], dtype=np.int64)
+        np.minimum.at(needed, calls, before([w.t_from for w in r.waits]) - before(queue[calls]))
+    took = np.array([max(r.calls[i].duration_us, 1e-9) for i in idx])
+    at_once = needed[idx] <= AT_ONCE * took
+    size = np.array([r.calls[i].bytes if r.calls[i].bytes is not None else -1 for i in idx])
+    steps = np.asarray(r.steps or [(r.start, r.end)], dtype=float).reshape(-1, 2)
+    k = np.maximum(np.searchsorted(steps[:, 0], queue[idx], side="right") - 1, 0)   # the step each was queued in
+    done = before(steps.reshape(-1)).reshape(-1, 2)   # the compute before each step's start and end
+    total = done[:, 1] - done[:, 0]
+    first_q = np.full(len(steps), np.inf)
+    np.minimum.at(first_q, k, queue[idx])
+    count = np.bincount(k, minlength=len(steps))
+    waited = np.bincount(k, weights=at_once, minlength=len(steps))
+    votes = []
+    for j in np.flatnonzero(count):
+        first = (before([first_q[j]])[0] - done[j, 0]) / total[j] if total[j] > 0 else np.nan
+        if count[j] >= 2 and len(np.unique(size[k == j])) == 1 and waited[j] >= 0.75 * count[j] and first < 0.5:
+            votes.append("activations")
         elif first >= 0.25:
-            kinds.add("gradients")
+            votes.append("gradients")
         else:
-            return "unknown"
-    return kinds.pop() if len(kinds) == 1 else "unknown"
+            votes.append("unknown")
+    return votes
