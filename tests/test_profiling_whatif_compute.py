@@ -326,3 +326,15 @@ def test_the_cli_takes_this_machine_and_names_the_cluster(capsys):
     row = json.loads(capsys.readouterr().out)["scenarios"][-1]
     assert row["name"] == "dgx_h100, 2 x 8 GPUs (this machine)" and row["cluster"] == "this machine"
     assert any(line.startswith("on this machine (") for line in row["assumptions"]), row["assumptions"]
+
+
+def test_the_loops_verdict_says_how_far_the_replay_scaled_the_recorded_compute():
+    from commlib.profiling.jobs import network_whatif as nw
+
+    loop = {"base": "2x1@20e6", "scenario": "2x1@60e6", "predicted_s": 0.0216, "measured_s": 0.0218, "error": -0.01,
+            "cpu_base_s": None, "cpu_s": None, "compute_factor": 0.933, "traced_vs_untraced": 1.05}
+    said = nw.verdict(loop).splitlines()
+    assert said[-1] == "the replay's compute x0.933: the recorded steps ran x1.05 their untraced time (the profiler's own)"
+    assert all(len(line) <= 100 for line in said)
+    for f in (None, 1.0):
+        assert "the replay's compute" not in nw.verdict({**loop, "compute_factor": f})

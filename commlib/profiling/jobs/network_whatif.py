@@ -123,7 +123,9 @@ def record_predict_run(script: str, base: str, scenario: str, folder: str, args=
                        this_machine: bool = False) -> dict:
     """Record SCRIPT on network `base`, ask whatif for `scenario`, run it there -> {"base", "scenario",
     "measured_base_s", "predicted_s", "measured_s", "error" (predicted / measured - 1), "cpu_base_s", "cpu_s"
-    (the CPU per step of each run: measured(); the replay keeps the first), "commands" (as typed)}.
+    (the CPU per step of each run: measured(); the replay keeps the first), "commands" (as typed),
+    "compute_factor", "traced_vs_untraced" (whatif's profiler correction: None where the traces carry no untraced
+    step)}.
     this_machine: whatif --this-machine, the prediction for the ranks sharing this machine's cores (what the run
     measures) rather than for a real cluster."""
     steps, cpu, commands = {}, {}, []
@@ -142,19 +144,26 @@ def record_predict_run(script: str, base: str, scenario: str, folder: str, args=
             commands.append(f"{PROMPT} whatif base/ --network {scenario}" + (" --this-machine" if this_machine else ""))
             report = ask(where, scenario, timeout=timeout, this_machine=this_machine)
     predicted = report["scenarios"][-1]["step_us"] * 1e-6
+    prof = report.get("profiler") or {}   # the base run's untraced step, where its traces carry it
     return {"base": base, "scenario": scenario, "measured_base_s": steps["base"], "predicted_s": predicted,
             "measured_s": steps["scenario"], "error": predicted / steps["scenario"] - 1, "cpu_base_s": cpu["base"],
-            "cpu_s": cpu["scenario"], "commands": commands}
+            "cpu_s": cpu["scenario"], "commands": commands, "compute_factor": prof.get("compute_factor"),
+            "traced_vs_untraced": prof.get("ratio")}
 
 
 def verdict(loop: dict, tolerance: float = 0.10) -> str:
     """Predicted against measured, and whether they agree within `tolerance`; then, where the loop has them, the
     CPU per step of both runs: the replay keeps the base run's, so a CPU that ran the same ops faster or slower
-    in the scenario's run moves the step by that much, which no network model can see."""
+    in the scenario's run moves the step by that much, which no network model can see; where whatif scaled the
+    recorded compute to the untraced steps (the profiler's time), by how much."""
     ok = abs(loop["error"]) <= tolerance
     out = tr(f"{loop['base']} -> {loop['scenario']}: whatif predicted {loop['predicted_s'] * 1e3:.1f} ms per step,\n"
              f"the run measured {loop['measured_s'] * 1e3:.1f} ms ({loop['error']:+.0%}): "
              + (f"within {tolerance:.0%}" if ok else f"off by more than {tolerance:.0%}"))
+    f = loop.get("compute_factor")
+    if f is not None and f != 1 and loop.get("traced_vs_untraced"):
+        out += "\n" + tr(f"the replay's compute x{f:.3f}: the recorded steps ran x{loop['traced_vs_untraced']:.2f} "
+                         "their untraced time (the profiler's own)")
     if loop.get("cpu_base_s") is None or loop.get("cpu_s") is None:
         return out
     kept, ran = loop["cpu_base_s"] * 1e3, loop["cpu_s"] * 1e3
