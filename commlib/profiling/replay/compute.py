@@ -11,6 +11,8 @@ Why stretch: (1) the profiler's overhead. A traced step runs slower than an untr
 on the compute that makes the identity replay give them; every scenario is replayed with it. (2) this machine.
 Ranks that share fewer cores than they are compute at (ranks / usable cores) of one core's speed each: a
 what-if for the emulated cluster a learner can run stretches the compute by the new share over the traced one.
+It stretches every compute span: compute that takes no core (GPU kernels, commlib's emulated accelerator, which
+sleeps) would not slow down, and the CPU work inside Gloo's calls (copies, sums), which would, is not stretched.
 A stretch is a warp of each rank's own clock: a point t moves by (factor - 1) x the compute before it, so every
 compute span grows by the factor and every gap (a wait, Python between ops) keeps its length; queue points,
 waits and calls move with the compute before them, and no call's duration changes.
