@@ -180,6 +180,37 @@ def test_parallel_reading_equals_serial_and_leaves_no_process(synth, tmp_path):
     assert {p.pid for p in psutil.Process().children(recursive=True)} == before
 
 
+def held_around_a_read(path: str) -> tuple:
+    """(records held before, after) one read_records in this process (a reader worker's, or the parent's)."""
+    before = len(reader.HELD)
+    reader.read_records(path)
+    return before, len(reader.HELD)
+
+
+def test_a_worker_frees_each_file_s_records_after_its_answer_and_the_parent_holds_none(synth):
+    import pickle
+    import subprocess
+    import sys
+
+    from commlib.profiling.read import parallel
+
+    here = os.path.dirname(os.path.abspath(__file__))   # the worker imports held_around_a_read from this module
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, here, os.environ.get("PYTHONPATH", "")])}
+    worker = subprocess.Popen([sys.executable, "-c", parallel._WORKER], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, env=env)
+    try:   # three files, one after the other, as _Pool gives them: 0 held before each read, 1 after
+        for path in synth["gpu"] + synth["cpu"][:1]:
+            worker.stdin.write(pickle.dumps((held_around_a_read, path, ())).hex().encode() + b"\n")
+            worker.stdin.flush()
+            size = parallel._HEADER.unpack(worker.stdout.read(parallel._HEADER.size))[0]
+            assert pickle.loads(worker.stdout.read(size)) == ("ok", (0, 1))
+    finally:
+        worker.stdin.close()
+        assert worker.wait(30) == 0
+        worker.stdout.close()
+    assert read_all(synth["gpu"], held_around_a_read, workers=1) == [(0, 0)] * 2   # this process holds none
+
+
 def test_cli_states_the_limit_and_refuses_past_it_in_one_line(capsys):
     from commlib.__main__ import main
 

@@ -117,8 +117,11 @@ def _read(path: str, max_bytes: int) -> RankTrace:
         calls = _cuda_calls(rank, rec, nccl, shards)
         notes += [n for n in [streams.stream_overlaps(path, nccl)] if n]
         issued, waits = streams.edges(rec.kernels, nccl, rec.syncs)
-        compute = _event_spans([k for k, n in zip(rec.kernels, is_nccl) if not n])
-        timeline = _event_spans([*rec.kernels, *rec.copies])
+        import numpy as np
+
+        spans = _event_spans(rec.kernels)   # each kernel's span once: the compute ones, and all with the copies
+        compute = spans[~np.array(is_nccl, dtype=bool).reshape(-1)]
+        timeline = np.concatenate((spans, copies))
         backend = "nccl"
     elif not comm_threads and any(e.name.startswith("nccl:") for e in rec.comm_ops):
         calls = _cpu_nccl_calls(rank, rec, shards)   # NCCL seen from the CPU only (no CUDA activity recorded)

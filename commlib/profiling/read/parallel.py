@@ -134,9 +134,11 @@ class _Pool:
 def _serve() -> None:
     """Worker: for each line on stdin (a hex pickle of (read, path, args), written by _Pool) answer one
     length-prefixed pickle on stdout: ("ok", RankTrace) | ("error", (path, problem)) | ("crash", text)."""
+    from commlib.profiling.read import reader
     from commlib.profiling.read.reader import TraceError
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle: it kills the workers
+    reader.HOLD[0] = True   # each file's records are freed once its answer is on its way (reader.HELD)
     out = sys.stdout.buffer
     for line in sys.stdin.buffer:
         read, path, args = pickle.loads(bytes.fromhex(line.decode()))   # from our parent, over its own pipe
@@ -149,4 +151,6 @@ def _serve() -> None:
         body = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
         out.write(_HEADER.pack(len(body)) + body)
         out.flush()
+        del answer, body
+        reader.HELD.clear()
 

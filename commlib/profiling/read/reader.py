@@ -122,6 +122,9 @@ def no_gc():
 
 
 _TIME_LIMIT_S = [None]   # set by time_limit(): the serial path's per-file deadline (a worker process has its own)
+HELD: list = []   # a reader worker's Records, kept past read_records' caller until its answer is sent (parallel.py):
+                  # freeing a 1M-event rank's records takes ~0.1 s, which then falls after the answer, not before it
+HOLD = [False]
 
 
 @contextlib.contextmanager
@@ -142,7 +145,10 @@ def read_records(path: str, max_bytes: int = MAX_BYTES, timeout_s: float | None 
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
         with no_gc():
-            return _read_records(path, max_bytes, deadline)
+            rec = _read_records(path, max_bytes, deadline)
+            if HOLD[0]:
+                HELD.append(rec)
+            return rec
     except RecursionError:   # msgspec's own depth limit (Python's recursion limit): no trace nests so deep
         raise TraceError(path, f"not a torch.profiler trace (JSON nested more than {sys.getrecursionlimit()} "
                                "levels deep)") from None
