@@ -71,16 +71,18 @@ def stretch(g: graph.Graph, factors) -> graph.Graph:
 def calibrate(g: graph.Graph, target_us: float, steps: int = 1) -> tuple[float, float]:
     """The factor on every rank's compute whose replay (the traced transfers kept) gives target_us per step ->
     (factor, that replay's step per step). Only ever shrinks, and by MIN_FACTOR at most: a replay already at or
-    below the target keeps its compute (1.0); one the compute cannot bring down to it stops at MIN_FACTOR. The replay's step grows with the compute (every task waits for the max of its
-    inputs), so a bisection finds it."""
+    below the target keeps its compute (1.0), and so does one that even MIN_FACTOR cannot bring down to it (the
+    difference is then not the compute's: the calls, the gaps between ops, or the noise of a few steps; halving
+    the compute for it would skew every scenario). The replay's step grows with the compute (every task waits
+    for the max of its inputs), so a bisection finds it."""
     def step(f):
         return graph.replay(stretch(g, f))["step_us"] / steps
     top = step(1.0)
     if top <= target_us:
         return 1.0, top
     lo, hi, got = MIN_FACTOR, 1.0, top
-    if step(lo) >= target_us:   # more than the compute can explain (the gaps, the calls): as far as it goes
-        return lo, step(lo)
+    if step(lo) >= target_us:   # more than the compute can explain: nothing corrected
+        return 1.0, top
     for _ in range(ITERATIONS):
         mid = (lo + hi) / 2
         got = step(mid)
