@@ -6,7 +6,8 @@ rank, 1 to 64 ranks, against the stdlib's json.load of the same files and Holist
 Traces: commlib.profiling.jobs.synthetic (Kineto's GPU format with torch >= 2.3's collective arguments on the NCCL
 kernels, 5% of kernels NCCL; the same without the arguments; a CPU/Gloo job), written to a temporary folder.
 Per case: the CLI end to end (a fresh process: start-up, reading, analysis, report), its peak memory (RSS of
-the process and its reader workers together, sampled every 10 ms), events per second, the growth exponent
+the process and its reader workers together, sampled every 10 ms in a run of its own: the sampler's CPU would
+slow a timed run by 10%), events per second, the growth exponent
 against the case before it (time ~ events^k: 1 is linear), the Python call diagnose() in this process,
 json.load of the same files one after the other, and Holistic Trace Analysis (TraceAnalysis +
 get_comm_comp_overlap) where it is importable by --hta-python (default: this interpreter), with its peak memory
@@ -14,7 +15,9 @@ and its time / diagnose's, run both ways in the same run: its default parser, an
 ParserConfig documents "for best results" on large traces (ParserBackend.IJSON_BATCH_AND_COMPRESS with
 ParserConfig.get_minimum_args(), set through ParserConfig.set_default_cfg; needs ijson). Its version (the
 traceinsight or holistictraceanalysis distribution) is recorded. Every row records the 1-minute load before and
-after it: the machine may be shared. The 2 x 1M-event case runs twice: on the machine as it is (quiet, under
+after it: the machine may be shared. In each 2 x 1M-event case diagnose and json.load run REPEATS (3)
+times, alternating, and the row keeps their medians (one run of each moves by 10% on a quiet machine here).
+The 2 x 1M-event case runs twice: on the machine as it is (quiet, under
 `flock -x`), and again under a load of BUSY it makes itself (BUSY processes spinning `while True: pass`, started
 after the traces are written, killed after the case), json.load and diagnose alike. BUSY is 1 (it was 3 before
 issue 65 item 3): one other busy process beside the reader, which counts on every core (one reading process per
@@ -83,13 +86,15 @@ FULL = [("gpu", "gpu", True, 2, 10_000, True), ("gpu", "gpu", True, 2, 100_000, 
 QUICK = [("gpu", "gpu", True, 2, 2_000, False), ("gpu", "gpu", True, 2, 20_000, False),
          ("gpu, no kernel args", "gpu", False, 2, 5_000, False), ("cpu/gloo", "cpu", True, 2, 5_000, False),
          ("4 ranks", "gpu", True, 4, 5_000, False)]
+REPEATS = 3   # runs of diagnose and of json.load, alternating, in each 2 x 1M-event case (their medians)
 BUSY = 1   # busy-loop processes of the loaded run: a load of ~1 on top of the machine's own (3 before issue 65)
 LOADED = ("gpu, loaded", "gpu", True, 2, 1_000_000, False)   # the quick run: the same at 2 x 20,000 events
 
 
-def timed(cmd: list[str]) -> dict:
+def timed(cmd: list[str], sample: bool = True) -> dict:
     """Run cmd; wall seconds, CPU seconds (user + system of it and every process it waited for: on a loaded
-    machine these grow with the work, not with the wait), peak RSS (bytes) of it and its children together,
+    machine these grow with the work, not with the wait), peak RSS (bytes) of it and its children together
+    (sample=False: None, and no sampler thread: sampling every 10 ms took 0.3 s of a 2.6 s diagnose on 2 cores),
     exit code, stdout, stderr."""
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -97,7 +102,7 @@ def timed(cmd: list[str]) -> dict:
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     peak, done = [0], threading.Event()
 
-    def sample():
+    def sample_rss():
         proc = psutil.Process(p.pid)
         while not done.is_set():
             try:
@@ -107,8 +112,9 @@ def timed(cmd: list[str]) -> dict:
                 pass
             done.wait(0.01)
 
-    th = threading.Thread(target=sample, daemon=True)
-    th.start()
+    th = threading.Thread(target=sample_rss, daemon=True)
+    if sample:
+        th.start()
     try:
         out, err = p.communicate(timeout=1800)
     finally:
@@ -116,10 +122,12 @@ def timed(cmd: list[str]) -> dict:
             p.kill()
             p.wait()
         done.set()
-        th.join()
+        if sample:
+            th.join()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    return {"s": time.perf_counter() - t0, "cpu": cpu, "rss": peak[0], "rc": p.returncode, "out": out.decode(),
+    return {"s": time.perf_counter() - t0, "cpu": cpu, "rss": peak[0] if sample else None, "rc": p.returncode,
+            "out": out.decode(),
             "err": err.decode()}
 
 
@@ -169,11 +177,31 @@ def run_case(folder, name, form, kernel_args, ranks, events, with_hta, hta_py, b
     return row
 
 
+def _json_load(files) -> tuple[float, float]:
+    """The stdlib alone, the same files one after the other -> (wall s, CPU s)."""
+    t, c0 = time.perf_counter(), time.process_time()
+    for f in files:
+        with open(f) as fh:
+            json.load(fh)
+    return time.perf_counter() - t, time.process_time() - c0
+
+
 def _measure(d, files, name, form, kernel_args, ranks, events, with_hta, hta_py) -> dict:
     load_before = os.getloadavg()[0]
-    cli = timed([sys.executable, "-m", "commlib", "diagnose", d, "--json"])
-    if cli["rc"] != 0:
-        raise SystemExit(f"diagnose failed on {d}: {cli['err'][-500:]}")
+    # the ratio's cases (2 x 1M events) run REPEATS times, diagnose and json.load alternating: one run of each
+    # moves by 10% between runs on a quiet machine (the noise floor), the median of three far less
+    # the times come from runs without the memory sampler, the peak from one more run with it
+    repeats = REPEATS if events >= 1_000_000 else 1
+    clis, loads = [], []
+    command = [sys.executable, "-m", "commlib", "diagnose", d, "--json"]
+    for _ in range(repeats):
+        clis.append(timed(command, sample=False))
+        if clis[-1]["rc"] != 0:
+            raise SystemExit(f"diagnose failed on {d}: {clis[-1]['err'][-500:]}")
+        if ranks <= 2:
+            loads.append(_json_load(files))
+    cli = sorted(clis, key=lambda c: c["s"])[len(clis) // 2]
+    peak = timed(command)["rss"]
     report = json.loads(cli["out"])
     t, c0, w0 = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_CHILDREN)
     diagnose(d)
@@ -183,15 +211,14 @@ def _measure(d, files, name, form, kernel_args, ranks, events, with_hta, hta_py)
     row = {"case": name, "form": form, "kernel_args": kernel_args, "ranks": ranks, "events_per_rank": events,
            "calls": len(report["calls"]), "cli_s": cli["s"], "cli_cpu_s": cli["cpu"], "call_s": call_s,
            "call_cpu_s": call_cpu,
-           "peak_rss_bytes": cli["rss"], "bytes_on_disk": sum(os.path.getsize(f) for f in files),
+           "peak_rss_bytes": peak, "bytes_on_disk": sum(os.path.getsize(f) for f in files),
            "json_load_s": None, "json_load_cpu_s": None,
            **{f"{k}{x}": None for k in HTA_BACKENDS for x in ("_s", "_cpu_s", "_rss_bytes", "_note")}}
-    if ranks <= 2:   # the stdlib alone, the same files one after the other
-        t, c0 = time.perf_counter(), time.process_time()
-        for f in files:
-            with open(f) as fh:
-                json.load(fh)
-        row["json_load_s"], row["json_load_cpu_s"] = time.perf_counter() - t, time.process_time() - c0
+    if repeats > 1:   # every run, in order; cli_s and json_load_s are the medians
+        row["cli_runs_s"] = [c["s"] for c in clis]
+        row["json_load_runs_s"] = [s for s, _ in loads]
+    if loads:
+        row["json_load_s"], row["json_load_cpu_s"] = sorted(loads)[len(loads) // 2]
     for key, (backend, _) in HTA_BACKENDS.items() if with_hta and hta_py else ():
         h = timed([hta_py, "-c", HTA_SCRIPT, d, backend])
         if h["rc"] == 0:
@@ -264,7 +291,8 @@ def targets(rows: list[dict], cores: int) -> list[str]:
             out.append(f"linear: {y['events_per_rank'] // x['events_per_rank']}x the events "
                        f"({x['events_per_rank']:,} -> {y['events_per_rank']:,}) took {y['cli_s'] / x['cli_s']:.1f}x "
                        f"the time, {y['cli_cpu_s'] / x['cli_cpu_s']:.1f}x the CPU time (target <= 12x per 10x)")
-        out.append(f"fast: 2 x {b['events_per_rank']:,} events end to end in {b['cli_s']:.2f} s; json.load alone "
+        runs = f" (median of {len(b['cli_runs_s'])})" if b.get("cli_runs_s") else ""
+        out.append(f"fast: 2 x {b['events_per_rank']:,} events end to end in {b['cli_s']:.2f} s{runs}; json.load alone "
                    f"{_s(b['json_load_s'])} s"
                    + (f" (diagnose / json.load = {b['cli_s'] / b['json_load_s']:.2f}, target <= 0.25)"
                       if b["json_load_s"] else "") + f"; load {b['load_1min'][0]:.1f} to {b['load_1min'][1]:.1f}")
