@@ -250,6 +250,8 @@ def carry_hta(rows: list[dict], path: str) -> dict:
     m = old.get("meta", {})
     if not carried:
         return {}
+    if m.get("hta_from"):   # that run carried them too: the run that measured them is still the one to name
+        return {"hta_from": m["hta_from"], "hta_version": m.get("hta_version"), "hta": True}
     return {"hta_from": f"HTA's figures carried from the run of {m.get('date')} (load "
                         f"{(m.get('load_before') or [0])[0]:.1f}): HTA could not run in this one",
             "hta_version": m.get("hta_version"), "hta": True}

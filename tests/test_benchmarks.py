@@ -5,6 +5,7 @@ that the scripts still run against today's package, and the one correctness figu
 Each takes well under a minute on 2 loaded cores.
 """
 
+import json
 import os
 import re
 import sys
@@ -91,6 +92,24 @@ def test_a_fit_without_bandwidth_is_reported_not_divided_by(monkeypatch):
     line = model_fit.fit_line(2, 30e-6, 0.0, 4)
     assert "no bandwidth can be fitted" in line and "alpha 30.0 µs" in line
     assert "1.000 GB/s" in model_fit.fit_line(2, 30e-6, 1e-9, 4)
+
+
+def test_hta_figures_carried_twice_still_name_the_run_that_measured_them(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import diagnose_scale as ds
+
+    key = ("gpu", 2, 1_000_000)
+    row = lambda **hta: {"case": key[0], "ranks": key[1], "events_per_rank": key[2], **hta}  # noqa: E731
+    measured = {f"{k}_s": 40.0 for k in ds.HTA_BACKENDS}
+    path = tmp_path / "scale.json"
+    path.write_text(json.dumps({"meta": {"date": "2026-12-04", "load_before": [3.1]}, "rows": [row(**measured)]}))
+    first = ds.carry_hta([row()], str(path))   # the run after the one that measured HTA
+    assert first["hta_from"].startswith("HTA's figures carried from the run of 2026-12-04 (load 3.1)")
+    path.write_text(json.dumps({"meta": {"date": "2026-12-07", "load_before": [1.0], **first},
+                                "rows": [row(**measured)]}))
+    again = [row()]
+    assert ds.carry_hta(again, str(path))["hta_from"] == first["hta_from"]   # not "the run of 2026-12-07"
+    assert again[0]["hta_s"] == 40.0
 
 
 BAD_ARGUMENTS = {  # script -> (arguments, words of the one line it must print)
