@@ -33,7 +33,7 @@ from commlib.bench import arguments
 from commlib.cluster import diagnosis, flight_recorder
 from commlib.parallel import faults
 
-PRELOAD = ("torch.distributed.fsdp", "torch.distributed.tensor", "commlib.parallel.live")
+PRELOAD = ("torch.distributed.fsdp", "torch.distributed.tensor.debug", "commlib.parallel.live")
 PROGRAM_TIMEOUT, TIMEOUT = 120.0, 3.0
 QUICK = [(None, "op", "31"), (None, "tag", "42"), (None, "reduce_op", "42")]
 

@@ -32,7 +32,7 @@ TIMEOUT = 1.0          # the fault's run, a hang reported after it: its own work
                        # on ranks the program before has warmed (ms); each hanging case waits all of it
 PROGRAM_TIMEOUT = 120.0  # the program's run: fresh ranks import FSDP2/DTensor on a loaded machine
 FULL = os.environ.get("COMMLIB_FULL_FAULT_MATRIX") == "1"
-PRELOAD = ("torch.distributed.fsdp", "torch.distributed.tensor", "commlib.parallel.live")  # once, not per restart
+PRELOAD = ("torch.distributed.fsdp", "torch.distributed.tensor.debug", "commlib.parallel.live")  # once, not per restart
 SEED = int(os.environ.get("COMMLIB_FAULT_SEED", random.SystemRandom().randrange(10**6)))
 
 

@@ -1,6 +1,7 @@
 """commlib.parallel.mesh: FSDP2 x DTensor TP on a 2-D mesh equals one process; CommDebugMode's counts per
 mesh dimension equal the planner's; the redistribution table."""
 
+import os
 import sys
 
 import cloudpickle
@@ -49,3 +50,18 @@ def test_redistribution_table(runs):
     assert table[("Partial", "Replicate")]["torch_bytes"] == pytest.approx(2 * shard)
     assert table[("Shard(0)", "Shard(1)")]["torch_bytes"] == pytest.approx(shard / 2)
     assert table[("Shard(0)", "Partial")]["torch_bytes"] == float("inf")
+
+
+def test_importing_live_leaves_dtensor_and_comm_debug_mode_until_a_mesh_counter_is_made():
+    """A chapter that imports commlib.parallel.live (7, 8) does not wait 1.4 s for CommDebugMode's imports
+    (DTensor, torch._inductor, sympy): mesh.MeshCounter makes its class on first use."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import commlib.parallel.live; from commlib.parallel import mesh; "
+            "print('torch.distributed.tensor' in sys.modules, 'sympy' in sys.modules); "
+            "from torch.distributed.tensor.debug import CommDebugMode; "
+            "print(issubclass(mesh.MeshCounter, CommDebugMode), mesh.MeshCounter is mesh.MeshCounter)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.stdout.split() == ["False", "False", "True", "True"], out.stderr[-2000:]

@@ -24,7 +24,6 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.distributed.tensor.debug import CommDebugMode
 
 OPS = {"allgather": "all_gather", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
        "allreduce": "all_reduce", "all_reduce": "all_reduce", "alltoall": "all_to_all", "all_to_all": "all_to_all",
@@ -132,31 +131,49 @@ def ring_bytes(op: str, args, p: int) -> int:
     return int((2 if op == "all_reduce" else 1) * (p - 1) / p * max(sizes))
 
 
-class MeshCounter(CommDebugMode):
-    """CommDebugMode, plus per mesh dimension: .counts {dim: Counter(op)} and .bytes {dim: Counter(op)}
-    (ring bytes this rank sends). Collectives on a group outside the mesh go under "other"."""
+_COUNTER: list = []   # the MeshCounter class, made on first use
 
-    def __init__(self, mesh):
-        super().__init__()
-        self.dims = {}
-        for i, name in enumerate(mesh.mesh_dim_names):
-            group = mesh.get_group(i)
-            self.dims[group.group_name] = (name, group.size())
-        self.counts = {name: Counter() for name, _ in self.dims.values()}
-        self.bytes = {name: Counter() for name, _ in self.dims.values()}
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        before = self.get_total_counts()
-        out = super().__torch_dispatch__(func, types, args, kwargs)
-        if out is NotImplemented or self.get_total_counts() == before:
-            return out
-        name = str(func._overloadpacket).split(".")[-1].strip("_")
-        op = next((v for k, v in OPS.items() if name.startswith(k)), name)
-        key = _group_of(list(args) + list((kwargs or {}).values()), self.dims)
-        dim, p = self.dims.get(key, ("other", 1))
-        self.counts.setdefault(dim, Counter())[op] += 1
-        self.bytes.setdefault(dim, Counter())[op] += ring_bytes(op, args, p)
-        return out
+def __getattr__(name: str):
+    """mesh.MeshCounter, made on first use: torch's CommDebugMode imports DTensor, torch._inductor and sympy
+    (1.4 s on 2 cores), which a notebook that only imports commlib.parallel.live need not wait for."""
+    if name == "MeshCounter":
+        return _mesh_counter()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _mesh_counter():
+    if not _COUNTER:
+        from torch.distributed.tensor.debug import CommDebugMode
+
+        class MeshCounter(CommDebugMode):
+            """CommDebugMode, plus per mesh dimension: .counts {dim: Counter(op)} and .bytes {dim: Counter(op)}
+            (ring bytes this rank sends). Collectives on a group outside the mesh go under "other"."""
+
+            def __init__(self, mesh):
+                super().__init__()
+                self.dims = {}
+                for i, name in enumerate(mesh.mesh_dim_names):
+                    group = mesh.get_group(i)
+                    self.dims[group.group_name] = (name, group.size())
+                self.counts = {name: Counter() for name, _ in self.dims.values()}
+                self.bytes = {name: Counter() for name, _ in self.dims.values()}
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                before = self.get_total_counts()
+                out = super().__torch_dispatch__(func, types, args, kwargs)
+                if out is NotImplemented or self.get_total_counts() == before:
+                    return out
+                name = str(func._overloadpacket).split(".")[-1].strip("_")
+                op = next((v for k, v in OPS.items() if name.startswith(k)), name)
+                key = _group_of(list(args) + list((kwargs or {}).values()), self.dims)
+                dim, p = self.dims.get(key, ("other", 1))
+                self.counts.setdefault(dim, Counter())[op] += 1
+                self.bytes.setdefault(dim, Counter())[op] += ring_bytes(op, args, p)
+                return out
+
+        _COUNTER.append(MeshCounter)
+    return _COUNTER[0]
 
 
 # ----------------------------------------------------------------------------------- training
@@ -204,7 +221,7 @@ def _train(mesh, steps, batch, seq, hidden, heads, ffn, lr) -> dict:
         rows = slice(d * batch, (d + 1) * batch)
         xl = x.detach()[rows].clone().requires_grad_()   # as from a layer below: its gradient is needed
         if step == steps - 1:
-            counter = MeshCounter(mesh)
+            counter = _mesh_counter()(mesh)
             with counter:
                 F.mse_loss(par(xl), target[rows]).backward()
         else:
@@ -273,7 +290,7 @@ def _table(mesh, dim_name, shape) -> list[dict]:
                 dt = DTensor.from_local(local, mesh, spread(src), run_check=False)
             else:
                 dt = distribute_tensor(full, mesh, spread(src))
-            counter = MeshCounter(mesh)
+            counter = _mesh_counter()(mesh)
             row = {"src": _label(src), "dst": _label(dst)}
             try:
                 with counter:
