@@ -94,3 +94,17 @@ def test_the_cli_writes_the_json_and_run_reads_pytests_report(tmp_path, monkeypa
     assert seen["cmd"][-2:] == ["-x", "tests/test_a.py"] and seen["cwd"] == durations.ROOT
     got = json.loads(out.read_text())
     assert got["tests"] == durations.parse_junit(JUNIT)["tests"] and 0 <= got["total_s"] < 60  # the process's wall time
+
+
+NBVAL_ONE_PROCESS = durations.ROOT / "tests" / "nbval_durations.json"
+
+
+def test_the_committed_nbval_timings_keep_each_chapter_within_60_s_and_the_twelve_within_180_s():
+    """Issue 65, item 4: the chapters' nbval in one process on 2 cores (`python tools/durations.py --out
+    tests/nbval_durations.json --run notebooks -p no:xdist`), committed with the chapters' outputs."""
+    with open(NBVAL_ONE_PROCESS) as f:
+        got = json.load(f)
+    chapters = sorted(p.name for p in (durations.ROOT / "notebooks").glob("[0-9]*.ipynb"))
+    per = {k.split("/")[-1]: v for k, v in got["tests"].items()}
+    assert sorted(per) == chapters, "the file does not time every chapter: run the command above again"
+    assert {k: v for k, v in per.items() if v > 60} == {} and got["total_s"] <= 180, got
