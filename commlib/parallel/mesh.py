@@ -134,12 +134,11 @@ def ring_bytes(op: str, args, p: int) -> int:
 _COUNTER: list = []   # the MeshCounter class, made on first use
 
 
-def __getattr__(name: str):
-    """mesh.MeshCounter, made on first use: torch's CommDebugMode imports DTensor, torch._inductor and sympy
-    (1.4 s on 2 cores), which a notebook that only imports commlib.parallel.live need not wait for."""
-    if name == "MeshCounter":
-        return _mesh_counter()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def MeshCounter(mesh):  # noqa: N802  (its callers use it as the class it makes: `with MeshCounter(mesh) as c`)
+    """A counter for this mesh (_mesh_counter's class: CommDebugMode, plus per mesh dimension). The class is
+    made on first use: CommDebugMode's module imports DTensor, torch._inductor and sympy (1.4 s on 2 cores),
+    which a notebook that only imports commlib.parallel.live need not wait for."""
+    return _mesh_counter()(mesh)
 
 
 def _mesh_counter():
@@ -221,7 +220,7 @@ def _train(mesh, steps, batch, seq, hidden, heads, ffn, lr) -> dict:
         rows = slice(d * batch, (d + 1) * batch)
         xl = x.detach()[rows].clone().requires_grad_()   # as from a layer below: its gradient is needed
         if step == steps - 1:
-            counter = _mesh_counter()(mesh)
+            counter = MeshCounter(mesh)
             with counter:
                 F.mse_loss(par(xl), target[rows]).backward()
         else:
@@ -290,7 +289,7 @@ def _table(mesh, dim_name, shape) -> list[dict]:
                 dt = DTensor.from_local(local, mesh, spread(src), run_check=False)
             else:
                 dt = distribute_tensor(full, mesh, spread(src))
-            counter = _mesh_counter()(mesh)
+            counter = MeshCounter(mesh)
             row = {"src": _label(src), "dst": _label(dst)}
             try:
                 with counter:
