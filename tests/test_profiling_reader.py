@@ -182,9 +182,9 @@ def test_parallel_reading_equals_serial_and_leaves_no_process(synth, tmp_path):
 
 def held_around_a_read(path: str) -> tuple:
     """(records held before, after) one read_records in this process (a reader worker's, or the parent's)."""
-    before = len(reader.HELD)
+    before = len(reader.HELD or [])   # None in a process that holds nothing
     reader.read_records(path)
-    return before, len(reader.HELD)
+    return before, len(reader.HELD or [])
 
 
 def test_a_worker_frees_each_file_s_records_after_its_answer_and_the_parent_holds_none(synth):

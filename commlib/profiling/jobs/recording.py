@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 
+from commlib import _validate
+
 UNTRACED_KEY = "commlib_untraced"   # read by profiling/read/reader.py (RankTrace.untraced)
 
 
@@ -34,9 +36,8 @@ def job_step_s(times) -> float:
 
 def stamp_untraced(prof, step_s: float) -> None:
     """Write the job's untraced step (seconds) into a torch.profiler.profile's trace, before it is exported."""
-    if isinstance(step_s, bool) or not isinstance(step_s, (int, float)) or not 0 < step_s < float("inf"):
-        raise ValueError(f"untraced_s must be a step time > 0 seconds, got {step_s!r}")
-    prof.add_metadata_json(UNTRACED_KEY, json.dumps({"step_s": float(step_s)}))
+    step_s = _validate.number("untraced_s", step_s, low=0.0, strict=True, unit="seconds")
+    prof.add_metadata_json(UNTRACED_KEY, json.dumps({"step_s": step_s}))
 
 
 def record(step, path: str, *args, warmup: int = 1, late_rank: int | None = None, late_s: float = 0.0,

@@ -138,7 +138,7 @@ def _serve() -> None:
     from commlib.profiling.read.reader import TraceError
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle: it kills the workers
-    reader.HOLD[0] = True   # each file's records are freed once its answer is on its way (reader.HELD)
+    reader.HELD = []   # each file's records are freed once its answer is on its way
     out = sys.stdout.buffer
     for line in sys.stdin.buffer:
         read, path, args = pickle.loads(bytes.fromhex(line.decode()))   # from our parent, over its own pipe

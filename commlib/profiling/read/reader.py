@@ -122,9 +122,10 @@ def no_gc():
 
 
 _TIME_LIMIT_S = [None]   # set by time_limit(): the serial path's per-file deadline (a worker process has its own)
-HELD: list = []   # a reader worker's Records, kept past read_records' caller until its answer is sent (parallel.py):
-                  # freeing a 1M-event rank's records takes ~0.1 s, which then falls after the answer, not before it
-HOLD = [False]
+# In a reader worker, a list: each Records kept past read_records' caller until its answer is sent (parallel.py);
+# freeing a 1M-event rank's records takes ~0.1 s, which then falls after the answer, not before it. None (keep
+# nothing) everywhere else.
+HELD: list | None = None
 
 
 @contextlib.contextmanager
@@ -146,7 +147,7 @@ def read_records(path: str, max_bytes: int = MAX_BYTES, timeout_s: float | None 
     try:
         with no_gc():
             rec = _read_records(path, max_bytes, deadline)
-            if HOLD[0]:
+            if HELD is not None:
                 HELD.append(rec)
             return rec
     except RecursionError:   # msgspec's own depth limit (Python's recursion limit): no trace nests so deep

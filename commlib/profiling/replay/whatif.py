@@ -98,9 +98,8 @@ def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: st
         raise ValueError(f"excess must be one of {EXCESS}, got {excess!r}")
     ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces, max_bytes)
     gamma = _validate.number("gamma", gamma, low=0.0)
-    untraced = _validate.number("untraced", untraced, low=0.0) if untraced is not None else None
-    if untraced == 0:
-        raise ValueError("untraced must be a step time > 0 seconds, got 0")
+    untraced = _validate.number("untraced", untraced, low=0.0, strict=True, unit="seconds") \
+        if untraced is not None else None
     cores = _validate.integer("cores", cores, low=1) if cores is not None else None
     try:   # what goes wrong from here on is about these traces: the message names them
         with no_gc():   # the replay makes millions of small objects, no cycles: the collector would walk them all
