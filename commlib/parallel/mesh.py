@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import logging
 import warnings
 from collections import Counter
@@ -131,9 +132,6 @@ def ring_bytes(op: str, args, p: int) -> int:
     return int((2 if op == "all_reduce" else 1) * (p - 1) / p * max(sizes))
 
 
-_COUNTER: list = []   # the MeshCounter class, made on first use
-
-
 def MeshCounter(mesh):  # noqa: N802  (its callers use it as the class it makes: `with MeshCounter(mesh) as c`)
     """A counter for this mesh (_mesh_counter's class: CommDebugMode, plus per mesh dimension). The class is
     made on first use: CommDebugMode's module imports DTensor, torch._inductor and sympy (1.4 s on 2 cores),
@@ -141,38 +139,38 @@ def MeshCounter(mesh):  # noqa: N802  (its callers use it as the class it makes:
     return _mesh_counter()(mesh)
 
 
+@functools.cache
 def _mesh_counter():
-    if not _COUNTER:
-        from torch.distributed.tensor.debug import CommDebugMode
+    """The MeshCounter class, made once, on first use."""
+    from torch.distributed.tensor.debug import CommDebugMode
 
-        class MeshCounter(CommDebugMode):
-            """CommDebugMode, plus per mesh dimension: .counts {dim: Counter(op)} and .bytes {dim: Counter(op)}
-            (ring bytes this rank sends). Collectives on a group outside the mesh go under "other"."""
+    class MeshCounter(CommDebugMode):
+        """CommDebugMode, plus per mesh dimension: .counts {dim: Counter(op)} and .bytes {dim: Counter(op)}
+        (ring bytes this rank sends). Collectives on a group outside the mesh go under "other"."""
 
-            def __init__(self, mesh):
-                super().__init__()
-                self.dims = {}
-                for i, name in enumerate(mesh.mesh_dim_names):
-                    group = mesh.get_group(i)
-                    self.dims[group.group_name] = (name, group.size())
-                self.counts = {name: Counter() for name, _ in self.dims.values()}
-                self.bytes = {name: Counter() for name, _ in self.dims.values()}
+        def __init__(self, mesh):
+            super().__init__()
+            self.dims = {}
+            for i, name in enumerate(mesh.mesh_dim_names):
+                group = mesh.get_group(i)
+                self.dims[group.group_name] = (name, group.size())
+            self.counts = {name: Counter() for name, _ in self.dims.values()}
+            self.bytes = {name: Counter() for name, _ in self.dims.values()}
 
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                before = self.get_total_counts()
-                out = super().__torch_dispatch__(func, types, args, kwargs)
-                if out is NotImplemented or self.get_total_counts() == before:
-                    return out
-                name = str(func._overloadpacket).split(".")[-1].strip("_")
-                op = next((v for k, v in OPS.items() if name.startswith(k)), name)
-                key = _group_of(list(args) + list((kwargs or {}).values()), self.dims)
-                dim, p = self.dims.get(key, ("other", 1))
-                self.counts.setdefault(dim, Counter())[op] += 1
-                self.bytes.setdefault(dim, Counter())[op] += ring_bytes(op, args, p)
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            before = self.get_total_counts()
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+            if out is NotImplemented or self.get_total_counts() == before:
                 return out
+            name = str(func._overloadpacket).split(".")[-1].strip("_")
+            op = next((v for k, v in OPS.items() if name.startswith(k)), name)
+            key = _group_of(list(args) + list((kwargs or {}).values()), self.dims)
+            dim, p = self.dims.get(key, ("other", 1))
+            self.counts.setdefault(dim, Counter())[op] += 1
+            self.bytes.setdefault(dim, Counter())[op] += ring_bytes(op, args, p)
+            return out
 
-        _COUNTER.append(MeshCounter)
-    return _COUNTER[0]
+    return MeshCounter
 
 
 # ----------------------------------------------------------------------------------- training
