@@ -24,17 +24,18 @@ import sys
 import threading
 import time
 import weakref
-
-import cloudpickle
+from typing import TYPE_CHECKING
 
 from commlib.cluster import flight_recorder
 from commlib.cluster import flight_recorder as _fr
 from commlib.cluster.errors import ClusterTimeout, RankError
-from commlib.cluster.launcher import Launcher
 from commlib.cluster.options import (  # noqa: F401  (re-exported: the package face and tests read them here)
     BACKENDS, MAX_TIMEOUT_S, MAX_WORLD_SIZE, OUTPUT_MODES, _check_preload, _check_seconds, check_host, check_network,
     resolve_backend)
 from commlib.cluster.results import RunResults
+
+if TYPE_CHECKING:   # imported where a Cluster starts: `import commlib` (a trace reader's worker) never needs them
+    from commlib.cluster.launcher import Launcher
 
 _PG_TIMEOUT_MARGIN_S = 30.0  # torch's own collective timeout stays behind ours: we report first
 
@@ -79,6 +80,8 @@ class Cluster(RunResults):
             if self._network is not None:  # up until its last Cluster closes; nothing is left if this fails
                 self._network.attach()
                 self._owns_network = True
+            from commlib.cluster.launcher import Launcher
+
             with _interrupts_held():  # once the launcher exists, its finalizer must exist too
                 self._state = Launcher(host)
                 self._finalizer = weakref.finalize(self, self._state.shutdown)
@@ -114,6 +117,8 @@ class Cluster(RunResults):
             raise RuntimeError("this Cluster is closed; create a new one")
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+        import cloudpickle
+
         try:
             payload = cloudpickle.dumps((fn if self._network is None else self._network.wrap(fn), args, kwargs))
         except Exception as e:

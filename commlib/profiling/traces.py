@@ -104,9 +104,7 @@ def _read(path: str, max_bytes: int) -> RankTrace:
     info = rec.info
     leaves = None
     rank = _rank_of(path, info)
-    nccl_name = {}   # one test per distinct kernel name (Records keeps one string per name)
-    is_nccl = [nccl_name[n] if n in nccl_name else nccl_name.setdefault(n, n.lower().startswith("nccl"))
-               for n in map(_NAME, rec.kernels)]
+    is_nccl = rec.kernel_nccl   # 1 per NCCL kernel, 0 per other (Records.add, by name)
     own, own_threads, own_issued, own_waits = commlib_calls(rank, rec.comm_ops, Call)   # commlib's background work
     comm_threads = {e.tid for e in rec.comm_ops if e.name.startswith("gloo:")} | {t for t, _ in own_threads}
     cpu = rec.cpu
@@ -119,8 +117,9 @@ def _read(path: str, max_bytes: int) -> RankTrace:
         issued, waits = streams.edges(rec.kernels, nccl, rec.syncs)
         import numpy as np
 
-        spans = _event_spans(rec.kernels)   # each kernel's span once: the compute ones, and all with the copies
-        compute = spans[~np.array(is_nccl, dtype=bool).reshape(-1)]
+        # each kernel's span once (Records.add's columns, no copy): the compute ones, and all with the copies
+        spans = np.frombuffer(rec.kernel_spans, dtype=np.float64).reshape(-1, 2)
+        compute = spans[np.frombuffer(is_nccl, dtype=np.uint8) == 0]
         timeline = np.concatenate((spans, copies))
         backend = "nccl"
     elif not comm_threads and any(e.name.startswith("nccl:") for e in rec.comm_ops):
@@ -234,7 +233,7 @@ def _spans(pairs):
     return np.array(pairs, dtype=np.float64).reshape(-1, 2)
 
 
-_NAME, _TS, _DUR = (operator.attrgetter(a) for a in ("name", "ts", "dur"))
+_TS, _DUR = (operator.attrgetter(a) for a in ("ts", "dur"))
 
 
 def _event_spans(events: list):

@@ -86,6 +86,8 @@ class Records:
     network: Any = None                             # the emulated network it ran on (commlib.network.spec), raw
     untraced: Any = None                            # the job's untraced step (jobs/recording.record), raw
     kernels: list = field(default_factory=list)     # cat "kernel"
+    kernel_spans: array = field(default_factory=lambda: array("d"))   # each kernel's ts, ts + dur, in turn
+    kernel_nccl: bytearray = field(default_factory=bytearray)   # 1 where the kernel is NCCL's (its name), else 0
     copies: list = field(default_factory=list)      # cat gpu_memcpy / gpu_memset (busy, as HTA counts them)
     launches: Launches = field(default_factory=Launches)   # correlation -> (ts, tid) of the CUDA runtime call
     comm_ops: list = field(default_factory=list)    # names starting with COMM_PREFIXES, any category
@@ -106,6 +108,7 @@ class Records:
         kernels, copies, syncs = self.kernels, self.copies, self.syncs
         launches = self.launches
         launch_corr, launch_ts, launch_tid = launches.corr.append, launches.ts.append, launches.tid.append
+        kernel_span, kernel_nccl = self.kernel_spans.append, self.kernel_nccl.append
         names, op_kinds, note_kinds = self._names, self._kinds, self._note_kinds
         self.launches._index = None
         cpu = self.cpu
@@ -142,7 +145,7 @@ class Records:
                 e.index = seen + i
                 name = names.get(e.name)
                 if name is None:   # one string per distinct kernel name, not per kernel; and if it is NCCL's
-                    name = names[e.name] = (e.name, e.name[:4].lower() == "nccl")
+                    name = names[e.name] = (e.name, int(e.name[:4].lower() == "nccl"))
                 e.name = name[0]
                 a = e.args
                 if a is not None:
@@ -150,7 +153,13 @@ class Records:
                         e.args = KernelArgs(a.stream, a.correlation)
                     elif a.input_dims is not None or a.input_type is not None:
                         a.input_dims = a.input_type = None   # a Raw would keep the whole block alive
-                (kernels if cat == "kernel" else copies).append(e)
+                if cat == "kernel":   # its span and its NCCL flag here, not in a second pass over 200k kernels
+                    kernels.append(e)
+                    kernel_span(ts)
+                    kernel_span(ts + dur)
+                    kernel_nccl(name[1])
+                else:
+                    copies.append(e)
             elif cat == "cuda_sync":
                 if e.name == "Stream Wait Event" and e.args is not None:
                     e.index = seen + i
