@@ -14,14 +14,18 @@ Prints each scenario's predicted, measured and error, and the median |error| (th
 quiet machine). --quick (CI): fewer steps, twice the nodes predicted but not run (no 4-rank cluster), no JSON.
 The full run's --json is what chapter 9 shows.
 
---network kernel: four jobs on the kernel network (commlib.network: Linux namespaces, NICs shaped by tc HTB; no
+--network kernel: six jobs on the kernel network (commlib.network: Linux namespaces, NICs shaped by tc HTB; no
 pacer, no latency added): on 2 nodes of 1 GPU the same BucketedDDP job, torch's DistributedDataParallel (Gloo's
-own all-reduce) and FSDP2 (fully_shard per layer); torch DDP on 2 nodes of 2 GPUs. The links are those of
+own all-reduce), FSDP2 (fully_shard per layer), a Megatron-style tensor-parallel MLP (no data parallelism: 8
+all-reduces of 64 KiB activations a step, weak-scaled: each rank keeps its shard on more ranks) and torch DDP on
+a CNN with BatchNorm (DDP broadcasts its buffers every forward); torch DDP on 2 nodes of 2 GPUs. The links are those of
 commlib.network.links (the NIC at its payload rate), with alpha fitted by a separate calibration run (fit_nic
 over the sizes the jobs send, the minimum of each size's repeats: FIT_ESTIMATE; the inside-a-node link by
 commlib.network.calibrate on a 2 x 2 network), never from the traces. Each job is recorded once at --bandwidth; whatif predicts bandwidth x1/4, x1/2, x2, x4 (each run
 after Network.set_bandwidth), 2 -> 4 nodes (a 4-node network), 2 GPUs per node with 1 shared NIC or 2 NICs
-(2 x 2 networks), and, for the two DDP jobs, buckets of 1, 4 and 25 MiB; the 2 x 2 job x1/2, x2, 2 NICs per node
+(2 x 2 networks), each of these three scale-outs predicted twice, for a real cluster and for this machine
+(whatif's this_machine: the ranks share its cores; rows "... (this machine)", their errors reported apart), and,
+for the three DDP jobs, buckets of 1, 4 and 25 MiB; the 2 x 2 job x1/2, x2, 2 NICs per node
 and 4 MiB buckets. A job is recorded after its untraced runs; a recording whose own step is more than 3% off
 theirs (a host that woke the traced ranks late) is recorded again, up to 3 times (recorded_vs_untraced: each
 try's difference). Every measured scenario (and the recorded job's own step) is run twice: its row's
@@ -49,6 +53,8 @@ RECORD_AGREE, RECORD_TRIES = 0.03, 3   # a recording's own step within 3% of the
 EXCESS = {"kernel": "bytes", "paced": "fixed"}   # whatif's excess per network (network.links.excess)
 FIT_SIZES = (128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20)   # fit_nic's sweep: the sizes the jobs send
 FIT_ESTIMATE = {"kernel": "min", "paced": "median"}   # fit_nic's estimate over repeats (its docstring: why)
+DDP_JOBS = ("bucketed_ddp", "torch_ddp", "cnn_batchnorm")   # the jobs with buckets to change
+THIS_MACHINE = " (this machine)"   # whatif's label of a this_machine scenario
 
 
 def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kernel",
@@ -69,6 +75,7 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
     shapes = () if quick else (1, 2)   # 2 GPUs per node sharing 1 NIC, or with a NIC each
     jobs = ("torch_ddp", "fsdp2") if quick else ej.JOBS
     repeats = 1 if quick else 2
+    machines = (False,) if quick else (False, True)   # each scale-out for a real cluster, then for this machine
     kw = {"steps": steps, "recorded": recorded, "pace": False, "latency": 0.0}
     pre = ("torch.distributed.fsdp",)
     def network(*shape):   # every network of the run: one kind, one NIC rate, one packet size
@@ -113,11 +120,12 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
         for job in jobs:
             twice(small, job, "measured", bandwidth=bandwidth)
             record(small, job, f"{folder}/{job}", measured, bandwidth=bandwidth)
-            mine = buckets if job != "fsdp2" else ()
+            mine = buckets if job in DDP_JOBS else ()
             scenarios = [wi.Scenario(f"x{f:g} bandwidth", topology=priced(2, 1, f=f)) for f in factors]
-            scenarios += [wi.Scenario("4 nodes", nodes=4)] + [wi.Scenario(f"{b:g} MiB buckets", bucket_mb=b) for b in mine]
-            scenarios += [wi.Scenario(f"2 GPUs/node, {k} NIC(s)", nodes=2, gpus_per_node=2,
-                                      topology=priced(2, 2, k, inside=intra)) for k in shapes]
+            scenarios += [wi.Scenario("4 nodes", nodes=4, this_machine=m) for m in machines]
+            scenarios += [wi.Scenario(f"{b:g} MiB buckets", bucket_mb=b) for b in mine]
+            scenarios += [wi.Scenario(f"2 GPUs/node, {k} NIC(s)", nodes=2, gpus_per_node=2, this_machine=m,
+                                      topology=priced(2, 2, k, inside=intra)) for k in shapes for m in machines]
             plans[job], notes[job] = _predict(wi, f"{folder}/{job}", scenarios, measured, gamma, recorded, EXCESS[kind])
             for f in factors:
                 net.set_bandwidth(bandwidth * f)
@@ -158,9 +166,10 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
         for name, predicted in plan.items():
             if name == "measured":
                 continue
-            got = runs[job].get("measured" if name == "identity replay" else name)
+            got = runs[job].get("measured" if name == "identity replay" else name.removesuffix(THIS_MACHINE))
             mean = sum(got) / len(got) if got else None
-            rows.append({"job": job, "scenario": name, "predicted_s": predicted, "measured_s": mean,
+            rows.append({"job": job, "scenario": name, "cluster": "this machine" if name.endswith(THIS_MACHINE) else "real",
+                         "predicted_s": predicted, "measured_s": mean,
                          "error": predicted / mean - 1 if mean and predicted else None, "runs_s": got,
                          "noise": (max(got) - min(got)) / mean if got and len(got) > 1 else None}
                         | ({"refused": notes[job][name]} if name in notes[job] else {}))
@@ -266,18 +275,20 @@ def jobs_main(a, load, t0) -> None:
     if not a.quick:   # three recordings of torch DDP, one scenario each: their predictions' spread
         with tempfile.TemporaryDirectory() as tmp:
             result["recordings"] = recordings(bandwidth, tmp, alpha, result["gamma"], small_packets=a.small_packets)
-    errors = [abs(r["error"]) for r in result["rows"] if r["error"] is not None and r["scenario"] != "identity replay"]
+    errors = [abs(r["error"]) for r in result["rows"] if r["error"] is not None and r["scenario"] != "identity replay"
+              and r.get("cluster") != "this machine"]
+    here = [abs(r["error"]) for r in result["rows"] if r["error"] is not None and r.get("cluster") == "this machine"]
     jobs = sorted({r["job"] for r in result["rows"]})
     print(f"# {a.network} network, {len(jobs)} jobs, {platform.machine()}, {os.cpu_count()} CPUs, load {load[0]:.2f} -> {os.getloadavg()[0]:.2f}; "
           f"NIC {bandwidth / 1e6:g} MB/s; fitted alpha {alpha * 1e3:.2f} ms, 1/beta {1 / beta / 1e6:.1f} MB/s")
-    print(f"{'job':>13} {'scenario':>20} {'predicted ms':>13} {'measured ms':>12} {'error':>8} {'noise':>6}")
+    print(f"{'job':>15} {'scenario':>36} {'predicted ms':>13} {'measured ms':>12} {'error':>8} {'noise':>6}")
     for r in result["rows"]:
         if r["predicted_s"] is None:
-            print(f"{r['job']:>13} {r['scenario']:>20}   whatif refused it: {r['refused']}")
+            print(f"{r['job']:>15} {r['scenario']:>36}   whatif refused it: {r['refused']}")
             continue
         noise = f" {r['noise']:>6.1%}" if r.get("noise") is not None else ""
         got = f"{r['measured_s'] * 1e3:>12.2f} {r['error']:>+8.1%}{noise}" if r["measured_s"] else "  not run (--quick)"
-        print(f"{r['job']:>13} {r['scenario']:>20} {r['predicted_s'] * 1e3:>13.2f} {got}")
+        print(f"{r['job']:>15} {r['scenario']:>36} {r['predicted_s'] * 1e3:>13.2f} {got}")
     median = statistics.median(errors)
     p90 = sorted(errors)[min(len(errors) - 1, int(0.9 * len(errors)))]
     noise = sorted(r["noise"] for r in result["rows"] if r.get("noise") is not None)
@@ -288,15 +299,19 @@ def jobs_main(a, load, t0) -> None:
           + (f"; noise floor (two runs of each): median {floor['median']:.1%}, max {floor['max']:.1%}" if floor else "")
           + ("; three recordings of torch DDP predict within " + ", ".join(
               f"{v:.1%} ({k})" for k, v in result["recordings"]["spread"].items()) if "recordings" in result else "")
+          + (f"; the scale-outs predicted for this machine: median {statistics.median(here):.1%}, max {max(here):.1%} "
+             f"over {len(here)} (goal: within 10%)" if here else "")
           + f"; {time.perf_counter() - t0:.0f} s")
     if a.json:
         out = {"network": a.network, "rows": result["rows"], "median_error": median, "p90_error": p90,
                "identity_error_max": max(identity), "noise_floor": floor, "recordings": result.get("recordings"),
+               "this_machine_error_median": statistics.median(here) if here else None,
+               "this_machine_error_max": max(here) if here else None, "pairs": len(errors),
                "recorded_vs_untraced": result["recorded_vs_untraced"],
                "fit": result["fit"], "gamma": result["gamma"], "intra": result["intra"], "bandwidth": bandwidth,
                "machine": {"machine": platform.machine(), "cpus": os.cpu_count(), "platform": platform.platform()},
                "load": [load[0], os.getloadavg()[0]],
-               "command": f"python benchmarks/whatif_accuracy.py --network {a.network} --jobs four "
+               "command": f"python benchmarks/whatif_accuracy.py --network {a.network} --jobs all "
                           f"--bandwidth {bandwidth:g}" + (" --small-packets" if a.small_packets else ""),
                "small_packets": a.small_packets}
         with open(a.json, "w") as f:
@@ -317,10 +332,9 @@ def main() -> None:
                     "from its traces (--keep DIR) and fits, its measurements kept; written to --json or JSON")
     ap.add_argument("--network", choices=("paced", "kernel"), default="paced",
                     help="paced: the Python pacer (default); kernel: commlib.network's namespaces and tc HTB")
-    ap.add_argument("--jobs", choices=("one", "three", "four"), default=None,
-                    help="one: the BucketedDDP job and 3 scenarios (the pacer's default); four (or three, its old "
-                         "name): BucketedDDP, torch DDP, FSDP2 and torch DDP on 2 x 2 GPUs, 40 scenarios (always "
-                         "with --network kernel)")
+    ap.add_argument("--jobs", choices=("one", "three", "four", "all"), default=None,
+                    help="one: the BucketedDDP job and 3 scenarios (the pacer's default); all (or four, three, its "
+                         "old names): the six jobs of --network kernel (always with it)")
     a = ap.parse_args()
     if a.predict_again:   # no run: a committed run's predictions asked again of this checkout's whatif
         if not a.keep or not os.path.isdir(a.keep):
@@ -338,7 +352,7 @@ def main() -> None:
     steps, recorded = (2, 1) if a.quick else (ej.STEPS, ej.RECORDED)
     t0 = time.perf_counter()
     load = os.getloadavg()
-    if a.network == "kernel" or a.jobs in ("three", "four"):
+    if a.network == "kernel" or a.jobs in ("three", "four", "all"):
         from commlib.network import available
 
         ok, why = available()

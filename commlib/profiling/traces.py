@@ -50,7 +50,7 @@ from commlib.profiling.jobs.recording import record  # noqa: F401  (traces.recor
 from commlib.profiling.read.kernels import kernel_info  # noqa: F401  (traces.kernel_info, as chapter 9 calls it)
 from commlib.profiling.read.steps import step_spans
 from commlib.profiling.read.reader import MAX_BYTES, TraceError, no_gc, printable, read_records  # noqa: F401
-from commlib.profiling.read.records import C10D_OR_PARAM_COMMS, CPU_OP, PROFILER_STEP, Records  # noqa: F401
+from commlib.profiling.read.records import C10D_OR_PARAM_COMMS, CPU_OP, OFFCORE, PROFILER_STEP, Records  # noqa: F401
 
 # the real GPU trace that ships with the course (assets/traces/README.md: its source, licence and trimming)
 SAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -80,6 +80,7 @@ class RankTrace:
     leaves: object = None     # (n, 2) the innermost compute ops and the others' starts and ends (_leaves), us
     pid: object = field(default=None, repr=False)   # Gloo: the process id its worker threads' events carry
     untraced: object = field(default=None, repr=False)   # "commlib_untraced" as written (jobs/recording), or None
+    offcore: object = field(default=None, repr=False)    # (n, 2) compute spans that take no core (records.OFFCORE), us
 
 
 def _rank_of(path: str, info: dict) -> int | None:
@@ -108,7 +109,7 @@ def _read(path: str, max_bytes: int) -> RankTrace:
     own, own_threads, own_issued, own_waits = commlib_calls(rank, rec.comm_ops, Call)   # commlib's background work
     comm_threads = {e.tid for e in rec.comm_ops if e.name.startswith("gloo:")} | {t for t, _ in own_threads}
     cpu = rec.cpu
-    notes, shards, threads, issued, waits = [], set(), [], {}, {}
+    notes, shards, threads, issued, waits, offcore = [], set(), [], {}, {}, None
     copies = _event_spans(rec.copies)
     if any(is_nccl) or (rec.kernels and not comm_threads):
         nccl = sorted((k for k, n in zip(rec.kernels, is_nccl) if n), key=lambda k: k.ts)
@@ -142,6 +143,8 @@ def _read(path: str, max_bytes: int) -> RankTrace:
                 for kind, tid in zip(cpu.kinds, cpu.tid)]
         compute = _spans([(s, e) for s, e, p in zip(cpu.start, cpu.end, pick) if p])
         leaves = _leaves(cpu, pick)
+        off = [(s, e) for s, e, p, k in zip(cpu.start, cpu.end, pick, cpu.kinds) if p and k & OFFCORE]
+        offcore = _spans(off) if off else None   # commlib's emulated accelerator's ops: compute that takes no core
         timeline = _spans([(s, e) for s, e, kind in zip(cpu.start, cpu.end, cpu.kinds) if not kind & PROFILER_STEP])
         backend = "gloo"
     wall = (float(timeline[:, 0].min()), float(timeline[:, 1].max())) if len(timeline) else (0.0, 0.0)
@@ -175,7 +178,7 @@ def _read(path: str, max_bytes: int) -> RankTrace:
     return RankTrace(path, rank, info.get("world_size"), backend, device, calls, compute, wall, job, groups, threads,
                      copies, shards, notes, _holds(rec), assumed, issued, waits, steps, rec.network,
                      compute if leaves is None else leaves, _process(rec) if backend == "gloo" else None,
-                     rec.untraced)
+                     rec.untraced, offcore)
 
 
 def _process(rec: Records):

@@ -1,10 +1,11 @@
-"""A data-parallel training job on the emulated multi-node cluster: what the what-if's predictions are checked
+"""Training jobs on the emulated multi-node cluster: what the what-if's predictions are checked
 against (benchmarks/whatif_accuracy.py, chapter 9).
 
     out = c.run(train, "traces/job", bandwidth=100e6, latency=5e-4)   # every rank -> {"step_s": [...], "path"}
     job_step(out)                                                     # the job's median step, seconds
 
-Each rank trains an MLP with overlap.BucketedDDP; each bucket is averaged through commlib's ring on a background
+By default (job "bucketed_ddp"; train() lists the others: torch DDP, FSDP2, a tensor-parallel MLP, a CNN with
+BatchNorm) each rank trains an MLP with overlap.BucketedDDP; each bucket is averaged through commlib's ring on a background
 thread (algorithms.background), so its all-reduce overlaps backward, through NICs paced by network.emulate.
 The compute is an emulated accelerator: every layer runs its real (small) matmul, then `commlib::accelerator`,
 an op that sleeps a set time (layer_s forward, twice that backward). Why: N ranks on a 2-core laptop would
@@ -62,7 +63,70 @@ class Layer(torch.nn.Module):
         return accelerator(torch.relu(self.linear(x)), self.seconds)
 
 
-JOBS = ("bucketed_ddp", "torch_ddp", "fsdp2")
+class _Reduce(torch.autograd.Function):
+    """Megatron's g: the row-parallel layer's partial sums all-reduced forward (Gloo's own), identity backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        import torch.distributed as dist
+
+        x = x.clone()
+        dist.all_reduce(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class _Copy(torch.autograd.Function):
+    """Megatron's f: identity forward, the input's gradient all-reduced backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        import torch.distributed as dist
+
+        grad = grad.clone()
+        dist.all_reduce(grad)
+        return grad
+
+
+class TensorParallelLayer(torch.nn.Module):
+    """A Megatron-style MLP layer split over every rank: a column-parallel matmul (this rank's `shard` columns of
+    the hidden layer), the accelerator, a row-parallel matmul, its partial sums all-reduced (Reduce); the input's
+    gradient all-reduced backward (Copy). Weak scaling: each rank keeps its shard, so the layer grows with the
+    ranks, and so do neither a rank's compute nor its all-reduces (batch x width activations)."""
+
+    def __init__(self, width: int, shard: int, seconds: float):
+        super().__init__()
+        self.col = torch.nn.Linear(width, shard, bias=False)
+        self.row = torch.nn.Linear(shard, width, bias=False)
+        self.seconds = seconds
+
+    def forward(self, x):
+        return _Reduce.apply(self.row(accelerator(torch.relu(self.col(_Copy.apply(x))), self.seconds)))
+
+
+class ConvLayer(torch.nn.Module):
+    """A CNN layer: 3x3 convolution, BatchNorm (running statistics: buffers that DDP broadcasts from rank 0 before
+    every forward), ReLU, then the accelerator."""
+
+    def __init__(self, channels: int, seconds: float):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(channels)
+        self.seconds = seconds
+
+    def forward(self, x):
+        return accelerator(torch.relu(self.bn(self.conv(x))), self.seconds)
+
+
+JOBS = ("bucketed_ddp", "torch_ddp", "fsdp2", "tensor_parallel", "cnn_batchnorm")
+TP_BATCH, CNN_BATCH, CNN_CHANNELS, CNN_SIDE = 64, 4, 48, 8   # 64 KiB activations; 83 KiB of gradient per conv
 
 
 def train(folder: str, bandwidth: float, latency: float = 5e-4, gpus_per_node: int = 1, nics_per_node: int = 1,
@@ -73,7 +137,10 @@ def train(folder: str, bandwidth: float, latency: float = 5e-4, gpus_per_node: i
     record `recorded` more into folder/rank{rank}.json (one trace: a replay of it gives their sum; whatif's
     steps= divides). job "bucketed_ddp": overlap.BucketedDDP, commlib's `algorithm` on a background thread;
     "torch_ddp": torch's DistributedDataParallel, Gloo's own all-reduce; "fsdp2": torch's fully_shard per layer
-    (all-gathers and reduce-scatters on Gloo; bucket_mb does not apply). pace=False on a Cluster whose network
+    (all-gathers and reduce-scatters on Gloo; bucket_mb does not apply); "tensor_parallel": a Megatron-style MLP
+    split over every rank (TensorParallelLayer: no data parallelism, 2 all-reduces of TP_BATCH x width floats per
+    layer and step, latency-bound; bucket_mb does not apply); "cnn_batchnorm": torch DDP on a CNN of ConvLayers
+    (BatchNorm: DDP broadcasts its buffers every forward). pace=False on a Cluster whose network
     is the kernel's (commlib.network): the NICs are shaped there, not by the pacer.
     -> {"step_s": each timed step, "path": the trace, "recorded": recorded}."""
     from commlib.algorithms.background import Background, average_hook
@@ -88,19 +155,27 @@ def train(folder: str, bandwidth: float, latency: float = 5e-4, gpus_per_node: i
     paced = emulate(gpus_per_node, bandwidth, latency, nics_per_node) if pace else contextlib.nullcontext()
     with paced, (Background(algorithm, gpus_per_node if algorithm == "hierarchical" else None)
                  if job == "bucketed_ddp" else contextlib.nullcontext()) as bg:
-        net = torch.nn.Sequential(*[Layer(width, layer_s) for _ in range(layers)])
+        x = torch.randn(batch, width)
+        if job == "tensor_parallel":
+            model, x = torch.nn.Sequential(*[TensorParallelLayer(width, width, layer_s) for _ in range(layers)]), \
+                torch.randn(TP_BATCH, width)
+        elif job == "cnn_batchnorm":
+            net = torch.nn.Sequential(*[ConvLayer(CNN_CHANNELS, layer_s) for _ in range(layers)])
+            model = torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=bucket_mb)
+            x = torch.randn(CNN_BATCH, CNN_CHANNELS, CNN_SIDE, CNN_SIDE)
+        else:
+            net = torch.nn.Sequential(*[Layer(width, layer_s) for _ in range(layers)])
         if job == "bucketed_ddp":
             model = BucketedDDP(net, bucket_cap_mb=bucket_mb)
             model.register_comm_hook(bg, average_hook)
         elif job == "torch_ddp":
             model = torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=bucket_mb)
-        else:  # FSDP2: each layer's parameters sharded, all-gathered for forward and backward, grads reduce-scattered
+        elif job == "fsdp2":  # each layer's parameters sharded, all-gathered for forward and backward, grads reduce-scattered
             from torch.distributed.fsdp import fully_shard
 
             for layer in net:
                 fully_shard(layer)
             model = fully_shard(net)
-        x = torch.randn(batch, width)
 
         def step():
             for p in model.parameters():

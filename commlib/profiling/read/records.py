@@ -21,6 +21,8 @@ CPU_OP, C10D_OR_PARAM_COMMS, PROFILER_STEP = 1, 2, 4
 COMM = 8   # (not stored) a name starting with COMM_PREFIXES
 OPTIMIZER_STEP = 16   # torch.optim's "Optimizer.step#SGD.step": where a step ends in a trace without ProfilerStep#N
 COMMLIB_STEP = 32     # "commlib:step": one training step, marked by commlib's own jobs (several in one ProfilerStep)
+OFFCORE = 64          # compute that takes no core: commlib's emulated accelerator (jobs/emulated_job.py), which sleeps
+OFFCORE_OPS = ("commlib::accelerator",)
 
 
 @dataclass
@@ -191,4 +193,5 @@ def _name_kinds(name: str, cpu_op: bool) -> int:
             | (C10D_OR_PARAM_COMMS if name.startswith(("c10d::", "record_param_comms")) else 0)
             | (PROFILER_STEP if name.startswith("ProfilerStep") else 0)
             | (OPTIMIZER_STEP if name.startswith("Optimizer.step#") else 0)
-            | (COMMLIB_STEP if name == "commlib:step" else 0))
+            | (COMMLIB_STEP if name == "commlib:step" else 0)
+            | (OFFCORE if name in OFFCORE_OPS else 0))

@@ -11,8 +11,9 @@ Why stretch: (1) the profiler's overhead. A traced step runs slower than an untr
 on the compute that makes the identity replay give them; every scenario is replayed with it. (2) this machine.
 Ranks that share fewer cores than they are compute at (ranks / usable cores) of one core's speed each: a
 what-if for the emulated cluster a learner can run stretches the compute by the new share over the traced one.
-It stretches every compute span: compute that takes no core (GPU kernels, commlib's emulated accelerator, which
-sleeps) would not slow down, and the CPU work inside Gloo's calls (copies, sums), which would, is not stretched.
+Its stretch leaves out commlib's emulated accelerator (RankTrace.offcore: ops that sleep, taking no core); other
+compute that takes no core (GPU kernels) would not slow down either but is stretched, and the CPU work inside
+Gloo's calls (copies, sums), which would slow down, is not.
 A stretch is a warp of each rank's own clock: a point t moves by (factor - 1) x the compute before it, so every
 compute span grows by the factor and every gap (a wait, Python between ops) keeps its length; queue points,
 waits and calls move with the compute before them, and no call's duration changes.
@@ -24,6 +25,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from commlib.cost.intervals import union_array
 from commlib.profiling.replay import graph
 
 MIN_FACTOR = 0.5       # calibrate's bracket: the profiler is taken to add at most as much as the compute itself
@@ -47,9 +49,24 @@ def _warp(spans: np.ndarray, factor: float):
     return w
 
 
-def stretch(g: graph.Graph, factors) -> graph.Graph:
+def _minus(a: np.ndarray, b) -> np.ndarray:
+    """The merged spans a less the merged spans b, (m, 2)."""
+    if b is None or not len(b) or not len(a):
+        return a
+    points = np.unique(np.concatenate((a.reshape(-1), b.reshape(-1))))
+    mids = (points[:-1] + points[1:]) / 2
+
+    def covered(spans):
+        k = np.searchsorted(spans[:, 0], mids, side="right") - 1
+        return (k >= 0) & (mids < spans[np.maximum(k, 0), 1])
+    keep = covered(a) & ~covered(b)
+    return union_array(np.stack([points[:-1][keep], points[1:][keep]], axis=1))
+
+
+def stretch(g: graph.Graph, factors, oncore: bool = False) -> graph.Graph:
     """The graph with rank position p's compute x factors[p] (a number: every rank's); the gaps between compute,
-    every call's duration and the transfers as they were."""
+    every call's duration and the transfers as they were. oncore: only the compute that takes a core grows (the
+    spans of RankGraph.offcore keep their lengths)."""
     factors = [float(factors)] * len(g.ranks) if np.isscalar(factors) else [float(f) for f in factors]
     if len(factors) != len(g.ranks) or not all(f > 0 and np.isfinite(f) for f in factors):
         raise ValueError(f"factors must be one positive number per rank ({len(g.ranks)}), got {factors!r}")
@@ -58,13 +75,14 @@ def stretch(g: graph.Graph, factors) -> graph.Graph:
         if f == 1.0 or not len(r.spans):
             out.append(r)
             continue
-        w = _warp(r.spans, f)
+        w = _warp(_minus(r.spans, r.offcore) if oncore else r.spans, f)
         one = lambda t: float(w([t])[0])  # noqa: E731
         calls = [replace(c, start_us=s) for c, s in zip(r.calls, w([c.start_us for c in r.calls]).tolist())]
         waits = [replace(x, t_from=one(x.t_from), t_to=one(x.t_to)) for x in r.waits]
         steps = [(one(a), one(b)) for a, b in r.steps]
         out.append(replace(r, spans=w(r.spans.reshape(-1)).reshape(-1, 2), calls=calls, waits=waits, steps=steps,
-                           queue=w(r.queue).tolist() if r.queue else [], end=one(r.end)))
+                           queue=w(r.queue).tolist() if r.queue else [], end=one(r.end),
+                           offcore=None if r.offcore is None else w(r.offcore.reshape(-1)).reshape(-1, 2)))
     return replace(g, ranks=out)
 
 

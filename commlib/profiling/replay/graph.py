@@ -66,6 +66,7 @@ class RankGraph:
     offset: float = 0.0          # this rank's clock - the common clock
     tail: float = 0.0            # end - the last task's end
     steps: list = field(default_factory=list)   # (start, end) of each ProfilerStep#N, its clock (traces.RankTrace)
+    offcore: object = None       # merged compute spans that take no core (RankTrace.offcore), (n, 2), or None
 
 
 @dataclass
@@ -147,7 +148,12 @@ def _rank_graph(r, member: list, offset: float) -> RankGraph:
     done = max(([spans[-1, 1]] if len(spans) else []) + [w.t_to for w in waits] + ends + [r.wall[0]])
     return RankGraph(r.rank, r.wall[0], max(r.wall[1], done), spans, calls, lanes, pred, queue, lag_pred, lag_queue,
                      waits, member, [0.0] * n, [c.duration_us for c in calls],
-                     offset, max(0.0, r.wall[1] - done), list(getattr(r, "steps", None) or []))
+                     offset, max(0.0, r.wall[1] - done), list(getattr(r, "steps", None) or []),
+                     _offcore(getattr(r, "offcore", None)))
+
+
+def _offcore(spans):
+    return union_array(spans) if spans is not None and len(spans) else None
 
 
 def _queue_guess(spans, calls) -> list[float]:
