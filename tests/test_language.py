@@ -231,7 +231,12 @@ NOTES = [{"kind": "ranks_missing", "traces": 1, "world": 2}, {"kind": "late_star
           "first": {"op": "all_reduce", "bytes": 8}, "behind": [{"rank": 1, "calls": 2}]},
          {"kind": "too_fast", "calls": 8, "rank": 0, "op": "all_reduce", "bytes": 1 << 60, "duration_us": 1.0,
           "busbw_GBps": 1e12, "limit_GBps": 1e5}, {"kind": "dtype_assumed"},
-         {"kind": "measured_on", "why": WHYS[4]}, {"kind": "reader", "text": "rank0.json: no device times in this "
+         {"kind": "measured_on", "why": WHYS[4]},
+         {"kind": "flat_ring_nics", "scenarios": ["network 2x2x2@1e+07"], "measured_nics": 1, "nics": 2,
+          "kernel_network": {"job": "FSDP2", "gpus_per_node": 2, "nics": (1, 2), "measured_s": (0.8, 0.67),
+                             "predicted_s": (0.77, 0.77)}},
+         {"kind": "flat_ring_nics", "scenarios": ["a", "b"], "measured_nics": 2, "nics": 1, "kernel_network": None},
+         {"kind": "reader", "text": "rank0.json: no device times in this "
           "trace (NCCL seen from the CPU only): the times are the CPU ops'; record with ProfilerActivity.CUDA for "
           "the kernels'"}]
 CHAIN = {"rank": 2, "group": "3", "group_size": 2, "delay_us": 180e3, "own_us": 1e3, "calls": 1, "root": False,

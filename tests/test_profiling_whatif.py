@@ -439,3 +439,61 @@ def test_a_call_regrouping_keeps_is_priced_by_its_own_recorded_time():
     identity, regrouped = (s["ranks"][0]["spans"]["calls"] for s in report["scenarios"][1:])
     gathers = identity[-1], regrouped[0]   # the kept calls first, then the new buckets (regroup.py)
     assert [b - a for a, b in gathers] == pytest.approx([2 * model] * 2, rel=1e-6)
+
+
+def test_a_scenario_with_more_nics_says_that_gloos_flat_rings_ignore_them_and_nccls_calls_do_not():
+    """Issue 64 item 5: Gloo's calls are priced as one flat ring (NIC-blind); a scenario giving each node's GPUs
+    more NICs than measured carries a note naming it, with the kernel network's FSDP2 rows (1 NIC and a NIC per
+    GPU) as the benchmark file has them. NCCL's calls (multi_ring, every NIC), a scenario that keeps the NICs,
+    and Gloo's calls asked as multi_ring carry none."""
+    from dataclasses import replace
+
+    from commlib.profiling.replay import pricing
+    from commlib.profiling.report import words
+    from commlib.profiling.report.whatif import format_report, json_report
+
+    link = cost.Link("here", 1e9, 10e-6, "test")
+    measured = topo.Topology(2, 1, link, link, 1, name="lab")
+    nics = lambda k: topo.Topology(2, 2, link, link, k, name="lab")  # noqa: E731
+    asked = [whatif.Scenario("rails", topology=nics(2), nodes=2, gpus_per_node=2),
+             whatif.Scenario("one NIC", topology=nics(1), nodes=2, gpus_per_node=2),
+             whatif.Scenario("nccl's rings", topology=nics(2), nodes=2, gpus_per_node=2, algorithm="multi_ring")]
+    report = whatif.whatif(job(), asked, measured=measured)
+    notes = [n for n in report["notes"] if isinstance(n, dict) and n["kind"] == "flat_ring_nics"]
+    with open(pricing.KERNEL_ACCURACY) as f:
+        rows = {r["scenario"]: r for r in json.load(f)["rows"] if r["job"] == "fsdp2"}
+    one, two = rows["2 GPUs/node, 1 NIC(s)"], rows["2 GPUs/node, 2 NIC(s)"]
+    assert [(n["scenarios"], n["measured_nics"], n["nics"]) for n in notes] == [(["rails"], 1, 2)]
+    seen = notes[0]["kernel_network"]
+    assert seen["nics"] == (1, 2) and seen["gpus_per_node"] == 2 and seen["job"] == "FSDP2"
+    assert seen["measured_s"] == (one["measured_s"], two["measured_s"]) and seen["measured_s"][1] < seen["measured_s"][0]
+    assert seen["predicted_s"] == (one["predicted_s"], two["predicted_s"])
+    said = json_report(report)["notes"][0]
+    assert said.startswith("rails: Gloo's calls are priced as one flat ring") and "2 NICs per node instead of 1" in said
+    assert f"{one['measured_s']:.2f} s a step with 1 NIC per node, {two['measured_s']:.2f} s with 2" in said
+    text = format_report(report).splitlines()
+    assert any(line.startswith("note: rails: Gloo's calls") for line in text) and max(map(len, text)) <= 100
+    # NCCL: the same job with NCCL's kernels is priced on every NIC: no note
+    nccl = [replace(r, backend="nccl", calls=[replace(c, kernel="ncclDevKernel_AllReduce_Sum_f32_RING_LL")
+                                              for c in r.calls]) for r in job()]
+    assert not [n for n in whatif.whatif(nccl, asked, measured=measured)["notes"] if isinstance(n, dict)]
+    # fewer NICs than measured, where the traced Gloo calls crossed nodes: the real step can be longer
+    fewer = whatif.whatif(job(), [whatif.Scenario("one", topology=topo.Topology(2, 2, link, link, 1), nodes=2,
+                                                  gpus_per_node=2)], measured=topo.Topology(2, 1, link, link, 1))
+    assert not [n for n in fewer["notes"] if isinstance(n, dict)]   # the traced nodes used one NIC: no rails fewer
+    back = whatif.whatif(job(), [whatif.Scenario("one", topology=topo.Topology(2, 2, link, link, 1), nodes=2,
+                                                 gpus_per_node=2)], measured=topo.Topology(2, 2, link, link, 2))
+    assert not [n for n in back["notes"] if isinstance(n, dict)]   # traced inside one node: nothing to lose
+    four = []   # 4 Gloo ranks traced on 2 nodes of 2 GPUs with a NIC per GPU, asked with one NIC per node
+    for r in range(4):
+        call = tr.Call(r, "all_reduce", "0", 4, 1 << 20, "float32", 30.0, 60.0, None, None, None)
+        four.append(tr.RankTrace(f"rank{r}.json", r, 4, "gloo", None, [call], [(0.0, 30.0), (91.0, 100.0)],
+                                 (0.0, 100.0)))
+        four[-1].issued = {0: 30.0}
+    longer = whatif.whatif(four, [whatif.Scenario("one", topology=nics(1))], measured=nics(2))["notes"]
+    assert [(n["scenarios"], n["measured_nics"], n["nics"]) for n in longer if isinstance(n, dict)] == [(["one"], 2, 1)]
+    note = {"kind": "flat_ring_nics", "scenarios": ["a", "b"], "measured_nics": 2, "nics": 1, "kernel_network": None}
+    assert words.note_text(note) == ("a; b: Gloo's calls are priced as one flat ring, crossing each node once each "
+                                     "way, so 1 NIC(s) per node instead of 2 do not lengthen them; Gloo's own "
+                                     "schedules use every NIC: the real step can be longer.")
+    assert pricing.gloo_nics_measured("/nonexistent.json") is None

@@ -12,6 +12,7 @@ import functools
 import json
 import math
 import os
+import re
 from dataclasses import replace
 
 from commlib import cost
@@ -24,6 +25,11 @@ ALGORITHMS = ("ring", "multi_ring", "hierarchical", "in_network", "tree")
 COMMLIB_ALGORITHMS = {"ring": "flat_ring", "hierarchical": "hierarchical"}   # a commlib:* call's stated algorithm
 TRADEOFF = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),
                         "benchmarks", "compression_tradeoff.json")
+# the kernel network's what-if accuracy (benchmarks/whatif_accuracy.py): its FSDP2 job, a Gloo job, on 2 nodes of
+# 2 GPUs with 1 NIC per node and with 2 (a NIC per GPU): the rows that show Gloo's own schedules using both NICs
+KERNEL_ACCURACY = os.path.join(os.path.dirname(TRADEOFF), "whatif_accuracy_kernel.json")
+GLOO_NICS_JOB = "fsdp2"
+GLOO_NICS_ROW = re.compile(r"(\d+) GPUs/node, (\d+) NIC\(s\)")
 
 
 def group_topology(t: topo.Topology, size: int, stride: int = 1) -> topo.Topology:
@@ -107,6 +113,30 @@ def backend_table(nbytes: int, size: int) -> list[dict]:
              "source": src} for (b, op), (runs, as_, src) in SENT.items()]  # runs: in the notebook's language
 
 
+def gloo_nics_measured(path: str = KERNEL_ACCURACY) -> dict | None:
+    """What the course's kernel network measured of a Gloo job (FSDP2) on nodes of several GPUs with one NIC per
+    node and with more, and what the what-if predicted for each, from the committed accuracy benchmark ->
+    {"job", "gpus_per_node", "nics": (fewest, most), "measured_s": (..), "predicted_s": (..), "source"}; None
+    where the file or its rows are not there (the note then gives no numbers)."""
+    try:
+        with open(path, "rb") as f:
+            rows = json.loads(f.read(1 << 22))["rows"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    found = {}
+    for r in rows if isinstance(rows, list) else ():
+        m = GLOO_NICS_ROW.fullmatch(str(r.get("scenario"))) if isinstance(r, dict) else None
+        if m and r.get("job") == GLOO_NICS_JOB and all(isinstance(r.get(k), (int, float)) and r[k] > 0
+                                                       for k in ("measured_s", "predicted_s")):
+            found[int(m[2])] = (int(m[1]), r["measured_s"], r["predicted_s"])
+    if len(found) < 2:
+        return None
+    lo, hi = min(found), max(found)
+    return {"job": GLOO_NICS_JOB.upper(), "gpus_per_node": found[lo][0], "nics": (lo, hi),
+            "measured_s": (found[lo][1], found[hi][1]), "predicted_s": (found[lo][2], found[hi][2]),
+            "source": os.path.join("benchmarks", os.path.basename(path))}
+
+
 def fixed_part(t: topo.Topology | None) -> topo.Topology | None:
     """t with links 10^9 times faster: a price on it is the price's fixed part (latency, reduction), the rest
     is the byte phase (the time the bytes take on idle links)."""
@@ -182,13 +212,7 @@ class Pricer:
         if p_new is not None and abs(p_new - round(p_new)) > 1e-9:
             raise ValueError(f"{self.world} ranks do not divide into data-parallel groups of {p} x {self.factor:g}")
         stride = self.strides.get(c.group, 1)
-        if c.kernel:   # NCCL: its rings span nodes through every NIC (multi-ring), or the tree its kernel names
-            old_alg = "tree" if c.algorithm == "tree" else "multi_ring"
-        else:          # Gloo's ring, or the algorithm a commlib:* call states
-            old_alg = COMMLIB_ALGORITHMS.get(c.algorithm or "", "flat_ring")
-        new_alg = {"ring": "flat_ring"}.get(self.algorithm, self.algorithm) if self.algorithm else old_alg
-        if new_alg == "tree" and c.op != "all_reduce":   # a tree only for all-reduces: the others keep theirs
-            new_alg = old_alg
+        old_alg, new_alg = self.algorithms(c)
         grad = c.group in self.dp and c.op in ("all_reduce", "reduce_scatter", "all_gather") and self.compress
         nbytes = c.bytes / self.compress if grad and c.bytes else c.bytes
         op = self.sent_as(c)
@@ -198,6 +222,28 @@ class Pricer:
             old = None
         new = price(op, nbytes, round(p_new) if p_new else p_new, t, new_alg, stride, self.gamma)
         return old, new, (self.per_byte * (c.bytes or 0) * 1e6 if grad else 0.0)
+
+    def algorithms(self, c) -> tuple[str, str]:
+        """The model a call is priced by -> (on the measured hardware, in the scenario)."""
+        if c.kernel:   # NCCL: its rings span nodes through every NIC (multi-ring), or the tree its kernel names
+            old = "tree" if c.algorithm == "tree" else "multi_ring"
+        else:          # Gloo's ring, or the algorithm a commlib:* call states
+            old = COMMLIB_ALGORITHMS.get(c.algorithm or "", "flat_ring")
+        new = {"ring": "flat_ring"}.get(self.algorithm, self.algorithm) if self.algorithm else old
+        if new == "tree" and c.op != "all_reduce":   # a tree only for all-reduces: the others keep theirs
+            new = old
+        return old, new
+
+    def flat_across_nodes(self, c, measured: bool = False) -> bool:
+        """One of Gloo's own calls that the scenario (measured: the measured hardware) prices as one flat ring over
+        more than one node: its time does not depend on the NICs per node (topology's flat_ring crosses each node
+        boundary once each way), where Gloo's own schedules (a connection per peer) can spread over them."""
+        if not self._gloos(c) or self.sent_as(c) not in topo.PAIRS:
+            return False
+        old, new = self.algorithms(c)
+        t, size, alg = (self.m, c.group_size, old) if measured else (self.t, self.parts(c)[3], new)
+        return alg == "flat_ring" and t is not None and bool(size and size > 1) and \
+            group_topology(t, size, self.strides.get(c.group, 1)).nodes > 1
 
     def sent_as(self, c) -> str:
         """The collective whose bytes the call sends: Gloo's reduce_scatter is an all-reduce of the whole input

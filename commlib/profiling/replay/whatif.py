@@ -42,7 +42,7 @@ from commlib.profiling.replay import compute, graph
 from commlib.profiling.checks import doubts
 from commlib.profiling.model import infer_hardware
 from commlib.profiling.replay.pricing import (ALGORITHMS, COMMLIB_ALGORITHMS, TRADEOFF, Pricer,  # noqa: F401  (the API)
-                                       codec_s_per_byte, group_topology, price, reprice)
+                                       codec_s_per_byte, gloo_nics_measured, group_topology, price, reprice)
 from commlib.profiling.read.reader import no_gc
 from commlib.profiling.replay.regroup import regroup
 from commlib.profiling.replay.sharing import EXCESS, flow_inputs, kept_handshakes, without_handshakes
@@ -146,17 +146,32 @@ def _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps, excess="f
     roles = compute.roles(g, sorted(reducing | set(dp)))
     profiler = _profiler(ranks, g, base["step_us"] / steps, untraced, steps)
     scale = profiler["compute_factor"] if profiler else 1.0
+    rails = {}   # (NICs per node measured, in the scenario) -> the scenarios whose Gloo flat rings ignore them
     for sc in scenarios:
         if not isinstance(sc, Scenario):
             raise TypeError(f"scenarios must be Scenario objects, got {type(sc).__name__}")
+        flat = []
         priced, said, t, net = _scenario(g, sc, m_topo, world, dp, strides, gamma, codec, ranks[0].backend, excess,
-                                         roles, scale, cores)
+                                         roles, scale, cores, flat)
         rows.append({**_row(sc.label(t), graph.replay(priced, net), said, steps),
                      "cluster": "this machine" if sc.this_machine else "real"})
+        crossed, traced = flat or (0, 0)   # Gloo's flat rings across nodes: in the scenario, as traced
+        if crossed and m_topo is not None and (t.rails > m_topo.rails or traced and t.rails < m_topo.rails):
+            rails.setdefault((m_topo.rails, t.rails), []).append(rows[-1]["name"])
     return {"world_size": world, "ranks": [r.rank for r in ranks], "backend": ranks[0].backend, "steps": steps,
             "measured_on": _describe(m_topo), "dp_groups": sorted(dp), "group_roles": roles, "profiler": profiler,
-            "scenarios": rows, "notes": notes + g.notes,
+            "scenarios": rows, "notes": notes + _flat_rings(rails) + g.notes,
             "doubts": doubts(ranks, world)}   # diagnose's notes that make the replay doubtful (checks.py)
+
+
+def _flat_rings(rails: dict) -> list[dict]:
+    """A note per change of the NICs a node's GPUs use (topology's rails) that leaves Gloo's calls as they were:
+    priced as one flat ring they cross each node once each way, where Gloo's own schedules spread over the NICs
+    (pricing.gloo_nics_measured: the kernel network's FSDP2 with 1 NIC per node and with 2). More NICs than
+    measured: the real step can be shorter; fewer, where the traced calls crossed nodes: longer. NCCL's calls are
+    priced on every NIC (multi_ring) and need none. Its words: report/words.py."""
+    return [{"kind": "flat_ring_nics", "scenarios": names, "measured_nics": m, "nics": k,
+             "kernel_network": gloo_nics_measured()} for (m, k), names in rails.items()]
 
 
 def _profiler(ranks, g, traced_us: float, untraced, steps: int) -> dict | None:
@@ -205,9 +220,11 @@ def _dp_groups(ranks, world: int, strides: dict) -> frozenset:
 
 
 def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gamma, codec, backend=None,
-              excess="fixed", roles=None, scale=1.0, cores=None):
+              excess="fixed", roles=None, scale=1.0, cores=None, flat=None):
     """The graph with this scenario's calls and transfers -> (graph, the assumptions it made, as lines). scale: the
-    compute's factor for the profiler (_profiler); roles: what each group does (compute.roles)."""
+    compute's factor for the profiler (_profiler); roles: what each group does (compute.roles); flat: a list, given
+    the number of Gloo's own calls (sets) priced as one flat ring across nodes in the scenario and on the measured
+    hardware (Pricer.flat_across_nodes)."""
     said = []
     if sc.algorithm is not None and sc.algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {sc.algorithm!r}")
@@ -284,6 +301,9 @@ def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gam
     if m_topo is None and pricer.priced:
         said.append("the traces' own hardware is unknown: each call with a model priced by the model alone")
     firsts = [g.ranks[p].calls[i] for p, i in (m[0] for m in g.sets)]
+    if flat is not None:
+        flat += [sum(pricer.flat_across_nodes(c) for c in firsts),
+                 sum(pricer.flat_across_nodes(c, measured=True) for c in firsts)]
     if any(pricer.sent_as(c) != c.op for c in firsts):
         said.append("Gloo's reduce_scatter priced as what it sends: an all-reduce of the whole input")
     unknown = sorted({c.op for c in firsts if pricer.unknown(c)})

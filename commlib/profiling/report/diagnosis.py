@@ -10,7 +10,7 @@ import re
 
 from commlib import columns
 from commlib.profiling.read.reader import printable
-from commlib.profiling.report.words import flag_text, hardware_text, indent, note_text, wrap
+from commlib.profiling.report.words import flag_text, flat_ring_text, hardware_text, indent, note_text, wrap
 from commlib.ui.language import language, tr
 
 
@@ -48,6 +48,8 @@ def note(n) -> str:
     nests another record."""
     if isinstance(n, dict) and n["kind"] == "measured_on":
         return tr("measured on: ") + hardware(n["why"])
+    if isinstance(n, dict) and n["kind"] == "flat_ring_nics":
+        return ("" if language() else " ").join(tr(s) for s in flat_ring_text(n))
     return tr(note_text(n))
 
 

@@ -83,8 +83,28 @@ def _call(c: dict) -> str:
     return f"{c['op']} {c['bytes'] if c['bytes'] is not None else '?'} B"
 
 
+def flat_ring_text(n: dict) -> list[str]:
+    """The what-if's note on Gloo's flat rings in a scenario with more (or fewer) NICs per node, as its sentences
+    (each translated on its own): what the prediction leaves out, then what the kernel network measured."""
+    names, m, k = "; ".join(printable(s) for s in n["scenarios"]), n["measured_nics"], n["nics"]
+    said = [f"{names}: Gloo's calls are priced as one flat ring, crossing each node once each way, so {k} NICs per "
+            f"node instead of {m} do not shorten them; Gloo's own schedules use every NIC: the real step can be "
+            "shorter." if k > m else
+            f"{names}: Gloo's calls are priced as one flat ring, crossing each node once each way, so {k} NIC(s) "
+            f"per node instead of {m} do not lengthen them; Gloo's own schedules use every NIC: the real step can "
+            "be longer."]
+    seen = n.get("kernel_network")
+    if seen:
+        (few, many), (a, b), (p, q) = seen["nics"], seen["measured_s"], seen["predicted_s"]
+        said.append(f"On the course's kernel network, {seen['job']} on nodes of {seen['gpus_per_node']} GPUs took "
+                    f"{a:.2f} s a step with {few} NIC per node, {b:.2f} s with {many} (predicted {p:.2f} s, "
+                    f"{q:.2f} s).")
+    return said
+
+
 def note_text(n) -> str:
-    """A note in words: a record of checks.doubts (or checks.assumed_dtypes, or the what-if's measured_on), or a
+    """A note in words: a record of checks.doubts (or checks.assumed_dtypes, or the what-if's measured_on and
+    flat_ring_nics), or a
     sentence already (a reader's or the replay's own note)."""
     if isinstance(n, str):
         return n
@@ -116,6 +136,8 @@ def note_text(n) -> str:
                 f"{n['rank']} {printable(n['op'])} of {n['bytes']} B in {n['duration_us']:.1f} us "
                 f"({n['busbw_GBps']:.3g} GB/s): its size field ('In msg nelems' or 'Input Dims') or its 'dur' is "
                 "not what the job did")
+    if kind == "flat_ring_nics":
+        return " ".join(flat_ring_text(n))
     if kind == "dtype_assumed":
         return "some dtypes are not in the trace (Gloo, tensor lists): their bytes assume 4-byte elements"
     raise ValueError(f"note kind must be one of checks.doubts' kinds, got {kind!r}")
