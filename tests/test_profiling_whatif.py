@@ -497,3 +497,27 @@ def test_a_scenario_with_more_nics_says_that_gloos_flat_rings_ignore_them_and_nc
                                      "way, so 1 NIC(s) per node instead of 2 do not lengthen them; Gloo's own "
                                      "schedules use every NIC: the real step can be longer.")
     assert pricing.gloo_nics_measured("/nonexistent.json") is None
+
+
+def test_two_calls_of_one_connection_that_never_ran_alone_keep_no_overhead_of_their_own():
+    """DDP's small last bucket queued just before its big one, on one TCP connection: first in first out, both
+    end when all the bytes are through (the kernel network's CNN job: 83 KiB and 570 KiB, both 63 ms). Neither
+    kind ever ran alone, so neither keeps the recorded time as its own overhead: at 4x the bandwidth the step is
+    the bytes' time at 4x, not the small call's 'overhead' moved with the link as well."""
+    import dataclasses
+
+    small, big, bandwidth = 64 << 10, 1 << 20, 1e8
+    link = cost.Link("NIC", bandwidth, 0.0, "test")
+    measured = topo.Topology(2, 1, link, link)
+    d = (small + big) / bandwidth * 1e6   # 2 ranks: each all-reduce sends its bytes once each way
+    ranks = []
+    for r in range(2):
+        calls = [tr.Call(r, "all_reduce", "0", 2, n, "float32", 0.0, d, None, None, None) for n in (small, big)]
+        rt = tr.RankTrace(f"rank{r}.json", r, 2, "gloo", None, calls, [(-1.0, 0.0), (d + 1, d + 2)], (-1.0, d + 2))
+        rt.threads, rt.issued, rt.waits = [(10, 0), (11, 1)], {0: 0.0, 1: 0.0}, {1: (0.0, d + 1)}
+        ranks.append(rt)
+    x4 = topo.Topology(2, 1, dataclasses.replace(link, bandwidth=4 * bandwidth),
+                       dataclasses.replace(link, bandwidth=4 * bandwidth))
+    report = whatif.whatif(ranks, [whatif.Scenario("x4", topology=x4)], measured=measured, excess="bytes")
+    assert report["scenarios"][1]["step_us"] == pytest.approx(d + 3, rel=1e-3)   # identity: as recorded
+    assert report["scenarios"][2]["step_us"] == pytest.approx(d / 4 + 3, rel=0.02)

@@ -132,6 +132,41 @@ def test_this_machine_stretches_compute_by_the_ranks_per_core_and_says_which_clu
         whatif.whatif(job(), [here], measured=HERE, cores=0)
 
 
+def test_this_machine_leaves_the_emulated_accelerators_compute_unstretched():
+    """commlib's emulated accelerator sleeps (RankTrace.offcore): on this machine only the compute that takes a
+    core grows with the ranks per core."""
+    import numpy as np
+
+    assert compute._minus(np.array([[0.0, 10.0], [20.0, 30.0]]), np.array([[5.0, 25.0]])).tolist() == [
+        [0.0, 5.0], [25.0, 30.0]]
+    ranks = job()
+    ranks[1].offcore = np.array([[0.0, 40.0]])   # 40 of rank 1's 70 us of compute: the accelerator
+    here = whatif.Scenario("x2", nodes=4, this_machine=True)
+    b = whatif.whatif(ranks, [here], measured=HERE, cores=2)["scenarios"][2]
+    assert b["ranks"][1]["compute_us"] == pytest.approx(40 + 2 * 30 + 2 * 9)   # the 30 and 9 us on a core, x2
+    plain = whatif.whatif(job(), [here], measured=HERE, cores=2)["scenarios"][2]
+    assert plain["ranks"][1]["compute_us"] == pytest.approx(2 * 79)   # without it: every span x2
+    line = "commlib's emulated accelerator takes no core: its 29% of the compute is not stretched"   # 40 of 138
+    assert line in b["assumptions"] and not any("accelerator" in x for x in plain["assumptions"])
+    from commlib.ui import language
+
+    language.set_language("zh_CN")
+    try:
+        text = format_report(whatif.whatif(ranks, [here], measured=HERE, cores=2))
+    finally:
+        language.set_language(None)
+    assert "模拟加速器不占用核" in "".join(text.split()) and "takes no core" not in text
+
+
+def test_the_reader_marks_the_emulated_accelerators_ops_as_taking_no_core():
+    from commlib.profiling.read import records
+    from commlib.profiling.read.events import Event
+
+    rec = records.Records("x")
+    rec.add([Event("X", "cpu_op", "commlib::accelerator", 0.0, 5.0, 1, 1), Event("X", "cpu_op", "aten::mm", 5.0, 1.0, 1, 1)])
+    assert [k & records.OFFCORE for k in rec.cpu.kinds] == [records.OFFCORE, 0]
+
+
 def test_a_scenario_on_the_measured_network_gives_the_identity_replay():
     """Before, it re-priced every call by the model (its excess kept, its flows shared anew): on a real job up to 2.9%
     off the identity replay (issue 64), two answers to one question. Now it keeps every measured duration."""

@@ -88,7 +88,32 @@ def recorded(g0, pricer) -> list:
     # but TCP serves two flows of one connection unevenly, so what is left is not all its own: it takes what
     # its kind shows alone (the median of those that ran alone), else the least its kind shows
     typical = {k: (sorted(a)[len(a) // 2] if a else min(b)) for k, (a, b) in kinds.items()}
-    return [r if r is None or s not in shared else (r[0], r[1], typical[_kind(g0, s)]) for s, r in enumerate(out)]
+    # first in first out: a smaller call that ended with a bigger one beside it on a link (at or after the
+    # bigger one's last tenth) waited behind the bigger one's bytes on their connection, not on its own account.
+    # It keeps no more than the bigger one's kind shows. DDP's small last bucket on a CNN (83 KiB), queued just
+    # before its big one, always ended with it, 63 ms where its bytes took 8: kept as its own overhead, that time
+    # moved with the link, and the replay put the step at x0.25 the bandwidth 55% above the run
+    # (benchmarks/whatif_accuracy.py, job cnn_batchnorm).
+    behind = _behind(ends, g0.transfer, used, [_kind(g0, s)[2] or 0 for s in range(len(ends))], shared)
+    return [r if r is None or s not in shared else
+            (r[0], r[1], min([typical[_kind(g0, s)]] + [typical[_kind(g0, t)] for t in behind.get(s, ())]))
+            for s, r in enumerate(out)]
+
+
+def _behind(ends, durations, used, sizes, shared) -> dict:
+    """{flow: the bigger flows it ended with} among the shared flows: s and t overlap on a link both load, s
+    carries fewer bytes and ends at or after t's last tenth (a sweep in start order, as _overlapping)."""
+    out, live = {}, []
+    for s in sorted(shared, key=lambda s: ends[s] - durations[s]):
+        start = ends[s] - durations[s]
+        live = [t for t in live if ends[t] > start]
+        for t in live:
+            if set(used[s]) & set(used[t]):
+                for a, b in ((s, t), (t, s)):
+                    if sizes[a] < sizes[b] and ends[a] >= ends[b] - 0.1 * durations[b]:
+                        out.setdefault(a, []).append(b)
+        live.append(s)
+    return out
 
 
 def _overlapping(ends, durations, used) -> set:

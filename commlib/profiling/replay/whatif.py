@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 
 from commlib import _validate
 from commlib import topology as topo
+from commlib.cost.intervals import length
 from commlib.profiling.replay import compute, graph
 from commlib.profiling.checks import doubts
 from commlib.profiling.model import infer_hardware
@@ -253,8 +254,13 @@ def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gam
         share = compute.share(new_world, world, cores)
         said.append(f"on this machine ({cores} usable core(s)): {new_world} ranks against the traced {world}, each "
                     f"rank's compute x{share:.2f} (ranks per core beyond one, new over traced)")
-        scale *= share
+        off = sum(length(r.offcore) for r in g.ranks if r.offcore is not None)
+        if off and share != 1:
+            off = 100 * off / sum(length(r.spans) for r in g.ranks)
+            said.append(f"commlib's emulated accelerator takes no core: its {off:.0f}% of the compute is not stretched")
     g = compute.stretch(g, scale) if scale != 1 else g
+    if sc.this_machine and share != 1:   # only the compute that takes a core (compute.stretch's oncore)
+        g = compute.stretch(g, share, oncore=True)
     if (base == m_topo and new_world == world and sc.algorithm is None and sc.bucket_mb is None
             and sc.compress is None):
         said.append("the network as measured: every call keeps its measured duration, as in the identity replay")
