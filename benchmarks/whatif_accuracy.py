@@ -16,10 +16,10 @@ The full run's --json is what chapter 9 shows.
 
 --network kernel: six jobs on the kernel network (commlib.network: Linux namespaces, NICs shaped by tc HTB; no
 pacer, no latency added): on 2 nodes of 1 GPU the same BucketedDDP job, torch's DistributedDataParallel (Gloo's
-own all-reduce), FSDP2 (fully_shard per layer), a Megatron-style tensor-parallel MLP (no data parallelism: 8
+own all-reduce), FSDP2 (fully_shard per layer), a Megatron-style tensor-parallel MLP (no data parallelism: 16
 all-reduces of 64 KiB activations a step, weak-scaled: each rank keeps its shard on more ranks) and torch DDP on
-a CNN with BatchNorm (DDP broadcasts its buffers every forward); torch DDP on 2 nodes of 2 GPUs. The links are those of
-commlib.network.links (the NIC at its payload rate), with alpha fitted by a separate calibration run (fit_nic
+a CNN with BatchNorm (DDP broadcasts its buffers every forward); torch DDP on 2 nodes of 2 GPUs. The links are
+those of commlib.network.links (the NIC at its payload rate), with alpha fitted by a separate calibration run (fit_nic
 over the sizes the jobs send, the minimum of each size's repeats: FIT_ESTIMATE; the inside-a-node link by
 commlib.network.calibrate on a 2 x 2 network), never from the traces. Each job is recorded once at --bandwidth; whatif predicts bandwidth x1/4, x1/2, x2, x4 (each run
 after Network.set_bandwidth), 2 -> 4 nodes (a 4-node network), 2 GPUs per node with 1 shared NIC or 2 NICs

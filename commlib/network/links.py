@@ -15,8 +15,8 @@ before, 0, 0 and 0.06 ms). It would hold Gloo/TCP's software cost per message, n
 kernel network adds none). Until issue 49's closing note it was the median of 7, 0.48 ms: one draw of a fit
 that gave 0 to 4.2 ms on the same network.
 in-node link (NVLink's stand-in, an unshaped bridge): INTRA, fitted by commlib.network.calibrate's point-to-point
-sweep inside a node of a 2 x 2 kernel network: the same JSON's "intra", 2836 MB/s and 369 us (the runs
-before: 3733 MB/s and 409 us, 4462 MB/s and 581 us, 2001 MB/s and 802 us, 1771 MB/s and 352 us; an unshaped
+sweep inside a node of a 2 x 2 kernel network: the same JSON's "intra", 1888 MB/s and 358 us (the runs
+before: 2836 MB/s and 369 us, 3733 MB/s and 409 us, 4462 MB/s and 581 us, 2001 MB/s and 802 us, 1771 MB/s and 352 us; an unshaped
 bridge moves what the CPU lets it).
 """
 
@@ -29,7 +29,7 @@ from commlib.network.spec import Spec
 
 SOURCE = "benchmarks/whatif_accuracy_kernel.json"
 ALPHA_S = 0.0                       # s per message: SOURCE "fit"[0] (fit_nic, kernel network, 10 MB/s)
-INTRA = (2835.7e6, 368.7e-6)         # bytes/s, s: SOURCE "intra" (network.calibrate, inside a node of 2 x 2)
+INTRA = (1888.3e6, 358.3e-6)         # bytes/s, s: SOURCE "intra" (network.calibrate, inside a node of 2 x 2)
 
 
 def excess(spec: Spec) -> str:

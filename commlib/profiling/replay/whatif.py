@@ -192,7 +192,7 @@ def _profiler(ranks, g, traced_us: float, untraced, steps: int) -> dict | None:
         untraced, source = max(u["step_s"] for _, u in said), "traces"
     factor, got = compute.calibrate(g, untraced * 1e6, steps)
     return {"traced_us": traced_us, "untraced_us": untraced * 1e6, "ratio": traced_us / (untraced * 1e6),
-            "compute_factor": factor, "calibrated_us": got, "source": source}
+            "compute_factor": factor, "calibrated_us": got, "source": source, "noise": compute.NOISE}
 
 
 def _topology(name: str, value, world: int) -> topo.Topology:

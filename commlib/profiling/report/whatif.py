@@ -38,6 +38,9 @@ def _profiler(report: dict) -> list[str]:
                        "profiler's own time included (nothing corrected)"), 98)
     where = tr("the traces' commlib_untraced" if p["source"] == "traces" else "given")
     t, u = p["traced_us"] / 1e3, p["untraced_us"] / 1e3
+    if p["compute_factor"] == 1 and 1 < p["ratio"] <= 1 + p.get("noise", 0.0):
+        return wrap(tr(f"profiler: traced steps {t:.2f} ms, untraced {u:.2f} ms ({where}), x{p['ratio']:.2f}: within "
+                       f"the noise of a few steps ({p['noise']:.0%}), nothing corrected"), 98)
     if p["compute_factor"] == 1 and p["ratio"] > 1:
         return wrap(tr(f"profiler: traced steps {t:.2f} ms, untraced {u:.2f} ms ({where}), x{p['ratio']:.2f}: more "
                        "than the compute can explain at x0.5 (the calls, the gaps between ops, or the noise of a "
