@@ -56,6 +56,11 @@ def test_the_summary_names_the_sizes_it_compares_hta_both_ways_and_json_load():
     assert "  json.load of the same files 8.00 s: diagnose takes 0.50x as long" in lines
     assert "64 ranks x 100k events: 14.00 s, peak 290 MB (200 MB for 2 ranks)" in lines
     assert all(len(line) < 100 for line in lines)
+    assert not any("carried" in line for line in lines)
+    carried = _data()
+    carried["meta"]["hta_from"] = ("HTA's figures carried from the run of 2026-12-04 (load 3.1): HTA could not run "
+                                   "in this one")
+    assert carried["meta"]["hta_from"] in scale.summary(carried)   # HTA's figures from another run: said
 
 
 def test_the_figure_keeps_the_loads_decimals_and_labels_the_star_as_end_to_end():

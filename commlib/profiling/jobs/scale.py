@@ -78,6 +78,8 @@ def summary(data: dict) -> list[str]:
     out = [f"measured on {meta['machine']}, {meta['date']}, load {meta['load_before'][0]:.1f} before and "
            f"{meta['load_after'][0]:.1f} after (whole machine)",
            "MB: peak RSS summed over a tool's processes (diagnose's reader workers, HTA's parser pool)"]
+    if meta.get("hta_from"):   # HTA's columns come from another run: said, never mixed silently
+        out.append(tr(meta["hta_from"]))
     gpu = [r for r in rows if r["case"] == "gpu"]
     for r in gpu:
         load = f", load {r['load_1min'][0]:.1f}" if r.get("load_1min") else ""
