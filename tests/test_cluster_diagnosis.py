@@ -160,9 +160,9 @@ def test_the_flight_recorder_can_be_switched_off():
 
 @pytest.mark.parametrize("bad", [-1, 0, 1.5, True, "64", 2**31, flight_recorder.MAX_BUFFER + 1])
 def test_flight_recorder_size_is_checked_before_any_process_starts(bad, monkeypatch):
-    from commlib.cluster import core
+    from commlib.cluster import launcher
 
-    monkeypatch.setattr(core, "Launcher", None)  # reaching it would fail with a TypeError naming no parameter
+    monkeypatch.setattr(launcher, "Launcher", None)  # reaching it would fail with a TypeError naming no parameter
     with pytest.raises((TypeError, ValueError), match=r"flight_recorder must be an int in \[1, 1000000\]"):
         cl.Cluster(2, flight_recorder=bad)
 

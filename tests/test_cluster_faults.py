@@ -152,9 +152,9 @@ def test_a_pipeline_stage_with_its_order_reversed_names_the_pair_that_wait_on_ea
 
 @pytest.mark.parametrize("bad", ["torch", ("no_such_module_xyz",), (3,), ("torch,os",)])
 def test_preload_is_checked_before_any_process_starts(bad, monkeypatch):
-    from commlib.cluster import core
+    from commlib.cluster import launcher
 
-    monkeypatch.setattr(core, "Launcher", None)
+    monkeypatch.setattr(launcher, "Launcher", None)
     with pytest.raises((TypeError, ValueError), match="preload must"):
         cl.Cluster(2, preload=bad)
 

@@ -182,9 +182,9 @@ def test_a_cluster_on_the_pacer_runs_every_function_inside_emulate(monkeypatch):
     (3, "gloo", "needs world_size = nodes x gpus_per_node = 2 x 1 = 2, got 3"),
 ])
 def test_a_cluster_that_does_not_fit_the_network_is_refused_before_it_starts(world_size, backend, words, monkeypatch):
-    from commlib.cluster import core
+    from commlib.cluster import launcher
 
-    monkeypatch.setattr(core, "Launcher", None)
+    monkeypatch.setattr(launcher, "Launcher", None)
     net = network.Network(2, 1, bandwidth=20e6, kind="paced")
     with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
         cl.Cluster(world_size, backend=backend, network=net)

@@ -7,6 +7,7 @@ break, and the direction of every change."""
 import sys
 
 import cloudpickle
+import pytest
 
 import commlib as cl
 from commlib.profiling.jobs import emulated_job as ej
@@ -14,6 +15,9 @@ from commlib.profiling.jobs import emulated_job as ej
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
+# a measurement, run alone (course.py test runs these after the rest): beside another worker's tests, in CI's
+# first phase, its 4-rank run took 30% longer than predicted and broke the bound (median error 0.28)
+@pytest.mark.alone
 def test_the_replay_predicts_other_links_and_more_nodes_of_an_emulated_job(tmp_path):
     with cl.Cluster(world_size=2, timeout=300) as small, cl.Cluster(world_size=4, timeout=300) as large:
         result = ej.predict_and_run(small, large, str(tmp_path), bandwidth=100e6, latency=5e-4, steps=3, recorded=2)
