@@ -9,7 +9,8 @@ its links with the recorded flows beside it made it (flows.phases: each phase en
 work the model's time on idle links): the excess is what is left. A call that shared no link keeps its own; one
 that shared takes its kind's (op, group, bytes) typical excess among the calls that ran alone, else the least
 its kind shows (TCP serves two flows of one connection unevenly: what the sharing model cannot place is not
-the call's). What the excess does in a scenario depends on the network it was measured on (whatif's `excess`):
+the call's), and a smaller call that ended with a bigger one on its links no more than the bigger one's kind
+(first in first out on one connection: recorded() has the CNN job's measurement). What the excess does in a scenario depends on the network it was measured on (whatif's `excess`):
 - "fixed" (the default): it is the call's software's own time, kept as measured, a fixed phase before the bytes.
   On the pacer (network.emulate, which moves bytes at exactly its rate) it is: the BucketedDDP job at 1/4 the
   bandwidth is predicted within 10% so, 50% above with "bytes".
