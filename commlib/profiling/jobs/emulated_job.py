@@ -28,7 +28,7 @@ from commlib.profiling.jobs.committed import load_committed
 
 STEPS, RECORDED = 6, 4   # steps timed, steps in the trace
 ACCURACY = Path(__file__).resolve().parents[3] / "benchmarks" / "whatif_accuracy.json"
-ACCURACY_KERNEL = ACCURACY.with_name("whatif_accuracy_kernel.json")   # --network kernel: three jobs
+ACCURACY_KERNEL = ACCURACY.with_name("whatif_accuracy_kernel.json")   # --network kernel: six jobs
 
 
 @torch.library.custom_op("commlib::accelerator", mutates_args=())
@@ -155,14 +155,11 @@ def train(folder: str, bandwidth: float, latency: float = 5e-4, gpus_per_node: i
     paced = emulate(gpus_per_node, bandwidth, latency, nics_per_node) if pace else contextlib.nullcontext()
     with paced, (Background(algorithm, gpus_per_node if algorithm == "hierarchical" else None)
                  if job == "bucketed_ddp" else contextlib.nullcontext()) as bg:
-        x = torch.randn(batch, width)
         if job == "tensor_parallel":
-            model, x = torch.nn.Sequential(*[TensorParallelLayer(width, width, layer_s) for _ in range(layers)]), \
-                torch.randn(TP_BATCH, width)
+            model = torch.nn.Sequential(*[TensorParallelLayer(width, width, layer_s) for _ in range(layers)])
         elif job == "cnn_batchnorm":
             net = torch.nn.Sequential(*[ConvLayer(CNN_CHANNELS, layer_s) for _ in range(layers)])
             model = torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=bucket_mb)
-            x = torch.randn(CNN_BATCH, CNN_CHANNELS, CNN_SIDE, CNN_SIDE)
         else:
             net = torch.nn.Sequential(*[Layer(width, layer_s) for _ in range(layers)])
         if job == "bucketed_ddp":
@@ -176,6 +173,8 @@ def train(folder: str, bandwidth: float, latency: float = 5e-4, gpus_per_node: i
             for layer in net:
                 fully_shard(layer)
             model = fully_shard(net)
+        inputs = {"tensor_parallel": (TP_BATCH, width), "cnn_batchnorm": (CNN_BATCH, CNN_CHANNELS, CNN_SIDE, CNN_SIDE)}
+        x = torch.randn(*inputs.get(job, (batch, width)))
 
         def step():
             for p in model.parameters():
