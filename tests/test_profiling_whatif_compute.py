@@ -319,6 +319,7 @@ def _megatron_step(folder):
     import torch
     import torch.distributed as dist
 
+    from commlib.profiling.jobs.emulated_job import Copy, Reduce   # Megatron's f and g, on Gloo's all-reduce
     from commlib.profiling.jobs.recording import record
 
     torch.manual_seed(0)
@@ -326,28 +327,6 @@ def _megatron_step(folder):
     p, h = dist.get_world_size(), 64
     layers = [(torch.randn(h, 4 * h // p, requires_grad=True), torch.randn(4 * h // p, h, requires_grad=True))
               for _ in range(4)]
-
-    class Reduce(torch.autograd.Function):   # Megatron's g: all-reduce forward, identity backward
-        @staticmethod
-        def forward(ctx, x):
-            x = x.clone()
-            dist.all_reduce(x)
-            return x
-
-        @staticmethod
-        def backward(ctx, grad):
-            return grad
-
-    class Copy(torch.autograd.Function):   # Megatron's f: identity forward, all-reduce backward
-        @staticmethod
-        def forward(ctx, x):
-            return x
-
-        @staticmethod
-        def backward(ctx, grad):
-            grad = grad.clone()
-            dist.all_reduce(grad)
-            return grad
 
     x = torch.randn(32, h)
 

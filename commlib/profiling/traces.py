@@ -143,8 +143,9 @@ def _read(path: str, max_bytes: int) -> RankTrace:
                 for kind, tid in zip(cpu.kinds, cpu.tid)]
         compute = _spans([(s, e) for s, e, p in zip(cpu.start, cpu.end, pick) if p])
         leaves = _leaves(cpu, pick)
-        off = [(s, e) for s, e, p, k in zip(cpu.start, cpu.end, pick, cpu.kinds) if p and k & OFFCORE]
-        offcore = _spans(off) if off else None   # commlib's emulated accelerator's ops: compute that takes no core
+        if rec.any_kind(OFFCORE):   # commlib's emulated accelerator's ops: compute that takes no core
+            off = [(s, e) for s, e, p, k in zip(cpu.start, cpu.end, pick, cpu.kinds) if p and k & OFFCORE]
+            offcore = _spans(off) if off else None
         timeline = _spans([(s, e) for s, e, kind in zip(cpu.start, cpu.end, cpu.kinds) if not kind & PROFILER_STEP])
         backend = "gloo"
     wall = (float(timeline[:, 0].min()), float(timeline[:, 1].max())) if len(timeline) else (0.0, 0.0)

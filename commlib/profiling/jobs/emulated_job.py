@@ -63,7 +63,7 @@ class Layer(torch.nn.Module):
         return accelerator(torch.relu(self.linear(x)), self.seconds)
 
 
-class _Reduce(torch.autograd.Function):
+class Reduce(torch.autograd.Function):
     """Megatron's g: the row-parallel layer's partial sums all-reduced forward (Gloo's own), identity backward."""
 
     @staticmethod
@@ -79,7 +79,7 @@ class _Reduce(torch.autograd.Function):
         return grad
 
 
-class _Copy(torch.autograd.Function):
+class Copy(torch.autograd.Function):
     """Megatron's f: identity forward, the input's gradient all-reduced backward."""
 
     @staticmethod
@@ -108,7 +108,7 @@ class TensorParallelLayer(torch.nn.Module):
         self.seconds = seconds
 
     def forward(self, x):
-        return _Reduce.apply(self.row(accelerator(torch.relu(self.col(_Copy.apply(x))), self.seconds)))
+        return Reduce.apply(self.row(accelerator(torch.relu(self.col(Copy.apply(x))), self.seconds)))
 
 
 class ConvLayer(torch.nn.Module):

@@ -172,6 +172,11 @@ class Records:
         self.events += n
         self.seen += len(events)
 
+    def any_kind(self, bit: int) -> bool:
+        """Whether a CPU op or annotation read so far has this CpuOps.kinds bit (asked of the distinct names, whose
+        kinds add() works out once each: no pass over the ops)."""
+        return any(k & bit for cached in (self._kinds, self._note_kinds) for k in cached.values())
+
     def _comm_op(self, e: Event, index: int, k: int) -> int:
         """Keep e, a collective's op, whole (its record_shapes decoded); -> its CpuOps.kinds byte (k without COMM)."""
         e.index = index

@@ -76,7 +76,8 @@ def recorded(g0, pricer) -> list:
                           pricer.strides.get(c.group, 1)))
     got = phases(ends, limits, alone, used)
     out, kinds = [], {}
-    shared = _overlapping(ends, [g0.transfer[s] for s in range(len(ends))], used)
+    pairs = _overlaps(ends, g0.transfer, used)
+    shared = {s for pair in pairs for s in pair}
     for s, old in enumerate(info):
         if old is None or pricer.m is None:
             out.append(None)
@@ -95,38 +96,31 @@ def recorded(g0, pricer) -> list:
     # before its big one, always ended with it, 63 ms where its bytes took 8: kept as its own overhead, that time
     # moved with the link, and the replay put the step at x0.25 the bandwidth 55% above the run
     # (benchmarks/whatif_accuracy.py, job cnn_batchnorm).
-    behind = _behind(ends, g0.transfer, used, [_kind(g0, s)[2] or 0 for s in range(len(ends))], shared)
+    behind = _behind(pairs, ends, g0.transfer, [_kind(g0, s)[2] or 0 for s in range(len(ends))])
     return [r if r is None or s not in shared else
             (r[0], r[1], min([typical[_kind(g0, s)]] + [typical[_kind(g0, t)] for t in behind.get(s, ())]))
             for s, r in enumerate(out)]
 
 
-def _behind(ends, durations, used, sizes, shared) -> dict:
-    """{flow: the bigger flows it ended with} among the shared flows: s and t overlap on a link both load, s
-    carries fewer bytes and ends at or after t's last tenth (a sweep in start order, as _overlapping)."""
-    out, live = {}, []
-    for s in sorted(shared, key=lambda s: ends[s] - durations[s]):
-        start = ends[s] - durations[s]
-        live = [t for t in live if ends[t] > start]
-        for t in live:
-            if set(used[s]) & set(used[t]):
-                for a, b in ((s, t), (t, s)):
-                    if sizes[a] < sizes[b] and ends[a] >= ends[b] - 0.1 * durations[b]:
-                        out.setdefault(a, []).append(b)
-        live.append(s)
+def _behind(pairs, ends, durations, sizes) -> dict:
+    """{flow: the bigger flows it ended with}, of the pairs that overlap on a link (_overlaps): of the two, it
+    carries fewer bytes and ends at or after the other's last tenth."""
+    out = {}
+    for s, t in pairs:
+        for a, b in ((s, t), (t, s)):
+            if sizes[a] < sizes[b] and ends[a] >= ends[b] - 0.1 * durations[b]:
+                out.setdefault(a, []).append(b)
     return out
 
 
-def _overlapping(ends, durations, used) -> set:
-    """The flows whose recorded interval overlaps another's on a link they both load."""
+def _overlaps(ends, durations, used) -> list:
+    """The pairs of flows whose recorded intervals overlap on a link they both load (a sweep in start order)."""
     order = sorted(range(len(ends)), key=lambda s: ends[s] - durations[s])
-    out, live = set(), []
+    out, live = [], []
     for s in order:
         start = ends[s] - durations[s]
         live = [t for t in live if ends[t] > start]
-        for t in live:
-            if set(used[s]) & set(used[t]):
-                out.update((s, t))
+        out += [(s, t) for t in live if set(used[s]) & set(used[t])]
         live.append(s)
     return out
 
