@@ -378,3 +378,46 @@ def test_the_loops_verdict_says_how_far_the_replay_scaled_the_recorded_compute()
     assert all(len(line) <= 100 for line in said)
     for f in (None, 1.0):
         assert "the replay's compute" not in nw.verdict({**loop, "compute_factor": f})
+
+
+# ------------------------------------------------------------------------------------ a ring step's floor
+def _small_calls(took_us: float, nbytes: int = 1 << 16, gap_us: float = 2000.0):
+    """Two ranks, one step: four all-reduces of nbytes, each waited for at once and taking took_us, after gap_us
+    of compute each (the emulated tensor-parallel job's shape)."""
+    out = []
+    for r in range(2):
+        at = [gap_us + k * (gap_us + took_us) for k in range(4)]
+        calls = [tr.Call(r, "all_reduce", "0", 2, nbytes, "float32", t, took_us, None, None, None) for t in at]
+        spans = [(t - gap_us, t) for t in at] + [(at[-1] + took_us, at[-1] + took_us + gap_us)]
+        out.append(_rank(r, calls, spans, {i: (t, t + took_us) for i, t in enumerate(at)}))
+    return out
+
+
+def test_a_ring_steps_floor_keeps_small_calls_from_getting_free_on_faster_links():
+    """The kernel network's tensor-parallel job (issue 64): its 64 KiB all-reduces ran under their bytes' time at
+    10 MB/s (HTB's burst), so at x4 the bandwidth the replay priced them at nothing, where they took 2.3-2.7 ms.
+    With whatif's floor (s per ring step) each takes at least its steps' floor, scaled by how far the traced call
+    came to its own; the identity replay and slower links are untouched; 4 ranks have 6 steps, not 2."""
+    from commlib.network import links, spec
+
+    measured = links.topology(spec.parse("2x1@10e6"))
+    x4 = whatif.Scenario("x4", topology=links.topology(spec.parse("2x1@40e6")))
+    slower = whatif.Scenario("x1/2", topology=links.topology(spec.parse("2x1@5e6")))
+    four = whatif.Scenario("4 nodes", nodes=4)
+    floor = 1.5e-3
+
+    def steps(took_us, f):
+        got = whatif.whatif(_small_calls(took_us), [x4, slower, four], measured=measured, excess="bytes", floor=f)
+        return [s["step_us"] for s in got["scenarios"][1:]], got["scenarios"]
+
+    (same0, x4_0, slow0, four0), _ = steps(4900.0, 0.0)
+    (same1, x4_1, slow1, four1), rows = steps(4900.0, floor)
+    assert same1 == same0 and slow1 == slow0                     # nothing got faster there: no floor reached
+    assert x4_0 < 5 * 2000.0 + 4 * 1000.0                       # before: the calls nearly free at x4
+    assert x4_1 == pytest.approx(5 * 2000.0 + 4 * 2 * floor * 1e6, rel=0.01)   # each call its 2 steps' floor
+    assert four1 >= 5 * 2000.0 + 4 * 6 * floor * 1e6 * 0.99 and four1 > four0   # 4 ranks: 6 steps each
+    assert any("held at the measured machine's floor, 1.50 ms per ring step" in a for a in rows[2]["assumptions"])
+    (_, x4_fast, _, _), _ = steps(1500.0, floor)   # traced at half its 2 steps' floor: half the floor at x4
+    assert x4_fast == pytest.approx(5 * 2000.0 + 4 * floor * 1e6, rel=0.01)
+    with pytest.raises(ValueError, match="floor"):
+        whatif.whatif(_small_calls(4900.0), [x4], measured=measured, floor=-1.0)

@@ -234,6 +234,34 @@ def fit_nic(bandwidth: float, latency: float = 5e-4, sizes=(4 << 10, 64 << 10, 2
     return a / (2 * (p - 1)), b / (2 * (p - 1) / p)
 
 
+def fit_floor(sizes=(4 << 10, 16 << 10, 64 << 10), repeats: int = 60, gaps=(2e-3, 4e-3)) -> float:
+    """Inside every rank, on a network whose NICs are so fast that the bytes take no time: seconds per ring step
+    that a Gloo all-reduce takes anyway (whatif's `floor`). Before each call every rank sleeps a gap, in turn
+    each of `gaps` (a layer's forward and backward on the emulated accelerator): ranks that have idled, as a
+    job's do. Each call's time is its slowest rank's; their mean over sizes and repeats, over the ring's 2(p-1)
+    steps. What it holds: each step's send and receive wake a thread of each rank (Gloo's worker and its
+    transport's loop), and a rank that slept wakes late, most of all on a virtual machine: on the course's
+    2-core VM the mean was 1.5-1.9 ms a step on 2 and on 4 ranks (some calls 4-5 ms, a 250 Hz tick), where
+    the median of back-to-back calls is a few tenths of that."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    p = dist.get_world_size()
+    times = []
+    for n in sizes:
+        t = torch.ones(n // 4)
+        dist.barrier()
+        dist.all_reduce(t)
+        for i in range(repeats):
+            time.sleep(gaps[i % len(gaps)])
+            t0 = time.perf_counter()
+            dist.all_reduce(t)
+            times.append(time.perf_counter() - t0)
+    slowest = torch.tensor(times, dtype=torch.float64)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return float(slowest.mean()) / (2 * (p - 1))
+
+
 def job_step(results: list[dict]) -> float:
     """The job's step: per step the slowest rank's time, then the median over steps (seconds)."""
     return statistics.median(max(steps) for steps in zip(*(r["step_s"] for r in results)))

@@ -99,6 +99,9 @@ HANDSHAKE = {
         "connection and the earlier rank's second half goes after it", 2,
         "gloo/allgather.cc:77-79; gloo/transport/tcp/pair.cc:913-945 (send), 947-975 (recv), 831-853 (queue)", 0.5),
 }
+# a ring's steps, each a send and a receive that wait on each other (the floor's unit: Pricer.least)
+STEPS = {"all_reduce": lambda p: 2 * (p - 1), "all_gather": lambda p: p - 1, "reduce_scatter": lambda p: p - 1,
+         "broadcast": lambda p: 1, "reduce": lambda p: 1, **{op: (lambda p: 1) for op in P2P}}
 CONCURRENCY = {"gloo": ("2 worker threads per process group, one FIFO queue",
                         "ProcessGroupGloo.hpp:264 (Options::threads{2})"),
                "nccl": ("one stream per process group: its calls in order", "ProcessGroupNCCL's ncclStreams")}
@@ -196,10 +199,12 @@ class Pricer:
     """One scenario's price of a call, in us, codec time included."""
 
     def __init__(self, m_topo, t, factor, dp, strides, gamma, compress, per_byte, algorithm, new_world,
-                 gloo: bool = False):
+                 gloo: bool = False, floor: float = 0.0):
         self.m, self.t, self.factor, self.dp, self.strides = m_topo, t, factor, dp, strides
         self.gamma, self.compress, self.per_byte, self.algorithm, self.world = gamma, compress, per_byte, algorithm, new_world
         self.gloo = gloo              # the traces' backend is Gloo: its own calls priced as Gloo runs them
+        self.floor = floor            # s per ring step: the least a CPU call's step takes on the measured machine
+        self.floored = 0              # calls (sets) that the floor held up (least)
         self.m_fixed, self.t_fixed = fixed_part(m_topo), fixed_part(t)
         self.priced = self.kept = 0   # calls (sets) with a model in the scenario, and without one
         self._parts = {}              # parts() per kind of call: a job repeats a few kinds many times
@@ -274,6 +279,21 @@ class Pricer:
         size = self.parts(c)[3]
         return size is not None and size > paid[1]
 
+    def least(self, c, measured_us) -> float:
+        """The least time, us, a CPU call (no kernel) takes in the scenario however fast its links: `floor` per
+        step of its ring (STEPS) in the scenario's group, where the traced call took at least the floor of its
+        own steps; one that took less (say 60% of it) at least that share of the new floor. 0 where no floor is
+        given, the call has no steps, or its time is unknown. On the kernel network, per-step costs that no
+        bandwidth removes: each step a send and a receive that wake a thread of each rank (measured:
+        emulated_job.fit_floor)."""
+        steps = STEPS.get(self.sent_as(c))
+        size = self.parts(c)[3]
+        if not self.floor or c.kernel or steps is None or not measured_us or not c.group_size or not size \
+                or c.group_size < 2 or size < 2:
+            return 0.0
+        old = self.floor * steps(c.group_size) * 1e6
+        return self.floor * steps(size) * 1e6 * min(1.0, measured_us / old)
+
     def handshake(self, c):
         """HANDSHAKE's entry for a call traced on the group size that pays it (a Gloo all-gather on 2 ranks), else
         None."""
@@ -304,4 +324,4 @@ class Pricer:
             self.priced += 1
         if self.m is None:   # no model of the traced machine: the scenario's model alone
             return (new * 1e6 if new is not None else measured_us) + codec
-        return reprice(measured_us * 1e-6, old, new) * 1e6 + codec
+        return max(reprice(measured_us * 1e-6, old, new) * 1e6, self.least(c, measured_us)) + codec

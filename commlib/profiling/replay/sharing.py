@@ -169,6 +169,9 @@ def flow_inputs(g0, g, origin, pricer, excess: str = "fixed") -> list:
                 bw *= 1 + over / (old[1] * 1e6)
             else:   # a regrouped bucket (its traced calls' overhead per byte), or no byte phase: kept as is
                 fixed += over
+        least = pricer.least(c, d)
+        if fixed + bw < least:   # a step's wake-ups that no bandwidth removes (Pricer.least)
+            fixed, pricer.floored = least - bw, pricer.floored + 1
         used = links(_ranks(g, members), size or len(members), pricer.strides.get(c.group, 1))
         net.append((fixed + codec, bw, used))
     return net
