@@ -53,7 +53,6 @@ KERNEL_BANDWIDTH = 10e6  # bytes/s: x4 stays far below what 2 loaded cores move 
 RECORD_AGREE, RECORD_TRIES = 0.03, 3   # a recording's own step within 3% of the untraced runs', or recorded again
 EXCESS = {"kernel": "bytes", "paced": "fixed"}   # whatif's excess per network (network.links.excess)
 FIT_SIZES = (128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20)   # fit_nic's sweep: the sizes the jobs send
-FLOOR_BANDWIDTH = 1e10   # bytes/s: fit_floor's NICs, where 64 KiB take 7 us
 FIT_ESTIMATE = {"kernel": "min", "paced": "median"}   # fit_nic's estimate over repeats (its docstring: why)
 DDP_JOBS = ("bucketed_ddp", "torch_ddp", "cnn_batchnorm")   # the jobs with buckets to change
 THIS_MACHINE = " (this machine)"   # whatif's label of a this_machine scenario
@@ -99,7 +98,7 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
         for _ in range(RECORD_TRIES):   # --quick too: a slowed recording is the quick run's commonest miss
             c.run(ej.train, path, job=job or key, **kw, **more)
             traced = wi.whatif(path, [], measured=topology, gamma=gamma, steps=recorded, excess=EXCESS[kind],
-                               floor=floor)["scenarios"][0]["step_us"]
+                               **small)["scenarios"][0]["step_us"]
             tries.setdefault(key, []).append(traced * 1e-6 / want - 1)
             if abs(traced * 1e-6 / want - 1) <= RECORD_AGREE:
                 return
@@ -110,11 +109,7 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
         alpha, beta = small.run(ej.fit_nic, bandwidth, 0.0, sizes=FIT_SIZES, pace=False,
                                  estimate=FIT_ESTIMATE[kind])[0]
         gamma = bench.measure_gamma()
-        # a ring step's least time (whatif's floor): Gloo's all-reduce of small tensors on NICs too fast to matter
-        net.set_bandwidth(FLOOR_BANDWIDTH)
-        floors = [small.run(ej.fit_floor)[0] for _ in range(2)] if kind == "kernel" else [0.0]
-        floor = sum(floors) / len(floors)   # two in a row: the run's own figure of a noisy quantity
-        net.set_bandwidth(bandwidth)
+        small = small_calls(kind)   # benchmarks/small_messages.json's table, ring_steps.json's notice
         # the links as `whatif --network` prices them (commlib.network.links: the NIC at its payload rate), with
         # this run's own alpha
         priced = lambda *shape, f=1.0, inside=None: links.topology(  # noqa: E731
@@ -135,7 +130,7 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
             scenarios += [wi.Scenario(f"2 GPUs/node, {k} NIC(s)", nodes=2, gpus_per_node=2, this_machine=m,
                                       topology=priced(2, 2, k, inside=intra)) for k in shapes for m in machines]
             plans[job], notes[job] = _predict(wi, f"{folder}/{job}", scenarios, measured, gamma, recorded, EXCESS[kind],
-                                              floor)
+                                              small)
             for f in factors:
                 net.set_bandwidth(bandwidth * f)
                 twice(small, job, f"x{f:g} bandwidth", bandwidth=bandwidth * f)
@@ -160,7 +155,7 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
                 scenarios += [wi.Scenario("2 NICs/node", topology=priced(2, 2, 2, inside=intra)),
                               wi.Scenario("4 MiB buckets", bucket_mb=4.0)]
                 plans[job], notes[job] = _predict(wi, f"{folder}/ddp2x2", scenarios, base, gamma, recorded,
-                                                  EXCESS[kind], floor)
+                                                  EXCESS[kind], small)
                 for f in (0.5, 2.0):
                     big.set_bandwidth(bandwidth * f)
                     twice(large, job, f"x{f:g} bandwidth", bandwidth=bandwidth * f, **both)
@@ -183,7 +178,7 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
                          "error": predicted / mean - 1 if mean and predicted else None, "runs_s": got,
                          "noise": (max(got) - min(got)) / mean if got and len(got) > 1 else None}
                         | ({"refused": notes[job][name]} if name in notes[job] else {}))
-    return {"fit": (alpha, beta), "gamma": gamma, "floor": floor, "floors": floors, "rows": rows, "recorded_vs_untraced": tries,
+    return {"fit": (alpha, beta), "gamma": gamma, "small": small, "rows": rows, "recorded_vs_untraced": tries,
             "intra": None if intra is None else {"bandwidth": intra.bandwidth, "latency": intra.latency}}
 
 
@@ -224,7 +219,7 @@ def predict_again(path: str, folder: str) -> dict:
         shape = (2, 2, 1) if job == "torch_ddp 2x2" else (2, 1)
         got = _predict(wi, f"{folder}/{folders.get(job, job)}", [scenario(job, r["scenario"]) for r in rows
                                                                    if r["scenario"] != "identity replay"],
-                       priced(*shape), gamma, ej.RECORDED, EXCESS[kind], run.get("step_floor", 0.0))[0]
+                       priced(*shape), gamma, ej.RECORDED, EXCESS[kind], small_calls(kind))[0]
         for r in rows:
             r["predicted_s"] = got[r["scenario"]]
             r["error"] = r["predicted_s"] / r["measured_s"] - 1 if r["measured_s"] else None
@@ -233,6 +228,16 @@ def predict_again(path: str, folder: str) -> dict:
                               "(python benchmarks/whatif_accuracy.py --predict-again JSON --keep DIR); the "
                               "measurements, the recordings' spread and the noise floor are the run's")
     return run
+
+
+def small_calls(kind: str) -> dict:
+    """whatif's small-call arguments on a network of `kind` (network.links): floor (benchmarks/small_messages.json)
+    and notice (benchmarks/ring_steps.json) on the kernel network, none on the pacer."""
+    from commlib.network import links
+    from commlib.network.spec import Spec
+
+    s = Spec(2, 1, bandwidth=10e6, kind=kind)
+    return {"floor": links.floor(s), "notice": links.notice(s)}
 
 
 def statistics_of(rows: list[dict]) -> dict:
@@ -249,7 +254,7 @@ def statistics_of(rows: list[dict]) -> dict:
 
 
 def recordings(bandwidth: float, folder: str, alpha: float, gamma: float, job: str = "torch_ddp", n: int = 3,
-               kind: str = "kernel", small_packets: bool = False, floor: float = 0.0) -> dict:
+               kind: str = "kernel", small_packets: bool = False, small=None) -> dict:
     """The same job recorded n times, each recording asked the same scenarios (x1/2 and x2 the bandwidth): how far
     the predictions of one scenario spread over the recordings (issue 49: within the noise floor) ->
     {scenario: [predicted s per recording]}, with "spread" {scenario: (max - min) / mean}."""
@@ -264,28 +269,30 @@ def recordings(bandwidth: float, folder: str, alpha: float, gamma: float, job: s
     with cl.Cluster(2, network=net, timeout=600, preload=("torch.distributed.fsdp",)) as c:
         for k in range(n):
             c.run(ej.train, f"{folder}/again{k}", bandwidth=bandwidth, job=job, pace=False, latency=0.0)
-            got = _predict(wi, f"{folder}/again{k}", scenarios, priced(), gamma, ej.RECORDED, EXCESS[kind], floor)[0]
+            got = _predict(wi, f"{folder}/again{k}", scenarios, priced(), gamma, ej.RECORDED, EXCESS[kind], small)[0]
             for sc in scenarios:
                 out.setdefault(sc.name, []).append(got[sc.name])
     out["spread"] = {k: (max(v) - min(v)) / (sum(v) / len(v)) for k, v in out.items()}
     return out
 
 
-def _predict(wi, folder, scenarios, measured, gamma, recorded, excess="bytes", floor=0.0) -> tuple[dict, dict]:
+def _predict(wi, folder, scenarios, measured, gamma, recorded, excess="bytes", small=None) -> tuple[dict, dict]:
     """whatif on one recorded job -> ({scenario: predicted step s}, {scenario it refused: why})."""
     try:
         report = wi.whatif(folder, scenarios, measured=measured, gamma=gamma, steps=recorded, excess=excess,
-                           floor=floor)
+                           **(small or {}))
         refused = {}
     except ValueError as e:   # e.g. buckets that cannot be regrouped: those rows say why, the rest stand
         refused = {sc.name: str(e) for sc in scenarios if sc.bucket_mb is not None}
         report = wi.whatif(folder, [sc for sc in scenarios if sc.name not in refused], measured=measured,
-                           gamma=gamma, steps=recorded, excess=excess, floor=floor)
+                           gamma=gamma, steps=recorded, excess=excess, **(small or {}))
     return {s["name"]: s["step_us"] * 1e-6 for s in report["scenarios"]} | dict.fromkeys(refused), refused
 
 
 def jobs_main(a, load, t0) -> None:
     import tempfile
+
+    from commlib.network import links
 
     bandwidth = a.bandwidth if a.bandwidth_given else KERNEL_BANDWIDTH
     if a.keep:   # the traces kept, to be asked again (whatif on DIR/<job>)
@@ -298,13 +305,14 @@ def jobs_main(a, load, t0) -> None:
     if not a.quick:   # three recordings of torch DDP, one scenario each: their predictions' spread
         with tempfile.TemporaryDirectory() as tmp:
             result["recordings"] = recordings(bandwidth, tmp, alpha, result["gamma"], small_packets=a.small_packets,
-                                              floor=result["floor"])
+                                              small=result["small"])
     stats = statistics_of(result["rows"])
     median, p90, here = stats["median_error"], stats["p90_error"], stats["this_machine_error_median"]
     jobs = sorted({r["job"] for r in result["rows"]})
     print(f"# {a.network} network, {len(jobs)} jobs, {platform.machine()}, {os.cpu_count()} CPUs, load {load[0]:.2f} -> {os.getloadavg()[0]:.2f}; "
-          f"NIC {bandwidth / 1e6:g} MB/s; fitted alpha {alpha * 1e3:.2f} ms, 1/beta {1 / beta / 1e6:.1f} MB/s; "
-          f"floor {result['floor'] * 1e3:.2f} ms a ring step")
+          f"NIC {bandwidth / 1e6:g} MB/s; fitted alpha {alpha * 1e3:.2f} ms, 1/beta {1 / beta / 1e6:.1f} MB/s"
+          + (f"; small calls no faster than {links.SMALL}, commlib's ring steps wait as {links.RING_STEPS}"
+             if result["small"]["floor"] else ""))
     print(f"{'job':>15} {'scenario':>36} {'predicted ms':>13} {'measured ms':>12} {'error':>8} {'noise':>6}")
     for r in result["rows"]:
         if r["predicted_s"] is None:
@@ -327,8 +335,8 @@ def jobs_main(a, load, t0) -> None:
         out = {"network": a.network, "rows": result["rows"], **stats, "noise_floor": floor,
                "recordings": result.get("recordings"),
                "recorded_vs_untraced": result["recorded_vs_untraced"],
-               "fit": result["fit"], "gamma": result["gamma"], "step_floor": result["floor"],
-               "step_floors": result["floors"], "intra": result["intra"],
+               "fit": result["fit"], "gamma": result["gamma"], "small_calls": [links.SMALL, links.RING_STEPS] if result["small"]["floor"] else None,
+               "intra": result["intra"],
                "bandwidth": bandwidth,
                "machine": {"machine": platform.machine(), "cpus": os.cpu_count(), "platform": platform.platform()},
                "load": [load[0], os.getloadavg()[0]],

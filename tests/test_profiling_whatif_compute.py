@@ -396,8 +396,8 @@ def _small_calls(took_us: float, nbytes: int = 1 << 16, gap_us: float = 2000.0):
 def test_a_ring_steps_floor_keeps_small_calls_from_getting_free_on_faster_links():
     """The kernel network's tensor-parallel job (issue 64): its 64 KiB all-reduces ran under their bytes' time at
     10 MB/s (HTB's burst), so at x4 the bandwidth the replay priced them at nothing, where they took 2.3-2.7 ms.
-    With whatif's floor (s per ring step) each takes at least its steps' floor, scaled by how far the traced call
-    came to its own; the identity replay and slower links are untouched; 4 ranks have 6 steps, not 2."""
+    With whatif's floor (here a number: s per ring step) each takes at least its steps' floor, scaled by how far
+    the traced call came to its own; the identity replay and slower links are untouched; 4 ranks have 6 steps."""
     from commlib.network import links, spec
 
     measured = links.topology(spec.parse("2x1@10e6"))
@@ -416,8 +416,85 @@ def test_a_ring_steps_floor_keeps_small_calls_from_getting_free_on_faster_links(
     assert x4_0 < 5 * 2000.0 + 4 * 1000.0                       # before: the calls nearly free at x4
     assert x4_1 == pytest.approx(5 * 2000.0 + 4 * 2 * floor * 1e6, rel=0.01)   # each call its 2 steps' floor
     assert four1 >= 5 * 2000.0 + 4 * 6 * floor * 1e6 * 0.99 and four1 > four0   # 4 ranks: 6 steps each
-    assert any("held at the measured machine's floor, 1.50 ms per ring step" in a for a in rows[2]["assumptions"])
+    assert any("no faster than the measured machine's small calls of their size (given)" in a
+               for a in rows[2]["assumptions"])
     (_, x4_fast, _, _), _ = steps(1500.0, floor)   # traced at half its 2 steps' floor: half the floor at x4
     assert x4_fast == pytest.approx(5 * 2000.0 + 4 * floor * 1e6, rel=0.01)
     with pytest.raises(ValueError, match="floor"):
         whatif.whatif(_small_calls(4900.0), [x4], measured=measured, floor=-1.0)
+
+
+def test_the_kernel_networks_floor_is_the_committed_table_of_small_calls():
+    """network.links.small_calls reads benchmarks/small_messages.json: each measured cell back at its size and
+    payload rate (no higher than at a slower rate), log-log between them, held at the edges; nothing for a call
+    whose steps are more than one 64 KiB packet; the pacer has no floor; a missing file gives none."""
+    import json
+
+    from commlib.network import links, spec
+    from commlib.network.kernel import GSO_MAX, PAYLOAD_FRACTION
+
+    with open(f"{links.ROOT}/{links.SMALL}") as f:
+        run = json.load(f)
+    least = links.floor(spec.parse("2x1@10e6"))
+    for j, n in enumerate(run["sizes"]):
+        lowest = float("inf")
+        for i, rate in enumerate(run["rates"]):
+            lowest = min(lowest, run["mean_s"][i][j])
+            want = lowest if n <= 2 * GSO_MAX else 0.0
+            assert least(n, rate * PAYLOAD_FRACTION) == pytest.approx(want, rel=1e-9), (n, rate)
+    assert least(1, 1.0) == pytest.approx(run["mean_s"][0][0])            # held at the edges
+    assert least(2 * GSO_MAX, 1e12) == pytest.approx(least(2 * GSO_MAX, run["rates"][-1] * PAYLOAD_FRACTION))
+    assert least(2 * GSO_MAX + 4, 1e7) == 0.0                               # a step of two packets: its bytes
+    r = run["rates"][2] * PAYLOAD_FRACTION
+    a, b = least(run["sizes"][1], r), least(run["sizes"][2], r)
+    assert least((run["sizes"][1] * run["sizes"][2]) ** 0.5, r) == pytest.approx((a * b) ** 0.5)   # log-log
+    assert links.floor(spec.Spec(2, 1, bandwidth=1e7, kind="paced")) is None
+    assert links.small_calls("/nonexistent/small_messages.json") is None
+
+
+def test_commlibs_ring_on_more_ranks_waits_for_its_notices_where_they_leave_behind_data():
+    """benchmarks/ring_steps.json: commlib's ring of 4 ranks on 10 MB/s NICs took 98.75 ms for a 512 KiB all-reduce
+    whose bytes take 82.55 (2 ranks: none), each step's send waiting for a notice behind the receiver's 64 KiB
+    packet. network.links.notice is that wait per step, as a share of a packet's time; whatif adds it to each step
+    of commlib's ring on 3+ ranks where a notice leaves by a NIC that sends the ring's data (4 x 1, 2 x 2 on one
+    NIC), not on a NIC per GPU of 2 x 2, not on 2 ranks, not to Gloo's own calls."""
+    import json
+
+    from commlib import topology as topo_
+    from commlib.network import links, spec
+    from commlib.network.kernel import GSO_MAX, PAYLOAD_FRACTION
+    from commlib.profiling.replay.pricing import notice_behind_data
+
+    with open(f"{links.ROOT}/{links.RING_STEPS}") as f:
+        row = next(r for r in json.load(f)["rows"] if r["nodes"] == 4 and r["packets"] == GSO_MAX)
+    share = links.ring_notice()
+    assert share == pytest.approx((row["call_median_s"] - row["call_ideal_s"]) / 6 / (GSO_MAX / (10e6 * PAYLOAD_FRACTION)))
+    wait = links.notice(spec.parse("4x1@10e6"))
+    assert wait(1 << 20, 1e7) == pytest.approx(share * GSO_MAX / 1e7) and wait(1000, 1e7) == pytest.approx(share * 1e-4)
+    assert links.notice(spec.Spec(2, 1, bandwidth=1e7, kind="paced")) is None
+    shape = lambda n, g, k: topo_.Topology(n, g, LINK, LINK, k)   # noqa: E731
+    assert notice_behind_data(shape(4, 1, 1), 4) and notice_behind_data(shape(2, 2, 1), 4)
+    assert not notice_behind_data(shape(2, 2, 2), 4)
+
+    measured = links.topology(spec.parse("2x1@10e6"))
+    scenarios = [whatif.Scenario("4 nodes", nodes=4), whatif.Scenario("x1", topology=links.topology(spec.parse("2x1@10e6"))),
+                 whatif.Scenario("2x2, 2 NICs", nodes=2, gpus_per_node=2, topology=links.topology(spec.parse("2x2x2@10e6")))]
+
+    def steps(algorithm, notice):   # 4 calls of 512 KiB, each as long as its model: no excess to move
+        ranks = _small_calls((512 << 10) / (1e7 * PAYLOAD_FRACTION) * 1e6, nbytes=512 << 10)   # its bytes' time
+        for r in ranks:
+            r.calls = [dataclasses.replace(c, algorithm=algorithm) for c in r.calls]
+        got = whatif.whatif(ranks, scenarios, measured=measured, excess="bytes", notice=notice)["scenarios"]
+        return [s["step_us"] for s in got[2:]], got[2]["assumptions"]
+
+    import dataclasses
+
+    (four, same, rails), said = steps("ring", wait)
+    (four0, same0, rails0), _ = steps("ring", None)
+    per_call = 6 * wait(128 << 10, 1e7 * PAYLOAD_FRACTION) * 1e6   # 6 steps of 128 KiB: one packet's wait each
+    assert four - four0 == pytest.approx(4 * per_call, rel=0.02)
+    assert same == same0 and rails == rails0
+    assert any("each step waits for its receiver's notice" in line for line in said)
+    (four_gloo, _, _), _ = steps(None, wait)
+    (four_gloo0, _, _), _ = steps(None, None)
+    assert four_gloo == four_gloo0                                    # Gloo's own ring: not paid

@@ -136,6 +136,9 @@ def _run(name: str, netns: str | None, lines: list[str], force: bool = False) ->
     return done.stdout
 
 
+GSO_MAX = 65536   # bytes: the largest packet TCP hands a veth (GSO), the kernel's usual limit
+
+
 def _rate(bandwidth: float) -> str:
     return f"{int(round(bandwidth))}bps"  # tc's "bps" is bytes per second
 
@@ -170,7 +173,7 @@ def gso_cap(bandwidth: float) -> int:
     whatif_accuracy_kernel_small_packets.json: median 5.1%, p90 9.9%) puts 8 of the 9 pairs that grow 2 ranks
     into 4 within 8% (torch DDP on 2 x 2 with 1 NIC: -11.9%, its noise 7.8%), but replays torch DDP's 2 x 2
     recording 8.9% above its untraced runs, and the links are not yet re-fitted for it."""
-    return min(65536, _burst(bandwidth))
+    return min(GSO_MAX, _burst(bandwidth))
 
 
 def _htb_class(verb: str, dev: str, bandwidth: float) -> str:

@@ -14,14 +14,14 @@ benchmarks/whatif_accuracy_kernel.json "fit"[0], 0 (the fit's floor: no intercep
 before, 0, 0 and 0.06 ms). It would hold Gloo/TCP's software cost per message, not the wire's latency (the
 kernel network adds none). Until issue 49's closing note it was the median of 7, 0.48 ms: one draw of a fit
 that gave 0 to 4.2 ms on the same network.
-floor: FLOOR_S, the least time a step of a CPU collective's ring takes here however fast the NICs (whatif's
-`floor`, pricing.Pricer.least), measured by emulated_job.fit_floor: Gloo's all-reduce of 4-64 KiB between sleeps
-of 2 and 4 ms (an emulated layer's forward and backward), on NICs of 10 GB/s, each call's slowest rank, the mean
-over the ring's steps (SOURCE "step_floor"). Each step wakes a thread of each rank, and a rank that slept wakes
-late: the tensor-parallel job's 64 KiB all-reduces (2 steps) took 2.3-2.7 ms on average at 20 and at 40 MB/s,
-where their bytes take 3.4 and 1.7 ms and their recording at 10 MB/s ran 2 ms under its bytes (HTB's burst),
-so the replay had priced them at nothing at x4. The same sweep, run minutes apart on this 2-core VM, gave 0.6
-to 1.9 ms a step: it is this host's, and varies with what the host does.
+small calls: SMALL, benchmarks/small_messages.json: Gloo's all-reduce of 4-256 KiB on 2 nodes of 1 GPU at 2.5 to
+80 MB/s, each call after a sleep of 2 or 4 ms (an emulated layer's forward and backward), the mean of its slowest
+rank over 2 x 40 calls (emulated_job.small_calls). whatif prices no call faster than this table says a call of
+its size takes at its rate (`floor`: small_calls(); pricing.Pricer.least). On this network a small call follows
+no alpha-beta line: each step of the ring wakes a thread of each rank, a rank that slept wakes late, and HTB lets
+a packet through on credit after an idle link. Measured on the course's 2-core VM: 2-3 ms for 4 KiB at every
+rate; 64 KiB 5.1 ms at 10 MB/s (its bytes 6.9), 2.4 at 20 (3.4) and 2.9 at 40 (1.7). The tensor-parallel job's
+recording at 10 MB/s ran 2 ms a call under its bytes, so the replay had priced its calls at x4 at nothing.
 in-node link (NVLink's stand-in, an unshaped bridge): INTRA, fitted by commlib.network.calibrate's point-to-point
 sweep inside a node of a 2 x 2 kernel network: the same JSON's "intra", 1888 MB/s and 358 us (the runs
 before: 2836 MB/s and 369 us, 3733 MB/s and 409 us, 4462 MB/s and 581 us, 2001 MB/s and 802 us, 1771 MB/s and 352 us; an unshaped
@@ -30,15 +30,20 @@ bridge moves what the CPU lets it).
 
 from __future__ import annotations
 
+import functools
+import json
+import os
+
 from commlib import cost
 from commlib import topology as topo
-from commlib.network.kernel import PAYLOAD_FRACTION
+from commlib.network.kernel import GSO_MAX, PAYLOAD_FRACTION
 from commlib.network.spec import Spec
 
 SOURCE = "benchmarks/whatif_accuracy_kernel.json"
 ALPHA_S = 0.0                       # s per message: SOURCE "fit"[0] (fit_nic, kernel network, 10 MB/s)
 INTRA = (1888.3e6, 358.3e-6)         # bytes/s, s: SOURCE "intra" (network.calibrate, inside a node of 2 x 2)
-FLOOR_S = 1.58e-3                    # s per ring step: SOURCE "step_floor" (emulated_job.fit_floor)
+SMALL = os.path.join(os.path.dirname(SOURCE), "small_messages.json")   # the small calls' table (docstring)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def excess(spec: Spec) -> str:
@@ -49,11 +54,76 @@ def excess(spec: Spec) -> str:
     return "bytes" if spec.kind == "kernel" else "fixed"
 
 
-def floor(spec: Spec) -> float:
-    """Seconds per ring step that a CPU collective takes on this network however fast its NICs (whatif's
-    `floor`): FLOOR_S on the kernel network, where each step of a Gloo ring wakes a thread of each rank (the module
-    docstring has the measurement); 0 on the pacer, which times only commlib's own messages."""
-    return FLOOR_S if spec.kind == "kernel" else 0.0
+def floor(spec: Spec):
+    """What a small call takes on this network however fast its NICs (whatif's `floor`): on the kernel network the
+    measured table (small_calls), on the pacer, which times only commlib's own messages, None."""
+    return small_calls() if spec.kind == "kernel" else None
+
+
+RING_STEPS = os.path.join(os.path.dirname(SOURCE), "ring_steps.json")   # notice(): commlib's ring step by step
+
+
+def notice(spec: Spec):
+    """What each step of commlib's ring on 3 or more ranks across nodes waits beyond its bytes on this network
+    (whatif's `notice`): on the kernel network, a function (bytes a step, payload bytes/s) -> seconds: NOTICE of the
+    time one packet takes (a step's bytes, at most kernel.GSO_MAX); on the pacer None. The step's send waits for
+    its receiver's notice, which leaves the receiver's NIC behind the packet the receiver is sending
+    (kernel.gso_cap's docstring); NOTICE is what benchmarks/ring_steps.json measured: 4 ranks on 10 MB/s NICs, a
+    512 KiB all-reduce, the median call above its bytes' time over its 6 steps, over one 64 KiB packet's time
+    (2 ranks: none)."""
+    share = ring_notice()
+    if spec.kind != "kernel" or share is None:
+        return None
+    return lambda nbytes, bandwidth: share * min(nbytes, GSO_MAX) / bandwidth
+
+
+@functools.lru_cache(maxsize=1)
+def ring_notice(path: str | None = None) -> float | None:
+    """RING_STEPS' 4-node, 64 KiB-packet row -> the share of a packet's time each step waited (notice), or None."""
+    try:
+        with open(path or os.path.join(ROOT, RING_STEPS), "rb") as f:
+            run = json.loads(f.read(1 << 20))
+        row = next(r for r in run["rows"] if r["nodes"] == 4 and r["packets"] == GSO_MAX)
+        steps = 2 * (row["nodes"] - 1)
+        packet_s = GSO_MAX / (run["bandwidth"] * PAYLOAD_FRACTION)
+        return max(0.0, (row["call_median_s"] - row["call_ideal_s"]) / steps / packet_s)
+    except (OSError, ValueError, KeyError, TypeError, StopIteration, ZeroDivisionError):
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def small_calls(path: str | None = None):
+    """SMALL's table as whatif's floor: a function (nbytes, payload bytes/s) -> the mean seconds of a 2-rank Gloo
+    all-reduce of nbytes on NICs of that payload rate where each of its steps is one packet (nbytes/2 at most
+    kernel.GSO_MAX: HTB passes it whole, on credit after an idle link, so the step's wake-ups set its time; a larger
+    step's bytes do, which the model prices: 0 there), interpolated log-log between the measured sizes and rates
+    and held at the edges (where the table ends the least time stops falling), and at each rate no more than at
+    any slower one: the table's cells wobble by its noise (two passes differ by up to half a cell on this VM), and
+    a floor that rose with the rate would predict a slower call on a faster link. None where the file is missing
+    or unreadable (whatif then prices no floor)."""
+    import numpy as np
+
+    try:
+        with open(path or os.path.join(ROOT, SMALL), "rb") as f:
+            run = json.loads(f.read(1 << 20))
+        sizes = np.log(np.asarray(run["sizes"], dtype=float))
+        rates = np.log(np.asarray(run["rates"], dtype=float) * PAYLOAD_FRACTION)
+        mean = np.log(np.asarray(run["mean_s"], dtype=float))   # [rate][size]
+        if mean.shape != (len(rates), len(sizes)) or not np.all(np.isfinite(mean)):
+            return None
+        mean = np.minimum.accumulate(mean, axis=0)   # rates ascending: no faster NIC makes a call slower
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+    def least(nbytes: float, bandwidth: float) -> float:
+        if nbytes / 2 > GSO_MAX:   # a step of more than one packet: its bytes, not its wake-ups, set its time
+            return 0.0
+        x, y = np.log(max(nbytes, 1.0)), np.log(max(bandwidth, 1.0))
+        per_rate = [np.interp(x, sizes, row) for row in mean]
+        return float(np.exp(np.interp(y, rates, per_rate)))
+
+    least.source = SMALL
+    return least
 
 
 def payload_bandwidth(spec: Spec) -> float:
@@ -81,5 +151,5 @@ def describe() -> str:
     """How the links are fitted, in one sentence (for --help)."""
     return (f"links: each NIC at its payload rate (bandwidth x {PAYLOAD_FRACTION:.3f}: HTB charges TCP/IP headers), "
             f"alpha {ALPHA_S * 1e3:.2f} ms per message (fit_nic's calibration run of commlib's ring on the kernel "
-            f"network, {SOURCE}); a ring step at least {FLOOR_S * 1e3:.2f} ms (fit_floor); inside a node "
+            f"network, {SOURCE}); no call faster than {SMALL} measured for its size; inside a node "
             f"{INTRA[0] / 1e6:.0f} MB/s, {INTRA[1] * 1e6:.0f} us (network.calibrate)")

@@ -140,6 +140,20 @@ def gloo_nics_measured(path: str = KERNEL_ACCURACY) -> dict | None:
             "source": os.path.join("benchmarks", os.path.basename(path))}
 
 
+def notice_behind_data(t: topo.Topology, size: int, stride: int = 1) -> bool:
+    """Whether a flat ring of `size` ranks `stride` apart on t sends some receive notice out of a NIC that also
+    sends the ring's data: the receiver of a hop across nodes answers through its GPU's NIC (the kernel network
+    routes each GPU by its source address onto its rail, NIC (GPU mod k) of its node), and some hop across nodes
+    leaves by that NIC. On one NIC per node, or one GPU per node, every such NIC does; with a NIC per GPU of 2
+    GPUs a node, the ring's hops across nodes leave by the other GPU's NIC."""
+    gpn, k = t.gpus_per_node, t.nics_per_node
+    ranks = [i * stride for i in range(size)]
+    nic = lambda r: (r // gpn, (r % gpn) % k)   # noqa: E731
+    across = [(a, b) for a, b in zip(ranks, ranks[1:] + ranks[:1]) if a // gpn != b // gpn]
+    sending = {nic(a) for a, _ in across}
+    return any(nic(b) in sending for _, b in across)
+
+
 def fixed_part(t: topo.Topology | None) -> topo.Topology | None:
     """t with links 10^9 times faster: a price on it is the price's fixed part (latency, reduction), the rest
     is the byte phase (the time the bytes take on idle links)."""
@@ -199,12 +213,14 @@ class Pricer:
     """One scenario's price of a call, in us, codec time included."""
 
     def __init__(self, m_topo, t, factor, dp, strides, gamma, compress, per_byte, algorithm, new_world,
-                 gloo: bool = False, floor: float = 0.0):
+                 gloo: bool = False, floor=None, notice=None):
         self.m, self.t, self.factor, self.dp, self.strides = m_topo, t, factor, dp, strides
         self.gamma, self.compress, self.per_byte, self.algorithm, self.world = gamma, compress, per_byte, algorithm, new_world
         self.gloo = gloo              # the traces' backend is Gloo: its own calls priced as Gloo runs them
-        self.floor = floor            # s per ring step: the least a CPU call's step takes on the measured machine
+        self.floor = floor            # (nbytes, payload bytes/s) -> s of a 2-rank call there, or None (least)
         self.floored = 0              # calls (sets) that the floor held up (least)
+        self.notice = notice          # (bytes a step, payload bytes/s) -> s a step of commlib's ring waits (waited)
+        self.noticed = 0              # kinds of call that pay it in the scenario (waited)
         self.m_fixed, self.t_fixed = fixed_part(m_topo), fixed_part(t)
         self.priced = self.kept = 0   # calls (sets) with a model in the scenario, and without one
         self._parts = {}              # parts() per kind of call: a job repeats a few kinds many times
@@ -226,6 +242,10 @@ class Pricer:
         except ValueError:   # a traced tree across nodes of several GPUs: no model, the call keeps its time
             old = None
         new = price(op, nbytes, round(p_new) if p_new else p_new, t, new_alg, stride, self.gamma)
+        if not fixed and self.notice is not None:   # a byte-like wait: in the byte phase (the fixed part has none)
+            old = old if old is None else old + self.waited(c, c.bytes, p, m, old_alg, stride)
+            new = new if new is None else new + self.waited(c, nbytes, round(p_new) if p_new else p_new, t,
+                                                            new_alg, stride)
         return old, new, (self.per_byte * (c.bytes or 0) * 1e6 if grad else 0.0)
 
     def algorithms(self, c) -> tuple[str, str]:
@@ -279,20 +299,43 @@ class Pricer:
         size = self.parts(c)[3]
         return size is not None and size > paid[1]
 
+    def waited(self, c, nbytes, size, t, algorithm, stride) -> float:
+        """Seconds a call of commlib's own ring (a commlib:* call, not Gloo's) waits beyond its bytes on t: on 3 or
+        more ranks across nodes each step's send waits for the receiver's notice, which leaves the receiver's NIC
+        behind the packet the receiver is sending on (`notice`: network.links.notice, measured by
+        benchmarks/ring_steps.py). 0 on 2 ranks (the notice's connection carries no data of the step), inside a
+        node, where no notice leaves by a NIC that sends the ring's data (notice_behind_data: a NIC per GPU whose
+        next hop stays in its node), for Gloo's own calls (its ring keeps several chunks in flight) and for other
+        algorithms."""
+        steps = STEPS.get(c.op)
+        if (steps is None or self._gloos(c) or c.kernel or algorithm != "flat_ring" or not nbytes or not size
+                or size < 3 or t is None):
+            return 0.0
+        g = group_topology(t, size, stride)
+        if g.nodes < 2 or not notice_behind_data(t, size, stride):
+            return 0.0
+        return steps(size) * self.notice(nbytes / size, g.inter.bandwidth)
+
     def least(self, c, measured_us) -> float:
-        """The least time, us, a CPU call (no kernel) takes in the scenario however fast its links: `floor` per
-        step of its ring (STEPS) in the scenario's group, where the traced call took at least the floor of its
-        own steps; one that took less (say 60% of it) at least that share of the new floor. 0 where no floor is
-        given, the call has no steps, or its time is unknown. On the kernel network, per-step costs that no
-        bandwidth removes: each step a send and a receive that wake a thread of each rank (measured:
-        emulated_job.fit_floor)."""
+        """The least time, us, a CPU call (no kernel) across nodes takes in the scenario however fast its links:
+        `floor` (nbytes, payload bytes/s -> seconds of a 2-rank all-reduce: network.links.small_calls, measured)
+        for one of its ring's steps (STEPS: a step moves bytes/p, as a 2-rank call of 2 bytes/p does in each of
+        its 2), times its steps; scaled by how far the traced call came to its own least time where it took less
+        (a call traced at 60% of it: 60% of the new one). 0 where no floor is given, the call stays in a node, has
+        no steps, or its time is unknown."""
         steps = STEPS.get(self.sent_as(c))
         size = self.parts(c)[3]
-        if not self.floor or c.kernel or steps is None or not measured_us or not c.group_size or not size \
-                or c.group_size < 2 or size < 2:
+        if self.floor is None or c.kernel or steps is None or not measured_us or not c.bytes or self.m is None \
+                or not c.group_size or not size or c.group_size < 2 or size < 2:
             return 0.0
-        old = self.floor * steps(c.group_size) * 1e6
-        return self.floor * steps(size) * 1e6 * min(1.0, measured_us / old)
+        stride = self.strides.get(c.group, 1)
+        old, new = group_topology(self.m, c.group_size, stride), group_topology(self.t, size, stride)
+        if old.nodes < 2 or new.nodes < 2:
+            return 0.0
+        def one(p, link):   # noqa: E306
+            return steps(p) * self.floor(2 * c.bytes / p, link.bandwidth) / 2
+        traced = one(c.group_size, old.inter)
+        return one(size, new.inter) * (min(1.0, measured_us * 1e-6 / traced) if traced > 0 else 1.0) * 1e6
 
     def handshake(self, c):
         """HANDSHAKE's entry for a call traced on the group size that pays it (a Gloo all-gather on 2 ranks), else
@@ -310,6 +353,10 @@ class Pricer:
 
     def _split(self, c):
         old, new, codec = self._models(c)
+        if self.notice is not None and new is not None:
+            p_new = round(c.group_size * self.factor) if c.group in self.dp and c.group_size else c.group_size
+            self.noticed += self.waited(c, c.bytes, p_new, self.t, self.algorithms(c)[1],
+                                        self.strides.get(c.group, 1)) > 0
         f_old, f_new, _ = self._models(c, fixed=True)
         split = lambda total, fixed: None if total is None else (min(fixed or 0.0, total), total - min(fixed or 0.0, total))  # noqa: E731
         p = c.group_size

@@ -85,7 +85,7 @@ class Scenario:
 def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: str | None = None,
            codec: float | None = None, steps: int | None = None, max_bytes: int = MAX_BYTES,
            excess: str = "fixed", untraced: float | None = None, cores: int | None = None,
-           floor: float = 0.0) -> dict:
+           floor=None, notice=None) -> dict:
     """Traces (files, a folder, or RankTraces) -> {"scenarios": [measured, identity replay, each Scenario],
     "measured_on", "dp_group", "world_size", "notes"}. measured: the topology the traces ran on (a Topology or a
     preset; default: the GPU named in the traces, else unknown: transfers then keep their measured time unless a
@@ -95,9 +95,12 @@ def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: st
     (its software's, kept) or "bytes" (it moves with its bytes: a TCP link shaped to a rate, as the course's
     kernel network; sharing.py says what was measured). untraced: the job's step run without the profiler, seconds
     (default: the traces' commlib_untraced, else none: nothing corrected). cores: the usable cores of the machine
-    that `this_machine` scenarios price (default: this one's, cluster.envinfo.usable_cores). floor: seconds per
-    ring step that a CPU call takes however fast its links (the measured machine's wake-ups: network.links.floor
-    for the kernel network; pricing.Pricer.least), 0 for none."""
+    that `this_machine` scenarios price (default: this one's, cluster.envinfo.usable_cores). floor: what a small
+    call takes on the measured machine however fast its links, a function (nbytes, payload bytes/s) -> seconds of
+    a 2-rank all-reduce (network.links.small_calls, measured on the kernel network; pricing.Pricer.least), or a
+    number of seconds per ring step at every size and rate; None: no floor. notice: (bytes a step, payload bytes/s)
+    -> seconds each step of commlib's own ring on 3 or more ranks across nodes waits for its receiver's notice
+    (network.links.notice on the kernel network; pricing.Pricer.waited); None: none."""
     if excess not in EXCESS:
         raise ValueError(f"excess must be one of {EXCESS}, got {excess!r}")
     ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces, max_bytes)
@@ -105,10 +108,13 @@ def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: st
     untraced = _validate.number("untraced", untraced, low=0.0, strict=True, unit="seconds") \
         if untraced is not None else None
     cores = _validate.integer("cores", cores, low=1) if cores is not None else None
-    floor = _validate.number("floor", floor, low=0.0, unit="seconds")
+    if floor is not None and not callable(floor):
+        per_step = _validate.number("floor", floor, low=0.0, unit="seconds")
+        floor = lambda nbytes, bandwidth: 2 * per_step   # noqa: E731  (a 2-rank call: 2 steps)
     try:   # what goes wrong from here on is about these traces: the message names them
         with no_gc():   # the replay makes millions of small objects, no cycles: the collector would walk them all
-            return _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps, excess, untraced, cores, floor)
+            return _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps, excess, untraced, cores, floor,
+                           notice)
     except (ValueError, ZeroDivisionError, OverflowError) as e:
         named = any(str(e).startswith(str(r.path)) for r in ranks)
         raise ValueError(str(e) if named else f"{_where(ranks)}: {e}") from None
@@ -124,7 +130,7 @@ def _where(ranks) -> str:
 
 
 def _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps, excess="fixed", untraced=None,
-            cores=None, floor=0.0) -> dict:
+            cores=None, floor=None, notice=None) -> dict:
     marks = min(len(getattr(r, "steps", None) or []) for r in ranks) if ranks else 0
     steps = _validate.integer("steps", steps, low=1) if steps is not None else max(1, marks)
     world = next((r.world_size for r in ranks if r.world_size), None) or len(ranks)
@@ -157,7 +163,7 @@ def _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps, excess="f
             raise TypeError(f"scenarios must be Scenario objects, got {type(sc).__name__}")
         flat = []
         priced, said, t, net = _scenario(g, sc, m_topo, world, dp, strides, gamma, codec, ranks[0].backend, excess,
-                                         roles, scale, cores, flat, floor)
+                                         roles, scale, cores, flat, floor, notice)
         rows.append({**_row(sc.label(t), graph.replay(priced, net), said, steps),
                      "cluster": "this machine" if sc.this_machine else "real"})
         crossed, traced = flat or (0, 0)   # Gloo's flat rings across nodes: in the scenario, as traced
@@ -225,7 +231,7 @@ def _dp_groups(ranks, world: int, strides: dict) -> frozenset:
 
 
 def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gamma, codec, backend=None,
-              excess="fixed", roles=None, scale=1.0, cores=None, flat=None, floor=0.0):
+              excess="fixed", roles=None, scale=1.0, cores=None, flat=None, floor=None, notice=None):
     """The graph with this scenario's calls and transfers -> (graph, the assumptions it made, as lines). scale: the
     compute's factor for the profiler (_profiler); roles: what each group does (compute.roles); flat: a list, given
     the number of Gloo's own calls (sets) priced as one flat ring across nodes in the scenario and on the measured
@@ -287,7 +293,7 @@ def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gam
                     "(gradients taken as ready at an even rate between the traced buckets)")
 
     pricer = Pricer(m_topo, base, factor, dp, strides, gamma, compress, per_byte, sc.algorithm, new_world,
-                    gloo=backend == "gloo", floor=floor)
+                    gloo=backend == "gloo", floor=floor, notice=notice)
     kept = kept_handshakes(g0, pricer)   # the later member of a 2-rank all-gather waits for a handshake
     g, g0 = (kept if g is g0 else kept_handshakes(g, pricer)), kept
     net = flow_inputs(g0, g, origin, pricer, excess)   # each set a flow: fixed phase, then bytes on shared links
@@ -302,9 +308,14 @@ def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gam
         for i, c in enumerate(r.calls):
             if r.member[i] < 0:
                 solo[(p, i)] = pricer.time(c, r.solo[i])
+    if pricer.noticed:
+        said.append(f"{pricer.noticed} kind(s) of call on commlib's ring of 3 or more ranks across nodes: each step "
+                    "waits for its receiver's notice, which leaves behind the packet the receiver sends (measured: "
+                    "benchmarks/ring_steps.py)")
     if pricer.floored:
-        said.append(f"{pricer.floored} call(s) held at the measured machine's floor, {floor * 1e3:.2f} ms per ring "
-                    "step, which no bandwidth removes (each step wakes a thread of each rank)")
+        said.append(f"{pricer.floored} call(s) no faster than the measured machine's small calls of their size "
+                    f"({getattr(floor, 'source', 'given')}): a faster link does not remove the wake-ups of each "
+                    "ring step")
     if pricer.kept:
         said.append(f"{pricer.kept} of {pricer.kept + pricer.priced} call(s) have no model (no size in the trace, "
                     "a group of one rank, or an op without one): they keep their measured time")
