@@ -98,7 +98,7 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
         for _ in range(RECORD_TRIES):   # --quick too: a slowed recording is the quick run's commonest miss
             c.run(ej.train, path, job=job or key, **kw, **more)
             traced = wi.whatif(path, [], measured=topology, gamma=gamma, steps=recorded, excess=EXCESS[kind],
-                               **small)["scenarios"][0]["step_us"]
+                               **tiny)["scenarios"][0]["step_us"]
             tries.setdefault(key, []).append(traced * 1e-6 / want - 1)
             if abs(traced * 1e-6 / want - 1) <= RECORD_AGREE:
                 return
@@ -109,7 +109,7 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
         alpha, beta = small.run(ej.fit_nic, bandwidth, 0.0, sizes=FIT_SIZES, pace=False,
                                  estimate=FIT_ESTIMATE[kind])[0]
         gamma = bench.measure_gamma()
-        small = small_calls(kind)   # benchmarks/small_messages.json's table, ring_steps.json's notice
+        tiny = small_calls(kind)   # benchmarks/small_messages.json's table, ring_steps.json's notice
         # the links as `whatif --network` prices them (commlib.network.links: the NIC at its payload rate), with
         # this run's own alpha
         priced = lambda *shape, f=1.0, inside=None: links.topology(  # noqa: E731
@@ -130,7 +130,7 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
             scenarios += [wi.Scenario(f"2 GPUs/node, {k} NIC(s)", nodes=2, gpus_per_node=2, this_machine=m,
                                       topology=priced(2, 2, k, inside=intra)) for k in shapes for m in machines]
             plans[job], notes[job] = _predict(wi, f"{folder}/{job}", scenarios, measured, gamma, recorded, EXCESS[kind],
-                                              small)
+                                              tiny)
             for f in factors:
                 net.set_bandwidth(bandwidth * f)
                 twice(small, job, f"x{f:g} bandwidth", bandwidth=bandwidth * f)
@@ -155,7 +155,7 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
                 scenarios += [wi.Scenario("2 NICs/node", topology=priced(2, 2, 2, inside=intra)),
                               wi.Scenario("4 MiB buckets", bucket_mb=4.0)]
                 plans[job], notes[job] = _predict(wi, f"{folder}/ddp2x2", scenarios, base, gamma, recorded,
-                                                  EXCESS[kind], small)
+                                                  EXCESS[kind], tiny)
                 for f in (0.5, 2.0):
                     big.set_bandwidth(bandwidth * f)
                     twice(large, job, f"x{f:g} bandwidth", bandwidth=bandwidth * f, **both)
@@ -178,7 +178,7 @@ def jobs_accuracy(bandwidth: float, quick: bool, folder: str, kind: str = "kerne
                          "error": predicted / mean - 1 if mean and predicted else None, "runs_s": got,
                          "noise": (max(got) - min(got)) / mean if got and len(got) > 1 else None}
                         | ({"refused": notes[job][name]} if name in notes[job] else {}))
-    return {"fit": (alpha, beta), "gamma": gamma, "small": small, "rows": rows, "recorded_vs_untraced": tries,
+    return {"fit": (alpha, beta), "gamma": gamma, "small": tiny, "rows": rows, "recorded_vs_untraced": tries,
             "intra": None if intra is None else {"bandwidth": intra.bandwidth, "latency": intra.latency}}
 
 
