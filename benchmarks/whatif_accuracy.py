@@ -231,13 +231,13 @@ def predict_again(path: str, folder: str) -> dict:
 
 
 def small_calls(kind: str) -> dict:
-    """whatif's small-call arguments on a network of `kind` (network.links): floor (benchmarks/small_messages.json)
+    """whatif's small-call arguments on a network of `kind` (network.links): small (benchmarks/small_messages.json)
     and notice (benchmarks/ring_steps.json) on the kernel network, none on the pacer."""
     from commlib.network import links
     from commlib.network.spec import Spec
 
     s = Spec(2, 1, bandwidth=10e6, kind=kind)
-    return {"floor": links.floor(s), "notice": links.notice(s)}
+    return {"small": links.small(s), "notice": links.notice(s)}
 
 
 def statistics_of(rows: list[dict]) -> dict:
@@ -312,7 +312,7 @@ def jobs_main(a, load, t0) -> None:
     print(f"# {a.network} network, {len(jobs)} jobs, {platform.machine()}, {os.cpu_count()} CPUs, load {load[0]:.2f} -> {os.getloadavg()[0]:.2f}; "
           f"NIC {bandwidth / 1e6:g} MB/s; fitted alpha {alpha * 1e3:.2f} ms, 1/beta {1 / beta / 1e6:.1f} MB/s"
           + (f"; small calls no faster than {links.SMALL}, commlib's ring steps wait as {links.RING_STEPS}"
-             if result["small"]["floor"] else ""))
+             if result["small"]["small"] else ""))
     print(f"{'job':>15} {'scenario':>36} {'predicted ms':>13} {'measured ms':>12} {'error':>8} {'noise':>6}")
     for r in result["rows"]:
         if r["predicted_s"] is None:
@@ -335,7 +335,7 @@ def jobs_main(a, load, t0) -> None:
         out = {"network": a.network, "rows": result["rows"], **stats, "noise_floor": floor,
                "recordings": result.get("recordings"),
                "recorded_vs_untraced": result["recorded_vs_untraced"],
-               "fit": result["fit"], "gamma": result["gamma"], "small_calls": [links.SMALL, links.RING_STEPS] if result["small"]["floor"] else None,
+               "fit": result["fit"], "gamma": result["gamma"], "small_calls": [links.SMALL, links.RING_STEPS] if result["small"]["small"] else None,
                "intra": result["intra"],
                "bandwidth": bandwidth,
                "machine": {"machine": platform.machine(), "cpus": os.cpu_count(), "platform": platform.platform()},

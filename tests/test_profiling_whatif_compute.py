@@ -393,41 +393,44 @@ def _small_calls(took_us: float, nbytes: int = 1 << 16, gap_us: float = 2000.0):
     return out
 
 
-def test_a_ring_steps_floor_keeps_small_calls_from_getting_free_on_faster_links():
+def test_small_calls_move_as_the_networks_measured_small_calls_do_not_as_the_model():
     """The kernel network's tensor-parallel job (issue 64): its 64 KiB all-reduces ran under their bytes' time at
-    10 MB/s (HTB's burst), so at x4 the bandwidth the replay priced them at nothing, where they took 2.3-2.7 ms.
-    With whatif's floor (here a number: s per ring step) each takes at least its steps' floor, scaled by how far
-    the traced call came to its own; the identity replay and slower links are untouched; 4 ranks have 6 steps."""
+    10 MB/s (HTB's burst), so at x4 the bandwidth the model moved them to nothing, where they took 2.3-2.7 ms.
+    With whatif's `small` (the network's measured 2-rank calls by size and rate) a call whose steps are one packet
+    moves by that table's ratio: the traced call times the table's scenario over its traced figure, its steps
+    counted (4 ranks: 6 steps of a quarter of the bytes, not 2 of half); the identity replay is untouched."""
     from commlib.network import links, spec
 
     measured = links.topology(spec.parse("2x1@10e6"))
     x4 = whatif.Scenario("x4", topology=links.topology(spec.parse("2x1@40e6")))
-    slower = whatif.Scenario("x1/2", topology=links.topology(spec.parse("2x1@5e6")))
     four = whatif.Scenario("4 nodes", nodes=4)
-    floor = 1.5e-3
+    table = lambda nbytes, rate: 2e-3 + 0.5 * nbytes / rate   # noqa: E731  (a made-up measured table)
+    table.source = "a test's table"
+    took = 4900.0
 
-    def steps(took_us, f):
-        got = whatif.whatif(_small_calls(took_us), [x4, slower, four], measured=measured, excess="bytes", floor=f)
+    def steps(small):
+        got = whatif.whatif(_small_calls(took), [x4, four], measured=measured, excess="bytes", small=small)
         return [s["step_us"] for s in got["scenarios"][1:]], got["scenarios"]
 
-    (same0, x4_0, slow0, four0), _ = steps(4900.0, 0.0)
-    (same1, x4_1, slow1, four1), rows = steps(4900.0, floor)
-    assert same1 == same0 and slow1 == slow0                     # nothing got faster there: no floor reached
-    assert x4_0 < 5 * 2000.0 + 4 * 1000.0                       # before: the calls nearly free at x4
-    assert x4_1 == pytest.approx(5 * 2000.0 + 4 * 2 * floor * 1e6, rel=0.01)   # each call its 2 steps' floor
-    assert four1 >= 5 * 2000.0 + 4 * 6 * floor * 1e6 * 0.99 and four1 > four0   # 4 ranks: 6 steps each
-    assert any("no faster than the measured machine's small calls of their size (given)" in a
-               for a in rows[2]["assumptions"])
-    (_, x4_fast, _, _), _ = steps(1500.0, floor)   # traced at half its 2 steps' floor: half the floor at x4
-    assert x4_fast == pytest.approx(5 * 2000.0 + 4 * floor * 1e6, rel=0.01)
-    with pytest.raises(ValueError, match="floor"):
-        whatif.whatif(_small_calls(4900.0), [x4], measured=measured, floor=-1.0)
+    (same0, x4_0, four0), _ = steps(None)
+    (same1, x4_1, four1), rows = steps(table)
+    assert same1 == same0                                                   # the identity replay: as traced
+    assert x4_0 < 5 * 2000.0 + 4 * 1000.0                                  # the model: the calls nearly free
+    rate = 10e6 * links.PAYLOAD_FRACTION
+    ratio = table(1 << 16, 4 * rate) / table(1 << 16, rate)
+    assert x4_1 == pytest.approx(5 * 2000.0 + 4 * took * ratio, rel=0.01)
+    ratio4 = 6 * table(2 * (1 << 14), rate) / (2 * table(1 << 16, rate))   # 6 steps of 16 KiB against 2 of 32 KiB
+    assert four1 == pytest.approx(5 * 2000.0 + 4 * took * ratio4, rel=0.01)
+    assert any("4 small call(s) (one packet a ring step) moved as this network's calls of their size measured "
+               "(a test's table)" in a for a in rows[2]["assumptions"])
+    with pytest.raises(TypeError, match="small must be a function"):
+        whatif.whatif(_small_calls(took), [x4], measured=measured, small=1.5e-3)
 
 
-def test_the_kernel_networks_floor_is_the_committed_table_of_small_calls():
+def test_the_kernel_networks_small_calls_are_the_committed_table():
     """network.links.small_calls reads benchmarks/small_messages.json: each measured cell back at its size and
     payload rate (no higher than at a slower rate), log-log between them, held at the edges; nothing for a call
-    whose steps are more than one 64 KiB packet; the pacer has no floor; a missing file gives none."""
+    whose steps are more than one 64 KiB packet; the pacer has none; a missing file gives none."""
     import json
 
     from commlib.network import links, spec
@@ -435,7 +438,7 @@ def test_the_kernel_networks_floor_is_the_committed_table_of_small_calls():
 
     with open(f"{links.ROOT}/{links.SMALL}") as f:
         run = json.load(f)
-    least = links.floor(spec.parse("2x1@10e6"))
+    least = links.small(spec.parse("2x1@10e6"))
     for j, n in enumerate(run["sizes"]):
         lowest = float("inf")
         for i, rate in enumerate(run["rates"]):
@@ -448,7 +451,7 @@ def test_the_kernel_networks_floor_is_the_committed_table_of_small_calls():
     r = run["rates"][2] * PAYLOAD_FRACTION
     a, b = least(run["sizes"][1], r), least(run["sizes"][2], r)
     assert least((run["sizes"][1] * run["sizes"][2]) ** 0.5, r) == pytest.approx((a * b) ** 0.5)   # log-log
-    assert links.floor(spec.Spec(2, 1, bandwidth=1e7, kind="paced")) is None
+    assert links.small(spec.Spec(2, 1, bandwidth=1e7, kind="paced")) is None
     assert links.small_calls("/nonexistent/small_messages.json") is None
 
 

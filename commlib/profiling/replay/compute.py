@@ -126,7 +126,7 @@ def roles(g: graph.Graph, groups) -> dict:
     step, on every rank that calls it:
     "activations": at least two calls in the step, all of one size (an activation's), three in four of them
     needed at once (the program waits for the call with next to no compute since it queued it: under AT_ONCE of
-    the call's time), the first before half of the step's compute: a tensor-parallel group, which all-reduces
+    the call's time, or AT_ONCE_US: a fast call's 5% is a profiler's stray op), the first before half of the step's compute: a tensor-parallel group, which all-reduces
     activations through every layer, forward and backward;
     "gradients": otherwise, where its first call in the step comes after a quarter of the step's compute (forward
     has ended; a step's forward is about a third of it): a data-parallel group's gradients, once a step;
@@ -141,6 +141,7 @@ def roles(g: graph.Graph, groups) -> dict:
 
 
 AT_ONCE = 0.05   # compute between a call's queue point and the wait for it, against the call's time: "at once"
+AT_ONCE_US = 50.0   # ... or at most this much: a few Python statements, against a call of 0.2 ms on loopback
 VOTE = 2 / 3     # the share of the steps' votes a kind needs
 
 
@@ -161,7 +162,7 @@ def _votes(r: graph.RankGraph, name) -> list[str]:
         calls = np.array([w.call for w in r.waits], dtype=np.int64)
         np.minimum.at(needed, calls, before([w.t_from for w in r.waits]) - before(queue[calls]))
     took = np.array([max(r.calls[i].duration_us, 1e-9) for i in idx])
-    at_once = needed[idx] <= AT_ONCE * took
+    at_once = needed[idx] <= np.maximum(AT_ONCE * took, AT_ONCE_US)
     size = np.array([r.calls[i].bytes if r.calls[i].bytes is not None else -1 for i in idx])
     steps = np.asarray(r.steps or [(r.start, r.end)], dtype=float).reshape(-1, 2)
     k = np.maximum(np.searchsorted(steps[:, 0], queue[idx], side="right") - 1, 0)   # the step each was queued in

@@ -99,7 +99,8 @@ HANDSHAKE = {
         "connection and the earlier rank's second half goes after it", 2,
         "gloo/allgather.cc:77-79; gloo/transport/tcp/pair.cc:913-945 (send), 947-975 (recv), 831-853 (queue)", 0.5),
 }
-# a ring's steps, each a send and a receive that wait on each other (the floor's unit: Pricer.least)
+# a ring's steps, each a send and a receive that wait on each other (the unit of Pricer.measured_ratio and waited)
+CHUNKED = ("all_reduce", "all_gather", "reduce_scatter")   # a ring op's step moves bytes/p; the others' their bytes
 STEPS = {"all_reduce": lambda p: 2 * (p - 1), "all_gather": lambda p: p - 1, "reduce_scatter": lambda p: p - 1,
          "broadcast": lambda p: 1, "reduce": lambda p: 1, **{op: (lambda p: 1) for op in P2P}}
 CONCURRENCY = {"gloo": ("2 worker threads per process group, one FIFO queue",
@@ -213,12 +214,12 @@ class Pricer:
     """One scenario's price of a call, in us, codec time included."""
 
     def __init__(self, m_topo, t, factor, dp, strides, gamma, compress, per_byte, algorithm, new_world,
-                 gloo: bool = False, floor=None, notice=None):
+                 gloo: bool = False, small=None, notice=None):
         self.m, self.t, self.factor, self.dp, self.strides = m_topo, t, factor, dp, strides
         self.gamma, self.compress, self.per_byte, self.algorithm, self.world = gamma, compress, per_byte, algorithm, new_world
         self.gloo = gloo              # the traces' backend is Gloo: its own calls priced as Gloo runs them
-        self.floor = floor            # (nbytes, payload bytes/s) -> s of a 2-rank call there, or None (least)
-        self.floored = 0              # calls (sets) that the floor held up (least)
+        self.small = small            # (nbytes, payload bytes/s) -> s of a 2-rank call there, or None (measured_ratio)
+        self.measured = 0             # calls (sets) priced by it (measured_ratio)
         self.notice = notice          # (bytes a step, payload bytes/s) -> s a step of commlib's ring waits (waited)
         self.noticed = 0              # kinds of call that pay it in the scenario (waited)
         self.m_fixed, self.t_fixed = fixed_part(m_topo), fixed_part(t)
@@ -314,28 +315,31 @@ class Pricer:
         g = group_topology(t, size, stride)
         if g.nodes < 2 or not notice_behind_data(t, size, stride):
             return 0.0
-        return steps(size) * self.notice(nbytes / size, g.inter.bandwidth)
+        return steps(size) * self.notice(nbytes / size if c.op in CHUNKED else nbytes, g.inter.bandwidth)
 
-    def least(self, c, measured_us) -> float:
-        """The least time, us, a CPU call (no kernel) across nodes takes in the scenario however fast its links:
-        `floor` (nbytes, payload bytes/s -> seconds of a 2-rank all-reduce: network.links.small_calls, measured)
-        for one of its ring's steps (STEPS: a step moves bytes/p, as a 2-rank call of 2 bytes/p does in each of
-        its 2), times its steps; scaled by how far the traced call came to its own least time where it took less
-        (a call traced at 60% of it: 60% of the new one). 0 where no floor is given, the call stays in a node, has
-        no steps, or its time is unknown."""
+    def measured_ratio(self, c):
+        """A CPU call across nodes whose ring steps are one packet each (a small call): its time in the scenario
+        over its time as traced, as `small` measured them (network.links.small_calls: seconds of a 2-rank
+        all-reduce of nbytes at a payload rate) for one of its steps (STEPS; a ring op's step moves bytes/p, a
+        broadcast's or a send's all its bytes; a 2-rank all-reduce of twice that moves as much in each of its 2),
+        times its steps, in the scenario's group and links over the traced ones. None where `small` is not given or
+        has no figure (steps of more than one packet: their bytes set their time, which the model prices), the call
+        stays in a node on either side, has no steps or no bytes."""
         steps = STEPS.get(self.sent_as(c))
         size = self.parts(c)[3]
-        if self.floor is None or c.kernel or steps is None or not measured_us or not c.bytes or self.m is None \
+        if self.small is None or c.kernel or steps is None or not c.bytes or self.m is None \
                 or not c.group_size or not size or c.group_size < 2 or size < 2:
-            return 0.0
+            return None
         stride = self.strides.get(c.group, 1)
         old, new = group_topology(self.m, c.group_size, stride), group_topology(self.t, size, stride)
         if old.nodes < 2 or new.nodes < 2:
-            return 0.0
-        def one(p, link):   # noqa: E306
-            return steps(p) * self.floor(2 * c.bytes / p, link.bandwidth) / 2
-        traced = one(c.group_size, old.inter)
-        return one(size, new.inter) * (min(1.0, measured_us * 1e-6 / traced) if traced > 0 else 1.0) * 1e6
+            return None
+        op = self.sent_as(c)
+        def one(p, link):   # noqa: E306  (a step of `chunk` bytes: half a 2-rank all-reduce of twice that)
+            chunk = c.bytes / p if op in CHUNKED else c.bytes
+            return steps(p) * self.small(2 * chunk, link.bandwidth) / 2
+        traced, scenario = one(c.group_size, old.inter), one(size, new.inter)
+        return scenario / traced if traced > 0 and scenario > 0 else None
 
     def handshake(self, c):
         """HANDSHAKE's entry for a call traced on the group size that pays it (a Gloo all-gather on 2 ranks), else
@@ -371,4 +375,7 @@ class Pricer:
             self.priced += 1
         if self.m is None:   # no model of the traced machine: the scenario's model alone
             return (new * 1e6 if new is not None else measured_us) + codec
-        return max(reprice(measured_us * 1e-6, old, new) * 1e6, self.least(c, measured_us)) + codec
+        ratio = self.measured_ratio(c)
+        if ratio is not None:   # a small call: as its size's calls measured on the network
+            return measured_us * ratio + codec
+        return reprice(measured_us * 1e-6, old, new) * 1e6 + codec

@@ -156,7 +156,14 @@ def flow_inputs(g0, g, origin, pricer, excess: str = "fixed") -> list:
         if pricer.m is not None and r is None and d is not None:   # no model of it as measured: keep its time
             net.append((d + codec, 0.0, ()))
             continue
-        if r is not None:
+        ratio = pricer.measured_ratio(c) if r is not None and old is not None and d is not None else None
+        if ratio is not None:   # a small call: its own time (no sharing) moved as its size's calls measured
+            over = 0.0 if r[2] > 0 and pricer.handshake_dropped(c) else r[2]
+            own = (old[0] + old[1]) * 1e6
+            total = (own + over if over >= 0 else own * (1 + over)) * ratio
+            bw = min(bw, total)   # the model's bytes at the new rate, within it; the rest is the steps' wake-ups
+            fixed, pricer.measured = total - bw, pricer.measured + 1
+        elif r is not None:
             _, _, over = r
             if over > 0 and pricer.handshake_dropped(c):   # a 2-rank handshake a larger ring does not pay
                 over = 0.0
@@ -169,9 +176,6 @@ def flow_inputs(g0, g, origin, pricer, excess: str = "fixed") -> list:
                 bw *= 1 + over / (old[1] * 1e6)
             else:   # a regrouped bucket (its traced calls' overhead per byte), or no byte phase: kept as is
                 fixed += over
-        least = pricer.least(c, d)
-        if fixed + bw < least:   # a step's wake-ups that no bandwidth removes (Pricer.least)
-            fixed, pricer.floored = least - bw, pricer.floored + 1
         used = links(_ranks(g, members), size or len(members), pricer.strides.get(c.group, 1))
         net.append((fixed + codec, bw, used))
     return net

@@ -85,7 +85,7 @@ class Scenario:
 def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: str | None = None,
            codec: float | None = None, steps: int | None = None, max_bytes: int = MAX_BYTES,
            excess: str = "fixed", untraced: float | None = None, cores: int | None = None,
-           floor=None, notice=None) -> dict:
+           small=None, notice=None) -> dict:
     """Traces (files, a folder, or RankTraces) -> {"scenarios": [measured, identity replay, each Scenario],
     "measured_on", "dp_group", "world_size", "notes"}. measured: the topology the traces ran on (a Topology or a
     preset; default: the GPU named in the traces, else unknown: transfers then keep their measured time unless a
@@ -95,10 +95,11 @@ def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: st
     (its software's, kept) or "bytes" (it moves with its bytes: a TCP link shaped to a rate, as the course's
     kernel network; sharing.py says what was measured). untraced: the job's step run without the profiler, seconds
     (default: the traces' commlib_untraced, else none: nothing corrected). cores: the usable cores of the machine
-    that `this_machine` scenarios price (default: this one's, cluster.envinfo.usable_cores). floor: what a small
-    call takes on the measured machine however fast its links, a function (nbytes, payload bytes/s) -> seconds of
-    a 2-rank all-reduce (network.links.small_calls, measured on the kernel network; pricing.Pricer.least), or a
-    number of seconds per ring step at every size and rate; None: no floor. notice: (bytes a step, payload bytes/s)
+    that `this_machine` scenarios price (default: this one's, cluster.envinfo.usable_cores). small: what small calls
+    take on the measured network, a function (nbytes, payload bytes/s) -> seconds of a 2-rank all-reduce
+    (network.links.small_calls, measured on the kernel network): a CPU call whose ring steps are one packet each
+    moves from its traced rate and group to the scenario's as those figures do (pricing.Pricer.measured_ratio),
+    not as the alpha-beta line does; None: none. notice: (bytes a step, payload bytes/s)
     -> seconds each step of commlib's own ring on 3 or more ranks across nodes waits for its receiver's notice
     (network.links.notice on the kernel network; pricing.Pricer.waited); None: none."""
     if excess not in EXCESS:
@@ -108,12 +109,13 @@ def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: st
     untraced = _validate.number("untraced", untraced, low=0.0, strict=True, unit="seconds") \
         if untraced is not None else None
     cores = _validate.integer("cores", cores, low=1) if cores is not None else None
-    if floor is not None and not callable(floor):
-        per_step = _validate.number("floor", floor, low=0.0, unit="seconds")
-        floor = lambda nbytes, bandwidth: 2 * per_step   # noqa: E731  (a 2-rank call: 2 steps)
+    for name, given in (("small", small), ("notice", notice)):
+        if given is not None and not callable(given):
+            raise TypeError(f"{name} must be a function (nbytes, bytes/s) -> seconds, or None; got "
+                            f"{type(given).__name__}")
     try:   # what goes wrong from here on is about these traces: the message names them
         with no_gc():   # the replay makes millions of small objects, no cycles: the collector would walk them all
-            return _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps, excess, untraced, cores, floor,
+            return _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps, excess, untraced, cores, small,
                            notice)
     except (ValueError, ZeroDivisionError, OverflowError) as e:
         named = any(str(e).startswith(str(r.path)) for r in ranks)
@@ -130,7 +132,7 @@ def _where(ranks) -> str:
 
 
 def _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps, excess="fixed", untraced=None,
-            cores=None, floor=None, notice=None) -> dict:
+            cores=None, small=None, notice=None) -> dict:
     marks = min(len(getattr(r, "steps", None) or []) for r in ranks) if ranks else 0
     steps = _validate.integer("steps", steps, low=1) if steps is not None else max(1, marks)
     world = next((r.world_size for r in ranks if r.world_size), None) or len(ranks)
@@ -163,7 +165,7 @@ def _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps, excess="f
             raise TypeError(f"scenarios must be Scenario objects, got {type(sc).__name__}")
         flat = []
         priced, said, t, net = _scenario(g, sc, m_topo, world, dp, strides, gamma, codec, ranks[0].backend, excess,
-                                         roles, scale, cores, flat, floor, notice)
+                                         roles, scale, cores, flat, small, notice)
         rows.append({**_row(sc.label(t), graph.replay(priced, net), said, steps),
                      "cluster": "this machine" if sc.this_machine else "real"})
         crossed, traced = flat or (0, 0)   # Gloo's flat rings across nodes: in the scenario, as traced
@@ -231,7 +233,7 @@ def _dp_groups(ranks, world: int, strides: dict) -> frozenset:
 
 
 def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gamma, codec, backend=None,
-              excess="fixed", roles=None, scale=1.0, cores=None, flat=None, floor=None, notice=None):
+              excess="fixed", roles=None, scale=1.0, cores=None, flat=None, small=None, notice=None):
     """The graph with this scenario's calls and transfers -> (graph, the assumptions it made, as lines). scale: the
     compute's factor for the profiler (_profiler); roles: what each group does (compute.roles); flat: a list, given
     the number of Gloo's own calls (sets) priced as one flat ring across nodes in the scenario and on the measured
@@ -293,7 +295,7 @@ def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gam
                     "(gradients taken as ready at an even rate between the traced buckets)")
 
     pricer = Pricer(m_topo, base, factor, dp, strides, gamma, compress, per_byte, sc.algorithm, new_world,
-                    gloo=backend == "gloo", floor=floor, notice=notice)
+                    gloo=backend == "gloo", small=small, notice=notice)
     kept = kept_handshakes(g0, pricer)   # the later member of a 2-rank all-gather waits for a handshake
     g, g0 = (kept if g is g0 else kept_handshakes(g, pricer)), kept
     net = flow_inputs(g0, g, origin, pricer, excess)   # each set a flow: fixed phase, then bytes on shared links
@@ -312,10 +314,10 @@ def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gam
         said.append(f"{pricer.noticed} kind(s) of call on commlib's ring of 3 or more ranks across nodes: each step "
                     "waits for its receiver's notice, which leaves behind the packet the receiver sends (measured: "
                     "benchmarks/ring_steps.py)")
-    if pricer.floored:
-        said.append(f"{pricer.floored} call(s) no faster than the measured machine's small calls of their size "
-                    f"({getattr(floor, 'source', 'given')}): a faster link does not remove the wake-ups of each "
-                    "ring step")
+    if pricer.measured:
+        said.append(f"{pricer.measured} small call(s) (one packet a ring step) moved as this network's calls of their "
+                    f"size measured ({getattr(small, 'source', 'given')}), not by the alpha-beta line: each step wakes a "
+                    "thread of each rank")
     if pricer.kept:
         said.append(f"{pricer.kept} of {pricer.kept + pricer.priced} call(s) have no model (no size in the trace, "
                     "a group of one rank, or an op without one): they keep their measured time")
