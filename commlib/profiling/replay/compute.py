@@ -126,7 +126,8 @@ def roles(g: graph.Graph, groups) -> dict:
     step, on every rank that calls it:
     "activations": at least two calls in the step, all of one size (an activation's), three in four of them
     needed at once (the program waits for the call with next to no compute since it queued it: under AT_ONCE of
-    the call's time, or AT_ONCE_US: a fast call's 5% is a profiler's stray op), the first before half of the step's compute: a tensor-parallel group, which all-reduces
+    the call's time, or AT_ONCE_US: a fast call's 5% is a loaded host's stray statement; a call with no wait in
+    the trace, the compute until it ended), the first before half of the step's compute: a tensor-parallel group, which all-reduces
     activations through every layer, forward and backward;
     "gradients": otherwise, where its first call in the step comes after a quarter of the step's compute (forward
     has ended; a step's forward is about a third of it): a data-parallel group's gradients, once a step;
@@ -141,7 +142,10 @@ def roles(g: graph.Graph, groups) -> dict:
 
 
 AT_ONCE = 0.05   # compute between a call's queue point and the wait for it, against the call's time: "at once"
-AT_ONCE_US = 50.0   # ... or at most this much: a few Python statements, against a call of 0.2 ms on loopback
+AT_ONCE_US = 500.0  # ... or at most this much: the host's own statements between a call and its wait, which a
+#                    loaded host stretches (a Megatron step's 8 KiB all-reduces on loopback, 0.2 ms each, beside a busy
+#                    loop: up to 270 us between queue and wait); a data-parallel bucket waits for milliseconds of
+#                    backward
 VOTE = 2 / 3     # the share of the steps' votes a kind needs
 
 
@@ -161,6 +165,10 @@ def _votes(r: graph.RankGraph, name) -> list[str]:
     if r.waits:
         calls = np.array([w.call for w in r.waits], dtype=np.int64)
         np.minimum.at(needed, calls, before([w.t_from for w in r.waits]) - before(queue[calls]))
+    unseen = idx[np.isinf(needed[idx])]   # no wait in the trace (a blocking call whose work was done when it
+    if len(unseen):                       # waited, on a loaded host): the compute until it ended
+        ends = np.array([r.calls[i].end_us for i in unseen], dtype=float)
+        needed[unseen] = before(np.maximum(ends, queue[unseen])) - before(queue[unseen])
     took = np.array([max(r.calls[i].duration_us, 1e-9) for i in idx])
     at_once = needed[idx] <= np.maximum(AT_ONCE * took, AT_ONCE_US)
     size = np.array([r.calls[i].bytes if r.calls[i].bytes is not None else -1 for i in idx])
