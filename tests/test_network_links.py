@@ -91,6 +91,10 @@ def test_the_traces_own_network_is_the_measured_one_and_another_is_refused(trace
     rows = json.loads(out)["scenarios"]
     assert code == 0 and rows[-1]["step_us"] < rows[0]["step_us"], rows[-1]
     assert all("small call(s)" in line for line in rows[-1]["assumptions"]), rows[-1]   # no scale-out
+    # the same traces asked about a preset: its links are not this network's, so this network's small calls
+    # (network.links.small) do not price them
+    code, out, err = whatif(capsys, folder, "--hardware", "dgx_h100", "--json")
+    assert code == 0 and not any("small call" in line for line in json.loads(out)["scenarios"][-1]["assumptions"])
 
 
 def test_traces_without_a_network_need_measured_network_and_its_ranks_must_match(traces, capsys):

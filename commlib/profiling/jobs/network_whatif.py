@@ -67,8 +67,9 @@ def measured_and_scenario(args, ranks):
                          "give --measured-network NODESxGPUS[xNICS]@BYTES_PER_S")
     measured = links.topology(m_spec) if m_spec is not None else args.measured_on
     args.excess = links.excess(m_spec) if m_spec is not None else "fixed"   # what whatif does with the excess
-    args.small = links.small(m_spec) if m_spec is not None else None   # what a small call takes there
-    args.notice = links.notice(m_spec) if m_spec is not None else None   # commlib's ring: a step's wait
+    here = m_spec is not None and getattr(args, "hardware", None) is None   # the scenario on this network too
+    args.small = links.small(m_spec) if here else None   # what a small call takes there
+    args.notice = links.notice(m_spec) if here else None   # commlib's ring: a step's wait
     new = args.network
     if new is None:
         return measured, None
