@@ -25,6 +25,29 @@ from commlib.network import spec
 from commlib.profiling.jobs.recording import job_step_s, stamp_untraced
 
 
+def time_then_record(train_step, traces: str, steps: int) -> tuple[int, float, str]:
+    """The README's recipe: `steps` training steps timed without the profiler, then 1 warm-up and `steps` more
+    recorded into traces/rankR.json -> (the last step's number, its loss, the trace's path)."""
+    times = []
+    for _ in range(steps):                     # the same steps without the profiler, timed
+        t = time.perf_counter()
+        train_step()
+        times.append(time.perf_counter() - t)
+    untraced = job_step_s(times)               # the slowest rank per step, the median over steps
+
+    os.makedirs(traces, exist_ok=True)
+    path = os.path.join(traces, f"rank{dist.get_rank()}.json")
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                 schedule=schedule(wait=0, warmup=1, active=steps, repeat=1),   # 1 warm-up step, then
+                 on_trace_ready=lambda p: p.export_chrome_trace(path)) as prof:  # `steps` recorded, once
+        spec.record(prof)                      # the network (COMMLIB_NETWORK) into the trace, if there is one
+        stamp_untraced(prof, untraced)         # the untraced step: whatif keeps the profiler's time out
+        for step in range(1 + steps):          # warm-up + active steps: the trace is written as the last ends
+            loss = train_step()
+            prof.step()
+    return step, loss, path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--traces", required=True, help="folder for the per-rank traces (rankR.json)")
@@ -57,23 +80,7 @@ def main() -> None:
         return loss.item()
 
     train_step()                               # warm-up: DDP builds its buckets
-    times = []
-    for _ in range(args.steps):                # the same steps without the profiler, timed
-        t = time.perf_counter()
-        train_step()
-        times.append(time.perf_counter() - t)
-    untraced = job_step_s(times)               # the slowest rank per step, the median over steps
-
-    os.makedirs(args.traces, exist_ok=True)
-    path = os.path.join(args.traces, f"rank{rank}.json")
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
-                 schedule=schedule(wait=0, warmup=1, active=args.steps, repeat=1),   # 1 warm-up step, then
-                 on_trace_ready=lambda p: p.export_chrome_trace(path)) as prof:      # --steps recorded, once
-        spec.record(prof)                      # the network (COMMLIB_NETWORK) into the trace, if there is one
-        stamp_untraced(prof, untraced)         # the untraced step: whatif keeps the profiler's time out
-        for step in range(1 + args.steps):     # warm-up + active steps: the trace is written as the last ends
-            loss = train_step()
-            prof.step()
+    step, loss, path = time_then_record(train_step, args.traces, args.steps)
     print(f"step {step}: loss {loss:.4f}; trace {path}", flush=True)
     dist.destroy_process_group()
 

@@ -1,6 +1,6 @@
 """A small tensor-parallel training job for the emulated cluster: a Megatron-style MLP split over every rank, no
-data parallelism, profiled with the README's recipe, its traces saying which network they ran on. Edit it: the
-width, the layers, the batch, the steps.
+data parallelism, profiled with the README's recipe (examples/ddp_train.py's time_then_record), its traces saying
+which network they ran on. Edit it: the width, the layers, the batch, the steps.
 
     python -m commlib network run --nodes 2 --bandwidth 20e6 examples/tp_train.py --traces traces
     python -m commlib whatif traces/ --measured-network 2x1@20e6 --network 2x1@60e6
@@ -8,49 +8,18 @@ width, the layers, the batch, the steps.
 Each layer keeps its rank's share of the hidden units: a column-parallel linear (this rank's rows of the first
 weight), ReLU, a row-parallel linear (this rank's columns of the second), whose partial sums are all-reduced
 forward; backward all-reduces the gradient of the layer's input (Megatron-LM's f and g, Shoeybi et al. 2019,
-section 3). Every rank sees the same batch. So each step makes two all-reduces per layer of batch x width
+section 3: commlib.profiling.jobs.emulated_job's Copy and Reduce, which its tensor-parallel job uses too). Every rank sees the same batch. So each step makes two all-reduces per layer of batch x width
 activations, small messages whose number does not change with the bandwidth: the latency-bound kind of job.
 Runs under plain torchrun too (then the traces carry no network).
 """
 
 import argparse
-import os
-import time
 
 import torch
 import torch.distributed as dist
-from torch.profiler import ProfilerActivity, profile, schedule
 
-from commlib.network import spec
-from commlib.profiling.jobs.recording import job_step_s, stamp_untraced
-
-
-class Reduce(torch.autograd.Function):
-    """Megatron's g: the partial sums all-reduced forward, the gradient passed through backward."""
-
-    @staticmethod
-    def forward(ctx, x):
-        x = x.clone()
-        dist.all_reduce(x)
-        return x
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad
-
-
-class Copy(torch.autograd.Function):
-    """Megatron's f: the input passed through forward, its gradient all-reduced backward."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad = grad.clone()
-        dist.all_reduce(grad)
-        return grad
+from commlib.profiling.jobs.emulated_job import Copy, Reduce   # Megatron's f and g, on Gloo's all-reduce
+from ddp_train import time_then_record   # examples/ddp_train.py's recording recipe (this script's folder)
 
 
 class ParallelMLP(torch.nn.Module):
@@ -91,23 +60,7 @@ def main() -> None:
         return loss.item()
 
     train_step()                               # warm-up
-    times = []
-    for _ in range(args.steps):                # the same steps without the profiler, timed
-        t = time.perf_counter()
-        train_step()
-        times.append(time.perf_counter() - t)
-    untraced = job_step_s(times)               # the slowest rank per step, the median over steps
-
-    os.makedirs(args.traces, exist_ok=True)
-    path = os.path.join(args.traces, f"rank{rank}.json")
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
-                 schedule=schedule(wait=0, warmup=1, active=args.steps, repeat=1),
-                 on_trace_ready=lambda p: p.export_chrome_trace(path)) as prof:
-        spec.record(prof)                      # the network (COMMLIB_NETWORK) into the trace, if there is one
-        stamp_untraced(prof, untraced)         # the untraced step: whatif keeps the profiler's time out
-        for step in range(1 + args.steps):
-            loss = train_step()
-            prof.step()
+    step, loss, path = time_then_record(train_step, args.traces, args.steps)
     print(f"step {step}: loss {loss:.4f}; trace {path}", flush=True)
     dist.destroy_process_group()
 
