@@ -210,6 +210,11 @@ def codec_s_per_byte(ratio: float, path: str = TRADEOFF) -> tuple[float, str]:
                                        "benchmarks/compression_tradeoff.json")
 
 
+def _kind(c) -> tuple:
+    """What a call's prices depend on: the key Pricer remembers them by."""
+    return c.op, c.bytes, c.group, c.group_size, c.kernel is None, c.algorithm
+
+
 class Pricer:
     """One scenario's price of a call, in us, codec time included."""
 
@@ -225,6 +230,7 @@ class Pricer:
         self.m_fixed, self.t_fixed = fixed_part(m_topo), fixed_part(t)
         self.priced = self.kept = 0   # calls (sets) with a model in the scenario, and without one
         self._parts = {}              # parts() per kind of call: a job repeats a few kinds many times
+        self._ratios = {}             # measured_ratio() per kind of call
 
     def _models(self, c, fixed: bool = False):
         """-> (seconds on the measured hardware, seconds in the scenario, codec us); fixed: their fixed parts."""
@@ -318,6 +324,13 @@ class Pricer:
         return steps(size) * self.notice(nbytes / size if c.op in CHUNKED else nbytes, g.inter.bandwidth)
 
     def measured_ratio(self, c):
+        """_ratio, remembered per kind of call as parts() is: flow_inputs asks it of every set."""
+        key = _kind(c)
+        if key not in self._ratios:
+            self._ratios[key] = self._ratio(c)
+        return self._ratios[key]
+
+    def _ratio(self, c):
         """A CPU call across nodes whose ring steps are one packet each (a small call): its time in the scenario
         over its time as traced, as `small` measured them (network.links.small_calls: seconds of a 2-rank
         all-reduce of nbytes at a payload rate) for one of its steps (STEPS; a ring op's step moves bytes/p, a
@@ -350,21 +363,20 @@ class Pricer:
     def parts(self, c):
         """-> ((fixed s, byte phase s) on the measured hardware or None, the same in the scenario or None, codec
         us, the scenario's group size)."""
-        key = (c.op, c.bytes, c.group, c.group_size, c.kernel is None, c.algorithm)
+        key = _kind(c)
         if key not in self._parts:
             self._parts[key] = self._split(c)
         return self._parts[key]
 
     def _split(self, c):
         old, new, codec = self._models(c)
-        if self.notice is not None and new is not None:
-            p_new = round(c.group_size * self.factor) if c.group in self.dp and c.group_size else c.group_size
-            self.noticed += self.waited(c, c.bytes, p_new, self.t, self.algorithms(c)[1],
-                                        self.strides.get(c.group, 1)) > 0
         f_old, f_new, _ = self._models(c, fixed=True)
         split = lambda total, fixed: None if total is None else (min(fixed or 0.0, total), total - min(fixed or 0.0, total))  # noqa: E731
         p = c.group_size
         p_new = round(p * self.factor) if c.group in self.dp and p else p
+        if self.notice is not None and new is not None:
+            self.noticed += self.waited(c, c.bytes, p_new, self.t, self.algorithms(c)[1],
+                                        self.strides.get(c.group, 1)) > 0
         return split(old, f_old), split(new, f_new), codec, p_new
 
     def time(self, c, measured_us: float) -> float:
