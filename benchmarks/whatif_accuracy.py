@@ -311,7 +311,7 @@ def jobs_main(a, load, t0) -> None:
     jobs = sorted({r["job"] for r in result["rows"]})
     print(f"# {a.network} network, {len(jobs)} jobs, {platform.machine()}, {os.cpu_count()} CPUs, load {load[0]:.2f} -> {os.getloadavg()[0]:.2f}; "
           f"NIC {bandwidth / 1e6:g} MB/s; fitted alpha {alpha * 1e3:.2f} ms, 1/beta {1 / beta / 1e6:.1f} MB/s"
-          + (f"; small calls no faster than {links.SMALL}, commlib's ring steps wait as {links.RING_STEPS}"
+          + (f"; small calls moved as {links.SMALL} measured, commlib's ring steps wait as {links.RING_STEPS}"
              if result["small"]["small"] else ""))
     print(f"{'job':>15} {'scenario':>36} {'predicted ms':>13} {'measured ms':>12} {'error':>8} {'noise':>6}")
     for r in result["rows"]:

@@ -66,10 +66,10 @@ RING_STEPS = os.path.join(os.path.dirname(SOURCE), "ring_steps.json")   # notice
 
 def notice(spec: Spec):
     """What each step of commlib's ring on 3 or more ranks across nodes waits beyond its bytes on this network
-    (whatif's `notice`): on the kernel network, a function (bytes a step, payload bytes/s) -> seconds: NOTICE of the
-    time one packet takes (a step's bytes, at most kernel.GSO_MAX); on the pacer None. The step's send waits for
+    (whatif's `notice`): on the kernel network, a function (bytes a step, payload bytes/s) -> seconds: ring_notice()
+    of the time one packet takes (a step's bytes, at most kernel.GSO_MAX); on the pacer None. The step's send waits for
     its receiver's notice, which leaves the receiver's NIC behind the packet the receiver is sending
-    (kernel.gso_cap's docstring); NOTICE is what benchmarks/ring_steps.json measured: 4 ranks on 10 MB/s NICs, a
+    (kernel.gso_cap's docstring); ring_notice() is what benchmarks/ring_steps.json measured: 4 ranks on 10 MB/s NICs, a
     512 KiB all-reduce, the median call above its bytes' time over its 6 steps, over one 64 KiB packet's time
     (2 ranks: none)."""
     share = ring_notice()
@@ -152,5 +152,5 @@ def describe() -> str:
     """How the links are fitted, in one sentence (for --help)."""
     return (f"links: each NIC at its payload rate (bandwidth x {PAYLOAD_FRACTION:.3f}: HTB charges TCP/IP headers), "
             f"alpha {ALPHA_S * 1e3:.2f} ms per message (fit_nic's calibration run of commlib's ring on the kernel "
-            f"network, {SOURCE}); no call faster than {SMALL} measured for its size; inside a node "
+            f"network, {SOURCE}); a small call moved between rates as {SMALL} measured; inside a node "
             f"{INTRA[0] / 1e6:.0f} MB/s, {INTRA[1] * 1e6:.0f} us (network.calibrate)")

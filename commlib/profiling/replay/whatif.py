@@ -100,9 +100,9 @@ def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: st
     (network.links.small_calls, measured on the kernel network): a CPU call whose ring steps are one packet each
     moves from its traced rate and group to the scenario's as those figures do (pricing.Pricer.measured_ratio),
     not as the alpha-beta line does; for scenarios on that same network only (a preset's links are not its); None:
-    none. notice: (bytes a step, payload bytes/s)
-    -> seconds each step of commlib's own ring on 3 or more ranks across nodes waits for its receiver's notice
-    (network.links.notice on the kernel network; pricing.Pricer.waited); None: none."""
+    none. notice: (bytes a step, payload bytes/s) -> seconds each step of commlib's own ring on 3 or more ranks
+    across nodes waits for its receiver's notice (network.links.notice on the kernel network;
+    pricing.Pricer.waited); None: none."""
     if excess not in EXCESS:
         raise ValueError(f"excess must be one of {EXCESS}, got {excess!r}")
     ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces, max_bytes)
