@@ -103,15 +103,18 @@ def test_the_example_runs_profiled_and_its_traces_say_which_network(tmp_path):
 
 def test_the_tensor_parallel_example_runs_and_whatif_reads_it_as_tensor_parallel(tmp_path):
     """examples/tp_train.py: a Megatron-style MLP over both ranks, no data parallelism. Its traces carry two
-    all-reduces of batch x width floats per layer and step, and whatif names them activations, not gradients."""
+    all-reduces of batch x width floats per layer and step, and whatif names them activations, not gradients.
+    Three steps recorded: whatif's roles vote step by step (compute.roles), and on a loaded host one step of one
+    rank can read "unknown" (a call not waited for at once); with one step that was half the votes."""
+    steps = 3
     code, out, err, pid = network_run(ROOT / "examples" / "tp_train.py", "--traces", tmp_path / "traces",
-                                      "--layers", "2", "--steps", "1")
+                                      "--layers", "2", "--steps", str(steps))
     assert code == 0, err
     for rank in range(2):
         doc = json.loads((tmp_path / "traces" / f"rank{rank}.json").read_text())
         assert spec.from_trace(doc) == spec.Spec(2, 1, 1, 50e6, kind="kernel")
         calls = [e for e in doc["traceEvents"] if e.get("name", "").startswith("gloo:all_reduce")]
-        assert len(calls) == 3   # one step: 2 layers forward, 1 backward (the first layer's input needs no grad)
+        assert len(calls) == 3 * steps   # a step: 2 layers forward, 1 backward (the first layer's input needs no grad)
     done = subprocess.run([sys.executable, "-m", "commlib", "whatif", str(tmp_path / "traces"), "--network",
                            "4x1@50e6"], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env=os.environ | {"PYTHONPATH": str(ROOT)})

@@ -127,7 +127,7 @@ def roles(g: graph.Graph, groups) -> dict:
     "activations": at least two calls in the step, all of one size (an activation's), three in four of them
     needed at once (the program waits for the call with next to no compute since it queued it: under AT_ONCE of
     the call's time, or AT_ONCE_US: a fast call's 5% is a loaded host's stray statement; a call with no wait in
-    the trace, the compute until it ended), the first before half of the step's compute: a tensor-parallel group, which all-reduces
+    the trace, the compute begun between its queue point and its end), the first before half of the step's compute: a tensor-parallel group, which all-reduces
     activations through every layer, forward and backward;
     "gradients": otherwise, where its first call in the step comes after a quarter of the step's compute (forward
     has ended; a step's forward is about a third of it): a data-parallel group's gradients, once a step;
@@ -166,9 +166,13 @@ def _votes(r: graph.RankGraph, name) -> list[str]:
         calls = np.array([w.call for w in r.waits], dtype=np.int64)
         np.minimum.at(needed, calls, before([w.t_from for w in r.waits]) - before(queue[calls]))
     unseen = idx[np.isinf(needed[idx])]   # no wait in the trace (a blocking call whose work was done when it
-    if len(unseen):                       # waited, on a loaded host): the compute until it ended
-        ends = np.array([r.calls[i].end_us for i in unseen], dtype=float)
-        needed[unseen] = before(np.maximum(ends, queue[unseen])) - before(queue[unseen])
+    if len(unseen):                       # waited, on a loaded host): the compute begun after its queue point and
+        starts = np.asarray([a for a, _ in r.spans], dtype=float)   # before its end (an op that encloses the call,
+        ends = np.asarray([b for _, b in r.spans], dtype=float)     # begun before it, is its caller's, not work
+        for i in unseen:                                             # done meanwhile)
+            q, e = queue[i], max(r.calls[i].end_us, queue[i])
+            inside = (starts >= q) & (starts < e)
+            needed[i] = float(np.sum(np.minimum(ends[inside], e) - starts[inside]))
     took = np.array([max(r.calls[i].duration_us, 1e-9) for i in idx])
     at_once = needed[idx] <= np.maximum(AT_ONCE * took, AT_ONCE_US)
     size = np.array([r.calls[i].bytes if r.calls[i].bytes is not None else -1 for i in idx])
