@@ -8,7 +8,9 @@ README's recipe, its traces saying which network they ran on. Edit it: the model
 Under `network run` each rank finds the network in COMMLIB_NETWORK; commlib.network.spec.record(prof) writes it
 into the trace (top-level key "commlib_network"), so the what-if knows what the traces were measured on. The same
 steps are first run and timed without the profiler: their step goes into the trace too ("commlib_untraced"), and
-the what-if scales the traced compute to it, so that it predicts the job as it runs unprofiled.
+the what-if scales the traced compute to it, so that it predicts the job as it runs unprofiled. Before the profiler
+stops, settle(prof) waits (unrecorded) for Gloo's threads to finish writing their events: torch 2.13 lets DDP's last
+step end before they have, and a profiler that stops then can corrupt the process's heap (commlib.profiling.jobs.live).
 Runs under plain torchrun too (then the traces carry no network).
 """
 
@@ -22,6 +24,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from commlib.network import spec
+from commlib.profiling.jobs.live import settle
 from commlib.profiling.jobs.recording import job_step_s, stamp_untraced
 
 
@@ -44,6 +47,8 @@ def time_then_record(train_step, traces: str, steps: int) -> tuple[int, float, s
         stamp_untraced(prof, untraced)         # the untraced step: whatif keeps the profiler's time out
         for step in range(1 + steps):          # warm-up + active steps: the trace is written as the last ends
             loss = train_step()
+            if step == steps:                  # Gloo's threads done writing before the profiler stops (live.settle:
+                settle(prof)                   # a race in torch that corrupts the heap; no barrier in the trace)
             prof.step()
     return step, loss, path
 

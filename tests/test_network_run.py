@@ -141,6 +141,20 @@ def test_an_unseen_ddp_and_fsdp2_script_runs_then_its_failing_rank_is_named_in_o
     assert left_behind(pid, str(script)) == ([], [])
 
 
+def test_a_rank_killed_by_a_signal_is_named_with_the_signal_and_its_last_line(tmp_path):
+    """A rank that dies in C++ (glibc's abort on a corrupted heap: its one line on stderr, then SIGABRT) leaves no
+    Python note: the line says the signal and what the rank said last, not only torchrun's exit code."""
+    script = tmp_path / "abort.py"
+    script.write_text("import os, sys\nif os.environ['RANK'] == '1':\n    print('step 1 done', flush=True)\n"
+                      "    os.write(2, b'malloc(): on purpose\\n')\n    os.abort()\n"
+                      "import time\ntime.sleep(60)\n")
+    code, out, err, pid = network_run(script)
+    assert code == 128 + 6, (code, err)
+    assert our_lines(err)[-1] == ("network run: rank 1 failed (exit code -6, SIGABRT); its last line: malloc(): on "
+                                  "purpose; stopping the job and removing the network"), err
+    assert left_behind(pid, str(script)) == ([], [])
+
+
 def test_a_missing_script_is_one_line_and_exit_2():
     code, out, err, pid = network_run("no/such/script.py")
     assert code == 2 and out == "" and err.strip().splitlines() == [

@@ -28,6 +28,8 @@ def _recipe(folder, active, marks=True):
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, schedule
 
+    from commlib.profiling.jobs.live import settle
+
     torch.set_num_threads(1)
     torch.manual_seed(0)
     rank = dist.get_rank()
@@ -47,13 +49,16 @@ def _recipe(folder, active, marks=True):
         with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
             for _ in range(active):
                 train_step()
+            settle(prof)   # DDP's last bucket recorded before the profiler stops (live.settle)
         prof.export_chrome_trace(f"{folder}/rank{rank}.json")
         return rank
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
                  schedule=schedule(wait=0, warmup=1, active=active, repeat=1),
                  on_trace_ready=lambda p: p.export_chrome_trace(f"{folder}/rank{rank}.json")) as prof:
-        for _ in range(1 + active):
+        for i in range(1 + active):
             train_step()
+            if i == active:
+                settle(prof)
             prof.step()
     return rank
 

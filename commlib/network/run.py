@@ -102,7 +102,28 @@ def _root_cause(failures: str, tails: dict, node: int) -> tuple[str, int | None]
     rank = re.search(r"rank\s*:\s*(\d+) \(local_rank", text)
     who = f"rank {rank.group(1)}" if rank else f"a rank of node {node}"
     how = f"exit code {code.group(1)}" if code else "torchrun reported a failure"
-    return f"{who} failed ({how})", status
+    if code and int(code.group(1)) < 0:
+        try:
+            how += f", {signal.Signals(-int(code.group(1))).name}"
+        except ValueError:
+            pass
+    said = _last_words(tails[node], rank.group(1)) if rank else None
+    return f"{who} failed ({how})" + (f"; its last line: {said}" if said else ""), status
+
+
+def _last_words(lines: list, rank: str) -> str | None:
+    """The last line rank `rank` wrote to stderr before it died (a C++ abort's own line, glibc's "malloc(): ..." or
+    "terminate called ..."), before Python's faulthandler dump where there is one; None if it printed none."""
+    said = []
+    for line in lines:
+        head, _, rest = line.partition(": ")
+        if not re.fullmatch(rf"node \d+ rank {rank}", head):
+            continue
+        if rest.startswith("Fatal Python error"):
+            break
+        if rest.strip():
+            said.append(" ".join(rest.split())[:300])
+    return said[-1] if said else None
 
 
 def _stop(procs: list) -> None:
@@ -173,7 +194,9 @@ def run(script: str, args: list[str], nodes: int, gpus_per_node: int, nics_per_n
         for n, p in enumerate(procs):
             tails[n] = []
             for stream, sink in ((p.stdout, out), (p.stderr, err)):
-                t = threading.Thread(target=_forward, args=(stream, n, sink, tails[n], stopping), daemon=True)
+                # the tail that names the failure is stderr's: torchrun's summary, a rank's last words
+                tail = tails[n] if stream is p.stderr else []
+                t = threading.Thread(target=_forward, args=(stream, n, sink, tail, stopping), daemon=True)
                 t.start()
                 threads.append(t)
         while True:

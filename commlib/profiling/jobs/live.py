@@ -95,6 +95,40 @@ def _without_profiler_chatter():
     return dropping_stderr_lines(PROFILER_CHATTER)
 
 
+def settle(prof, groups=()) -> None:
+    """Inside every rank, before the profiler stops (the prof.step() that ends its last active step, or the end of
+    `with profile`): wait, unrecorded, until Gloo's worker threads have recorded the end of every call they ran, on
+    the default group and on `groups` (those that are Gloo's; NCCL's and a single process are left as they are).
+
+    Why: a Gloo call completes its future before its worker thread records the call's end (torch 2.13,
+    ProcessGroupGloo.cpp: AsyncWork::finishWorkGloo calls returnFutureWithOutput, then Work::finish runs the
+    profiler's end callback). DDP waits on that future, so its last step can end, and the profiler stop and collect
+    every thread's events, while a worker thread still appends its own. On the course's 2-core VM beside 2-3 busy
+    loops, 4 of 48 runs of examples/ddp_train.py under `network run` (1 of 40 under torchrun on loopback) died in
+    the profiler's stop with glibc's "malloc(): unsorted double linked list corrupted" (SIGABRT); with settle, 0
+    of 40. A barrier waits for every call queued or in progress on its group (its AsyncBarrierWork
+    waits on each one's Work::wait, which returns once finish() has run); collection is off meanwhile, so the trace
+    holds no barrier. Its time (one round trip) stays in the step, as idle time the replay keeps."""
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity
+
+    if not dist.is_initialized():
+        return
+    gloo = [g for g in (None, *groups) if "gloo" in str(dist.get_backend(g))]
+    if not gloo:
+        return
+    # CPU with CUDA and XPU: torch 2.13 warns on every rank unless all three are toggled together ("Toggling CPU
+    # activity with GPU activity on ...": profiler_kineto.cpp tests !CUDA || !XPU), even in a CPU build; the
+    # devices' toggle is Kineto's, which changes nothing where no device activity is on
+    every = [ProfilerActivity.CPU, ProfilerActivity.CUDA, ProfilerActivity.XPU]
+    prof.toggle_collection_dynamic(False, every)
+    try:
+        for g in gloo:
+            dist.barrier(group=g)
+    finally:
+        prof.toggle_collection_dynamic(True, every)
+
+
 def profile(step, *args, trace_path: str | None = None, warmup: int = 1, itemsize: int = 4, **kwargs) -> dict:
     """Inside a rank: run step(*args, **kwargs) `warmup` times, then once under torch.profiler -> breakdown().
     trace_path: also write a Chrome trace (open it in chrome://tracing or https://ui.perfetto.dev); a
@@ -118,6 +152,7 @@ def profile(step, *args, trace_path: str | None = None, warmup: int = 1, itemsiz
         if cuda:
             torch.cuda.synchronize()
         wall_s = time.perf_counter() - t0
+        settle(prof)   # Gloo's threads done writing before the profiler stops (a race in torch)
     if trace_path:
         import torch.distributed as dist
 

@@ -55,7 +55,7 @@ def record(step, path: str, *args, warmup: int = 1, late_rank: int | None = None
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    from commlib.profiling.jobs.live import _without_profiler_chatter
+    from commlib.profiling.jobs.live import _without_profiler_chatter, settle
 
     rank = dist.get_rank() if dist.is_initialized() else 0
     out = path.replace("{rank}", str(rank))
@@ -83,6 +83,7 @@ def record(step, path: str, *args, warmup: int = 1, late_rank: int | None = None
                 torch.cuda.synchronize()
             if i == warmup:
                 window.append(time.perf_counter())
+                settle(prof)   # Gloo's threads done writing before the profiler stops (a race in torch)
             prof.step()
     _add_background_work(out, window[0], window[1], after)
     return out
