@@ -130,7 +130,8 @@ def settle(prof, groups=()) -> None:
 
 
 def profile(step, *args, trace_path: str | None = None, warmup: int = 1, itemsize: int = 4, **kwargs) -> dict:
-    """Inside a rank: run step(*args, **kwargs) `warmup` times, then once under torch.profiler -> breakdown().
+    """Inside every rank: run step(*args, **kwargs) `warmup` times, then once under torch.profiler -> breakdown().
+    On Gloo the profiled step ends with settle() (a barrier, unrecorded), so every rank of the group calls it.
     trace_path: also write a Chrome trace (open it in chrome://tracing or https://ui.perfetto.dev); a
     "{rank}" in it becomes this rank's number, so that the ranks do not overwrite each other's file.
     GPU kernels are recorded when this process already uses CUDA (an NCCL group, or the warm-up steps)."""

@@ -42,7 +42,8 @@ def stamp_untraced(prof, step_s: float) -> None:
 
 def record(step, path: str, *args, warmup: int = 1, late_rank: int | None = None, late_s: float = 0.0,
            untraced_s: float | None = None, **kwargs) -> str:
-    """Inside a rank: run step(*args, **kwargs) `warmup` times under the profiler's warm-up (it absorbs the
+    """Inside every rank (on Gloo the recorded step ends with live.settle, a barrier the trace does not hold): run
+    step(*args, **kwargs) `warmup` times under the profiler's warm-up (it absorbs the
     ranks' different profiler start-up times), then once recorded, and write this rank's trace to path
     ("{rank}" in it becomes the rank). late_rank sleeps late_s before the recorded step: a straggler, on
     purpose. commlib's background work (algorithms.background) during the recorded step is written into the
