@@ -1,6 +1,6 @@
 """live.settle: before the profiler stops, Gloo's worker threads have finished every call they ran (torch 2.13
 completes a call's future before the thread records its end, and a stop meanwhile corrupted the heap), and the
-trace holds no trace of the wait, and no warning is printed."""
+trace holds no trace of the wait (no barrier, and the step's span closed before it), and no warning is printed."""
 
 import json
 import sys
@@ -15,7 +15,7 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 def _settled(path):
     """In a rank: torch DDP whose hook's call keeps its worker thread 0.3 s in a callback after DDP's wait returned
     (as a descheduled thread would); settle before the profiler stops -> (how many calls' callbacks had ended by
-    then, the trace's event names)."""
+    then, the trace's event names, its ProfilerStep spans' seconds)."""
     import time
 
     import torch
@@ -44,15 +44,18 @@ def _settled(path):
         settled = len(done)   # the warm-up's call and this one: both callbacks ended
         prof.step()
     with open(path.format(rank=dist.get_rank())) as f:
-        names = {e.get("name", "") for e in json.load(f)["traceEvents"]}
-    return settled, names
+        events = json.load(f)["traceEvents"]
+    steps = [e["dur"] * 1e-6 for e in events if e.get("name", "").startswith("ProfilerStep")]
+    return settled, {e.get("name", "") for e in events}, steps
 
 
 def test_settle_waits_for_the_worker_threads_and_leaves_nothing_in_the_trace(tmp_path, capfd):
     with cl.Cluster(world_size=2, timeout=60) as c:
         results = c.run(_settled, str(tmp_path / "rank{rank}.json"))
-    for settled, names in results:
+    for settled, names, steps in results:
         assert settled == 2, f"settle returned with {settled} of the 2 calls' callbacks ended"
         assert "gloo:all_reduce" in names and not any("barrier" in n for n in names), sorted(names)
+        # the step's span closed before the wait: not the 0.3 s the barrier waited for the callback
+        assert len(steps) == 1 and steps[0] < 0.3, steps
     out, err = capfd.readouterr()
     assert "Toggling" not in out + err, err
