@@ -156,17 +156,15 @@ def flow_inputs(g0, g, origin, pricer, excess: str = "fixed") -> list:
         if pricer.m is not None and r is None and d is not None:   # no model of it as measured: keep its time
             net.append((d + codec, 0.0, ()))
             continue
+        # its traced overhead over the model, less a 2-rank handshake that a larger ring does not pay
+        over = 0.0 if r is None or (r[2] > 0 and pricer.handshake_dropped(c)) else r[2]
         ratio = pricer.measured_ratio(c) if r is not None and old is not None and d is not None else None
         if ratio is not None:   # a small call: its own time (no sharing) moved as its size's calls measured
-            over = 0.0 if r[2] > 0 and pricer.handshake_dropped(c) else r[2]
             own = (old[0] + old[1]) * 1e6
             total = (own + over if over >= 0 else own * (1 + over)) * ratio
             bw = min(bw, total)   # the model's bytes at the new rate, within it; the rest is the steps' wake-ups
             fixed, pricer.measured = total - bw, pricer.measured + 1
         elif r is not None:
-            _, _, over = r
-            if over > 0 and pricer.handshake_dropped(c):   # a 2-rank handshake a larger ring does not pay
-                over = 0.0
             if over < 0 and excess == "bytes" and old is not None:   # faster by a fixed time (the shaper's burst)
                 less = -over * (old[0] + old[1]) * 1e6   # off the fixed phase first, then the bytes
                 fixed, bw, over = max(0.0, fixed - less), max(0.0, bw - max(0.0, less - fixed)), 0.0
