@@ -4,7 +4,7 @@ with venv and pip (the book also needs npm once, to fetch MathJax and the widget
 
     python3 course.py lab     # create .venv, install, open the course in JupyterLab
     python3 course.py test    # create .venv, install, run the unit tests and nbval of every notebook
-                              # (one pytest-xdist worker per core, then the tests marked `alone`)
+                              # (pytest-xdist: a worker per core and one more, then the tests marked `alone`)
     python3 course.py book    # create .venv, install, build the book into build/book (--no-solutions: without them)
     python3 course.py copy ~/commlib   # a learner's own copy that uses this course's environment (a workshop)
 
@@ -340,6 +340,10 @@ def copy_course(dest: Path, root: Path = ROOT, venv_dir: Path | None = None) -> 
     return dest
 SERIAL = ("-n", "--numprocesses", "--dist", "-p", "--pdb", "--trace", "-m", "--collect-only", "--co", "-s")
 WORKERS_MAX = 4  # each test starts up to 16 rank processes: more workers add memory, not speed
+# one worker more than the cores: about a tenth of the suite's time waits (faults' timeouts, paced links, JupyterLab
+# and Chromium starting), and a third worker fills it: on the course's 2-core VM the suite (less the `alone` tests)
+# took 769 s on 2 workers and 680 s on 3, every test passing (2026-12-07)
+EXTRA_WORKERS = 1
 
 
 def usable_cores() -> int:
@@ -349,12 +353,12 @@ def usable_cores() -> int:
 
 def pytest_runs(args: list[str], cores: int) -> list[list[str]]:
     """`course.py test`'s pytest runs -> their argument lists. On >= 2 cores, two: the suite on one worker per
-    core (pytest-xdist; a file's tests stay on one worker, the longest files first: conftest.py), then the tests
+    core and one more, at most WORKERS_MAX (pytest-xdist; a file's tests stay on one worker, the longest files first: conftest.py), then the tests
     marked `alone` one at a time (measurements that need the machine to themselves: the what-if's accuracy). With
     an option that asks for one process (-n, -p, --pdb, -m, -s, ...) or on one core: one plain run, unchanged."""
     if cores < 2 or any(a.split("=")[0] in SERIAL or a.startswith(("-n", "-p")) for a in args):
         return [args]
-    workers = str(min(cores, WORKERS_MAX))
+    workers = str(min(cores + EXTRA_WORKERS, WORKERS_MAX))
     return [["-n", workers, "--dist", "loadfile", "--no-loadscope-reorder", "-m", "not alone", *args],
             ["-m", "alone", *args]]
 

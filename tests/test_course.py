@@ -107,7 +107,7 @@ def test_nbval_s_kernels_run_on_unix_sockets_of_their_own_not_on_tcp_ports():
 
 
 @pytest.mark.parametrize("args, cores, runs", [
-    ([], 2, [["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder", "-m", "not alone"], ["-m", "alone"]]),
+    ([], 2, [["-n", "3", "--dist", "loadfile", "--no-loadscope-reorder", "-m", "not alone"], ["-m", "alone"]]),
     (["-k", "cluster", "-x"], 16, [["-n", "4", "--dist", "loadfile", "--no-loadscope-reorder", "-m", "not alone",
                                     "-k", "cluster", "-x"], ["-m", "alone", "-k", "cluster", "-x"]]),
     (["tests/test_cost.py"], 1, [["tests/test_cost.py"]]),            # one core: one plain run
@@ -117,7 +117,7 @@ def test_nbval_s_kernels_run_on_unix_sockets_of_their_own_not_on_tcp_ports():
     (["--pdb"], 8, [["--pdb"]]),
     (["-m", "slow"], 8, [["-m", "slow"]]),                            # their own marker expression, untouched
 ])
-def test_the_suite_runs_on_one_worker_per_core_then_the_measurements_alone(args, cores, runs):
+def test_the_suite_runs_on_a_worker_per_core_and_one_more_then_the_measurements_alone(args, cores, runs):
     assert course.pytest_runs(args, cores) == runs
 
 
