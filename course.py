@@ -353,9 +353,10 @@ def usable_cores() -> int:
 
 def pytest_runs(args: list[str], cores: int) -> list[list[str]]:
     """`course.py test`'s pytest runs -> their argument lists. On >= 2 cores, two: the suite on one worker per
-    core and one more, at most WORKERS_MAX (pytest-xdist; a file's tests stay on one worker, the longest files first: conftest.py), then the tests
-    marked `alone` one at a time (measurements that need the machine to themselves: the what-if's accuracy). With
-    an option that asks for one process (-n, -p, --pdb, -m, -s, ...) or on one core: one plain run, unchanged."""
+    core and one more, at most WORKERS_MAX (pytest-xdist; a file's tests stay on one worker, the longest files
+    first: conftest.py), then the tests marked `alone` one at a time (measurements that need the machine to
+    themselves: the what-if's accuracy). With an option that asks for one process (-n, -p, --pdb, -m, -s, ...) or
+    on one core: one plain run, unchanged."""
     if cores < 2 or any(a.split("=")[0] in SERIAL or a.startswith(("-n", "-p")) for a in args):
         return [args]
     workers = str(min(cores + EXTRA_WORKERS, WORKERS_MAX))

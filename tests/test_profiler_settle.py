@@ -46,7 +46,7 @@ def _settled(path):
 
     def hook(state, bucket):
         # rank 1 starts its call once rank 0 has added its callbacks: rank 0's call cannot have completed by then,
-        # so its callbacks run on its worker thread (a callback added to a completed future runs at once, here)
+        # so its callbacks run on its worker thread (one added to a completed future runs at once, on this thread)
         if rank == 1:
             dist.recv(torch.zeros(1), 0, group=turn)
         fut = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
@@ -63,13 +63,15 @@ def _settled(path):
     dist.barrier()                        # the warm-up's callback ended: the profiled step does not wait for it
     dist.barrier = timed_barrier
     hold.append(1)
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=0, active=1, repeat=1),
-                 on_trace_ready=lambda p: p.export_chrome_trace(path.format(rank=dist.get_rank()))) as prof:
-        model(x).sum().backward()
-        settle(prof)
-        settled = len(done)   # the warm-up's call and this one: both callbacks ended
-        prof.step()
-    dist.barrier = barrier
+    try:
+        with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=0, active=1, repeat=1),
+                     on_trace_ready=lambda p: p.export_chrome_trace(path.format(rank=dist.get_rank()))) as prof:
+            model(x).sum().backward()
+            settle(prof)
+            settled = len(done)   # the warm-up's call and this one: both callbacks ended
+            prof.step()
+    finally:
+        dist.barrier = barrier
     with open(path.format(rank=dist.get_rank())) as f:
         events = json.load(f)["traceEvents"]
     steps = [e["dur"] * 1e-6 for e in events if e.get("name", "").startswith("ProfilerStep")]
