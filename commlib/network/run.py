@@ -94,17 +94,17 @@ def _root_cause(failures: str, tails: dict, node: int) -> tuple[str, int | None]
             continue
     text = "\n".join(tails[node])
     code = re.search(r"exitcode\s*:\s*(-?\d+)", text)
-    status = None if code is None else int(code.group(1))
-    status = 128 - status if status is not None and status < 0 else status   # killed by signal s: 128 + s
+    exit_code = None if code is None else int(code.group(1))   # torchrun's: -s where signal s killed the rank
+    status = 128 - exit_code if exit_code is not None and exit_code < 0 else exit_code   # killed by s: 128 + s
     if notes:
         _, rank, line = min(notes)
         return f"rank {rank} failed: {line}", status or 1
     rank = re.search(r"rank\s*:\s*(\d+) \(local_rank", text)
     who = f"rank {rank.group(1)}" if rank else f"a rank of node {node}"
-    how = f"exit code {code.group(1)}" if code else "torchrun reported a failure"
-    if code and int(code.group(1)) < 0:
+    how = f"exit code {exit_code}" if code else "torchrun reported a failure"
+    if code and exit_code < 0:
         try:
-            how += f", {signal.Signals(-int(code.group(1))).name}"
+            how += f", {signal.Signals(-exit_code).name}"
         except ValueError:
             pass
     said = _last_words(tails[node], rank.group(1)) if rank else None
