@@ -249,6 +249,28 @@ def test_roles_tell_activations_from_gradients_and_say_unknown_otherwise():
     assert compute.roles(graph.build(early), ["0"]) == {"0": "unknown"}
 
 
+def fully_sharded():
+    """Per rank, one step as FSDP2 runs it on Gloo: forward [0, 34], then backward, whose four layers each end in a
+    reduce-scatter of one size, waited for at once (a Gloo reduce_scatter is an all-reduce of the whole input)."""
+    out = []
+    for r in range(2):
+        at = (40.0, 62.0, 84.0, 106.0)
+        calls = [tr.Call(r, "reduce_scatter", "0", 2, 1 << 18, "float32", t, 5.0, None, None, None) for t in at]
+        spans = [(0.0, 40.0), (45.0, 62.0), (67.0, 84.0), (89.0, 106.0), (111.0, 120.0)]
+        out.append(_rank(r, calls, spans, {i: (t, t + 5.0) for i, t in enumerate(at)}))
+    return out
+
+
+def test_reduce_scatters_waited_at_once_in_the_backward_are_gradients_not_activations():
+    """FSDP2's reduce-scatters have one size and are waited for at once, as a tensor-parallel group's all-reduces
+    are; they come after the forward (the committed kernel run's FSDP2 job: its first at 38-40% of the step's
+    compute, read as tensor parallelism while the rule took anything before half)."""
+    assert compute.roles(graph.build(fully_sharded()), ["0"]) == {"0": "gradients"}
+    lines = " ".join(whatif.whatif(fully_sharded(), [whatif.Scenario(nodes=4)], measured=HERE)
+                     ["scenarios"][2]["assumptions"])
+    assert "data-parallel group(s) 0 grow x2" in lines and "activations" not in lines
+
+
 def test_a_step_that_a_stray_op_slowed_is_outvoted():
     """Three steps of the data-parallel job; in one, an op after the buckets (a loaded machine's stray, 769 us)
     puts them in its first tenth of compute. Two of three steps still say gradients (on every rank): gradients.

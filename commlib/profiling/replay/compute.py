@@ -127,10 +127,12 @@ def roles(g: graph.Graph, groups) -> dict:
     "activations": at least two calls in the step, all of one size (an activation's), three in four of them
     needed at once (the program waits for the call with next to no compute since it queued it: under AT_ONCE of
     the call's time, or AT_ONCE_US: a fast call's 5% is a loaded host's stray statement; a call with no wait in
-    the trace, the compute begun between its queue point and its end), the first before half of the step's compute: a tensor-parallel group, which all-reduces
-    activations through every layer, forward and backward;
-    "gradients": otherwise, where its first call in the step comes after a quarter of the step's compute (forward
-    has ended; a step's forward is about a third of it): a data-parallel group's gradients, once a step;
+    the trace, the compute begun between its queue point and its end), the first in the forward (before FORWARD of
+    the step's compute): a tensor-parallel group, which all-reduces activations through every layer, forward and
+    backward;
+    "gradients": otherwise, where its first call in the step comes after the forward (FORWARD of the step's
+    compute): a data-parallel group's gradients, once a step (FSDP's reduce-scatters too: one size, waited at once,
+    but all in the backward);
     "unknown": neither. Each rank's steps vote (a loaded machine's stray op can move one step's compute): a kind
     that has two in three of all the votes, else "unknown"."""
     out = {}
@@ -147,6 +149,11 @@ AT_ONCE_US = 500.0  # ... or at most this much: the host's own statements betwee
 #                    loop: up to 270 us between queue and wait); a data-parallel bucket waits for milliseconds of
 #                    backward
 VOTE = 2 / 3     # the share of the steps' votes a kind needs
+FORWARD = 0.25   # the share of a step's compute before which a call is in the forward (about a third of the step):
+#                  a tensor-parallel group's first all-reduce is (Megatron's g after the first layer: 4% of the
+#                  compute in benchmarks/whatif_accuracy.py's job), a data-parallel one's is not (its gradients
+#                  come in the backward: 38-40% for FSDP2's reduce-scatters there, which also wait at once, of
+#                  one size, 46-55% for the DDP jobs' buckets)
 
 
 def _votes(r: graph.RankGraph, name) -> list[str]:
@@ -187,9 +194,9 @@ def _votes(r: graph.RankGraph, name) -> list[str]:
     votes = []
     for j in np.flatnonzero(count):
         first = (before([first_q[j]])[0] - done[j, 0]) / total[j] if total[j] > 0 else np.nan
-        if count[j] >= 2 and len(np.unique(size[k == j])) == 1 and waited[j] >= 0.75 * count[j] and first < 0.5:
+        if count[j] >= 2 and len(np.unique(size[k == j])) == 1 and waited[j] >= 0.75 * count[j] and first < FORWARD:
             votes.append("activations")
-        elif first >= 0.25:
+        elif first >= FORWARD:
             votes.append("gradients")
         else:
             votes.append("unknown")
