@@ -322,7 +322,7 @@ def _parser() -> argparse.ArgumentParser:
             _network_shape(a, bandwidth_required=False)
     r = actions.add_parser("run", help="run SCRIPT under torchrun on every emulated node, each rank in its GPU's "
                                        "namespace, then remove the network",
-                           description="One torchrun per node (--nproc-per-node G, c10d rendezvous); each rank in "
+                           description="One torchrun per node (--nproc-per-node G, static rendezvous); each rank in "
                                        "its GPU's namespace with COMMLIB_NETWORK (the network as JSON) in its "
                                        "environment; output lines start with node and rank; exits with the job's "
                                        "status. Options go before SCRIPT; what follows SCRIPT is its own.")
