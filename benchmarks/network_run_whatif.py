@@ -1,20 +1,26 @@
-"""`whatif --network` against the runs it predicts (issue 50's done-when): the example script on the kernel network.
+"""`whatif --network` against the runs it predicts (issue 50's done-when): the course's example scripts on the kernel
+network, a data-parallel one and one that is not (issue 64, item 7).
 
     python benchmarks/network_run_whatif.py [--bandwidth 20e6] [--steps 5] [--json benchmarks/network_run_whatif.json]
     python benchmarks/network_run_whatif.py --quick        # CI: one base run, one scenario run, no noise floor
 
-1. Record examples/ddp_train.py (torch DDP, Gloo) with `python -m commlib network run` on 2 nodes x 1 GPU at
-   --bandwidth (its traces name the network: commlib_network).
+For each script, examples/ddp_train.py (torch DDP, Gloo) and examples/tp_train.py (a Megatron-style
+tensor-parallel MLP: no data parallelism, small all-reduces of activations in every layer):
+1. Record it with `python -m commlib network run` on 2 nodes x 1 GPU at --bandwidth (its traces name the network:
+   commlib_network).
 2. Ask `python -m commlib whatif TRACES --network N --json` (the command line itself, no --measured-network: the
-   traces say it) for x1/2 and x3 the bandwidth and 2 -> 4 nodes, on each recording of the base: the prediction
-   is their mean (predicted_runs_s: each one's; they differ by what each recording's CPU did).
+   traces say it) for x1/2 and x3 the bandwidth, and for the DDP job 2 -> 4 nodes, on each recording of the base:
+   the prediction is their mean (predicted_runs_s: each one's; they differ by what each recording's CPU did). The
+   tensor-parallel job is not asked for 4 nodes: the script splits its fixed model over every rank, and the replay
+   keeps each rank's shard (it says so), so that row would measure a different job.
 3. Run each scenario under `network run` and measure its step as whatif measures the base: the slowest rank per
    step, averaged over the recorded steps (whatif's "measured" row of the scenario's own traces).
-Each measured network (the base too) runs twice: the two runs' difference is the noise floor. Prints predicted,
-measured (the mean of the runs), the error and the noise, the CPU per step (measured(): the slowest rank's
-compute and the gaps between it, which the replay keeps from the base run) of the base and of each scenario,
-and the load at start and end. The goal: every error within 10%. --quick: the base and x3 once each, 2 steps
-(~30 s). Where the kernel network cannot be built (not root), it says so in one line and measures nothing.
+Each measured network (the base too) runs twice: the two runs' difference is the noise floor. Prints, per script,
+what whatif read each group as carrying (its report's group_roles), then predicted, measured (the mean of the
+runs), the error and the noise, the CPU per step (measured(): the slowest rank's compute and the gaps between
+it, which the replay keeps from the base run) of the base and of each scenario, and the load at start and end.
+The goal: every error within 10%. --quick: the DDP script's base and x3 once each, 2 steps (~30 s). Where the
+kernel network cannot be built (not root), it says so in one line and measures nothing.
 """
 
 import json
@@ -27,8 +33,7 @@ import time
 from commlib.bench import arguments
 from commlib.profiling.jobs import network_whatif as nw
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "examples", "ddp_train.py")
+SCRIPTS = {"ddp_train": nw.EXAMPLE, "tp_train": nw.TP_EXAMPLE}   # --quick: the first only
 GOAL = 0.10
 
 
@@ -37,19 +42,21 @@ def mb(bandwidth: float) -> str:
     return f"{bandwidth / 1e6:g}e6"
 
 
-def scenarios(bandwidth: float, quick: bool) -> dict:
-    """name -> network: the done-when's three questions (--quick: x3 only)."""
-    out = {"x1/2 bandwidth": f"2x1@{mb(bandwidth / 2)}", "x3 bandwidth": f"2x1@{mb(bandwidth * 3)}",
-           "2 -> 4 nodes": f"4x1@{mb(bandwidth)}"}
+def scenarios(bandwidth: float, quick: bool, job: str = "ddp_train") -> dict:
+    """name -> network: the done-when's three questions (--quick: x3 only; the tensor-parallel job: not 4 nodes,
+    see the module docstring)."""
+    out = {"x1/2 bandwidth": f"2x1@{mb(bandwidth / 2)}", "x3 bandwidth": f"2x1@{mb(bandwidth * 3)}"}
+    if job == "ddp_train":
+        out["2 -> 4 nodes"] = f"4x1@{mb(bandwidth)}"
     return {"x3 bandwidth": out["x3 bandwidth"]} if quick else out
 
 
-def steps_of(network: str, folder: str, runs: int, steps: int) -> list[tuple[float, float]]:
-    """Run the example `runs` times on `network` -> each run's (step, CPU per step), seconds (nw.measured)."""
+def steps_of(script: str, network: str, folder: str, runs: int, steps: int) -> list[tuple[float, float]]:
+    """Run the script `runs` times on `network` -> each run's (step, CPU per step), seconds (nw.measured)."""
     out = []
     for i in range(runs):
         where = os.path.join(folder, f"{network}-{i}")
-        done = nw.run(SCRIPT, network, where, ["--steps", steps], timeout=180)
+        done = nw.run(script, network, where, ["--steps", steps], timeout=180)
         if done.returncode:
             tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise SystemExit(f"network run on {network} exited {done.returncode}: {tail}")
@@ -57,26 +64,29 @@ def steps_of(network: str, folder: str, runs: int, steps: int) -> list[tuple[flo
     return out
 
 
-def measure(bandwidth: float, steps: int, quick: bool, folder: str) -> dict:
+def measure(bandwidth: float, steps: int, quick: bool, folder: str, job: str = "ddp_train") -> dict:
     runs = 1 if quick else 2
+    script, folder = SCRIPTS[job], os.path.join(folder, job)
     base = f"2x1@{mb(bandwidth)}"
-    base_runs = steps_of(base, folder, runs, steps)
+    base_runs = steps_of(script, base, folder, runs, steps)
     base_steps = [s for s, _ in base_runs]
     rows = []
-    for name, network in scenarios(bandwidth, quick).items():
+    for name, network in scenarios(bandwidth, quick, job).items():
         # whatif on each recording of the base (their CPU is what each keeps): the prediction is their mean
         reports = [nw.ask(os.path.join(folder, f"{base}-{i}"), network) for i in range(runs)]
         each = [r["scenarios"][-1]["step_us"] * 1e-6 for r in reports]
         predicted = statistics.mean(each)
-        got = steps_of(network, folder, runs, steps)
+        got = steps_of(script, network, folder, runs, steps)
         mean = statistics.mean(s for s, _ in got)
         rows.append({"scenario": name, "network": network, "predicted_s": predicted, "predicted_runs_s": each,
                      "measured_s": mean, "runs_s": [s for s, _ in got], "error": predicted / mean - 1,
                      "noise": abs(got[1][0] / got[0][0] - 1) if len(got) > 1 else None,
                      "cpu_s": statistics.mean(c for _, c in got)})
-    return {"base": base, "base_runs_s": base_steps, "base_cpu_s": statistics.mean(c for _, c in base_runs),
+    return {"job": job, "script": os.path.relpath(script, nw.ROOT), "base": base, "base_runs_s": base_steps,
+            "base_cpu_s": statistics.mean(c for _, c in base_runs),
             "base_noise": abs(base_steps[1] / base_steps[0] - 1) if len(base_steps) > 1 else None, "rows": rows,
-            "measured_on": reports[0]["measured_on"]}
+            "measured_on": reports[0]["measured_on"], "group_roles": reports[0].get("group_roles") or {},
+            "compute_factor": [(r.get("profiler") or {}).get("compute_factor") for r in reports]}
 
 
 def main() -> None:
@@ -100,27 +110,30 @@ def main() -> None:
         print("every error within 10%: not measured")
         return
     with tempfile.TemporaryDirectory() as tmp:
-        result = measure(a.bandwidth, steps, a.quick, tmp)
+        jobs = [measure(a.bandwidth, steps, a.quick, tmp, job) for job in (list(SCRIPTS)[:1] if a.quick else SCRIPTS)]
     end = os.getloadavg()[0]
-    base = result["base_runs_s"]
-    noise = f"{result['base_noise']:>6.1%}" if result["base_noise"] is not None else f"{'-':>6}"
-    print(f"{'base':>15} {result['base']:>12} {'':>13} {statistics.mean(base) * 1e3:>12.1f} {'':>7} {noise} "
-          f"{result['base_cpu_s'] * 1e3:>7.2f}")
-    for r in result["rows"]:
-        noise = f"{r['noise']:>6.1%}" if r["noise"] is not None else f"{'-':>6}"
-        print(f"{r['scenario']:>15} {r['network']:>12} {r['predicted_s'] * 1e3:>13.1f} {r['measured_s'] * 1e3:>12.1f} "
-              f"{r['error']:>+7.1%} {noise} {r['cpu_s'] * 1e3:>7.2f}")
+    for result in jobs:
+        roles = "; ".join(f"group {g}: {k}" for g, k in sorted(result["group_roles"].items())) or "none"
+        print(f"# {result['script']}: whatif read {roles}")
+        base = result["base_runs_s"]
+        noise = f"{result['base_noise']:>6.1%}" if result["base_noise"] is not None else f"{'-':>6}"
+        print(f"{'base':>15} {result['base']:>12} {'':>13} {statistics.mean(base) * 1e3:>12.1f} {'':>7} {noise} "
+              f"{result['base_cpu_s'] * 1e3:>7.2f}")
+        for r in result["rows"]:
+            noise = f"{r['noise']:>6.1%}" if r["noise"] is not None else f"{'-':>6}"
+            print(f"{r['scenario']:>15} {r['network']:>12} {r['predicted_s'] * 1e3:>13.1f} "
+                  f"{r['measured_s'] * 1e3:>12.1f} {r['error']:>+7.1%} {noise} {r['cpu_s'] * 1e3:>7.2f}")
     print("CPU ms: the slowest rank's compute and the gaps between it, per step; the replay keeps the base's")
-    worst = max(abs(r["error"]) for r in result["rows"])
+    worst = max(abs(r["error"]) for result in jobs for r in result["rows"])
     print(f"every error within {GOAL:.0%}: {'yes' if worst <= GOAL else 'no'} (worst {worst:.1%}); "
           f"{platform.machine()}, {os.cpu_count()} CPUs, load {load:.2f} -> {end:.2f}, {steps} steps per run, "
           f"{time.perf_counter() - t0:.0f} s")
     if a.json:
-        out = result | {"worst_error": worst, "goal": GOAL, "steps": steps, "bandwidth": a.bandwidth,
-                        "load": [load, end], "cpus": os.cpu_count(), "machine": platform.machine(),
-                        "seconds": time.perf_counter() - t0,
-                        "command": f"python benchmarks/network_run_whatif.py --bandwidth {a.bandwidth:g} "
-                                   f"--steps {a.steps}" + (" --quick" if a.quick else "")}
+        out = {"jobs": jobs, "worst_error": worst, "goal": GOAL, "steps": steps, "bandwidth": a.bandwidth,
+               "load": [load, end], "cpus": os.cpu_count(), "machine": platform.machine(),
+               "seconds": time.perf_counter() - t0,
+               "command": f"python benchmarks/network_run_whatif.py --bandwidth {a.bandwidth:g} "
+                          f"--steps {a.steps}" + (" --quick" if a.quick else "")}
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)
             f.write("\n")

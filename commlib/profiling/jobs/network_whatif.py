@@ -24,6 +24,11 @@ from commlib.ui.language import tr  # the notebook's language (English: as is)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 EXAMPLE = os.path.join(ROOT, "examples", "ddp_train.py")   # the script a learner edits (torch DDP, profiled)
+TP_EXAMPLE = os.path.join(ROOT, "examples", "tp_train.py")   # a Megatron-style MLP: no data parallelism
+ROLES = {"gradients": "gradients once a step (data parallelism)",   # compute.roles' kinds, as the loop says them
+         "activations": "activations through every layer, forward and backward (tensor parallelism)",
+         "unknown": "all-reduces whose data the traces do not show (neither kind)"}
+COMMITTED = os.path.join(ROOT, "benchmarks", "network_run_whatif.json")   # the loop on both examples, measured
 PROMPT = ".venv/bin/python -m commlib"   # the commands as a learner types them in the course's folder (a Debian
                                          # user has python3, not python; the course's environment is .venv)
 
@@ -110,16 +115,19 @@ def run(script: str, network: str, folder: str, args=(), timeout: float = 120.0)
 
 
 def measured(traces) -> tuple[float, float]:
-    """A run's traces (a folder, files or RankTraces: whatif's) -> (step, CPU) in seconds per step: whatif's
-    "measured" row, the slowest rank's step averaged over the steps, and that rank's time on the CPU: its compute
-    spans and the gaps between them that waited for no call (idle: Python, the optimizer's glue), which the
-    replay keeps as they were recorded."""
+    """A run's traces (a folder, files or RankTraces: whatif's) -> (step, CPU) in seconds per step. The step: the
+    job's without the profiler, where the traces carry it (commlib_untraced: the steps the recipe times before
+    it records, the slowest rank per step, the median), as whatif predicts it (its profiler correction); else
+    whatif's "measured" row, the slowest rank's traced step averaged over the steps. The CPU: that rank's time
+    on the CPU in the traced steps, its compute spans and the gaps between them that waited for no call (idle:
+    Python, the optimizer's glue), which the replay keeps as they were recorded."""
     from commlib.profiling.replay.whatif import whatif
 
     report = whatif(traces, [])
     row, k = report["scenarios"][0], report.get("steps", 1)
     slow = max(row["ranks"].values(), key=lambda o: o["step_us"])
-    return row["step_us"] * 1e-6, (slow["compute_us"] + slow["idle_us"]) / k * 1e-6
+    step = (report.get("profiler") or {}).get("untraced_us", row["step_us"])
+    return step * 1e-6, (slow["compute_us"] + slow["idle_us"]) / k * 1e-6
 
 
 def record_predict_run(script: str, base: str, scenario: str, folder: str, args=(), timeout: float = 120.0,
@@ -128,7 +136,7 @@ def record_predict_run(script: str, base: str, scenario: str, folder: str, args=
     "measured_base_s", "predicted_s", "measured_s", "error" (predicted / measured - 1), "cpu_base_s", "cpu_s"
     (the CPU per step of each run: measured(); the replay keeps the first), "commands" (as typed),
     "compute_factor", "traced_vs_untraced" (whatif's profiler correction: None where the traces carry no untraced
-    step)}.
+    step), "group_roles" (what whatif read each all-reducing group as doing: compute.roles)}.
     this_machine: whatif --this-machine, the prediction for the ranks sharing this machine's cores (what the run
     measures) rather than for a real cluster."""
     steps, cpu, commands = {}, {}, []
@@ -151,7 +159,14 @@ def record_predict_run(script: str, base: str, scenario: str, folder: str, args=
     return {"base": base, "scenario": scenario, "measured_base_s": steps["base"], "predicted_s": predicted,
             "measured_s": steps["scenario"], "error": predicted / steps["scenario"] - 1, "cpu_base_s": cpu["base"],
             "cpu_s": cpu["scenario"], "commands": commands, "compute_factor": prof.get("compute_factor"),
-            "traced_vs_untraced": prof.get("ratio")}
+            "traced_vs_untraced": prof.get("ratio"), "group_roles": report.get("group_roles") or {}}
+
+
+def roles(loop: dict) -> str:
+    """What whatif read each all-reducing group of the recorded job as carrying, in words (ROLES), one line."""
+    said = [tr(f"group {name} carries {tr(ROLES.get(kind, kind))}") for name, kind in
+            sorted(loop.get("group_roles", {}).items())]
+    return tr(f"whatif read the traces: {'; '.join(said)}") if said else tr("whatif read no group that all-reduces")
 
 
 def verdict(loop: dict, tolerance: float = 0.10) -> str:
@@ -173,3 +188,45 @@ def verdict(loop: dict, tolerance: float = 0.10) -> str:
     return out + "\n" + tr(f"CPU per step (ops and the gaps between them): {kept:.1f} ms recorded on {loop['base']},"
                             f" kept by the\nreplay; {ran:.1f} ms in the run on {loop['scenario']} "
                             f"({ran - kept:+.1f} ms, {(ran - kept) / (loop['measured_s'] * 1e3):+.0%} of its step)")
+
+
+# ------------------------------------------------------------------------------- the committed loop
+def committed(path: str = COMMITTED) -> dict:
+    """benchmarks/network_run_whatif.json (the loop on each example script, run by its benchmark) -> the run;
+    ValueError naming the file where it is not one (a bounded read: it is data)."""
+    try:
+        with open(path, "rb") as f:
+            run = json.loads(f.read(1 << 20))
+        if not isinstance(run, dict) or not isinstance(run.get("jobs"), list):
+            raise ValueError("no list of jobs")
+        return run
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not a run of benchmarks/network_run_whatif.py ({e})") from None
+
+
+def committed_table(run: dict) -> str:
+    """The committed loop, job by job: its script and what whatif read its groups as, then the base and each
+    scenario, predicted against measured (the mean of two runs), the step over the base's, the error and the noise
+    (the two runs apart); then where and how it ran. At most 100 display columns (columns.fit, ui.wrap.fill: a
+    Chinese character takes two)."""
+    from commlib import columns
+    from commlib.ui.wrap import fill
+
+    pct = lambda x: "-" if x is None else f"{x:.1%}"   # noqa: E731
+    rows, where = [[tr(h) for h in ("scenario", "network", "predicted ms", "measured ms", "x base", "error",
+                                    "noise")]], []
+    for job in run["jobs"]:
+        base = sum(job["base_runs_s"]) / len(job["base_runs_s"])
+        where.append(len(rows))
+        rows.append([tr("base"), job["base"], "", f"{base * 1e3:.1f}", "1.00", "", pct(job["base_noise"])])
+        rows += [[tr(r["scenario"]), r["network"], f"{r['predicted_s'] * 1e3:.1f}", f"{r['measured_s'] * 1e3:.1f}",
+                  f"{r['measured_s'] / base:.2f}", f"{r['error']:+.1%}", pct(r["noise"])] for r in job["rows"]]
+    lines = [line.rstrip() for line in columns.fit(rows, [16, 10, 13, 12, 7, 7, 7], "<<>>>>>", 100)]
+    out = lines[:1]
+    for k, job in enumerate(run["jobs"]):
+        out.append(fill(f"{job['script']}: " + roles(job), 100, "    "))
+        out += lines[where[k]:where[k + 1] if k + 1 < len(where) else len(lines)]
+    out.append(fill(tr(f"measured by benchmarks/network_run_whatif.py: {run['machine']}, {run['cpus']} CPUs, load "
+                       f"{run['load'][0]:.2f} -> {run['load'][1]:.2f}, {run['steps']} steps a run, every network "
+                       "run twice (noise: the two runs apart)"), 100, "    "))
+    return "\n".join(out)
