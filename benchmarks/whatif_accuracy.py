@@ -277,7 +277,10 @@ def recordings(bandwidth: float, folder: str, alpha: float, gamma: float, job: s
 
 
 def _predict(wi, folder, scenarios, measured, gamma, recorded, excess="bytes", small=None) -> tuple[dict, dict]:
-    """whatif on one recorded job -> ({scenario: predicted step s}, {scenario it refused: why})."""
+    """whatif on one recorded job -> ({scenario: predicted step s}, {scenario it refused: why}). The identity
+    replay's prediction is whatif's answer for the job on its own network without the profiler: the identity
+    replay scaled by its profiler correction where it made one (its report's profiler line: "the identity replay
+    so scaled"; every scenario is priced with that compute), else the replay as recorded."""
     try:
         report = wi.whatif(folder, scenarios, measured=measured, gamma=gamma, steps=recorded, excess=excess,
                            **(small or {}))
@@ -286,7 +289,11 @@ def _predict(wi, folder, scenarios, measured, gamma, recorded, excess="bytes", s
         refused = {sc.name: str(e) for sc in scenarios if sc.bucket_mb is not None}
         report = wi.whatif(folder, [sc for sc in scenarios if sc.name not in refused], measured=measured,
                            gamma=gamma, steps=recorded, excess=excess, **(small or {}))
-    return {s["name"]: s["step_us"] * 1e-6 for s in report["scenarios"]} | dict.fromkeys(refused), refused
+    got = {s["name"]: s["step_us"] * 1e-6 for s in report["scenarios"]}
+    p = report.get("profiler")
+    if p and p["compute_factor"] != 1:
+        got["identity replay"] = p["calibrated_us"] * 1e-6   # per step, as the rows
+    return got | dict.fromkeys(refused), refused
 
 
 def jobs_main(a, load, t0) -> None:
