@@ -13,8 +13,10 @@ tensor-parallel MLP: no data parallelism, small all-reduces of activations in ev
    the prediction is their mean (predicted_runs_s: each one's; they differ by what each recording's CPU did). The
    tensor-parallel job is not asked for 4 nodes: the script splits its fixed model over every rank, and the replay
    keeps each rank's shard (it says so), so that row would measure a different job.
-3. Run each scenario under `network run` and measure its step as whatif measures the base: the slowest rank per
-   step, averaged over the recorded steps (whatif's "measured" row of the scenario's own traces).
+3. Run each scenario under `network run` and measure its step as the prediction is of: where whatif took the
+   profiler's time out (its compute scaled to the recording's untraced steps), the steps the recipe timed
+   without the profiler (the traces' commlib_untraced); else the traced ones, as whatif measures the base (the
+   slowest rank per step, averaged over the recorded steps). Like with like, per recording (like_with_like).
 Each measured network (the base too) runs twice: the two runs' difference is the noise floor. Prints, per script,
 what whatif read each group as carrying (its report's group_roles), then predicted, measured (the mean of the
 runs), the error and the noise, the CPU per step (measured(): the slowest rank's compute and the gaps between
@@ -52,7 +54,8 @@ def scenarios(bandwidth: float, quick: bool, job: str = "ddp_train") -> dict:
 
 
 def steps_of(script: str, network: str, folder: str, runs: int, steps: int) -> list[tuple[float, float]]:
-    """Run the script `runs` times on `network` -> each run's (step, CPU per step), seconds (nw.measured)."""
+    """Run the script `runs` times on `network` -> each run's {"traced", "untraced" (its step with and without the
+    profiler), "cpu" (per step)}, seconds (nw.measured)."""
     out = []
     for i in range(runs):
         where = os.path.join(folder, f"{network}-{i}")
@@ -60,8 +63,16 @@ def steps_of(script: str, network: str, folder: str, runs: int, steps: int) -> l
         if done.returncode:
             tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise SystemExit(f"network run on {network} exited {done.returncode}: {tail}")
-        out.append(nw.measured(where))
+        (traced, cpu), (untraced, _) = nw.measured(where), nw.measured(where, untraced=True)
+        out.append({"traced": traced, "untraced": untraced, "cpu": cpu})
     return out
+
+
+def like_with_like(runs: list[dict], reports: list[dict]) -> list[float]:
+    """Each run's step as each recording's prediction is of (nw.corrected: untraced where whatif took the
+    profiler out, traced where it did not), the mean over the recordings -> one step per run."""
+    kinds = ["untraced" if nw.corrected(r) else "traced" for r in reports]
+    return [statistics.mean(run[k] for k in kinds) for run in runs]
 
 
 def measure(bandwidth: float, steps: int, quick: bool, folder: str, job: str = "ddp_train") -> dict:
@@ -69,21 +80,23 @@ def measure(bandwidth: float, steps: int, quick: bool, folder: str, job: str = "
     script, folder = SCRIPTS[job], os.path.join(folder, job)
     base = f"2x1@{mb(bandwidth)}"
     base_runs = steps_of(script, base, folder, runs, steps)
-    base_steps = [s for s, _ in base_runs]
     rows = []
     for name, network in scenarios(bandwidth, quick, job).items():
         # whatif on each recording of the base (their CPU is what each keeps): the prediction is their mean
         reports = [nw.ask(os.path.join(folder, f"{base}-{i}"), network) for i in range(runs)]
         each = [r["scenarios"][-1]["step_us"] * 1e-6 for r in reports]
         predicted = statistics.mean(each)
-        got = steps_of(script, network, folder, runs, steps)
-        mean = statistics.mean(s for s, _ in got)
+        ran = steps_of(script, network, folder, runs, steps)
+        got = like_with_like(ran, reports)
+        mean = statistics.mean(got)
         rows.append({"scenario": name, "network": network, "predicted_s": predicted, "predicted_runs_s": each,
-                     "measured_s": mean, "runs_s": [s for s, _ in got], "error": predicted / mean - 1,
-                     "noise": abs(got[1][0] / got[0][0] - 1) if len(got) > 1 else None,
-                     "cpu_s": statistics.mean(c for _, c in got)})
+                     "measured_s": mean, "runs_s": got, "error": predicted / mean - 1,
+                     "noise": abs(got[1] / got[0] - 1) if len(got) > 1 else None,
+                     "cpu_s": statistics.mean(x["cpu"] for x in ran),
+                     "untraced": [nw.corrected(r) for r in reports]})
+    base_steps = like_with_like(base_runs, reports)
     return {"job": job, "script": os.path.relpath(script, nw.ROOT), "base": base, "base_runs_s": base_steps,
-            "base_cpu_s": statistics.mean(c for _, c in base_runs),
+            "base_cpu_s": statistics.mean(x["cpu"] for x in base_runs),
             "base_noise": abs(base_steps[1] / base_steps[0] - 1) if len(base_steps) > 1 else None, "rows": rows,
             "measured_on": reports[0]["measured_on"], "group_roles": reports[0].get("group_roles") or {},
             "compute_factor": [(r.get("profiler") or {}).get("compute_factor") for r in reports]}

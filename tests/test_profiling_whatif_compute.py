@@ -57,14 +57,14 @@ def test_calibrate_finds_the_compute_factor_that_replays_the_untraced_step():
 
 
 def test_a_traced_step_within_the_noise_of_the_untraced_one_is_left_as_it_is():
-    """100 us traced against 98.5 untraced (1.5%, within compute.NOISE): nothing corrected, and the line says why;
-    against 97 (3.1%: the committed kernel run's CNN ran 2.7% over) the compute is scaled."""
+    """100 us traced against 97 untraced (3%, within compute.NOISE): nothing corrected, and the line says why;
+    against 95 (5.3%) the compute is scaled."""
     g = graph.build(job())
-    assert compute.NOISE == 0.02 and compute.calibrate(g, 98.5) == (1.0, pytest.approx(100.0))
-    assert compute.calibrate(g, 97.0)[0] < 1.0
-    report = whatif.whatif(job(), [whatif.Scenario("same", topology=HERE)], measured=HERE, untraced=98.5e-6)
-    assert report["profiler"]["compute_factor"] == 1.0 and report["profiler"]["noise"] == 0.02
-    assert "x1.02: within the noise of a few steps (2%), nothing corrected" in " ".join(format_report(report).split())
+    assert compute.NOISE == 0.05 and compute.calibrate(g, 97.0) == (1.0, pytest.approx(100.0))
+    assert compute.calibrate(g, 95.0)[0] < 1.0
+    report = whatif.whatif(job(), [whatif.Scenario("same", topology=HERE)], measured=HERE, untraced=97e-6)
+    assert report["profiler"]["compute_factor"] == 1.0 and report["profiler"]["noise"] == 0.05
+    assert "x1.03: within the noise of a few steps (5%), nothing corrected" in " ".join(format_report(report).split())
     from commlib.ui import language
 
     language.set_language("zh_CN")
@@ -72,7 +72,7 @@ def test_a_traced_step_within_the_noise_of_the_untraced_one_is_left_as_it_is():
         text = "".join(format_report(report).split())
     finally:
         language.set_language(None)
-    assert "在只测几步的噪声（2%）以内，未做校正" in text and "within the noise" not in text
+    assert "在只测几步的噪声（5%）以内，未做校正" in text and "within the noise" not in text
 
 
 def test_whatif_keeps_the_profilers_time_out_of_its_scenarios_and_says_so():
@@ -396,7 +396,8 @@ def test_the_loops_verdict_says_how_far_the_replay_scaled_the_recorded_compute()
     loop = {"base": "2x1@20e6", "scenario": "2x1@60e6", "predicted_s": 0.0216, "measured_s": 0.0218, "error": -0.01,
             "cpu_base_s": None, "cpu_s": None, "compute_factor": 0.933, "traced_vs_untraced": 1.05}
     said = nw.verdict(loop).splitlines()
-    assert said[-1] == "the replay's compute x0.933: the recorded steps ran x1.05 their untraced time (the profiler's own)"
+    assert said[-2:] == ["the replay's compute x0.933: the recorded steps ran x1.05 their untraced time (the profiler's "
+                         "own),", "so both runs are measured without it"]
     assert all(len(line) <= 100 for line in said)
     for f in (None, 1.0):
         assert "the replay's compute" not in nw.verdict({**loop, "compute_factor": f})

@@ -114,20 +114,27 @@ def run(script: str, network: str, folder: str, args=(), timeout: float = 120.0)
                      f"{timeout:g}", script, "--traces", folder, *map(str, args)], timeout + 30)
 
 
-def measured(traces) -> tuple[float, float]:
-    """A run's traces (a folder, files or RankTraces: whatif's) -> (step, CPU) in seconds per step. The step: the
-    job's without the profiler, where the traces carry it (commlib_untraced: the steps the recipe times before
-    it records, the slowest rank per step, the median), as whatif predicts it (its profiler correction); else
-    whatif's "measured" row, the slowest rank's traced step averaged over the steps. The CPU: that rank's time
-    on the CPU in the traced steps, its compute spans and the gaps between them that waited for no call (idle:
-    Python, the optimizer's glue), which the replay keeps as they were recorded."""
+def measured(traces, untraced: bool = False) -> tuple[float, float]:
+    """A run's traces (a folder, files or RankTraces: whatif's) -> (step, CPU) in seconds per step. The step:
+    whatif's "measured" row, the slowest rank's traced step averaged over the steps; with `untraced`, the job's
+    step without the profiler where the traces carry it (commlib_untraced: the steps the recipe times before it
+    records, the slowest rank per step, the median). The CPU: that rank's time on the CPU in the traced steps,
+    its compute spans and the gaps between them that waited for no call (idle: Python, the optimizer's glue),
+    which the replay keeps as they were recorded."""
     from commlib.profiling.replay.whatif import whatif
 
     report = whatif(traces, [])
     row, k = report["scenarios"][0], report.get("steps", 1)
     slow = max(row["ranks"].values(), key=lambda o: o["step_us"])
-    step = (report.get("profiler") or {}).get("untraced_us", row["step_us"])
+    step = (report.get("profiler") or {}).get("untraced_us", row["step_us"]) if untraced else row["step_us"]
     return step * 1e-6, (slow["compute_us"] + slow["idle_us"]) / k * 1e-6
+
+
+def corrected(report: dict) -> bool:
+    """Whether whatif took the profiler's time out of its prediction (its compute scaled to the recording's
+    untraced step): the prediction is then of the job without the profiler, and is compared with the run's
+    untraced steps; else of the job as traced, compared with the run's traced steps (like with like)."""
+    return (report.get("profiler") or {}).get("compute_factor", 1.0) != 1.0
 
 
 def record_predict_run(script: str, base: str, scenario: str, folder: str, args=(), timeout: float = 120.0,
@@ -136,7 +143,8 @@ def record_predict_run(script: str, base: str, scenario: str, folder: str, args=
     "measured_base_s", "predicted_s", "measured_s", "error" (predicted / measured - 1), "cpu_base_s", "cpu_s"
     (the CPU per step of each run: measured(); the replay keeps the first), "commands" (as typed),
     "compute_factor", "traced_vs_untraced" (whatif's profiler correction: None where the traces carry no untraced
-    step), "group_roles" (what whatif read each all-reducing group as doing: compute.roles)}.
+    step), "untraced" (whether the steps compared are the untraced ones: corrected()), "group_roles" (what whatif
+    read each all-reducing group as doing: compute.roles)}.
     this_machine: whatif --this-machine, the prediction for the ranks sharing this machine's cores (what the run
     measures) rather than for a real cluster."""
     steps, cpu, commands = {}, {}, []
@@ -150,16 +158,17 @@ def record_predict_run(script: str, base: str, scenario: str, folder: str, args=
         if done.returncode:
             tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise RuntimeError(f"network run on {net} exited {done.returncode}: {tail}")
-        steps[name], cpu[name] = measured(where)
         if name == "base":
             commands.append(f"{PROMPT} whatif base/ --network {scenario}" + (" --this-machine" if this_machine else ""))
             report = ask(where, scenario, timeout=timeout, this_machine=this_machine)
+        steps[name], cpu[name] = measured(where, untraced=corrected(report))
     predicted = report["scenarios"][-1]["step_us"] * 1e-6
     prof = report.get("profiler") or {}   # the base run's untraced step, where its traces carry it
     return {"base": base, "scenario": scenario, "measured_base_s": steps["base"], "predicted_s": predicted,
             "measured_s": steps["scenario"], "error": predicted / steps["scenario"] - 1, "cpu_base_s": cpu["base"],
             "cpu_s": cpu["scenario"], "commands": commands, "compute_factor": prof.get("compute_factor"),
-            "traced_vs_untraced": prof.get("ratio"), "group_roles": report.get("group_roles") or {}}
+            "traced_vs_untraced": prof.get("ratio"), "untraced": corrected(report),
+            "group_roles": report.get("group_roles") or {}}
 
 
 def roles(loop: dict) -> str:
@@ -181,7 +190,7 @@ def verdict(loop: dict, tolerance: float = 0.10) -> str:
     f = loop.get("compute_factor")
     if f is not None and f != 1 and loop.get("traced_vs_untraced"):
         out += "\n" + tr(f"the replay's compute x{f:.3f}: the recorded steps ran x{loop['traced_vs_untraced']:.2f} "
-                         "their untraced time (the profiler's own)")
+                         "their untraced time (the profiler's own),\nso both runs are measured without it")
     if loop.get("cpu_base_s") is None or loop.get("cpu_s") is None:
         return out
     kept, ran = loop["cpu_base_s"] * 1e3, loop["cpu_s"] * 1e3
