@@ -217,11 +217,16 @@ def _rank(r, calls, spans, waits, steps=None):
 def tensor_parallel():
     """Per rank, one step: four all-reduces of one activation's size, each waited for as soon as queued, two in
     forward (after 10 and 20 us of compute), two in backward."""
+    return _waited_at_once("all_reduce", 1 << 16, (10.0, 25.0, 50.0, 75.0),
+                           [(0.0, 10.0), (15.0, 25.0), (30.0, 50.0), (55.0, 75.0), (80.0, 90.0)])
+
+
+def _waited_at_once(op: str, nbytes: int, at: tuple, spans: list):
+    """Per rank, one step: a call of `op` and nbytes at each time in `at` (5 us each), each waited for as soon as
+    queued, between the compute spans."""
     out = []
     for r in range(2):
-        at = (10.0, 25.0, 50.0, 75.0)
-        calls = [tr.Call(r, "all_reduce", "0", 2, 1 << 16, "float32", t, 5.0, None, None, None) for t in at]
-        spans = [(0.0, 10.0), (15.0, 25.0), (30.0, 50.0), (55.0, 75.0), (80.0, 90.0)]
+        calls = [tr.Call(r, op, "0", 2, nbytes, "float32", t, 5.0, None, None, None) for t in at]
         out.append(_rank(r, calls, spans, {i: (t, t + 5.0) for i, t in enumerate(at)}))
     return out
 
@@ -252,13 +257,8 @@ def test_roles_tell_activations_from_gradients_and_say_unknown_otherwise():
 def fully_sharded():
     """Per rank, one step as FSDP2 runs it on Gloo: forward [0, 34], then backward, whose four layers each end in a
     reduce-scatter of one size, waited for at once (a Gloo reduce_scatter is an all-reduce of the whole input)."""
-    out = []
-    for r in range(2):
-        at = (40.0, 62.0, 84.0, 106.0)
-        calls = [tr.Call(r, "reduce_scatter", "0", 2, 1 << 18, "float32", t, 5.0, None, None, None) for t in at]
-        spans = [(0.0, 40.0), (45.0, 62.0), (67.0, 84.0), (89.0, 106.0), (111.0, 120.0)]
-        out.append(_rank(r, calls, spans, {i: (t, t + 5.0) for i, t in enumerate(at)}))
-    return out
+    return _waited_at_once("reduce_scatter", 1 << 18, (40.0, 62.0, 84.0, 106.0),
+                           [(0.0, 40.0), (45.0, 62.0), (67.0, 84.0), (89.0, 106.0), (111.0, 120.0)])
 
 
 def test_reduce_scatters_waited_at_once_in_the_backward_are_gradients_not_activations():
