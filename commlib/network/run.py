@@ -6,8 +6,8 @@ namespace (commlib.network.kernel), then the network removed.
 One torchrun per node (`--nproc-per-node G`, `--node-rank n`, static rendezvous: its store hosted by node 0's
 first GPU, no restarts; the nodes are known, so nothing elastic is needed, and c10d's dynamic rendezvous cost
 1.5 s a run: `network run` of a script that only joins and leaves its group took a median of 5.07 s with it and
-3.60 s static, 6 runs each, interleaved, on 2 cores), each started inside its node's first GPU namespace; each of its ranks moves into its own GPU's namespace
-(commlib.network.rank) and finds COMMLIB_NETWORK (commlib.network.spec) in its environment. Every output line
+3.60 s static, 6 runs each, interleaved, on 2 cores), each started inside its node's first GPU namespace; each
+of its ranks moves into its own GPU's namespace (commlib.network.rank) and finds COMMLIB_NETWORK (commlib.network.spec) in its environment. Every output line
 starts with its node and rank (torchrun's own lines with the node). The exit status is the job's: 0, or the
 exit code of the first rank that failed, named in one line as soon as its torchrun reports it; the other
 nodes are then stopped; or 124 past `timeout` seconds (every process stopped, one line says so). Ctrl-C or
