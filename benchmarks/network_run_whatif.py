@@ -10,7 +10,8 @@ tensor-parallel MLP: no data parallelism, small all-reduces of activations in ev
    commlib_network).
 2. Ask `python -m commlib whatif TRACES --network N --json` (the command line itself, no --measured-network: the
    traces say it) for x1/2 and x3 the bandwidth, and for the DDP job 2 -> 4 nodes, on each recording of the base:
-   the prediction is their mean (predicted_runs_s: each one's; they differ by what each recording's CPU did). The
+   the prediction is their mean (predicted_runs_s: each one's; they differ by what each recording's CPU did); a
+   recording whatif finds slowed (a busy host: nw.slowed) is made again, as the loop does (recordings). The
    tensor-parallel job is not asked for 4 nodes: the script splits its fixed model over every rank, and the replay
    keeps each rank's shard (it says so), so that row would measure a different job.
 3. Run each scenario under `network run` and measure its step as the prediction is of: where whatif took the
@@ -53,18 +54,24 @@ def scenarios(bandwidth: float, quick: bool, job: str = "ddp_train") -> dict:
     return {"x3 bandwidth": out["x3 bandwidth"]} if quick else out
 
 
-def steps_of(script: str, network: str, folder: str, runs: int, steps: int) -> list[tuple[float, float]]:
+def steps_of(script: str, network: str, folder: str, runs: int, steps: int, recording: bool = False) -> list[dict]:
     """Run the script `runs` times on `network` -> each run's {"traced", "untraced" (its step with and without the
-    profiler), "cpu" (per step)}, seconds (nw.measured)."""
+    profiler), "cpu" (per step), "recordings"}, seconds (nw.measured). recording: a run whatif will replay, made
+    again where whatif finds it slowed, as the loop does (nw.slowed, nw.RECORD_TRIES)."""
+    from commlib.profiling.replay.whatif import whatif
+
     out = []
     for i in range(runs):
         where = os.path.join(folder, f"{network}-{i}")
-        done = nw.run(script, network, where, ["--steps", steps], timeout=180)
-        if done.returncode:
-            tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            raise SystemExit(f"network run on {network} exited {done.returncode}: {tail}")
+        for made in range(1, nw.RECORD_TRIES + 1):
+            done = nw.run(script, network, where, ["--steps", steps], timeout=180)
+            if done.returncode:
+                tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+                raise SystemExit(f"network run on {network} exited {done.returncode}: {tail}")
+            if not recording or not nw.slowed(whatif(where, [])):
+                break
         (traced, cpu), (untraced, _) = nw.measured(where), nw.measured(where, untraced=True)
-        out.append({"traced": traced, "untraced": untraced, "cpu": cpu})
+        out.append({"traced": traced, "untraced": untraced, "cpu": cpu, "recordings": made})
     return out
 
 
@@ -79,7 +86,7 @@ def measure(bandwidth: float, steps: int, quick: bool, folder: str, job: str = "
     runs = 1 if quick else 2
     script, folder = SCRIPTS[job], os.path.join(folder, job)
     base = f"2x1@{mb(bandwidth)}"
-    base_runs = steps_of(script, base, folder, runs, steps)
+    base_runs = steps_of(script, base, folder, runs, steps, recording=True)
     rows = []
     for name, network in scenarios(bandwidth, quick, job).items():
         # whatif on each recording of the base (their CPU is what each keeps): the prediction is their mean
@@ -98,6 +105,7 @@ def measure(bandwidth: float, steps: int, quick: bool, folder: str, job: str = "
     return {"job": job, "script": os.path.relpath(script, nw.ROOT), "base": base, "base_runs_s": base_steps,
             "base_cpu_s": statistics.mean(x["cpu"] for x in base_runs),
             "base_noise": abs(base_steps[1] / base_steps[0] - 1) if len(base_steps) > 1 else None, "rows": rows,
+            "recordings": [x["recordings"] for x in base_runs],
             "measured_on": reports[0]["measured_on"], "group_roles": reports[0].get("group_roles") or {},
             "compute_factor": [(r.get("profiler") or {}).get("compute_factor") for r in reports]}
 

@@ -154,6 +154,33 @@ def test_the_loop_compares_like_with_like_untraced_where_whatif_took_the_profile
     assert not corrected({})
 
 
+def test_the_loop_records_again_a_recording_whatif_finds_slowed(monkeypatch, tmp_path):
+    """A recording whose traced steps ran over its untraced ones by more than the compute explains (a busy host:
+    whatif says "record again") is made again, at most RECORD_TRIES times; a good one is kept at once."""
+    import subprocess
+
+    from commlib.profiling.jobs import network_whatif as nw
+
+    def report(ratio, factor):
+        return {"scenarios": [{"step_us": 20e3}], "profiler": {"ratio": ratio, "compute_factor": factor,
+                                                               "noise": 0.05}, "group_roles": {"0": "gradients"}}
+    assert nw.slowed(report(1.3, 1.0)) and not nw.slowed(report(1.3, 0.8)) and not nw.slowed(report(1.02, 1.0))
+    assert not nw.slowed({"profiler": None})
+    ran = []
+    monkeypatch.setattr(nw, "run", lambda script, net, where, args, timeout: ran.append(net) or
+                        subprocess.CompletedProcess([], 0, "", ""))
+    monkeypatch.setattr(nw, "measured", lambda where, untraced=False: (0.02, 0.001))
+    for answers, made in (([report(1.3, 1.0), report(1.01, 1.0)], 2), ([report(1.3, 1.0)] * 5, nw.RECORD_TRIES),
+                          ([report(1.1, 0.9)], 1)):
+        ran.clear()
+        monkeypatch.setattr(nw, "ask", lambda *a, _it=iter(answers), **k: next(_it))
+        loop = nw.record_predict_run("job.py", "2x1@20e6", "2x1@60e6", str(tmp_path))
+        assert loop["recordings"] == made and ran == ["2x1@20e6"] * made + ["2x1@60e6"]
+        assert len(loop["commands"]) == 3   # the learner's three commands, however many recordings
+        said = nw.verdict(loop)
+        assert (f"recorded {made} times: whatif found the earlier recording(s) slowed" in said) == (made > 1), said
+
+
 def test_fit_nic_refuses_an_unknown_estimate():
     from commlib.profiling.jobs import emulated_job as ej
 

@@ -44,7 +44,8 @@ def _profiler(report: dict) -> list[str]:
     if p["compute_factor"] == 1 and p["ratio"] > 1:
         return wrap(tr(f"profiler: traced steps {t:.2f} ms, untraced {u:.2f} ms ({where}), x{p['ratio']:.2f}: more "
                        "than the compute can explain at x0.5 (the calls, the gaps between ops, or the noise of a "
-                       "few steps): nothing corrected"), 98)
+                       "few steps): nothing corrected; a host busy while it recorded slows all of these: record "
+                       "again"), 98)
     if p["compute_factor"] == 1:
         return wrap(tr(f"profiler: traced steps {t:.2f} ms, untraced {u:.2f} ms ({where}), x{p['ratio']:.2f}: no "
                        "faster without the profiler, nothing corrected"), 98)
