@@ -7,8 +7,9 @@ One torchrun per node (`--nproc-per-node G`, `--node-rank n`, static rendezvous:
 first GPU, no restarts; the nodes are known, so nothing elastic is needed, and c10d's dynamic rendezvous cost
 1.5 s a run: `network run` of a script that only joins and leaves its group took a median of 5.07 s with it and
 3.60 s static, 6 runs each, interleaved, on 2 cores), each started inside its node's first GPU namespace; each
-of its ranks moves into its own GPU's namespace (commlib.network.rank) and finds COMMLIB_NETWORK (commlib.network.spec) in its environment. Every output line
-starts with its node and rank (torchrun's own lines with the node). The exit status is the job's: 0, or the
+of its ranks moves into its own GPU's namespace (commlib.network.rank) and finds COMMLIB_NETWORK
+(commlib.network.spec) in its environment. Every output line starts with its node and rank (torchrun's own lines
+with the node). The exit status is the job's: 0, or the
 exit code of the first rank that failed, named in one line as soon as its torchrun reports it; the other
 nodes are then stopped; or 124 past `timeout` seconds (every process stopped, one line says so). Ctrl-C or
 SIGTERM stop every process (torchrun, then its ranks, which die with it)
@@ -102,8 +103,8 @@ def _root_cause(failures: str, tails: dict, node: int) -> tuple[str, int | None]
         return f"rank {rank} failed: {line}", status or 1
     rank = re.search(r"rank\s*:\s*(\d+) \(local_rank", text)
     who = f"rank {rank.group(1)}" if rank else f"a rank of node {node}"
-    how = f"exit code {exit_code}" if code else "torchrun reported a failure"
-    if code and exit_code < 0:
+    how = f"exit code {exit_code}" if exit_code is not None else "torchrun reported a failure"
+    if exit_code is not None and exit_code < 0:
         try:
             how += f", {signal.Signals(-exit_code).name}"
         except ValueError:
