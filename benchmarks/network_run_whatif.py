@@ -56,7 +56,7 @@ def scenarios(bandwidth: float, quick: bool, job: str = "ddp_train") -> dict:
 
 def steps_of(script: str, network: str, folder: str, runs: int, steps: int, recording: bool = False) -> list[dict]:
     """Run the script `runs` times on `network` -> each run's {"traced", "untraced" (its step with and without the
-    profiler), "cpu" (per step), "recordings"}, seconds (nw.measured). recording: a run whatif will replay, made
+    profiler), "cpu" (per step), "recordings"}, seconds (nw.run_steps). recording: a run whatif will replay, made
     again where whatif finds it slowed, as the loop does (nw.slowed, nw.RECORD_TRIES)."""
     from commlib.profiling.replay.whatif import whatif
 
@@ -68,9 +68,10 @@ def steps_of(script: str, network: str, folder: str, runs: int, steps: int, reco
             if done.returncode:
                 tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
                 raise SystemExit(f"network run on {network} exited {done.returncode}: {tail}")
-            if not recording or not nw.slowed(whatif(where, [])):
+            report = whatif(where, [])   # the run's own steps: once, for slowed() and both measurements
+            if not recording or not nw.slowed(report):
                 break
-        (traced, cpu), (untraced, _) = nw.measured(where), nw.measured(where, untraced=True)
+        (traced, cpu), (untraced, _) = nw.run_steps(report), nw.run_steps(report, untraced=True)
         out.append({"traced": traced, "untraced": untraced, "cpu": cpu, "recordings": made})
     return out
 

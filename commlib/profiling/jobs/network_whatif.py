@@ -124,7 +124,11 @@ def measured(traces, untraced: bool = False) -> tuple[float, float]:
     which the replay keeps as they were recorded."""
     from commlib.profiling.replay.whatif import whatif
 
-    report = whatif(traces, [])
+    return run_steps(whatif(traces, []), untraced)
+
+
+def run_steps(report: dict, untraced: bool = False) -> tuple[float, float]:
+    """measured() from whatif's report on a run's traces (no scenario), for a caller that has it already."""
     row, k = report["scenarios"][0], report.get("steps", 1)
     slow = max(row["ranks"].values(), key=lambda o: o["step_us"])
     step = (report.get("profiler") or {}).get("untraced_us", row["step_us"]) if untraced else row["step_us"]
