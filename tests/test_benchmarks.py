@@ -31,6 +31,7 @@ TABLES = {
     "network_emulation.py": ["== paced network", "two flows through one NIC", "dist.all_reduce (Gloo)",
                              "commlib hierarchical"],
     "pipeline_bubble.py": ["(p-1)/(m+p-1)", "1f1b"],
+    "profiler_overhead.py": ["added us/op", "MLP step", "+ with_stack", "most added per op:"],
     "plan_search.py": ["cold /s", "warm /s", "7B dense", "8x1B MoE"],
     "rank_output.py": ["output=ordered", "output=live"],
     "ring_overlap.py": ["attention zigzag overlap= True", "attention contiguous", "matmul overlap=False",

@@ -75,6 +75,65 @@ def test_a_traced_step_within_the_noise_of_the_untraced_one_is_left_as_it_is():
     assert "在只测几步的噪声（5%）以内，未做校正" in text and "within the noise" not in text
 
 
+def test_the_profilers_time_is_taken_out_up_to_its_cost_per_recorded_op():
+    """Where the traces count their ops, calibrate takes out at most compute.PER_OP_US a recorded op
+    (compute.floor): 100 us traced against 90 untraced (11%, beyond compute.NOISE; 79 f + 21 = 90) is corrected
+    where 3 ops a rank can add it (the compute x0.826 at most) and left where 1 op a rank cannot (x0.942 at most:
+    95.4 us), and the line says which; the loop then records again (network_whatif.slowed). Within NOISE nothing
+    is corrected, whatever the ops."""
+    from commlib.profiling.jobs import network_whatif
+
+    def counted(ops):
+        ranks = job()
+        for r in ranks:
+            r.ops = ops
+        return ranks
+
+    assert compute.PER_OP_US == 4.0
+    busy = 59.0 + 79.0   # the two ranks' compute
+    many, few = graph.build(counted(3)), graph.build(counted(1))
+    assert compute.floor(many) == pytest.approx(1 - 4.0 * 6 / busy)
+    assert compute.floor(few) == pytest.approx(1 - 4.0 * 2 / busy)
+    assert compute.floor(graph.build(job())) == compute.MIN_FACTOR   # not counted
+    assert compute.floor(graph.build(counted(1000))) == compute.MIN_FACTOR   # never below it
+    f, got = compute.calibrate(many, 90.0)
+    assert f == pytest.approx(69 / 79, rel=1e-3) and got == pytest.approx(90.0, rel=1e-3)
+    assert compute.calibrate(few, 90.0) == (1.0, pytest.approx(100.0))
+    assert compute.calibrate(many, 97.0) == (1.0, pytest.approx(100.0))   # within NOISE
+
+    def line(ops, untraced):
+        report = whatif.whatif(counted(ops), [whatif.Scenario("same", topology=HERE)], measured=HERE, untraced=untraced)
+        return report, " ".join(format_report(report).split())
+    report, text = line(3, 90e-6)
+    assert report["profiler"]["ops"] == 3 and report["profiler"]["floor"] == pytest.approx(1 - 24 / busy)
+    assert report["scenarios"][2]["step_us"] == pytest.approx(90.0, rel=1e-3)
+    assert "every scenario's compute x0.873 (x0.83 at most)" in text and not network_whatif.slowed(report)
+    report, text = line(1, 90e-6)
+    assert report["scenarios"][2]["step_us"] == pytest.approx(100.0) and network_whatif.slowed(report)
+    assert ("x1.11: more than the profiler adds to 1 ops a step (4 us each at most, the compute x0.94): the calls, "
+            "the gaps between ops, or a host busy while it recorded, which slows all of these: nothing corrected; "
+            "record again") in text
+    from commlib.ui import language
+
+    language.set_language("zh_CN")
+    try:
+        text = "".join(format_report(report).split())
+    finally:
+        language.set_language(None)
+    assert "超出profiler给每步1个算子所加的开销（每个最多4us，即计算×0.94）" in text and "more than" not in text
+
+
+def test_the_traces_count_the_cpu_ops_their_compute_is_made_of(tmp_path):
+    from commlib.profiling.jobs import synthetic
+
+    paths = synthetic.write_job(str(tmp_path / "t"), ranks=2, events=400, form="cpu")
+    with open(paths[0]) as f:
+        events = json.load(f)["traceEvents"]
+    compute = [e for e in events if e.get("cat") == "cpu_op" and not e["name"].startswith("c10d::")]
+    assert len(compute) > 100 and [r.ops for r in tr.load(paths)] == [len(compute)] * 2
+    assert [r.ops for r in graph.build(tr.load(paths)).ranks] == [len(compute)] * 2
+
+
 def test_whatif_keeps_the_profilers_time_out_of_its_scenarios_and_says_so():
     report = whatif.whatif(job(), [whatif.Scenario("same", topology=HERE)], measured=HERE, untraced=70e-6)
     measured, identity, same = report["scenarios"]

@@ -81,6 +81,8 @@ class RankTrace:
     pid: object = field(default=None, repr=False)   # Gloo: the process id its worker threads' events carry
     untraced: object = field(default=None, repr=False)   # "commlib_untraced" as written (jobs/recording), or None
     offcore: object = field(default=None, repr=False)    # (n, 2) compute spans that take no core (records.OFFCORE), us
+    ops: object = field(default=None, repr=False)   # the CPU ops its compute counts (nested ones too: the profiler
+    #                                                 records each), None where unknown (kernels: replay/compute.floor)
 
 
 def _rank_of(path: str, info: dict) -> int | None:
@@ -109,7 +111,7 @@ def _read(path: str, max_bytes: int) -> RankTrace:
     own, own_threads, own_issued, own_waits = commlib_calls(rank, rec.comm_ops, Call)   # commlib's background work
     comm_threads = {e.tid for e in rec.comm_ops if e.name.startswith("gloo:")} | {t for t, _ in own_threads}
     cpu = rec.cpu
-    notes, shards, threads, issued, waits, offcore = [], set(), [], {}, {}, None
+    notes, shards, threads, issued, waits, offcore, ops = [], set(), [], {}, {}, None, None
     copies = _event_spans(rec.copies)
     if any(is_nccl) or (rec.kernels and not comm_threads):
         nccl = sorted((k for k, n in zip(rec.kernels, is_nccl) if n), key=lambda k: k.ts)
@@ -142,6 +144,7 @@ def _read(path: str, max_bytes: int) -> RankTrace:
         pick = [kind & CPU_OP and not kind & C10D_OR_PARAM_COMMS and tid not in comm_threads
                 for kind, tid in zip(cpu.kinds, cpu.tid)]
         compute = _spans([(s, e) for s, e, p in zip(cpu.start, cpu.end, pick) if p])
+        ops = int(sum(map(bool, pick)))
         leaves = _leaves(cpu, pick)
         if rec.any_kind(OFFCORE):   # commlib's emulated accelerator's ops: compute that takes no core
             off = [(s, e) for s, e, p, k in zip(cpu.start, cpu.end, pick, cpu.kinds) if p and k & OFFCORE]
@@ -179,7 +182,7 @@ def _read(path: str, max_bytes: int) -> RankTrace:
     return RankTrace(path, rank, info.get("world_size"), backend, device, calls, compute, wall, job, groups, threads,
                      copies, shards, notes, _holds(rec), assumed, issued, waits, steps, rec.network,
                      compute if leaves is None else leaves, _process(rec) if backend == "gloo" else None,
-                     rec.untraced, offcore)
+                     rec.untraced, offcore, ops)
 
 
 def _process(rec: Records):

@@ -144,8 +144,9 @@ def corrected(report: dict) -> bool:
 
 def slowed(report: dict) -> bool:
     """Whether whatif found the recording slowed beyond what it can take out: its traced steps over its untraced
-    ones by more than the noise, and no compute factor down to x0.5 explains it (a host busy while it recorded:
-    compute, gaps and calls all slower). The loop then records again."""
+    ones by more than the noise, and no compute factor down to compute.floor (what the profiler adds to the ops it
+    recorded) explains it (a host busy while it recorded: compute, gaps and calls all slower). The loop then
+    records again."""
     p = report.get("profiler") or {}
     return p.get("compute_factor") == 1.0 and p.get("ratio", 1.0) > 1 + p.get("noise", 0.0)
 

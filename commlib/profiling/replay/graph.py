@@ -67,6 +67,7 @@ class RankGraph:
     tail: float = 0.0            # end - the last task's end
     steps: list = field(default_factory=list)   # (start, end) of each ProfilerStep#N, its clock (traces.RankTrace)
     offcore: object = None       # merged compute spans that take no core (RankTrace.offcore), (n, 2), or None
+    ops: object = None           # the CPU ops its compute counts (RankTrace.ops), None where unknown
 
 
 @dataclass
@@ -149,7 +150,7 @@ def _rank_graph(r, member: list, offset: float) -> RankGraph:
     return RankGraph(r.rank, r.wall[0], max(r.wall[1], done), spans, calls, lanes, pred, queue, lag_pred, lag_queue,
                      waits, member, [0.0] * n, [c.duration_us for c in calls],
                      offset, max(0.0, r.wall[1] - done), list(getattr(r, "steps", None) or []),
-                     _offcore(getattr(r, "offcore", None)))
+                     _offcore(getattr(r, "offcore", None)), getattr(r, "ops", None))
 
 
 def _offcore(spans):

@@ -22,7 +22,8 @@ with the ranks, and says so), or it cannot tell. A scenario on the measured netw
 bucket or compression, keeps every call's measured duration: the identity replay's answer.
 The profiler's own time: where the traces carry the job's untraced step (`commlib_untraced`, written by
 jobs/recording.record) or `untraced=` gives it, every scenario's compute is scaled so that the identity replay
-gives that step (compute.calibrate): the scenarios predict the job as it runs without the profiler. A scenario
+gives that step (compute.calibrate), taking out at most what the profiler adds to the ops it recorded
+(compute.floor): the scenarios predict the job as it runs without the profiler. A scenario
 with `this_machine` predicts the emulated cluster on this machine's cores (compute.share) rather than a real one.
 Figures are per training step: the traces' ProfilerStep#N marks count the steps (or `steps=`), and the
 output says how many it averaged. `bucket_mb` regroups each step's data-parallel all-reduces by DDP's rule
@@ -204,8 +205,10 @@ def _profiler(ranks, g, traced_us: float, untraced, steps: int) -> dict | None:
             return None
         untraced, source = max(u["step_s"] for _, u in said), "traces"
     factor, got = compute.calibrate(g, untraced * 1e6, steps)
+    ops = None if any(r.ops is None for r in g.ranks) else sum(r.ops for r in g.ranks) / len(g.ranks) / steps
     return {"traced_us": traced_us, "untraced_us": untraced * 1e6, "ratio": traced_us / (untraced * 1e6),
-            "compute_factor": factor, "calibrated_us": got, "source": source, "noise": compute.NOISE}
+            "compute_factor": factor, "calibrated_us": got, "source": source, "noise": compute.NOISE,
+            "floor": compute.floor(g), "ops": ops, "per_op_us": compute.PER_OP_US}
 
 
 def _topology(name: str, value, world: int) -> topo.Topology:

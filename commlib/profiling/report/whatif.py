@@ -38,9 +38,15 @@ def _profiler(report: dict) -> list[str]:
                        "profiler's own time included (nothing corrected)"), 98)
     where = tr("the traces' commlib_untraced" if p["source"] == "traces" else "given")
     t, u = p["traced_us"] / 1e3, p["untraced_us"] / 1e3
+    lo, ops, each = p.get("floor", 0.5), p.get("ops"), p.get("per_op_us", 0.0)
     if p["compute_factor"] == 1 and 1 < p["ratio"] <= 1 + p.get("noise", 0.0):
         return wrap(tr(f"profiler: traced steps {t:.2f} ms, untraced {u:.2f} ms ({where}), x{p['ratio']:.2f}: within "
                        f"the noise of a few steps ({p['noise']:.0%}), nothing corrected"), 98)
+    if p["compute_factor"] == 1 and p["ratio"] > 1 and ops is not None:
+        return wrap(tr(f"profiler: traced steps {t:.2f} ms, untraced {u:.2f} ms ({where}), x{p['ratio']:.2f}: more "
+                       f"than the profiler adds to {ops:.0f} ops a step ({each:g} us each at most, the compute "
+                       f"x{lo:.2f}): the calls, the gaps between ops, or a host busy while it recorded, which slows "
+                       "all of these: nothing corrected; record again"), 98)
     if p["compute_factor"] == 1 and p["ratio"] > 1:
         return wrap(tr(f"profiler: traced steps {t:.2f} ms, untraced {u:.2f} ms ({where}), x{p['ratio']:.2f}: more "
                        "than the compute can explain at x0.5 (the calls, the gaps between ops, or the noise of a "
@@ -50,7 +56,7 @@ def _profiler(report: dict) -> list[str]:
         return wrap(tr(f"profiler: traced steps {t:.2f} ms, untraced {u:.2f} ms ({where}), x{p['ratio']:.2f}: no "
                        "faster without the profiler, nothing corrected"), 98)
     return wrap(tr(f"profiler: traced steps {t:.2f} ms, untraced {u:.2f} ms ({where}), x{p['ratio']:.2f}: every "
-                   f"scenario's compute x{p['compute_factor']:.3f} (x0.5 at most), the identity replay so scaled "
+                   f"scenario's compute x{p['compute_factor']:.3f} (x{lo:.2f} at most), the identity replay so scaled "
                    f"{p['calibrated_us'] / 1e3:.2f} ms"), 98)
 
 
