@@ -125,6 +125,7 @@ BAD_ARGUMENTS = {  # script -> (arguments, words of the one line it must print)
     "network_emulation.py": (["--bandwidth", "5"], "argument --bandwidth: must be a"),
     "network_run_whatif.py": (["--steps", "0"], "argument --steps: must be an int >= 1"),
     "pipeline_bubble.py": (["--microbatches", "4", "0"], "argument --microbatches: must be an int >= 1"),
+    "profiler_overhead.py": (["--rounds", "0"], "argument --rounds: must be an int >= 1 and <= 100, got 0"),
     "plan_search.py": (["--nodes", "x"], "argument --nodes: must be an int, got 'x'"),
     "rank_output.py": (["--lines", "-1"], "argument --lines: must be an int >= 1"),
     "workshop_learners.py": (["--learners", "0,2"], "--learners must be integers from 1 to 64, comma-separated"),

@@ -120,7 +120,7 @@ def test_the_profilers_time_is_taken_out_up_to_its_cost_per_recorded_op():
         text = "".join(format_report(report).split())
     finally:
         language.set_language(None)
-    assert "超出profiler给每步1个算子所加的开销（每个最多4us，即计算×0.94）" in text and "more than" not in text
+    assert "超出profiler给每步1个算子所加的开销（每个最多4µs，即计算×0.94）" in text and "more than" not in text
 
 
 def test_the_traces_count_the_cpu_ops_their_compute_is_made_of(tmp_path):

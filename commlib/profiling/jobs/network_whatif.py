@@ -215,7 +215,7 @@ def verdict(loop: dict, tolerance: float = 0.10) -> str:
                          "their untraced time (the profiler's own),\nso both runs are measured without it")
     if loop.get("recordings", 1) > 1:
         out += "\n" + tr(f"recorded {loop['recordings']} times: whatif found the earlier recording(s) slowed "
-                          "beyond the profiler's own time (a busy host)")
+                          "beyond\nthe profiler's own time (a busy host)")
     if loop.get("cpu_base_s") is None or loop.get("cpu_s") is None:
         return out
     kept, ran = loop["cpu_base_s"] * 1e3, loop["cpu_s"] * 1e3
