@@ -123,6 +123,25 @@ def test_the_profilers_time_is_taken_out_up_to_its_cost_per_recorded_op():
     assert "超出profiler给每步1个算子所加的开销（每个最多4µs，即计算×0.94）" in text and "more than" not in text
 
 
+def test_the_traced_step_is_a_median_over_the_marked_steps_as_the_untraced_one_is():
+    """job() marked as 3 ProfilerSteps of 20, 20 and 60 us (a step the host held up): the traced step is their
+    median, 20 us, against 19 untraced (x1.05: beyond NOISE), and the replay (a mean: 33.3 us a step) is calibrated
+    to 19 x 33.3 / 20 (79 f + 21 = 95 us in all). Against the mean it would read x1.75, more than the compute can
+    explain."""
+    ranks = job()
+    for r in ranks:
+        r.steps = [(0.0, 20.0), (20.0, 40.0), (40.0, 100.0)]
+    report = whatif.whatif(ranks, [whatif.Scenario("same", topology=HERE)], measured=HERE, untraced=19e-6)
+    p = report["profiler"]
+    assert p["traced_median"] and p["traced_us"] == pytest.approx(20.0) and p["ratio"] == pytest.approx(20 / 19)
+    assert p["traced_mean_us"] == pytest.approx(100 / 3)
+    assert p["compute_factor"] == pytest.approx(74 / 79, rel=1e-3)
+    assert report["scenarios"][2]["step_us"] == pytest.approx(95 / 3, rel=1e-3)
+    ranks[1].steps = ranks[1].steps[:2]   # the ranks mark different steps: the replay's mean, as before
+    p = whatif.whatif(ranks, [], measured=HERE, untraced=19e-6)["profiler"]
+    assert not p["traced_median"] and p["ratio"] == pytest.approx(100 / 2 / 19)
+
+
 def test_the_traces_count_the_cpu_ops_their_compute_is_made_of(tmp_path):
     from commlib.profiling.jobs import synthetic
 

@@ -159,7 +159,7 @@ def _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps, excess="f
     rows = [_row("measured", _measured(ranks, base), steps=steps), _row("identity replay", base, steps=steps)]
     reducing = {c.group for r in ranks for c in r.calls if c.op in ("all_reduce", "reduce_scatter") and c.group}
     roles = compute.roles(g, sorted(reducing | set(dp)))
-    profiler = _profiler(ranks, g, base["step_us"] / steps, untraced, steps)
+    profiler = _profiler(ranks, g, base["step_us"] / steps, untraced, steps, steps == marks)
     scale = profiler["compute_factor"] if profiler else 1.0
     rails = {}   # (NICs per node measured, in the scenario) -> the scenarios whose Gloo flat rings ignore them
     for sc in scenarios:
@@ -189,9 +189,13 @@ def _flat_rings(rails: dict) -> list[dict]:
              "kernel_network": gloo_nics_measured()} for (m, k), names in rails.items()]
 
 
-def _profiler(ranks, g, traced_us: float, untraced, steps: int) -> dict | None:
+def _profiler(ranks, g, traced_us: float, untraced, steps: int, marked: bool = False) -> dict | None:
     """The untraced step (given, or the traces' commlib_untraced) against the traced one, and the factor on the
-    compute that makes the identity replay give it (compute.calibrate); None where no untraced step is known."""
+    compute that makes the identity replay give it (compute.calibrate); None where no untraced step is known.
+    Like with like: the untraced step is a median over steps (jobs/recording.job_step_s), so the traced one is
+    too where the traces mark their steps (marked: the slowest rank per ProfilerStep, the median), and the
+    replay, a mean over the steps, is calibrated to the untraced step x its own mean over that median: a traced
+    step the host held up (a mean 10% over its median, in a recording of 10) is no profiler's time."""
     source = "given"
     if untraced is None:
         said = [(r, getattr(r, "untraced", None)) for r in ranks]
@@ -204,11 +208,26 @@ def _profiler(ranks, g, traced_us: float, untraced, steps: int) -> dict | None:
         if not said:
             return None
         untraced, source = max(u["step_s"] for _, u in said), "traces"
-    factor, got = compute.calibrate(g, untraced * 1e6, steps)
+    typical = _median_step(ranks) if marked else None
+    traced = typical or traced_us
+    factor, got = compute.calibrate(g, untraced * 1e6 * traced_us / traced, steps)
     ops = None if any(r.ops is None for r in g.ranks) else sum(r.ops for r in g.ranks) / len(g.ranks) / steps
-    return {"traced_us": traced_us, "untraced_us": untraced * 1e6, "ratio": traced_us / (untraced * 1e6),
+    return {"traced_us": traced, "untraced_us": untraced * 1e6, "ratio": traced / (untraced * 1e6),
             "compute_factor": factor, "calibrated_us": got, "source": source, "noise": compute.NOISE,
-            "floor": compute.floor(g), "ops": ops, "per_op_us": compute.PER_OP_US}
+            "floor": compute.floor(g), "ops": ops, "per_op_us": compute.PER_OP_US, "traced_mean_us": traced_us,
+            "traced_median": typical is not None}
+
+
+def _median_step(ranks) -> float | None:
+    """The traced step as job_step_s times the untraced one: per ProfilerStep the slowest rank's, the median over
+    the steps (us); None where the ranks do not mark as many steps, or a step is empty."""
+    import statistics
+
+    marks = [getattr(r, "steps", None) or [] for r in ranks]
+    if not marks or not marks[0] or any(len(m) != len(marks[0]) for m in marks):
+        return None
+    per = [max(m[i][1] - m[i][0] for m in marks) for i in range(len(marks[0]))]
+    return statistics.median(per) if all(d > 0 for d in per) else None
 
 
 def _topology(name: str, value, world: int) -> topo.Topology:
