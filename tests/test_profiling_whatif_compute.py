@@ -29,6 +29,17 @@ def job(nbytes=1 << 20):
     return out
 
 
+def in_chinese(report) -> str:
+    """The report's text in the Chinese edition, its spaces and line breaks taken out."""
+    from commlib.ui import language
+
+    language.set_language("zh_CN")
+    try:
+        return "".join(format_report(report).split())
+    finally:
+        language.set_language(None)
+
+
 def test_a_stretch_lengthens_each_compute_span_and_keeps_the_gaps_and_the_calls():
     g = graph.build(job())
     s = compute.stretch(g, 2.0)
@@ -65,13 +76,7 @@ def test_a_traced_step_within_the_noise_of_the_untraced_one_is_left_as_it_is():
     report = whatif.whatif(job(), [whatif.Scenario("same", topology=HERE)], measured=HERE, untraced=97e-6)
     assert report["profiler"]["compute_factor"] == 1.0 and report["profiler"]["noise"] == 0.05
     assert "x1.03: within the noise of a few steps (5%), nothing corrected" in " ".join(format_report(report).split())
-    from commlib.ui import language
-
-    language.set_language("zh_CN")
-    try:
-        text = "".join(format_report(report).split())
-    finally:
-        language.set_language(None)
+    text = in_chinese(report)
     assert "在只测几步的噪声（5%）以内，未做校正" in text and "within the noise" not in text
 
 
@@ -113,13 +118,7 @@ def test_the_profilers_time_is_taken_out_up_to_its_cost_per_recorded_op():
     assert ("x1.11: more than the profiler adds to 1 ops a step (4 us each at most, the compute x0.94): the calls, "
             "the gaps between ops, or a host busy while it recorded, which slows all of these: nothing corrected; "
             "record again") in text
-    from commlib.ui import language
-
-    language.set_language("zh_CN")
-    try:
-        text = "".join(format_report(report).split())
-    finally:
-        language.set_language(None)
+    text = in_chinese(report)
     assert "超出profiler给每步1个算子所加的开销（每个最多4µs，即计算×0.94）" in text and "more than" not in text
 
 

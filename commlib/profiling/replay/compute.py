@@ -49,8 +49,9 @@ NOISE = 0.05           # a traced step at most this much above the untraced one 
                        # 2.7% corrected), but chapter 9's DDP example, recorded 3% over its untraced step, then took
                        # x0.54 of its compute (a few large ops: the profiler's cost is per op), and its prediction
                        # went 9% under the run. floor now bounds that; the noise of a few steps stays: in a later run
-                       # of the same benchmark the traced steps ran from 7.7% under to 10.6% over their own untraced
-                       # ones, which the ops' 4-6% cannot explain either way
+                       # of the same benchmark (2026-12-07, load 0.8 -> 1.4) the traced steps ran from 8.9% under
+                       # to 3.3% over their own untraced ones (whatif compares their medians over the steps), where
+                       # the ops' 4-6% of the compute is 2-3% of the step
 
 
 def _warp(spans: np.ndarray, factor: float):
