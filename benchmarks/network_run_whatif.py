@@ -63,14 +63,11 @@ def steps_of(script: str, network: str, folder: str, runs: int, steps: int, reco
     out = []
     for i in range(runs):
         where = os.path.join(folder, f"{network}-{i}")
-        for made in range(1, nw.RECORD_TRIES + 1):
-            done = nw.run(script, network, where, ["--steps", steps], timeout=180)
-            if done.returncode:
-                tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-                raise SystemExit(f"network run on {network} exited {done.returncode}: {tail}")
-            report = whatif(where, [])   # the run's own steps: once, for slowed() and both measurements
-            if not recording or not nw.slowed(report):
-                break
+        try:   # whatif on the run's own steps: once, for slowed() and both measurements
+            report, made = nw.record(script, network, where, ["--steps", steps], 180, read=lambda w: whatif(w, []),
+                                     tries=nw.RECORD_TRIES if recording else 1)
+        except RuntimeError as e:
+            raise SystemExit(str(e)) from None
         (traced, cpu), (untraced, _) = nw.run_steps(report), nw.run_steps(report, untraced=True)
         out.append({"traced": traced, "untraced": untraced, "cpu": cpu, "recordings": made})
     return out

@@ -162,7 +162,8 @@ def test_the_loop_records_again_a_recording_whatif_finds_slowed(monkeypatch, tmp
     from commlib.profiling.jobs import network_whatif as nw
 
     def report(ratio, factor):
-        return {"scenarios": [{"step_us": 20e3}], "profiler": {"ratio": ratio, "compute_factor": factor,
+        row = {"step_us": 20e3, "ranks": {"0": {"step_us": 20e3, "compute_us": 800.0, "idle_us": 200.0}}}
+        return {"scenarios": [row], "profiler": {"ratio": ratio, "compute_factor": factor,
                                                                "noise": 0.05}, "group_roles": {"0": "gradients"}}
     assert nw.slowed(report(1.3, 1.0)) and not nw.slowed(report(1.3, 0.8)) and not nw.slowed(report(1.02, 1.0))
     assert not nw.slowed({"profiler": None})

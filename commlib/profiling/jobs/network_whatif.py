@@ -115,6 +115,22 @@ def run(script: str, network: str, folder: str, args=(), timeout: float = 120.0)
                      f"{timeout:g}", script, "--traces", folder, *map(str, args)], timeout + 30)
 
 
+def record(script: str, network: str, folder: str, args=(), timeout: float = 120.0, read=None,
+           tries: int = 1) -> tuple[dict | None, int]:
+    """run() SCRIPT on `network` into folder (RuntimeError naming the exit status and the last line of stderr where
+    it failed) -> (read(folder), the runs made): read (folder -> whatif's report on the run) made again while the
+    report finds the run slowed (slowed()), `tries` runs at most; (None, 1) without read."""
+    for made in range(1, max(1, tries) + 1):
+        done = run(script, network, folder, args, timeout)
+        if done.returncode:
+            tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError(f"network run on {network} exited {done.returncode}: {tail}")
+        report = read(folder) if read is not None else None
+        if report is None or not slowed(report):
+            break
+    return report, made
+
+
 def measured(traces, untraced: bool = False) -> tuple[float, float]:
     """A run's traces (a folder, files or RankTraces: whatif's) -> (step, CPU) in seconds per step. The step:
     whatif's "measured" row, the slowest rank's traced step averaged over the steps; with `untraced`, the job's
@@ -164,26 +180,21 @@ def record_predict_run(script: str, base: str, scenario: str, folder: str, args=
     recordings at most, as a learner would on reading its profiler line ("recordings": how many were made; the
     last is kept). In a check on four jobs whatif had never seen (issue 64), its two misses over 35% came from two
     such recordings, whose traced steps ran x1.27 and x1.37 their untraced ones."""
-    steps, cpu, commands, made = {}, {}, [], 0
+    steps, cpu, commands = {}, {}, []
     for name, net in (("base", base), ("scenario", scenario)):
         where = os.path.join(folder, name)
         s = spec.parse(net)
         commands.append(f"{PROMPT} network run --nodes {s.nodes} --gpus-per-node {s.gpus_per_node} "
                         f"--bandwidth {net.split('@')[1]} {os.path.relpath(script, ROOT)} --traces {name}/"
                         + "".join(f" {x}" for x in args))
-        while True:
-            done = run(script, net, where, args, timeout)
-            if done.returncode:
-                tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-                raise RuntimeError(f"network run on {net} exited {done.returncode}: {tail}")
-            if name != "base":
-                break
-            report, made = ask(where, scenario, timeout=timeout, this_machine=this_machine), made + 1
-            if made >= tries or not slowed(report):
-                break
-        if name == "base":
+        if name == "base":   # whatif's report on the base holds its own steps: measured() from it, not again
+            report, made = record(script, net, where, args, timeout, tries=tries,
+                                  read=lambda w: ask(w, scenario, timeout=timeout, this_machine=this_machine))
             commands.append(f"{PROMPT} whatif base/ --network {scenario}" + (" --this-machine" if this_machine else ""))
-        steps[name], cpu[name] = measured(where, untraced=corrected(report))
+            steps[name], cpu[name] = run_steps(report, untraced=corrected(report))
+        else:
+            record(script, net, where, args, timeout)
+            steps[name], cpu[name] = measured(where, untraced=corrected(report))
     predicted = report["scenarios"][-1]["step_us"] * 1e-6
     prof = report.get("profiler") or {}   # the base run's untraced step, where its traces carry it
     return {"base": base, "scenario": scenario, "measured_base_s": steps["base"], "predicted_s": predicted,
