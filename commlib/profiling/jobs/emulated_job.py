@@ -141,7 +141,8 @@ def train(folder: str, bandwidth: float, latency: float = 5e-4, gpus_per_node: i
     split over every rank (TensorParallelLayer: no data parallelism, 2 all-reduces of TP_BATCH x width floats per
     layer and step, latency-bound; bucket_mb does not apply); "cnn_batchnorm": torch DDP on a CNN of ConvLayers
     (BatchNorm: DDP broadcasts its buffers every forward). pace=False on a Cluster whose network
-    is the kernel's (commlib.network): the NICs are shaped there, not by the pacer.
+    is the kernel's (commlib.network): the NICs are shaped there, not by the pacer. recorded=0: the steps are only
+    timed, and nothing is recorded (folder unused, path None).
     -> {"step_s": each timed step, "path": the trace, "recorded": recorded}."""
     from commlib.algorithms.background import Background, average_hook
     from commlib.network import emulate
@@ -189,7 +190,7 @@ def train(folder: str, bandwidth: float, latency: float = 5e-4, gpus_per_node: i
             step()
             times.append(time.perf_counter() - t)
         path = record(lambda: [_marked(step) for _ in range(recorded)], folder + "/rank{rank}.json", warmup=1,
-                      untraced_s=job_step_s(times))   # the job's untraced step: whatif keeps the profiler out
+                      untraced_s=job_step_s(times)) if recorded else None   # untraced_s: whatif keeps the profiler out
     return {"step_s": times, "path": path, "recorded": recorded}
 
 
@@ -299,6 +300,31 @@ def predict_and_run(small, large, folder: str, bandwidth: float = 100e6, latency
              "error": s["step_us"] * 1e-6 / runs[s["name"]] - 1 if runs[s["name"]] else None}
             for s in report["scenarios"] if s["name"] in runs]
     return {"fit": (alpha, beta), "gamma": gamma, "report": report, "rows": rows}
+
+
+def run_scenarios(cluster, report: dict, scenarios: dict, **kw) -> dict:
+    """Chapter 9's check of whatif's `report` against runs: the job as recorded (train(**kw)) re-run before and
+    after the scenarios, each scenario (name -> train's keyword arguments that change, over kw) run between them,
+    each run timed and not recorded.
+    A busier host only slows a run, so the faster of the two re-runs is the base each scenario's measured change is
+    taken from; the predicted change is from the replay's own step (the report's first row). One re-run instead of
+    the two read a single busy second on a shared host as the job's step (CI: nbval on 3 workers, 2 cores).
+    -> {"base_s": (before, after), "rows": [{name, predicted_s, measured_s, change_predicted, change_measured}]}."""
+    def run(**knobs) -> float:
+        return job_step(cluster.run(train, "", **{**kw, **knobs, "recorded": 0}))
+
+    steps = {s["name"]: s["step_us"] * 1e-6 for s in report["scenarios"]}
+    missing = sorted(set(scenarios) - set(steps))
+    if missing:
+        raise ValueError(f"scenarios must be named as in the report ({sorted(steps)}), got {missing}")
+    before = run()
+    measured = {name: run(**knobs) for name, knobs in scenarios.items()}
+    after = run()
+    traced, base = report["scenarios"][0]["step_us"] * 1e-6, min(before, after)
+    rows = [{"name": name, "predicted_s": steps[name], "measured_s": measured[name],
+             "change_predicted": steps[name] / traced, "change_measured": measured[name] / base}
+            for name in scenarios]
+    return {"base_s": (before, after), "rows": rows}
 
 
 def load_accuracy(path=ACCURACY) -> dict:
