@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -52,11 +53,12 @@ def test_sweep_rejects_unknown_pairs(cluster4):
 
 def cli(*args, torchrun=False, timeout=180):
     cmd = [sys.executable, "-m", "commlib", "bench", *args]
-    if torchrun:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-               "-m", "commlib", "bench", *args]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    with tempfile.TemporaryDirectory() as logs:   # torchrun's logs: by default a /tmp/torchelastic_* left behind
+        if torchrun:
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--log-dir", logs, "--standalone",
+                   "--nproc-per-node=2", "-m", "commlib", "bench", *args]
+        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                              env=dict(os.environ, OMP_NUM_THREADS="1"))
 
 
 def test_cli_json_and_table():

@@ -22,9 +22,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def torchrun(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """torchrun's logs in a folder of the test's own: without --log-dir it makes /tmp/torchelastic_* and leaves it."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    with tempfile.TemporaryDirectory() as logs:
+        return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--log-dir", logs, *args], cwd=ROOT,
+                              env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def test_example_script_under_torchrun_matches_a_cluster():
@@ -82,7 +84,8 @@ def _two_nodes_once(endpoint: str, script, timeout: float) -> list[subprocess.Co
     with tempfile.TemporaryDirectory() as tmp:
         # output to files, not pipes: reading one node's pipes while the other's fill up could deadlock both
         files = [(open(f"{tmp}/{n}.out", "w+"), open(f"{tmp}/{n}.err", "w+")) for n in (0, 1)]
-        procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={n}",
+        procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--log-dir", f"{tmp}/logs{n}",
+                                   "--nnodes=2", f"--node-rank={n}",
                                    "--nproc-per-node=2", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
                                    "--rdzv-id=commlib-test", f"--rdzv-conf=is_host={int(n == 0)}", *script],
                                   cwd=ROOT, env=env, stdout=files[n][0], stderr=files[n][1], text=True)
