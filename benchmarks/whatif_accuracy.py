@@ -241,7 +241,7 @@ def small_calls(kind: str) -> dict:
     from commlib.network.spec import Spec
 
     s = Spec(2, 1, bandwidth=10e6, kind=kind)
-    return {"small": links.small(s), "notice": links.notice(s)}
+    return {"small": links.small(s), "notice": links.notice(s), "credit": links.credit(s)}
 
 
 def statistics_of(rows: list[dict]) -> dict:

@@ -176,7 +176,8 @@ def _whatif(args) -> int:
                                                   args.bucket_mb, args.compress, args.this_machine)
         codec = args.codec_ns_per_byte * 1e-9 if args.codec_ns_per_byte is not None else None
         report = whatif(ranks, [scenario], measured=measured, codec=codec, excess=getattr(args, "excess", "fixed"),
-                        small=getattr(args, "small", None), notice=getattr(args, "notice", None))
+                        small=getattr(args, "small", None), notice=getattr(args, "notice", None),
+                        credit=getattr(args, "credit", None))
     except (TraceError, ValueError) as e:
         _fail(f"whatif: {e}")
     print(json.dumps(json_report(report), allow_nan=False) if args.json else format_report(report))

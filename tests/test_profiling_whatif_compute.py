@@ -601,3 +601,15 @@ def test_commlibs_ring_on_more_ranks_waits_for_its_notices_where_they_leave_behi
     (four_gloo, _, _), _ = steps(None, wait)
     (four_gloo0, _, _), _ = steps(None, None)
     assert four_gloo == four_gloo0                                    # Gloo's own ring: not paid
+
+
+def test_the_kernel_networks_credit_is_one_packet_of_a_step_at_the_payload_rate():
+    """network.links.credit: on the kernel network the time of a step's first packet (at most GSO_MAX bytes),
+    what HTB lets an idle NIC send at once; none on the pacer, which times commlib's messages only."""
+    from commlib.network import links, spec
+    from commlib.network.kernel import GSO_MAX
+
+    credit = links.credit(spec.parse("2x2x2@10e6"))
+    assert credit(16 << 10, 9.5e6) == pytest.approx((16 << 10) / 9.5e6)
+    assert credit(1 << 20, 9.5e6) == pytest.approx(GSO_MAX / 9.5e6)
+    assert links.credit(spec.Spec(2, 1, bandwidth=1e7, kind="paced")) is None

@@ -247,3 +247,19 @@ def test_only_gloos_two_rank_all_gather_pays_the_handshake():
     over, base = (whatif.whatif(fsdp_pair(rs_excess=x), four, measured=MEASURED, excess="bytes")["scenarios"][2]
                   for x in (0.3 * ALONE, 0.0))
     assert over["step_us"] - base["step_us"] == pytest.approx(0.3 * 1.5 * ALONE, rel=1e-6)   # 4 ranks: 1.5x bytes
+
+
+def test_a_flows_head_start_goes_at_once_only_after_its_links_idled_as_long():
+    """The kernel network's shaper sends a packet as soon as its tokens are not negative: a byte phase given a
+    head start (us) after links idle at least that long ends that much early; after a shorter idle, by the idle
+    time; on a link another flow is using, not at all (network.links.credit, sharing.flow_inputs)."""
+    nic = [(0, 0, "out"), (1, 0, "in")]
+    net = flows.Flows()
+    net.add("first", 0.0, 0.0, 100.0, nic, head=30.0)     # idle since the start: 30 us at once
+    assert net.pop() == (70.0, "first")
+    net.add("soon", 75.0, 0.0, 100.0, nic, head=30.0)     # 5 us after it: 5 us at once
+    net.add("beside", 80.0, 0.0, 10.0, nic, head=30.0)    # the link is busy: none, and the two share it
+    assert net.pop() == pytest.approx((100.0, "beside"))   # 5 us alone, then 10 us at half speed from 80
+    assert net.pop() == pytest.approx((180.0, "soon"))     # 95 us of work: 5 alone, 10 shared, 80 alone
+    net.add("later", 500.0, 0.0, 100.0, nic)              # no head start given: its bytes' time
+    assert net.pop() == pytest.approx((600.0, "later"))

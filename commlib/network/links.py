@@ -78,6 +78,18 @@ def notice(spec: Spec):
     return lambda nbytes, bandwidth: share * min(nbytes, GSO_MAX) / bandwidth
 
 
+def credit(spec: Spec):
+    """What a streaming call sends at once after an idle NIC on this network (whatif's `credit`; pricing.Pricer.streams
+    and head_start, flows.Flows.add's head): on the kernel network, a function (bytes a step, payload bytes/s) ->
+    seconds: one packet's time (a step's bytes, at most kernel.GSO_MAX). HTB dequeues a packet whenever its
+    class's tokens are not negative and charges it after (htb_dequeue_tree, htb_charge_class: net/sched/sch_htb.c),
+    so a NIC whose tokens came back sends its first packet at once and the call's bytes end a packet early; where
+    the NIC idled less than that, by as much as it idled (Flows). On the pacer None."""
+    if spec.kind != "kernel":
+        return None
+    return lambda nbytes, bandwidth: min(nbytes, GSO_MAX) / bandwidth
+
+
 @functools.lru_cache(maxsize=1)
 def ring_notice(path: str | None = None) -> float | None:
     """RING_STEPS' 4-node, 64 KiB-packet row -> the share of a packet's time each step waited (notice), or None."""

@@ -76,6 +76,7 @@ def measured_and_scenario(args, ranks):
     here = m_spec is not None and getattr(args, "hardware", None) is None   # the scenario on this network too
     args.small = links.small(m_spec) if here else None   # what a small call takes there
     args.notice = links.notice(m_spec) if here else None   # commlib's ring: a step's wait
+    args.credit = links.credit(m_spec) if here else None   # Gloo's ring with a NIC per GPU: streamed
     new = args.network
     if new is None:
         return measured, None

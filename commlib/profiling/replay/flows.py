@@ -61,10 +61,14 @@ class Flows:
         self.active = {}         # key -> [remaining alone-us, links, share (alone-us of progress per us)]
         self.done_at = {}        # key -> end, for flows with no byte phase (and those whose phase ends at once)
         self.started = {}        # key -> its start (its fixed phase's), as taken
+        self.idle_since = {}     # link -> when the last flow on it ended (none yet: idle since the start)
         self.late = 0
         self._seq = 0
 
-    def add(self, key, start: float, fixed: float, alone: float, links) -> None:
+    def add(self, key, start: float, fixed: float, alone: float, links, head: float = 0.0) -> None:
+        """A flow: its fixed phase from `start`, then `alone` us of bytes on `links`; head: us of those bytes
+        sent at once where its links were all idle for that long before its byte phase (the kernel network's
+        shaper, after an idle NIC: sharing.flow_inputs), up to the time they were idle."""
         if start < self.now - EPS:
             self.late += 1
             start = self.now
@@ -74,7 +78,7 @@ class Flows:
             self.done_at[key] = t
             return
         self._seq += 1
-        heapq.heappush(self.pending, (t, self._seq, key, float(alone), tuple(links)))
+        heapq.heappush(self.pending, (t, self._seq, key, float(alone), tuple(links), max(0.0, head)))
 
     def __len__(self) -> int:
         return len(self.pending) + len(self.active) + len(self.done_at)
@@ -96,11 +100,17 @@ class Flows:
             if finish is not None and finish[0] <= nxt + EPS:
                 t, key = finish
                 self._advance(t)
-                del self.active[key]
+                for link in self.active.pop(key)[1]:
+                    self.idle_since[link] = t
                 self._share()
                 return t, key
-            t, _, key, alone, links = heapq.heappop(self.pending)
+            t, _, key, alone, links, head = heapq.heappop(self.pending)
             self._advance(t)
+            if head > 0:   # what its links' idle time lets go at once: none where a flow is on one of them
+                busy = {x for v in self.active.values() for x in v[1]}
+                idle = min((math.inf if x not in self.idle_since else t - self.idle_since[x]) if x not in busy
+                           else 0.0 for x in links)
+                alone = max(0.0, alone - min(head, idle))
             self.active[key] = [alone, links, 0.0]
             self._share()
 

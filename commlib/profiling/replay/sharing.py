@@ -175,7 +175,9 @@ def flow_inputs(g0, g, origin, pricer, excess: str = "fixed") -> list:
             else:   # a regrouped bucket (its traced calls' overhead per byte), or no byte phase: kept as is
                 fixed += over
         used = links(_ranks(g, members), size or len(members), pricer.strides.get(c.group, 1))
-        net.append((fixed + codec, bw, used))
+        # a streaming call's first packet (a small call's steps are set by its wake-ups: measured_ratio)
+        head = pricer.head_start(c) * 1e6 if r is not None and ratio is None else 0.0
+        net.append((fixed + codec, bw, used, head) if head else (fixed + codec, bw, used))
     return net
 
 

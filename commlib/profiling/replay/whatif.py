@@ -86,7 +86,7 @@ class Scenario:
 def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: str | None = None,
            codec: float | None = None, steps: int | None = None, max_bytes: int = MAX_BYTES,
            excess: str = "fixed", untraced: float | None = None, cores: int | None = None,
-           small=None, notice=None) -> dict:
+           small=None, notice=None, credit=None) -> dict:
     """Traces (files, a folder, or RankTraces) -> {"scenarios": [measured, identity replay, each Scenario],
     "measured_on", "dp_group", "world_size", "notes"}. measured: the topology the traces ran on (a Topology or a
     preset; default: the GPU named in the traces, else unknown: transfers then keep their measured time unless a
@@ -103,7 +103,11 @@ def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: st
     not as the alpha-beta line does; for scenarios on that same network only (a preset's links are not its); None:
     none. notice: (bytes a step, payload bytes/s) -> seconds each step of commlib's own ring on 3 or more ranks
     across nodes waits for its receiver's notice (network.links.notice on the kernel network;
-    pricing.Pricer.waited); None: none."""
+    pricing.Pricer.waited); None: none. credit: (bytes a step, payload bytes/s) -> seconds an idle NIC sends at once
+    (network.links.credit on the kernel network): given, Gloo's own ring calls on 3 or more ranks across nodes
+    where no receive notice leaves behind their data (a NIC per GPU) stream (pricing.Pricer.streams): one
+    latency a call, and that head start where their links idled (flows.Flows); None: the NICs per node do not
+    change Gloo's calls, and a scenario that changes them says so in a note."""
     if excess not in EXCESS:
         raise ValueError(f"excess must be one of {EXCESS}, got {excess!r}")
     ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces, max_bytes)
@@ -111,14 +115,14 @@ def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: st
     untraced = _validate.number("untraced", untraced, low=0.0, strict=True, unit="seconds") \
         if untraced is not None else None
     cores = _validate.integer("cores", cores, low=1) if cores is not None else None
-    for name, given in (("small", small), ("notice", notice)):
+    for name, given in (("small", small), ("notice", notice), ("credit", credit)):
         if given is not None and not callable(given):
             raise TypeError(f"{name} must be a function (nbytes, bytes/s) -> seconds, or None; got "
                             f"{type(given).__name__}")
     try:   # what goes wrong from here on is about these traces: the message names them
         with no_gc():   # the replay makes millions of small objects, no cycles: the collector would walk them all
             return _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps, excess, untraced, cores, small,
-                           notice)
+                           notice, credit)
     except (ValueError, ZeroDivisionError, OverflowError) as e:
         named = any(str(e).startswith(str(r.path)) for r in ranks)
         raise ValueError(str(e) if named else f"{_where(ranks)}: {e}") from None
@@ -134,7 +138,7 @@ def _where(ranks) -> str:
 
 
 def _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps, excess="fixed", untraced=None,
-            cores=None, small=None, notice=None) -> dict:
+            cores=None, small=None, notice=None, credit=None) -> dict:
     marks = min(len(getattr(r, "steps", None) or []) for r in ranks) if ranks else 0
     steps = _validate.integer("steps", steps, low=1) if steps is not None else max(1, marks)
     world = next((r.world_size for r in ranks if r.world_size), None) or len(ranks)
@@ -167,7 +171,7 @@ def _whatif(ranks, scenarios, measured, gamma, dp_group, codec, steps, excess="f
             raise TypeError(f"scenarios must be Scenario objects, got {type(sc).__name__}")
         flat = []
         priced, said, t, net = _scenario(g, sc, m_topo, world, dp, strides, gamma, codec, ranks[0].backend, excess,
-                                         roles, scale, cores, flat, small, notice)
+                                         roles, scale, cores, flat, small, notice, credit)
         rows.append({**_row(sc.label(t), graph.replay(priced, net), said, steps),
                      "cluster": "this machine" if sc.this_machine else "real"})
         crossed, traced = flat or (0, 0)   # Gloo's flat rings across nodes: in the scenario, as traced
@@ -256,7 +260,8 @@ def _dp_groups(ranks, world: int, strides: dict) -> frozenset:
 
 
 def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gamma, codec, backend=None,
-              excess="fixed", roles=None, scale=1.0, cores=None, flat=None, small=None, notice=None):
+              excess="fixed", roles=None, scale=1.0, cores=None, flat=None, small=None, notice=None,
+              credit=None):
     """The graph with this scenario's calls and transfers -> (graph, the assumptions it made, as lines). scale: the
     compute's factor for the profiler (_profiler); roles: what each group does (compute.roles); flat: a list, given
     the number of Gloo's own calls (sets) priced as one flat ring across nodes in the scenario and on the measured
@@ -318,7 +323,7 @@ def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gam
                     "(gradients taken as ready at an even rate between the traced buckets)")
 
     pricer = Pricer(m_topo, base, factor, dp, strides, gamma, compress, per_byte, sc.algorithm, new_world,
-                    gloo=backend == "gloo", small=small, notice=notice)
+                    gloo=backend == "gloo", small=small, notice=notice, credit=credit)
     kept = kept_handshakes(g0, pricer)   # the later member of a 2-rank all-gather waits for a handshake
     g, g0 = (kept if g is g0 else kept_handshakes(g, pricer)), kept
     net = flow_inputs(g0, g, origin, pricer, excess)   # each set a flow: fixed phase, then bytes on shared links
@@ -327,7 +332,7 @@ def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gam
         said.append(f"{dropped} Gloo all-gather(s) traced on 2 ranks: what they paid for the handshake only 2 "
                     "ranks pay (the later rank's data before its receive notice, pricing.HANDSHAKE) is not carried "
                     "to the larger ring")
-    transfer = [t if t is not None else f + b for t, (f, b, _) in zip(g.transfer, net)]   # as recorded, or new
+    transfer = [t if t is not None else f + b for t, (f, b, *_) in zip(g.transfer, net)]   # as recorded, or new
     solo = {}
     for p, r in enumerate(g.ranks):
         for i, c in enumerate(r.calls):
@@ -337,6 +342,10 @@ def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gam
         said.append(f"{pricer.noticed} kind(s) of call on commlib's ring of 3 or more ranks across nodes: each step "
                     "waits for its receiver's notice, which leaves behind the packet the receiver sends (measured: "
                     "benchmarks/ring_steps.py)")
+    if pricer.streamed:
+        said.append(f"{pricer.streamed} kind(s) of Gloo's call on 3 or more ranks across nodes with no receive notice "
+                    "behind their data (a NIC per GPU): the ring streams, one latency a call, and its first packet "
+                    "goes at once after an idle NIC")
     if pricer.measured:
         said.append(f"{pricer.measured} small call(s) (one packet a ring step) moved as this network's calls of their "
                     f"size measured ({getattr(small, 'source', 'given')}), not by the alpha-beta line: each step wakes a "
