@@ -603,13 +603,29 @@ def test_commlibs_ring_on_more_ranks_waits_for_its_notices_where_they_leave_behi
     assert four_gloo == four_gloo0                                    # Gloo's own ring: not paid
 
 
-def test_the_kernel_networks_credit_is_one_packet_of_a_step_at_the_payload_rate():
-    """network.links.credit: on the kernel network the time of a step's first packet (at most GSO_MAX bytes),
-    what HTB lets an idle NIC send at once; none on the pacer, which times commlib's messages only."""
+def test_the_kernel_networks_credit_is_what_gloo_rings_measured_per_step_size(tmp_path):
+    """network.links.credit: on the kernel network, the packets of a step (at most GSO_MAX bytes) that
+    benchmarks/gloo_rings.py measured a streaming Gloo call end under its bytes and one latency after idle links,
+    the median of its ops per step size, interpolated in log(bytes) and held at the table's ends; no less than 0;
+    none without the file; none on the pacer, which times commlib's messages only."""
     from commlib.network import links, spec
     from commlib.network.kernel import GSO_MAX
 
+    row = lambda op, step, under, behind=False: {"op": op, "step_bytes": step, "under_packets": under,  # noqa: E731
+                                                 "notice_behind_data": behind}
+    path = tmp_path / "gloo_rings.json"
+    path.write_text(json.dumps({"rows": [row("all_gather", 32768, 0.7), row("all_reduce", 32768, 0.5),
+                                         row("all_gather", 131072, -0.1), row("all_reduce", 131072, -0.3),
+                                         row("all_gather", 32768, 9.0, behind=True)]}))
+    table = links.gloo_credit(str(path))
+    assert [s for s, _ in table] == [32768, 131072]   # one NIC per node's row left out
+    assert [u for _, u in table] == pytest.approx([0.6, 0.0])   # the medians; below 0 held at 0
+    assert links._packets(table, 16384) == pytest.approx(0.6) and links._packets(table, 1 << 20) == 0.0
+    assert links._packets(table, 65536) == pytest.approx(0.3)      # halfway in log(bytes)
+    assert links.gloo_credit(str(tmp_path / "none.json")) == () and links._packets((), 65536) == 0.0
+    committed = links.gloo_credit()   # benchmarks/gloo_rings.json
     credit = links.credit(spec.parse("2x2x2@10e6"))
-    assert credit(16 << 10, 9.5e6) == pytest.approx((16 << 10) / 9.5e6)
-    assert credit(1 << 20, 9.5e6) == pytest.approx(GSO_MAX / 9.5e6)
+    step = committed[0][0]
+    assert credit(step, 9.5e6) == pytest.approx(committed[0][1] * min(step, GSO_MAX) / 9.5e6)
+    assert credit(4 << 20, 9.5e6) == pytest.approx(committed[-1][1] * GSO_MAX / 9.5e6)
     assert links.credit(spec.Spec(2, 1, bandwidth=1e7, kind="paced")) is None

@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import statistics
 
 from commlib import cost
 from commlib import topology as topo
@@ -78,16 +79,48 @@ def notice(spec: Spec):
     return lambda nbytes, bandwidth: share * min(nbytes, GSO_MAX) / bandwidth
 
 
+GLOO_RINGS = os.path.join(os.path.dirname(SOURCE), "gloo_rings.json")   # credit(): Gloo's ring, a NIC per GPU
+
+
 def credit(spec: Spec):
-    """What a streaming call sends at once after an idle NIC on this network (whatif's `credit`; pricing.Pricer.streams
-    and head_start, flows.Flows.add's head): on the kernel network, a function (bytes a step, payload bytes/s) ->
-    seconds: one packet's time (a step's bytes, at most kernel.GSO_MAX). HTB dequeues a packet whenever its
-    class's tokens are not negative and charges it after (htb_dequeue_tree, htb_charge_class: net/sched/sch_htb.c),
-    so a NIC whose tokens came back sends its first packet at once and the call's bytes end a packet early; where
-    the NIC idled less than that, by as much as it idled (Flows). On the pacer None."""
+    """What a streaming call (pricing.Pricer.streams: Gloo's ring with no receive notice behind its data) ends under
+    its bytes and one latency after idle links, on this network (whatif's `credit`; flows.Flows.add's head, up to
+    the links' idle time): on the kernel network, a function (bytes a step, payload bytes/s) -> seconds: gloo_credit()
+    packets of a step (its bytes, at most kernel.GSO_MAX) at that rate; on the pacer None. HTB dequeues a packet
+    whenever its class's tokens are not negative and charges it after (htb_dequeue_tree, htb_charge_class:
+    net/sched/sch_htb.c), so an idle NIC sends a packet at once; what a ring call gains from it was measured, not
+    derived."""
     if spec.kind != "kernel":
         return None
-    return lambda nbytes, bandwidth: min(nbytes, GSO_MAX) / bandwidth
+    table = gloo_credit()
+    return lambda nbytes, bandwidth: _packets(table, nbytes) * min(nbytes, GSO_MAX) / bandwidth
+
+
+def _packets(table: tuple, nbytes: float) -> float:
+    """gloo_credit's packets under for a step of nbytes: interpolated in log(bytes), held at the table's ends."""
+    import numpy as np
+
+    if not table or nbytes <= 0:
+        return 0.0
+    steps, under = zip(*table)
+    return float(np.interp(np.log(nbytes), np.log(steps), under))
+
+
+@functools.lru_cache(maxsize=1)
+def gloo_credit(path: str | None = None) -> tuple:
+    """GLOO_RINGS' rows with no notice behind data -> ((bytes a step, packets the call ended under its bytes and
+    one latency, the median of its ops, at least 0), ...) by step size; () where the file is missing or unreadable
+    (no head start). benchmarks/gloo_rings.py: 4 ranks on 2 x 2 with a NIC per GPU, each call after idle links."""
+    try:
+        with open(path or os.path.join(ROOT, GLOO_RINGS), "rb") as f:
+            rows = json.loads(f.read(1 << 20))["rows"]
+        per = {}
+        for r in rows:
+            if not r["notice_behind_data"]:
+                per.setdefault(int(r["step_bytes"]), []).append(float(r["under_packets"]))
+        return tuple((step, max(0.0, statistics.median(v))) for step, v in sorted(per.items()) if step > 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return ()
 
 
 @functools.lru_cache(maxsize=1)

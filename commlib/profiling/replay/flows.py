@@ -66,9 +66,9 @@ class Flows:
         self._seq = 0
 
     def add(self, key, start: float, fixed: float, alone: float, links, head: float = 0.0) -> None:
-        """A flow: its fixed phase from `start`, then `alone` us of bytes on `links`; head: us of those bytes
-        sent at once where its links were all idle for that long before its byte phase (the kernel network's
-        shaper, after an idle NIC: sharing.flow_inputs), up to the time they were idle."""
+        """A flow: its fixed phase from `start`, then `alone` us of bytes on `links`; head: us its byte phase
+        ends early where its links were all idle for that long before it, up to the time they were idle (the
+        kernel network's shaper after idle NICs: network.links.credit, sharing.flow_inputs)."""
         if start < self.now - EPS:
             self.late += 1
             start = self.now

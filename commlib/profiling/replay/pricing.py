@@ -155,6 +155,14 @@ def notice_behind_data(t: topo.Topology, size: int, stride: int = 1) -> bool:
     return any(nic(b) in sending for _, b in across)
 
 
+def streamed_latency(op: str, nbytes, size: int, t: topo.Topology, algorithm: str = "flat_ring",
+                     stride: int = 1) -> float:
+    """Seconds of the model's latency a ring call on t does not pay where its steps do not wait for one another
+    (Pricer.streams): all its steps' latency but one step's."""
+    latency = price(op, nbytes, size, fixed_part(t), algorithm, stride, 0.0) or 0.0
+    return latency * (1 - 1 / STEPS[op](size))
+
+
 def fixed_part(t: topo.Topology | None) -> topo.Topology | None:
     """t with links 10^9 times faster: a price on it is the price's fixed part (latency, reduction), the rest
     is the byte phase (the time the bytes take on idle links)."""
@@ -335,27 +343,25 @@ class Pricer:
         per GPU whose next hop stays in its node). Nothing then holds a step back, and Gloo's ring streams its
         chunks (streamed_latency, head_start). Where a notice waits behind data (one NIC per node, one GPU per
         node, 2 ranks), each step waits for it, which the model's latency a step stands for. Priced so only where
-        `credit` is given (the kernel network, where both were measured: FSDP2's 257 KiB calls on 2 x 2 at 10
-        MB/s, per call from the last rank's arrival, took 20.5 ms (all-gather) and 47.8 ms (all-reduce) with 1 NIC
-        per node, 17.0 and 37.5 with 2; the flat ring's model, a latency a step, 22.7 and 44.4; its step 794 and
-        677 ms)."""
+        `credit` is given (the kernel network, where benchmarks/gloo_rings.py measured both: on 2 x 2 with a NIC
+        per GPU, calls of 128 KiB to 1 MiB after idle links ended at their bytes and one latency, less a share of
+        a packet where a step is one packet; with one NIC per node at about a latency a step, or over it)."""
         if (self.credit is None or not self._gloos(c) or self.sent_as(c) not in CHUNKED
                 or algorithm != "flat_ring" or not size or size < 3 or t is None):
             return False
         return group_topology(t, size, stride).nodes > 1 and not notice_behind_data(t, size, stride)
 
     def streamed_latency(self, c, nbytes, size, t, algorithm, stride) -> float:
-        """Seconds of the model's latency a streaming call (streams) does not pay: all its steps' but one."""
+        """streamed_latency() for a call that streams (streams), else 0."""
         if not nbytes or not self.streams(c, size, t, algorithm, stride):
             return 0.0
-        latency = price(self.sent_as(c), nbytes, size, fixed_part(t), algorithm, stride, 0.0) or 0.0
-        return latency * (1 - 1 / STEPS[self.sent_as(c)](size))
+        return streamed_latency(self.sent_as(c), nbytes, size, t, algorithm, stride)
 
     def head_start(self, c) -> float:
-        """Seconds of its bytes a streaming call (streams) in the scenario sends at once where its links were
-        idle before it (flows.Flows: up to that idle time): `credit` of a step's bytes, the kernel network's
-        shaper passing a packet as soon as its tokens are not negative. 0 where the call streamed as traced (its
-        recorded time holds it) or does not stream in the scenario."""
+        """Seconds a streaming call (streams) in the scenario ends under its bytes where its links were idle before
+        it (flows.Flows: up to that idle time): `credit` of a step's bytes (network.links.credit: what
+        benchmarks/gloo_rings.py measured). 0 where the call streamed as traced (its recorded time holds it) or
+        does not stream in the scenario."""
         size, stride = self.parts(c)[3], self.strides.get(c.group, 1)
         old, new = self.algorithms(c)
         if not c.bytes or not self.streams(c, size, self.t, new, stride) or \

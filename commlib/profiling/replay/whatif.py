@@ -103,11 +103,12 @@ def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: st
     not as the alpha-beta line does; for scenarios on that same network only (a preset's links are not its); None:
     none. notice: (bytes a step, payload bytes/s) -> seconds each step of commlib's own ring on 3 or more ranks
     across nodes waits for its receiver's notice (network.links.notice on the kernel network;
-    pricing.Pricer.waited); None: none. credit: (bytes a step, payload bytes/s) -> seconds an idle NIC sends at once
-    (network.links.credit on the kernel network): given, Gloo's own ring calls on 3 or more ranks across nodes
-    where no receive notice leaves behind their data (a NIC per GPU) stream (pricing.Pricer.streams): one
-    latency a call, and that head start where their links idled (flows.Flows); None: the NICs per node do not
-    change Gloo's calls, and a scenario that changes them says so in a note."""
+    pricing.Pricer.waited); None: none. credit: (bytes a step, payload bytes/s) -> seconds a call ends early after
+    idle links
+    (network.links.credit on the kernel network: what benchmarks/gloo_rings.py measured): given, Gloo's own ring
+    calls on 3 or more ranks across nodes where no receive notice leaves behind their data (a NIC per GPU) stream
+    (pricing.Pricer.streams): one latency a call, and that head start where their links idled (flows.Flows);
+    None: the NICs per node do not change Gloo's calls, and a scenario that changes them says so in a note."""
     if excess not in EXCESS:
         raise ValueError(f"excess must be one of {EXCESS}, got {excess!r}")
     ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces, max_bytes)
@@ -344,8 +345,8 @@ def _scenario(g: graph.Graph, sc: Scenario, m_topo, world: int, dp, strides, gam
                     "benchmarks/ring_steps.py)")
     if pricer.streamed:
         said.append(f"{pricer.streamed} kind(s) of Gloo's call on 3 or more ranks across nodes with no receive notice "
-                    "behind their data (a NIC per GPU): the ring streams, one latency a call, and its first packet "
-                    "goes at once after an idle NIC")
+                    "behind their data (a NIC per GPU): the ring streams, one latency a call, and after idle links "
+                    "it ends under its bytes as benchmarks/gloo_rings.py measured")
     if pricer.measured:
         said.append(f"{pricer.measured} small call(s) (one packet a ring step) moved as this network's calls of their "
                     f"size measured ({getattr(small, 'source', 'given')}), not by the alpha-beta line: each step wakes a "
