@@ -15,7 +15,9 @@ a link is full; the flows on it are then fixed, and the rest go on), the rule of
 (Velho et al., ACM TOMACS 23(4), 2013) without its TCP window terms, and what TCP's congestion control converges
 to between flows of one RTT. On the kernel network it was measured (benchmarks/whatif_accuracy.py's sharing
 check): two Gloo all-reduces on one connection each take twice the time of one alone, as two flows through one
-NIC. A flow with no byte phase (alone 0: no model) is its fixed phase only.
+NIC. A flow with no byte phase (alone 0: no model) is its fixed phase only. A flow given a head start (add's
+head: a streaming Gloo call on the kernel network, network.links.credit) ends that much early where its links
+were idle that long before its byte phase, and by their idle time where they were idle less.
 """
 
 from __future__ import annotations

@@ -235,7 +235,7 @@ class Pricer:
         self.measured = 0             # calls (sets) priced by it (measured_ratio)
         self.notice = notice          # (bytes a step, payload bytes/s) -> s a step of commlib's ring waits (waited)
         self.noticed = 0              # kinds of call that pay it in the scenario (waited)
-        self.credit = credit          # (bytes a step, payload bytes/s) -> s an idle NIC sends at once (head_start)
+        self.credit = credit          # (bytes a step, payload bytes/s) -> s a streaming call ends early (head_start)
         self.streamed = 0             # kinds of Gloo's call that stream in the scenario (streams)
         self.m_fixed, self.t_fixed = fixed_part(m_topo), fixed_part(t)
         self.priced = self.kept = 0   # calls (sets) with a model in the scenario, and without one
@@ -326,8 +326,8 @@ class Pricer:
         behind the packet the receiver is sending on (`notice`: network.links.notice, measured by
         benchmarks/ring_steps.py). 0 on 2 ranks (the notice's connection carries no data of the step), inside a
         node, where no notice leaves by a NIC that sends the ring's data (notice_behind_data: a NIC per GPU whose
-        next hop stays in its node), for Gloo's own calls (its ring keeps several chunks in flight) and for other
-        algorithms."""
+        next hop stays in its node), for Gloo's own calls (a latency a step stands for their notices; where none
+        waits, streams) and for other algorithms."""
         steps = STEPS.get(c.op)
         if (steps is None or self._gloos(c) or c.kernel or algorithm != "flat_ring" or not nbytes or not size
                 or size < 3 or t is None):

@@ -104,11 +104,11 @@ def whatif(traces, scenarios=(), measured=None, gamma: float = 0.0, dp_group: st
     none. notice: (bytes a step, payload bytes/s) -> seconds each step of commlib's own ring on 3 or more ranks
     across nodes waits for its receiver's notice (network.links.notice on the kernel network;
     pricing.Pricer.waited); None: none. credit: (bytes a step, payload bytes/s) -> seconds a call ends early after
-    idle links
-    (network.links.credit on the kernel network: what benchmarks/gloo_rings.py measured): given, Gloo's own ring
-    calls on 3 or more ranks across nodes where no receive notice leaves behind their data (a NIC per GPU) stream
-    (pricing.Pricer.streams): one latency a call, and that head start where their links idled (flows.Flows);
-    None: the NICs per node do not change Gloo's calls, and a scenario that changes them says so in a note."""
+    idle links (network.links.credit on the kernel network: what benchmarks/gloo_rings.py measured): given, Gloo's
+    own ring calls on 3 or more ranks across nodes where no receive notice leaves behind their data (a NIC per GPU)
+    stream (pricing.Pricer.streams): one latency a call, and that head start where their links idled
+    (flows.Flows); None: the NICs per node do not change Gloo's calls, and a scenario that changes them says so in
+    a note."""
     if excess not in EXCESS:
         raise ValueError(f"excess must be one of {EXCESS}, got {excess!r}")
     ranks = traces if traces and all(isinstance(r, RankTrace) for r in traces) else load(traces, max_bytes)
