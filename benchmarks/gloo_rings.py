@@ -28,7 +28,7 @@ import time
 
 import commlib as cl
 from commlib.bench import arguments
-from commlib.network import Network, available, kernel, links
+from commlib.network import Network, kernel, links
 from commlib.network.spec import Spec
 from commlib.profiling.replay import pricing
 
@@ -96,15 +96,8 @@ def report(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    ap = arguments.Parser(__doc__)
-    ap.add_argument("--bandwidth", type=arguments.number(1e6, 1e10), default=10e6, help="each NIC, bytes/s")
-    ap.add_argument("--repeats", type=arguments.integer(1, 1000), default=10, help="calls timed per op and size")
-    ap.add_argument("--json", type=arguments.output_file, help="also write the result here")
-    ap.add_argument("--quick", action="store_true", help="a smoke run for CI")
-    a = ap.parse_args()
-    ok, why = available()
-    if not ok:
-        print(f"kernel network not available here: {why}")
+    a = arguments.kernel_run(__doc__, 10, "calls timed per op and size")
+    if a is None:
         return
     load = [os.getloadavg()[0]]
     sizes, repeats = (SIZES[:1], 4) if a.quick else (SIZES, a.repeats)

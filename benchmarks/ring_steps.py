@@ -19,7 +19,7 @@ import time
 
 import commlib as cl
 from commlib.bench import arguments
-from commlib.network import Network, available, kernel
+from commlib.network import Network, kernel
 
 BYTES = 526336   # the what-if benchmark's bucket: 0.5 MiB of gradients and their biases
 SLOW_S = 3e-3    # a step this much over its bytes' time counts as held
@@ -72,15 +72,8 @@ def report(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    ap = arguments.Parser(__doc__)
-    ap.add_argument("--bandwidth", type=arguments.number(1e6, 1e10), default=10e6, help="each NIC, bytes/s")
-    ap.add_argument("--repeats", type=arguments.integer(1, 1000), default=12, help="rings timed per case")
-    ap.add_argument("--json", type=arguments.output_file, help="also write the result here")
-    ap.add_argument("--quick", action="store_true", help="a smoke run for CI")
-    a = ap.parse_args()
-    ok, why = available()
-    if not ok:
-        print(f"kernel network not available here: {why}")
+    a = arguments.kernel_run(__doc__, 12, "rings timed per case")
+    if a is None:
         return
     load = [open("/proc/loadavg").read().split()[0]]
     nodes, repeats = ((4,), 5) if a.quick else ((2, 4), a.repeats)

@@ -117,3 +117,22 @@ def sizes_of(texts, low: int = 1, high: int = 1 << 40, name: str = "--sizes") ->
         except argparse.ArgumentTypeError as e:
             raise ValueError(f"argument {name}: {e}") from None
     return out
+
+
+def kernel_run(doc: str | None, repeats: int, what: str):
+    """The command line of a benchmark that measures the kernel network: --bandwidth (each NIC, bytes/s),
+    --repeats (`what`, default `repeats`), --json, --quick -> its arguments, or None where no kernel network can be
+    built here (root, or a user namespace), said in one line."""
+    from commlib.network import available   # here: the network package is needed only by these benchmarks
+
+    ap = Parser(doc)
+    ap.add_argument("--bandwidth", type=number(1e6, 1e10), default=10e6, help="each NIC, bytes/s")
+    ap.add_argument("--repeats", type=integer(1, 1000), default=repeats, help=what)
+    ap.add_argument("--json", type=output_file, help="also write the result here")
+    ap.add_argument("--quick", action="store_true", help="a smoke run for CI")
+    a = ap.parse_args()
+    ok, why = available()
+    if not ok:
+        print(f"kernel network not available here: {why}")
+        return None
+    return a
