@@ -241,6 +241,7 @@ class Pricer:
         self.priced = self.kept = 0   # calls (sets) with a model in the scenario, and without one
         self._parts = {}              # parts() per kind of call: a job repeats a few kinds many times
         self._ratios = {}             # measured_ratio() per kind of call
+        self._heads = {}              # head_start() per kind of call
 
     def _models(self, c, fixed: bool = False):
         """-> (seconds on the measured hardware, seconds in the scenario, codec us); fixed: their fixed parts."""
@@ -361,7 +362,13 @@ class Pricer:
         """Seconds a streaming call (streams) in the scenario ends under its bytes where its links were idle before
         it (flows.Flows: up to that idle time): `credit` of a step's bytes (network.links.credit: what
         benchmarks/gloo_rings.py measured). 0 where the call streamed as traced (its recorded time holds it) or
-        does not stream in the scenario."""
+        does not stream in the scenario. Remembered per kind of call, as parts()."""
+        key = _kind(c)
+        if key not in self._heads:
+            self._heads[key] = self._head(c)
+        return self._heads[key]
+
+    def _head(self, c) -> float:
         size, stride = self.parts(c)[3], self.strides.get(c.group, 1)
         old, new = self.algorithms(c)
         if not c.bytes or not self.streams(c, size, self.t, new, stride) or \
