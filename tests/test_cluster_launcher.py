@@ -270,5 +270,6 @@ def test_a_zygote_that_cannot_start_is_reported_at_once(monkeypatch, private_tmp
     t0 = time.monotonic()
     with pytest.raises(cl.ClusterTimeout, match=r"zygote\) ended \(3\)"):
         cl.Cluster(world_size=2, start_timeout=60)
-    assert time.monotonic() - t0 < 10, "not after start_timeout"
+    took = time.monotonic() - t0
+    assert took < 10, f"reported after {took:.1f} s, not at once"
     assert temp_folders(private_tmp) == []
