@@ -29,7 +29,6 @@ import time
 import commlib as cl
 from commlib.bench import arguments
 from commlib.network import Network, kernel, links
-from commlib.network.spec import Spec
 from commlib.profiling.replay import pricing
 
 # FSDP2's layer in benchmarks/whatif_accuracy.py (256 x 256 + 256 floats), then steps of 1/2, 2 and 4 packets
@@ -63,11 +62,10 @@ def calls(sizes, repeats: int, idle: float) -> dict:
 
 
 def layout(nics: int, bandwidth: float, sizes, repeats: int) -> list[dict]:
-    spec = Spec(2, 2, nics, bandwidth=bandwidth, kind="kernel")
     net = Network(2, 2, nics, bandwidth=bandwidth, kind="kernel", quiet=True)
     with cl.Cluster(4, network=net, timeout=600) as c:   # up with the Cluster, down when it closes
         runs = c.run(calls, sizes, repeats, IDLE_S)
-    t = links.topology(spec)
+    t = links.topology(net.spec())   # the links whatif prices for this network
     rows = []
     for key in runs[0]:
         op, n = key.split()[0], int(key.split()[1])
